@@ -1,0 +1,92 @@
+/* main.c — the mpcc driver: the passes, in order, in one screen.
+ *
+ *   model.onnx -> import -> bind shapes -> toposort -> infer shapes + fold
+ *              -> prune -> (dump | check)
+ *
+ * Later passes (training graph, partition, schedule, code generation) slot
+ * in after prune, each with its own file and entry point.
+ */
+#include "mpcc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static FILE *open_output(const Options *o)
+{
+    if (!o->output || strcmp(o->output, "-") == 0)
+        return stdout;
+    FILE *f = fopen(o->output, "w");
+    if (!f)
+        error_file(o->output, "cannot open for writing: %s", strerror(errno));
+    return f;
+}
+
+static void close_output(const Options *o, FILE *f)
+{
+    if (fflush(f) != 0 || ferror(f) || (f != stdout && fclose(f) != 0))
+        error_file(o->output ? o->output : "<stdout>", "write failed: %s",
+                   strerror(errno));
+}
+
+/* Shape inference needs every op to be known; --check reports unknown ops
+ * without stopping at the first. */
+static bool all_ops_known(const Graph *g)
+{
+    for (uint32_t i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == OP_UNKNOWN)
+            return false;
+    return true;
+}
+
+static void analyse(Graph *g)
+{
+    ir_toposort(g);
+    infer_shapes(g);
+    prune(g);
+#ifndef NDEBUG
+    ir_verify(g);
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    Arena *arena = arena_new();
+    Options opt;
+    cli_parse(arena, argc, argv, &opt);
+
+    Graph *g = onnx_import(arena, opt.input);
+    bool all_static = bind_shapes(g, &opt, !opt.check);
+
+    if (opt.check) {
+        if (!all_static) {
+            Loc loc = {.file = g->file, .index = -1};
+            warn_at(&loc, "shapes are not checked: an input has a symbolic "
+                    "dimension (give -batch N or --shapes)");
+        } else if (all_ops_known(g)) {
+            analyse(g);
+        }
+        FILE *out = open_output(&opt);
+        int problems = check_ops(g, out);
+        close_output(&opt, out);
+        arena_free(arena);
+        return problems ? 1 : 0;
+    }
+
+    analyse(g);
+
+    if (opt.dump_ir || opt.dump_shapes) {
+        FILE *out = open_output(&opt);
+        if (opt.dump_ir)
+            dump_ir(g, out);
+        if (opt.dump_shapes)
+            dump_shapes(g, out);
+        close_output(&opt, out);
+        arena_free(arena);
+        return 0;
+    }
+
+    error_file(opt.input, "mpcc %s reads, checks and shape-infers models; the "
+               "training-program generator is not part of this version yet "
+               "(use --dump=ir or --check)", MPCC_VERSION);
+}

@@ -1,0 +1,277 @@
+/* mpcc.h — the one internal header of the compiler.
+ *
+ * Sections follow the files: utilities and diagnostics first, then the IR,
+ * then one section per pass in pipeline order (see main.c). Types from
+ * foreign libraries (protobuf-c) never appear here.
+ */
+#ifndef MPCC_H
+#define MPCC_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MPCC_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define FMT(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FMT(a, b)
+#endif
+
+/* ------------------------------------------------------------------ util.c */
+
+typedef struct Arena Arena;
+
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t size);                /* zeroed, 16-aligned */
+void *arena_array(Arena *a, size_t n, size_t size);      /* overflow-checked */
+void *arena_grow(Arena *a, void *p, size_t old_n, size_t new_n, size_t size);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) FMT(2, 3);
+void arena_defer(Arena *a, void (*fn)(void *), void *p); /* run by arena_free */
+
+/* Writes s with C escapes for '\\', '"' and control bytes, so a name from a
+ * model file can never break a line of output or a C string/comment. */
+void fput_escaped(FILE *f, const char *s);
+char *str_escaped(Arena *a, const char *s, size_t max_len);
+bool parse_i64(const char *s, int64_t *out);             /* whole string, decimal */
+bool mul_overflows(int64_t a, int64_t b, int64_t *out);  /* a,b >= 0 */
+
+/* ------------------------------------------------------------------ diag.c */
+
+/* Where a thing came from: an ONNX file plus the kind and name of the element
+ * ("node", "initializer", "input", "output"), or a DSL file:line:col. */
+typedef struct Loc {
+    const char *file;
+    const char *what;
+    const char *name;
+    const char *op;
+    int32_t index;          /* node index in the file, -1 if none */
+    int32_t line, col;      /* DSL source position, 0 if none */
+} Loc;
+
+/* User errors: one line on stderr, exit status 1 (or a longjmp to diag_jmp
+ * when a harness set it). Internal bugs: MPCC_ASSERT / unreachable(). */
+_Noreturn void error_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
+_Noreturn void error_file(const char *file, const char *fmt, ...) FMT(2, 3);
+void warn_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
+void report_at(const Loc *loc, const char *fmt, ...) FMT(2, 3); /* error, no exit */
+_Noreturn void mpcc_die(const char *file, int line, const char *fmt, ...) FMT(3, 4);
+extern jmp_buf *diag_jmp;   /* set by the fuzzer and tests: errors unwind here */
+extern bool diag_quiet;     /* suppress diagnostics (fuzzing) */
+
+#define MPCC_ASSERT(c) \
+    ((c) ? (void)0 : mpcc_die(__FILE__, __LINE__, "assertion failed: %s", #c))
+#define unreachable() mpcc_die(__FILE__, __LINE__, "unreachable code reached")
+
+/* -------------------------------------------------------------------- ir.c */
+
+/* Element types use the numbering of ONNX TensorProto.DataType. */
+typedef enum DType {
+    DT_UNDEFINED = 0, DT_F32 = 1, DT_U8 = 2, DT_I8 = 3, DT_U16 = 4, DT_I16 = 5,
+    DT_I32 = 6, DT_I64 = 7, DT_STRING = 8, DT_BOOL = 9, DT_F16 = 10,
+    DT_F64 = 11, DT_U32 = 12, DT_U64 = 13, DT_C64 = 14, DT_C128 = 15,
+    DT_BF16 = 16, DT_COUNT
+} DType;
+
+const char *dtype_name(DType t);     /* "f32", "i64", ... ; "?" if unknown */
+size_t dtype_size(DType t);          /* bytes per element; 0 if unsupported */
+bool dtype_is_float(DType t);
+bool dtype_is_int(DType t);          /* signed or unsigned integer, not bool */
+
+#define MAX_RANK 8
+
+typedef struct Shape {
+    int rank;
+    int64_t d[MAX_RANK];
+} Shape;
+
+int64_t shape_numel(const Shape *s); /* callers ensure it cannot overflow */
+bool shape_eq(const Shape *a, const Shape *b);
+char *shape_str(Arena *a, const Shape *s);  /* "[2,3,64,64]" */
+
+/* Constant bytes: a view onto the mapped model (or external data file), or a
+ * buffer in the graph's arena (typed fields, folded results). */
+typedef struct Tensor {
+    DType dtype;
+    Shape shape;
+    const void *data;
+    size_t nbytes;
+    bool mapped;
+} Tensor;
+
+int64_t tensor_i64(const Tensor *t, int64_t i);  /* integer or bool element */
+double tensor_f64(const Tensor *t, int64_t i);   /* any numeric element */
+
+typedef enum ValueKind {
+    VK_ACTIVATION,   /* computed by a node */
+    VK_INPUT,        /* graph input fed by the user */
+    VK_PARAM,        /* floating-point initializer: a trainable weight */
+    VK_CONST,        /* constant: non-float initializer, Constant, folded */
+} ValueKind;
+
+#define NONE UINT32_MAX
+
+typedef struct Value {
+    const char *name;
+    ValueKind kind;
+    DType dtype;
+    Shape shape;
+    bool typed;                 /* dtype and shape are known */
+    uint32_t producer;          /* node id, or NONE */
+    uint32_t nuses;
+    const Tensor *data;         /* VK_PARAM, VK_CONST */
+    const char *sym[MAX_RANK];  /* VK_INPUT: symbolic dim names, NULL if fixed */
+    bool symbolic;              /* VK_INPUT: some dim still unbound */
+    bool is_output;
+    Loc loc;
+} Value;
+
+typedef enum AttrKind {
+    AT_FLOAT, AT_INT, AT_STRING, AT_TENSOR, AT_FLOATS, AT_INTS, AT_STRINGS,
+    AT_GRAPH, AT_OTHER
+} AttrKind;
+
+typedef struct Attr {
+    const char *name;
+    AttrKind kind;
+    int64_t i;
+    double f;
+    const char *s;
+    int64_t *ints;
+    double *floats;
+    const char **strs;
+    uint32_t n;
+    const Tensor *t;
+} Attr;
+
+#define OPF_FOLD 1u
+#define OPF_CPU  2u
+#define OPF_GRAD 4u
+#define OPF_CUDA 8u
+
+typedef enum Op {
+    OP_UNKNOWN,
+#define OP(id, name, mi, ma, mo, mao, fl) OP_##id,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} Op;
+
+typedef struct OpInfo {
+    const char *name;
+    int min_in, max_in, min_out, max_out;
+    unsigned flags;
+} OpInfo;
+
+extern const OpInfo op_info[OP_COUNT];
+Op op_lookup(const char *onnx_name);   /* OP_UNKNOWN if not in the table */
+
+typedef struct Node {
+    Op op;
+    const char *op_type;   /* as written in the model (kept for unknown ops) */
+    const char *domain;    /* "" for the default ONNX domain */
+    const char *name;
+    Loc loc;
+    uint32_t *in, nin;     /* value ids; NONE for an omitted optional input */
+    uint32_t *out, nout;
+    Attr *attrs;
+    uint32_t nattrs;
+    bool dead;             /* folded away or unused */
+} Node;
+
+typedef struct NameMap NameMap;
+
+typedef struct Graph {
+    Arena *arena;
+    const char *file;      /* the model path, for diagnostics */
+    const char *name;
+    const char *producer;
+    int64_t opset;         /* version of the default ONNX domain */
+    Value *values;
+    uint32_t nvalues, cap_values;
+    Node *nodes;
+    uint32_t nnodes, cap_nodes;
+    uint32_t *inputs, ninputs;
+    uint32_t *outputs, noutputs;
+    uint32_t *order, norder;  /* live nodes in topological order (toposort) */
+    NameMap *names;
+} Graph;
+
+Graph *ir_new(Arena *a, const char *file);
+uint32_t ir_find(Graph *g, const char *name);           /* NONE if absent */
+uint32_t ir_value(Graph *g, const char *name);          /* find or create */
+uint32_t ir_add_node(Graph *g, Op op, const char *op_type, const char *name);
+const Attr *ir_attr(const Node *n, const char *name);   /* NULL if absent */
+int64_t attr_int(const Node *n, const char *name, int64_t dflt);
+double attr_float(const Node *n, const char *name, double dflt);
+const char *attr_str(const Node *n, const char *name, const char *dflt);
+const int64_t *attr_ints(const Node *n, const char *name, uint32_t *count);
+Loc value_loc(const Graph *g, uint32_t v);
+void ir_toposort(Graph *g);   /* fills order; errors on cycles and dangling inputs */
+void ir_verify(Graph *g);     /* internal consistency, debug builds after each pass */
+
+/* ------------------------------------------------------------------ onnx.c */
+
+Graph *onnx_import(Arena *a, const char *path);
+Graph *onnx_import_bytes(Arena *a, const char *path, const void *data, size_t n);
+
+/* ----------------------------------------------------------------- bind.c */
+
+typedef struct ShapeBinding {
+    const char *name;
+    Shape shape;
+} ShapeBinding;
+
+typedef struct Options {
+    const char *input;
+    const char *output;        /* -o */
+    int gpus, cpus;
+    int64_t batch;             /* -batch, 0 if not given */
+    ShapeBinding *shapes;      /* --shapes */
+    uint32_t nshapes;
+    bool dump_ir, dump_shapes;
+    bool check;
+} Options;
+
+/* Fixes input shapes; with require, a symbolic dimension left is an error,
+ * otherwise the result says whether every input is static. */
+bool bind_shapes(Graph *g, const Options *o, bool require);
+
+/* ----------------------------------------------------------------- check.c */
+
+int check_ops(Graph *g, FILE *out);   /* returns the number of problem op types */
+
+/* ---------------------------------------------------------------- shapes.c */
+
+void infer_shapes(Graph *g);          /* also folds constants through fold.c */
+
+/* Shared with fold.c, which evaluates what shape inference sized. */
+typedef struct SliceParams {
+    int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
+} SliceParams;
+void slice_params(Graph *g, Node *n, SliceParams *p);
+int64_t *split_sizes(Graph *g, Node *n, int *axis);
+void transpose_perm(Graph *g, Node *n, int *perm);
+
+/* ------------------------------------------------------------------ fold.c */
+
+bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */
+void prune(Graph *g);                 /* drop dead nodes and unused constants */
+
+/* ------------------------------------------------------------------ dump.c */
+
+void dump_ir(Graph *g, FILE *out);
+void dump_shapes(Graph *g, FILE *out);
+
+/* ------------------------------------------------------------------- cli.c */
+
+void cli_parse(Arena *a, int argc, char **argv, Options *o);
+
+#endif
