@@ -36,6 +36,7 @@ static const char help_text[] =
 "                             shapes  every value's dtype and static shape\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
 "                           with counts and node names; exit 1 if there is any\n"
+"  --list-ops               print the op support table (docs/ops.md) and exit\n"
 "\n"
 "Information:\n"
 "  -h, --help               this text\n"
@@ -110,13 +111,14 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
 }
 
 typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
-               OPT_CHECK, OPT_HELP, OPT_VERSION } OptId;
+               OPT_CHECK, OPT_LIST_OPS, OPT_HELP, OPT_VERSION } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
     {"gpus", OPT_GPUS, true},    {"cpus", OPT_CPUS, true},
     {"batch", OPT_BATCH, true},  {"shapes", OPT_SHAPES, true},
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
+    {"list-ops", OPT_LIST_OPS, false},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
@@ -135,6 +137,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_SHAPES: parse_shapes(a, val, o); break;
     case OPT_DUMP: parse_dump(a, val, o); break;
     case OPT_CHECK: o->check = true; break;
+    case OPT_LIST_OPS: list_ops(stdout); exit(0);
     case OPT_HELP: fputs(help_text, stdout); exit(0);
     case OPT_VERSION: printf("mpcc %s\n", MPCC_VERSION); exit(0);
     }

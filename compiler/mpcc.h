@@ -247,6 +247,7 @@ bool bind_shapes(Graph *g, const Options *o, bool require);
 /* ----------------------------------------------------------------- check.c */
 
 int check_ops(Graph *g, FILE *out);   /* returns the number of problem op types */
+void list_ops(FILE *out);             /* the op table as Markdown */
 
 /* ---------------------------------------------------------------- shapes.c */
 

@@ -122,7 +122,8 @@ void *arena_grow(Arena *a, void *p, size_t old_n, size_t new_n, size_t size)
 char *arena_strndup(Arena *a, const char *s, size_t n)
 {
     char *p = arena_alloc(a, n + 1);
-    memcpy(p, s, n);
+    if (n)
+        memcpy(p, s, n);
     p[n] = 0;
     return p;
 }

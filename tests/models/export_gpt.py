@@ -95,13 +95,17 @@ def copy_range(src, dst, offset, length, chunk=64 << 20):
 
 
 def to_one_data_file(model, src_dir, out):
-    """Move every initializer's data (inline raw_data >= SIZE_THRESHOLD bytes,
-    or external data that torch wrote to src_dir) into OUT.data."""
+    """Move every initializer's and Constant attribute's data (inline raw_data
+    >= SIZE_THRESHOLD bytes, or external data that torch wrote to src_dir)
+    into OUT.data."""
     import onnx
+    tensors = list(model.graph.initializer) + [
+        a.t for n in model.graph.node for a in n.attribute
+        if a.type == onnx.AttributeProto.TENSOR]
     loc = os.path.basename(out) + ".data"
     with open(os.path.join(os.path.dirname(os.path.abspath(out)), loc),
               "wb") as dst:
-        for t in model.graph.initializer:
+        for t in tensors:
             pad = -dst.tell() % ALIGN
             if t.data_location == onnx.TensorProto.EXTERNAL:
                 info = {e.key: e.value for e in t.external_data}
@@ -140,6 +144,7 @@ def main():
     ap.add_argument("--external", action="store_true",
                     help="store weights in one external data file OUT.data")
     args = ap.parse_args()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.opset < 14:
         ap.error("--opset must be >= 14 (torch.triu exports as Trilu)")
 
