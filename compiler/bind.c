@@ -84,6 +84,10 @@ static void require_static(Graph *g, Value *v)
             error_at(&v->loc, "dimension %d ('%s') is symbolic; fix it with %s", i,
                      str_escaped(g->arena, v->sym[i], 60),
                      i == 0 ? "-batch N or --shapes" : "--shapes=NAME:DxDx..");
+    int64_t bytes;
+    if (!shape_bytes(&v->shape, v->dtype, &bytes))
+        error_at(&v->loc, "the shape %s is too large to address",
+                 shape_str(g->arena, &v->shape));
     v->symbolic = false;
     v->typed = true;
 }
@@ -105,12 +109,10 @@ bool bind_shapes(Graph *g, const Options *o, bool require)
         Value *v = &g->values[g->inputs[i]];
         if (o->batch && !given(o, v->name))
             bind_batch(g, v, o->batch);
-        if (require)
-            require_static(g, v);
-        else if (still_symbolic(v))
+        if (!require && still_symbolic(v))
             all_static = false;
         else
-            v->symbolic = false, v->typed = true;
+            require_static(g, v);
     }
     return all_static;
 }

@@ -86,54 +86,47 @@ static _Noreturn void fail(void)
     exit(1);
 }
 
+static void vreport(const Loc *loc, const char *kind, const char *fmt, va_list ap)
+{
+    if (diag_quiet)
+        return;
+    put_loc(stderr, loc);
+    fputs(kind, stderr);
+    put_message(stderr, fmt, ap);
+}
+
 void error_at(const Loc *loc, const char *fmt, ...)
 {
-    if (!diag_quiet) {
-        va_list ap;
-        va_start(ap, fmt);
-        put_loc(stderr, loc);
-        fputs("error: ", stderr);
-        put_message(stderr, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(loc, "error: ", fmt, ap);
+    va_end(ap);
     fail();
 }
 
 void error_file(const char *file, const char *fmt, ...)
 {
-    if (!diag_quiet) {
-        Loc loc = {.file = file, .index = -1};
-        va_list ap;
-        va_start(ap, fmt);
-        put_loc(stderr, &loc);
-        fputs("error: ", stderr);
-        put_message(stderr, fmt, ap);
-        va_end(ap);
-    }
+    Loc loc = {.file = file, .index = -1};
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(&loc, "error: ", fmt, ap);
+    va_end(ap);
     fail();
 }
 
 void report_at(const Loc *loc, const char *fmt, ...)
 {
-    if (diag_quiet)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    put_loc(stderr, loc);
-    fputs("error: ", stderr);
-    put_message(stderr, fmt, ap);
+    vreport(loc, "error: ", fmt, ap);
     va_end(ap);
 }
 
 void warn_at(const Loc *loc, const char *fmt, ...)
 {
-    if (diag_quiet)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    put_loc(stderr, loc);
-    fputs("warning: ", stderr);
-    put_message(stderr, fmt, ap);
+    vreport(loc, "warning: ", fmt, ap);
     va_end(ap);
 }
 

@@ -501,9 +501,11 @@ static bool small_outputs(const Graph *g, const Node *n)
         if (n->out[k] == NONE)
             continue;
         const Value *v = &g->values[n->out[k]];
-        total += shape_numel(&v->shape) * (int64_t)dtype_size(v->dtype);
-        if (dtype_size(v->dtype) == 0 || total > FOLD_MAX_BYTES)
+        int64_t bytes;
+        if (dtype_size(v->dtype) == 0 || !shape_bytes(&v->shape, v->dtype, &bytes) ||
+            bytes > FOLD_MAX_BYTES - total)
             return false;
+        total += bytes;
     }
     return true;
 }

@@ -54,6 +54,16 @@ int64_t shape_numel(const Shape *s)
     return n;
 }
 
+bool shape_bytes(const Shape *s, DType t, int64_t *bytes)
+{
+    int64_t n = (int64_t)(dtype_size(t) ? dtype_size(t) : 1);
+    for (int i = 0; i < s->rank; i++)
+        if (mul_overflows(n, s->d[i], &n))
+            return false;
+    *bytes = n;
+    return true;
+}
+
 bool shape_eq(const Shape *a, const Shape *b)
 {
     if (a->rank != b->rank)

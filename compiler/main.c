@@ -39,14 +39,20 @@ static bool all_ops_known(const Graph *g)
     return true;
 }
 
+#ifdef NDEBUG
+#define VERIFY(g) ((void)0)
+#else
+#define VERIFY(g) ir_verify(g)   /* debug builds re-check the IR after each pass */
+#endif
+
 static void analyse(Graph *g)
 {
     ir_toposort(g);
+    VERIFY(g);
     infer_shapes(g);
+    VERIFY(g);
     prune(g);
-#ifndef NDEBUG
-    ir_verify(g);
-#endif
+    VERIFY(g);
 }
 
 int main(int argc, char **argv)

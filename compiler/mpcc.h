@@ -42,6 +42,7 @@ void fput_escaped(FILE *f, const char *s);
 char *str_escaped(Arena *a, const char *s, size_t max_len);
 bool parse_i64(const char *s, int64_t *out);             /* whole string, decimal */
 bool mul_overflows(int64_t a, int64_t b, int64_t *out);  /* a,b >= 0 */
+bool add_overflows(int64_t a, int64_t b, int64_t *out);
 
 /* ------------------------------------------------------------------ diag.c */
 
@@ -92,7 +93,8 @@ typedef struct Shape {
     int64_t d[MAX_RANK];
 } Shape;
 
-int64_t shape_numel(const Shape *s); /* callers ensure it cannot overflow */
+int64_t shape_numel(const Shape *s); /* valid once shape_bytes accepted s */
+bool shape_bytes(const Shape *s, DType t, int64_t *bytes);  /* false on overflow */
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(Arena *a, const Shape *s);  /* "[2,3,64,64]" */
 

@@ -48,6 +48,10 @@ static void set_out(const Inf *c, uint32_t k, DType dt, const Shape *s)
     if (s->rank > MAX_RANK || s->rank < 0)
         error_at(&c->n->loc, "the output would have rank %d; mpcc's limit is %d",
                  s->rank, MAX_RANK);
+    int64_t bytes;
+    if (!shape_bytes(s, dt, &bytes))
+        error_at(&c->n->loc, "output %u would have the shape %s of %s, more bytes "
+                 "than a 64-bit machine addresses", k, shp(c, s), dtype_name(dt));
     Value *v = &c->g->values[c->n->out[k]];
     v->dtype = dt;
     v->shape = *s;
@@ -102,6 +106,26 @@ static void same_dtype(const Inf *c, const Value *a, const Value *b)
 {
     if (a->dtype != b->dtype)
         error_at(&c->n->loc, "input types differ: %s and %s", ty(c, a), ty(c, b));
+}
+
+/* Checked dimension arithmetic: a model can carry any int64 in its
+ * attributes, and overflow must be an error, not undefined behaviour. */
+static int64_t dim_add(const Inf *c, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (add_overflows(a, b, &r))
+        error_at(&c->n->loc, "a dimension overflows (%lld + %lld)", (long long)a,
+                 (long long)b);
+    return r;
+}
+
+static int64_t dim_mul(const Inf *c, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (mul_overflows(a < 0 ? -a : a, b < 0 ? -b : b, &r))
+        error_at(&c->n->loc, "a dimension overflows (%lld * %lld)", (long long)a,
+                 (long long)b);
+    return a * b;
 }
 
 /* ---- broadcasting ---- */
@@ -261,12 +285,12 @@ static Window window(const Inf *c, int n, const int64_t *kernel_from_weight)
 
 static int64_t window_out(const Inf *c, const Window *w, int i, int64_t size, bool ceil_mode)
 {
-    int64_t span = w->dil[i] * (w->k[i] - 1) + 1;
+    int64_t span = dim_add(c, dim_mul(c, w->dil[i], w->k[i] - 1), 1);
     if (strcmp(w->auto_pad, "SAME_UPPER") == 0 || strcmp(w->auto_pad, "SAME_LOWER") == 0)
         return (size + w->stride[i] - 1) / w->stride[i];
     int64_t padded = size;
     if (strcmp(w->auto_pad, "VALID") != 0)
-        padded += w->pad[i] + w->pad[w->n + i];
+        padded = dim_add(c, padded, dim_add(c, w->pad[i], w->pad[w->n + i]));
     if (padded < span)
         error_at(&c->n->loc, "the window (%lld) is larger than the padded input (%lld) "
                  "in spatial dimension %d", (long long)span, (long long)padded, i);
@@ -274,7 +298,7 @@ static int64_t window_out(const Inf *c, const Window *w, int i, int64_t size, bo
     int64_t out = (ceil_mode ? (num + w->stride[i] - 1) / w->stride[i]
                              : num / w->stride[i]) + 1;
     /* As PyTorch: the last window must start inside the input or left pad. */
-    if (ceil_mode && (out - 1) * w->stride[i] >= size + w->pad[i])
+    if (ceil_mode && (out - 1) * w->stride[i] >= dim_add(c, size, w->pad[i]))
         out--;
     return out;
 }
@@ -325,11 +349,13 @@ static void infer_conv_transpose(const Inf *c)
             continue;
         }
         if (strncmp(w.auto_pad, "SAME", 4) == 0) {
-            r.d[2 + i] = x->shape.d[2 + i] * w.stride[i];
+            r.d[2 + i] = dim_mul(c, x->shape.d[2 + i], w.stride[i]);
             continue;
         }
-        r.d[2 + i] = w.stride[i] * (x->shape.d[2 + i] - 1) + outpad[i] +
-                     (w.k[i] - 1) * w.dil[i] + 1 - w.pad[i] - w.pad[n + i];
+        int64_t grow = dim_add(c, dim_mul(c, w.stride[i], x->shape.d[2 + i] - 1),
+                               dim_add(c, outpad[i], dim_mul(c, w.k[i] - 1, w.dil[i])));
+        r.d[2 + i] = dim_add(c, dim_add(c, grow, 1),
+                             -dim_add(c, w.pad[i], w.pad[n + i]));
         if (r.d[2 + i] < 1)
             error_at(&c->n->loc, "the output would be empty in spatial dimension %d", i);
     }
@@ -476,7 +502,7 @@ static void infer_concat(const Inf *c)
         if (!ok)
             error_at(&c->n->loc, "input %u %s does not match %s outside axis %d", k,
                      ty(c, b), ty(c, a), axis);
-        r.d[axis] += b->shape.d[axis];
+        r.d[axis] = dim_add(c, r.d[axis], b->shape.d[axis]);
     }
     set_out(c, 0, a->dtype, &r);
 }
@@ -626,7 +652,7 @@ static void infer_pad(const Inf *c)
         error_at(&c->n->loc, "pads has %u values, expected %d", n, 2 * naxes);
     Shape s = x->shape;
     for (int i = 0; i < naxes; i++) {
-        s.d[axes[i]] += pads[i] + pads[naxes + i];
+        s.d[axes[i]] = dim_add(c, s.d[axes[i]], dim_add(c, pads[i], pads[naxes + i]));
         if (s.d[axes[i]] < 0)
             error_at(&c->n->loc, "pads make dimension %d negative", axes[i]);
     }
@@ -674,7 +700,10 @@ static void infer_resize(const Inf *c)
             double f = tensor_f64(t, i);
             if (!(f > 0 && f < 1e6))
                 error_at(&c->n->loc, "scale %g is not positive", f);
-            s.d[i] = (int64_t)floor((double)x->shape.d[i] * f);
+            double d = floor((double)x->shape.d[i] * f);
+            if (!(d < 9e18))
+                error_at(&c->n->loc, "scale %g makes dimension %d too large", f, i);
+            s.d[i] = (int64_t)d;
         }
     } else {
         uint32_t n = 0;
@@ -683,8 +712,12 @@ static void infer_resize(const Inf *c)
             n = a->n;
         if ((int)n != r)
             error_at(&c->n->loc, "neither scales nor sizes give the output size");
-        for (int i = 0; i < r; i++)
-            s.d[i] = (int64_t)floor((double)x->shape.d[i] * a->floats[i]);
+        for (int i = 0; i < r; i++) {
+            double d = floor((double)x->shape.d[i] * a->floats[i]);
+            if (!(d >= 0 && d < 9e18))
+                error_at(&c->n->loc, "scale %g gives an invalid dimension", a->floats[i]);
+            s.d[i] = (int64_t)d;
+        }
     }
     set_out(c, 0, x->dtype, &s);
 }

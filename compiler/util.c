@@ -224,3 +224,11 @@ bool mul_overflows(int64_t a, int64_t b, int64_t *out)
     *out = a * b;
     return false;
 }
+
+bool add_overflows(int64_t a, int64_t b, int64_t *out)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return true;
+    *out = a + b;
+    return false;
+}
