@@ -25,6 +25,21 @@ static const char help_text[] =
 "  -gpus N                  number of CUDA devices to partition across\n"
 "  -cpus N                  number of CPU devices to partition across\n"
 "\n"
+"Training (the trainer's own flags override the learning rate):\n"
+"  --loss=cross_entropy|mse the loss on the model's output (default: the model's own\n"
+"                           SoftmaxCrossEntropyLoss, else cross_entropy)\n"
+"  --ignore-index=N         cross-entropy labels to skip (default -100)\n"
+"  --optimizer=sgd|adamw    default sgd\n"
+"  --lr=F                   learning rate (default 0.01 for sgd, 0.001 for adamw)\n"
+"  --momentum=F             sgd momentum (default 0)\n"
+"  --nesterov               sgd Nesterov momentum\n"
+"  --weight-decay=F         L2 for sgd, decoupled for adamw (default 0, adamw 0.01)\n"
+"  --betas=F,F --eps=F      adamw (default 0.9,0.999 and 1e-8)\n"
+"  --microbatches=M         split each batch into M micro-batches and accumulate\n"
+"                           their gradients (default 1)\n"
+"  --clip-norm=F            clip gradients to this global L2 norm\n"
+"  --frozen=REGEX           do not train parameters whose name matches\n"
+"\n"
 "Output:\n"
 "  -o FILE                  where to write the output (default: stdout for dumps)\n"
 "\n"
@@ -34,6 +49,8 @@ static const char help_text[] =
 "                                     constant folding: one line per node with op,\n"
 "                                     inputs and outputs with dtypes and shapes\n"
 "                             shapes  every value's dtype and static shape\n"
+"                             grad    the training graph: forward, loss, gradients\n"
+"                                     and optimizer updates\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
 "                           with counts and node names; exit 1 if there is any\n"
 "  --list-ops               print the op support table (docs/ops.md) and exit\n"
@@ -105,13 +122,17 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_ir = true;
         else if (strcmp(w, "shapes") == 0)
             o->dump_shapes = true;
+        else if (strcmp(w, "grad") == 0)
+            o->dump_grad = true;
         else
-            usage_error("--dump: unknown pass '%s' (known: ir, shapes)", w);
+            usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad)", w);
     }
 }
 
 typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
-               OPT_CHECK, OPT_LIST_OPS, OPT_HELP, OPT_VERSION } OptId;
+               OPT_CHECK, OPT_LIST_OPS, OPT_HELP, OPT_VERSION, OPT_LOSS, OPT_IGNORE,
+               OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
+               OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -119,9 +140,70 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"batch", OPT_BATCH, true},  {"shapes", OPT_SHAPES, true},
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
     {"list-ops", OPT_LIST_OPS, false},
+    {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
+    {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
+    {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
+    {"weight-decay", OPT_WD, true},     {"betas", OPT_BETAS, true},
+    {"eps", OPT_EPS, true},             {"microbatches", OPT_MICRO, true},
+    {"clip-norm", OPT_CLIP, true},      {"frozen", OPT_FROZEN, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
+
+static double parse_real(const char *opt, const char *s, double lo, double hi)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "mpcc: error: %s expects a number from %g to %g, got '%s'; see "
+                "mpcc --help\n", opt, lo, hi, s);
+        exit(1);
+    }
+    return v;
+}
+
+static void parse_betas(const char *opt, const char *s, TrainOptions *t)
+{
+    char *end;
+    t->beta1 = strtod(s, &end);
+    if (*end != ',' || !(t->beta1 >= 0 && t->beta1 < 1))
+        usage_error("--betas expects two numbers in [0,1) like 0.9,0.999, got '%s'", s);
+    t->beta2 = parse_real(opt, end + 1, 0, 0.999999999);
+}
+
+static void apply_training(OptId id, const char *opt, const char *val, Options *o)
+{
+    TrainOptions *t = &o->train;
+    switch (id) {
+    case OPT_LOSS:
+        if (strcmp(val, "cross_entropy") == 0 || strcmp(val, "ce") == 0)
+            t->loss = LOSS_CE;
+        else if (strcmp(val, "mse") == 0)
+            t->loss = LOSS_MSE;
+        else
+            usage_error("--loss must be cross_entropy or mse, got '%s'", val);
+        break;
+    case OPT_IGNORE: t->ignore_index = (int64_t)parse_real(opt, val, -1e18, 1e18); break;
+    case OPT_OPTIMIZER:
+        if (strcmp(val, "sgd") == 0)
+            t->optim = OPTIM_SGD;
+        else if (strcmp(val, "adamw") == 0)
+            t->optim = OPTIM_ADAMW;
+        else
+            usage_error("--optimizer must be sgd or adamw, got '%s'", val);
+        break;
+    case OPT_LR: t->lr = parse_real(opt, val, 0, 1e6); break;
+    case OPT_MOMENTUM: t->momentum = parse_real(opt, val, 0, 1); break;
+    case OPT_NESTEROV: t->nesterov = true; break;
+    case OPT_WD: t->weight_decay = parse_real(opt, val, 0, 1e6); break;
+    case OPT_BETAS: parse_betas(opt, val, t); break;
+    case OPT_EPS: t->eps = parse_real(opt, val, 0, 1); break;
+    case OPT_MICRO: t->microbatches = (int)parse_count(opt, val, 1 << 20); break;
+    case OPT_CLIP: t->clip_norm = parse_real(opt, val, 0, 1e30); break;
+    case OPT_FROZEN: t->frozen = val; break;
+    default: unreachable();
+    }
+}
 
 static void apply(Arena *a, OptId id, const char *opt, const char *val, Options *o)
 {
@@ -138,14 +220,48 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_DUMP: parse_dump(a, val, o); break;
     case OPT_CHECK: o->check = true; break;
     case OPT_LIST_OPS: list_ops(stdout); exit(0);
+    default: apply_training(id, opt, val, o); break;
     case OPT_HELP: fputs(help_text, stdout); exit(0);
     case OPT_VERSION: printf("mpcc %s\n", MPCC_VERSION); exit(0);
     }
 }
 
+/* Defaults as in PyTorch where it has them. */
+static void training_defaults(TrainOptions *t, const bool *given)
+{
+    if (!given[OPT_LR])
+        t->lr = t->optim == OPTIM_ADAMW ? 1e-3 : 1e-2;
+    if (!given[OPT_WD] && t->optim == OPTIM_ADAMW)
+        t->weight_decay = 1e-2;
+    if (!given[OPT_BETAS])
+        t->beta1 = 0.9, t->beta2 = 0.999;
+    if (!given[OPT_EPS])
+        t->eps = 1e-8;
+    if (!given[OPT_IGNORE])
+        t->ignore_index = -100;
+    if (!given[OPT_MICRO])
+        t->microbatches = 1;
+    if (t->microbatches < 1)
+        usage_error("--microbatches must be at least 1%s", "");
+    if (t->optim == OPTIM_ADAMW && (given[OPT_MOMENTUM] || given[OPT_NESTEROV]))
+        usage_error("--momentum and --nesterov are for --optimizer=sgd%s", "");
+    if (t->nesterov && t->momentum == 0)
+        usage_error("--nesterov needs --momentum greater than 0%s", "");
+}
+
+static char *command_line(Arena *a, int argc, char **argv)
+{
+    char *s = "mpcc";
+    for (int i = 1; i < argc; i++)
+        s = arena_printf(a, "%s %s", s, argv[i]);
+    return s;
+}
+
 void cli_parse(Arena *a, int argc, char **argv, Options *o)
 {
     memset(o, 0, sizeof *o);
+    bool given[OPT_FROZEN + 1] = {false};
+    o->cmdline = command_line(a, argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (arg[0] != '-' || arg[1] == 0) {
@@ -174,8 +290,10 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
         } else if (eq) {
             usage_error("option '%s' takes no value", arg);
         }
+        given[options[k].id] = true;
         apply(a, options[k].id, arg, val, o);
     }
+    training_defaults(&o->train, given);
     if (!o->input)
         usage_error("no model given%s", "");
 }

@@ -168,16 +168,24 @@ void dump_ir(Graph *g, FILE *out)
     }
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
-        if (val->kind == VK_PARAM || (val->kind == VK_CONST && val->nuses)) {
-            fputs(val->kind == VK_PARAM ? "param  " : "const  ", out);
+        if (val->kind == VK_PARAM || val->kind == VK_STATE ||
+            (val->kind == VK_CONST && val->nuses)) {
+            fputs(val->kind == VK_PARAM ? "param  " : val->kind == VK_STATE ? "state  "
+                                                                         : "const  ", out);
             put_value(out, g, v);
             if (val->kind == VK_CONST)
                 put_small_const(out, val);
             fputc('\n', out);
         }
     }
-    for (uint32_t i = 0; i < g->norder; i++)
-        dump_node(out, g, &g->nodes[g->order[i]]);
+    static const char *phase_names[] = {"forward", "backward", "update"};
+    int phase = PH_FORWARD;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->phase != phase)
+            fprintf(out, "; %s\n", phase_names[phase = n->phase]);
+        dump_node(out, g, n);
+    }
     for (uint32_t i = 0; i < g->noutputs; i++) {
         fputs("output ", out);
         put_value(out, g, g->outputs[i]);

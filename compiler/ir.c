@@ -171,7 +171,7 @@ const OpInfo op_info[OP_COUNT] = {
 Op op_lookup(const char *name)
 {
     for (int op = 1; op < OP_COUNT; op++)
-        if (strcmp(op_info[op].name, name) == 0)
+        if (!(op_info[op].flags & OPF_INTERNAL) && strcmp(op_info[op].name, name) == 0)
             return (Op)op;
     return OP_UNKNOWN;
 }
@@ -231,6 +231,7 @@ uint32_t ir_value(Graph *g, const char *name)
     memset(val, 0, sizeof *val);
     val->name = arena_strdup(g->arena, name);
     val->producer = NONE;
+    val->grad = NONE;
     val->loc = (Loc){.file = g->file, .what = "value", .name = val->name, .index = -1};
     if ((g->nvalues + 1) * 2 > g->names->cap)
         map_rehash(g, g->names->cap * 2);
@@ -252,6 +253,7 @@ Graph *ir_new(Arena *a, const char *file)
     g->name = "";
     g->producer = "";
     g->names = arena_alloc(a, sizeof *g->names);
+    g->loss = g->labels = NONE;
     g->nvalues = 0;
     map_rehash(g, 512);
     return g;
@@ -274,6 +276,83 @@ uint32_t ir_add_node(Graph *g, Op op, const char *op_type, const char *name)
     n->loc = (Loc){.file = g->file, .what = "node", .name = name, .op = op_type,
                    .index = (int32_t)id};
     return id;
+}
+
+/* ---- building graphs in passes ---- */
+
+uint32_t ir_new_value(Graph *g, const char *name, DType t, const Shape *s)
+{
+    const char *unique = name;
+    for (int k = 1; ir_find(g, unique) != NONE; k++)
+        unique = arena_printf(g->arena, "%s.%d", name, k);
+    uint32_t v = ir_value(g, unique);
+    g->values[v].dtype = t;
+    g->values[v].shape = *s;
+    g->values[v].typed = true;
+    return v;
+}
+
+uint32_t ir_new_const(Graph *g, const char *name, const Tensor *t)
+{
+    uint32_t v = ir_new_value(g, name, t->dtype, &t->shape);
+    g->values[v].kind = VK_CONST;
+    g->values[v].data = t;
+    return v;
+}
+
+uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t nin,
+                 const uint32_t *out, uint32_t nout, uint8_t phase)
+{
+    uint32_t id = ir_add_node(g, op, op_info[op].name, name);
+    Node *n = &g->nodes[id];
+    n->phase = phase;
+    n->nin = nin;
+    n->in = arena_array(g->arena, nin + 1, sizeof(uint32_t));
+    memcpy(n->in, in, nin * sizeof(uint32_t));
+    n->nout = nout;
+    n->out = arena_array(g->arena, nout + 1, sizeof(uint32_t));
+    for (uint32_t k = 0; k < nout; k++) {
+        n->out[k] = out[k];
+        if (out[k] != NONE)
+            g->values[out[k]].producer = id;
+    }
+    if (g->norder == g->cap_order) {
+        uint32_t cap = g->cap_order ? g->cap_order * 2 : 64;
+        g->order = arena_grow(g->arena, g->order, g->norder, cap, sizeof(uint32_t));
+        g->cap_order = cap;
+    }
+    g->order[g->norder++] = id;
+    return id;
+}
+
+static Attr *new_attr(Graph *g, Node *n, const char *name)
+{
+    n->attrs = arena_grow(g->arena, n->attrs, n->nattrs, n->nattrs + 1, sizeof(Attr));
+    Attr *a = &n->attrs[n->nattrs++];
+    a->name = arena_strdup(g->arena, name);
+    return a;
+}
+
+void ir_set_int(Graph *g, Node *n, const char *name, int64_t v)
+{
+    Attr *a = new_attr(g, n, name);
+    a->kind = AT_INT;
+    a->i = v;
+}
+
+void ir_set_float(Graph *g, Node *n, const char *name, double v)
+{
+    Attr *a = new_attr(g, n, name);
+    a->kind = AT_FLOAT;
+    a->f = v;
+}
+
+void ir_copy_attrs(Graph *g, Node *dst, const Node *src)
+{
+    dst->attrs = arena_grow(g->arena, dst->attrs, dst->nattrs, dst->nattrs + src->nattrs,
+                            sizeof(Attr));
+    memcpy(dst->attrs + dst->nattrs, src->attrs, src->nattrs * sizeof(Attr));
+    dst->nattrs += src->nattrs;
 }
 
 Loc value_loc(const Graph *g, uint32_t v)
@@ -413,6 +492,7 @@ void ir_toposort(Graph *g)
     }
     g->order = order;
     g->norder = tail;
+    g->cap_order = g->nnodes + 1;
 }
 
 /* ---- internal consistency ---- */

@@ -55,12 +55,33 @@ static void analyse(Graph *g)
     VERIFY(g);
 }
 
+/* The training graph: loss, gradients, optimizer updates. */
+static void build_training(Graph *g, const Options *o)
+{
+    add_loss(g, o);
+    autodiff(g, o);
+    VERIFY(g);
+    add_optimizer(g, o);
+    VERIFY(g);
+}
+
 int main(int argc, char **argv)
 {
     Arena *arena = arena_new();
     Options opt;
     cli_parse(arena, argc, argv, &opt);
 
+    if (opt.gpus > 0)
+        error_file(opt.input, "the CUDA target is not part of this version yet; use -cpus 1");
+    if (opt.cpus > 1)
+        error_file(opt.input, "partitioning across %d CPU devices is not part of this "
+                   "version yet; use -cpus 1", opt.cpus);
+    if (opt.train.microbatches > 1) {
+        if (!opt.batch || opt.batch % opt.train.microbatches)
+            error_file(opt.input, "--microbatches=%d needs -batch N with N a multiple of it",
+                       opt.train.microbatches);
+        opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
+    }
     Graph *g = onnx_import(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
@@ -81,6 +102,15 @@ int main(int argc, char **argv)
 
     analyse(g);
 
+    if (opt.dump_grad) {
+        build_training(g, &opt);
+        FILE *out = open_output(&opt);
+        dump_ir(g, out);
+        close_output(&opt, out);
+        arena_free(arena);
+        return 0;
+    }
+
     if (opt.dump_ir || opt.dump_shapes) {
         FILE *out = open_output(&opt);
         if (opt.dump_ir)
@@ -92,7 +122,11 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    error_file(opt.input, "mpcc %s reads, checks and shape-infers models; the "
-               "training-program generator is not part of this version yet "
-               "(use --dump=ir or --check)", MPCC_VERSION);
+    if (!opt.output)
+        error_file(opt.input, "give -o train.c to write the trainer (or --dump/--check "
+                   "to inspect the model)");
+    build_training(g, &opt);
+    codegen_cpu(g, &opt);
+    arena_free(arena);
+    return 0;
 }

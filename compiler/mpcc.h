@@ -116,6 +116,7 @@ typedef enum ValueKind {
     VK_INPUT,        /* graph input fed by the user */
     VK_PARAM,        /* floating-point initializer: a trainable weight */
     VK_CONST,        /* constant: non-float initializer, Constant, folded */
+    VK_STATE,        /* optimizer state, zero at the start of training */
 } ValueKind;
 
 #define NONE UINT32_MAX
@@ -132,6 +133,8 @@ typedef struct Value {
     const char *sym[MAX_RANK];  /* VK_INPUT: symbolic dim names, NULL if fixed */
     bool symbolic;              /* VK_INPUT: some dim still unbound */
     bool is_output;
+    bool trainable;             /* VK_PARAM updated by the optimizer */
+    uint32_t grad;              /* trainable: its gradient value, or NONE */
     Loc loc;
 } Value;
 
@@ -157,6 +160,7 @@ typedef struct Attr {
 #define OPF_CPU  2u
 #define OPF_GRAD 4u
 #define OPF_CUDA 8u
+#define OPF_INTERNAL 16u   /* made by mpcc's passes, not an ONNX op */
 
 typedef enum Op {
     OP_UNKNOWN,
@@ -186,7 +190,10 @@ typedef struct Node {
     Attr *attrs;
     uint32_t nattrs;
     bool dead;             /* folded away or unused */
+    uint8_t phase;         /* PH_FORWARD, PH_BACKWARD or PH_UPDATE */
 } Node;
+
+enum { PH_FORWARD, PH_BACKWARD, PH_UPDATE };
 
 typedef struct NameMap NameMap;
 
@@ -202,14 +209,24 @@ typedef struct Graph {
     uint32_t nnodes, cap_nodes;
     uint32_t *inputs, ninputs;
     uint32_t *outputs, noutputs;
-    uint32_t *order, norder;  /* live nodes in topological order (toposort) */
+    uint32_t *order, norder, cap_order;  /* live nodes in topological order */
     NameMap *names;
+    uint32_t loss, labels; /* training: the loss and the labels input, or NONE */
+    const void *source;    /* the model file's bytes (mapped) */
+    size_t source_size;
 } Graph;
 
 Graph *ir_new(Arena *a, const char *file);
 uint32_t ir_find(Graph *g, const char *name);           /* NONE if absent */
 uint32_t ir_value(Graph *g, const char *name);          /* find or create */
 uint32_t ir_add_node(Graph *g, Op op, const char *op_type, const char *name);
+uint32_t ir_new_value(Graph *g, const char *name, DType t, const Shape *s); /* unique name */
+uint32_t ir_new_const(Graph *g, const char *name, const Tensor *t);
+uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t nin,
+                 const uint32_t *out, uint32_t nout, uint8_t phase);  /* appends to order */
+void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
+void ir_set_float(Graph *g, Node *n, const char *name, double v);
+void ir_copy_attrs(Graph *g, Node *dst, const Node *src);
 const Attr *ir_attr(const Node *n, const char *name);   /* NULL if absent */
 int64_t attr_int(const Node *n, const char *name, int64_t dflt);
 double attr_float(const Node *n, const char *name, double dflt);
@@ -231,6 +248,20 @@ typedef struct ShapeBinding {
     Shape shape;
 } ShapeBinding;
 
+typedef enum { LOSS_AUTO, LOSS_CE, LOSS_MSE } LossKind;
+typedef enum { OPTIM_SGD, OPTIM_ADAMW } OptimKind;
+
+typedef struct TrainOptions {
+    LossKind loss;
+    int64_t ignore_index;      /* cross-entropy labels to skip (default -100) */
+    OptimKind optim;
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    double clip_norm;          /* 0: no clipping */
+    bool nesterov;
+    int microbatches;
+    const char *frozen;        /* POSIX extended regex over parameter names */
+} TrainOptions;
+
 typedef struct Options {
     const char *input;
     const char *output;        /* -o */
@@ -238,13 +269,36 @@ typedef struct Options {
     int64_t batch;             /* -batch, 0 if not given */
     ShapeBinding *shapes;      /* --shapes */
     uint32_t nshapes;
-    bool dump_ir, dump_shapes;
+    bool dump_ir, dump_shapes, dump_grad;
     bool check;
+    bool list_ops;
+    TrainOptions train;
+    const char *cmdline;       /* the command line, for the generated header */
 } Options;
 
 /* Fixes input shapes; with require, a symbolic dimension left is an error,
  * otherwise the result says whether every input is static. */
 bool bind_shapes(Graph *g, const Options *o, bool require);
+
+/* ------------------------------------------------------------------ loss.c */
+
+void add_loss(Graph *g, const Options *o);      /* sets g->loss and g->labels */
+
+/* -------------------------------------------------------------- autodiff.c */
+
+void autodiff(Graph *g, const Options *o);      /* gradients of g->loss */
+
+/* ----------------------------------------------------------------- optim.c */
+
+void add_optimizer(Graph *g, const Options *o);
+
+/* --------------------------------------------------------------- codegen.c */
+
+void codegen_cpu(Graph *g, const Options *o);   /* writes -o train.c and the weights */
+
+/* ---------------------------------------------------------------- sha256.c */
+
+void sha256_hex(const void *data, size_t n, char out[65]);
 
 /* ----------------------------------------------------------------- check.c */
 

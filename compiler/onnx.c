@@ -840,6 +840,8 @@ Graph *onnx_import_bytes(Arena *a, const char *path, const void *data, size_t n)
     if (!graph.p)
         error_file(path, "the model has no graph");
     im.g = ir_new(a, path);
+    im.g->source = data;
+    im.g->source_size = n;
     import_graph(&im, m, graph);
     return im.g;
 }

@@ -1040,6 +1040,10 @@ static void infer_node(const Inf *c)
     case OP_TRANSPOSE: infer_transpose(c); break;
     case OP_TRILU: infer_trilu(c); break;
     case OP_UNSQUEEZE: infer_unsqueeze(c); break;
+    case OP_SCE_GRAD: case OP_MSE_LOSS: case OP_MSE_GRAD: case OP_RELU_GRAD:
+    case OP_SUM_TO: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B:
+    case OP_BN_GRAD: case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_SGD: case OP_ADAMW:
+        break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }
 }

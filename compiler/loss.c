@@ -1,0 +1,96 @@
+/* loss.c — puts the loss on the model: the first pass of the training graph.
+ *
+ * If the model computes its own SoftmaxCrossEntropyLoss, that is the loss
+ * and its label input is the labels. Otherwise --loss chooses: cross-entropy
+ * over (N,C) or (N,C,d1..dk) scores with integer labels (N) or (N,d1..dk),
+ * or mean squared error against float targets of the output's shape. The
+ * labels become a new graph input named "labels".
+ */
+#include "mpcc.h"
+
+#include <string.h>
+
+static uint32_t model_loss(Graph *g)
+{
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->op == OP_SOFTMAX_CE && g->values[n->out[0]].is_output)
+            return g->order[i];
+    }
+    return NONE;
+}
+
+static uint32_t add_labels(Graph *g, DType t, const Shape *s)
+{
+    uint32_t v = ir_new_value(g, "labels", t, s);
+    Value *val = &g->values[v];
+    val->kind = VK_INPUT;
+    val->loc = (Loc){.file = g->file, .what = "input", .name = val->name, .index = -1};
+    g->inputs = arena_grow(g->arena, g->inputs, g->ninputs, g->ninputs + 1, sizeof(uint32_t));
+    g->inputs[g->ninputs++] = v;
+    return v;
+}
+
+static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
+{
+    const Value *x = &g->values[scores];
+    Loc loc = value_loc(g, scores);
+    if (x->shape.rank < 2)
+        error_at(&loc, "cross-entropy needs scores (N,C) or (N,C,d..), the model's output "
+                 "is %s%s; use --loss=mse for regression", dtype_name(x->dtype),
+                 shape_str(g->arena, &x->shape));
+    Shape ls = {x->shape.rank - 1, {x->shape.d[0]}};
+    for (int i = 2; i < x->shape.rank; i++)
+        ls.d[i - 1] = x->shape.d[i];
+    uint32_t labels = add_labels(g, DT_I64, &ls);
+    uint32_t out[2] = {ir_new_value(g, "loss", x->dtype, &(Shape){0}),
+                       ir_new_value(g, "log_prob", x->dtype, &x->shape)};
+    uint32_t id = ir_emit(g, OP_SOFTMAX_CE, "loss", (uint32_t[]){scores, labels}, 2, out, 2,
+                          PH_FORWARD);
+    ir_set_int(g, &g->nodes[id], "ignore_index", o->train.ignore_index);
+    g->loss = out[0];
+    g->labels = labels;
+}
+
+static void mean_squared_error(Graph *g, uint32_t pred)
+{
+    const Value *x = &g->values[pred];
+    if (!dtype_is_float(x->dtype)) {
+        Loc loc = value_loc(g, pred);
+        error_at(&loc, "mean squared error needs a floating-point output, it is %s",
+                 dtype_name(x->dtype));
+    }
+    uint32_t target = add_labels(g, x->dtype, &x->shape);
+    uint32_t loss = ir_new_value(g, "loss", x->dtype, &(Shape){0});
+    ir_emit(g, OP_MSE_LOSS, "loss", (uint32_t[]){pred, target}, 2, &loss, 1, PH_FORWARD);
+    g->loss = loss;
+    g->labels = target;
+}
+
+void add_loss(Graph *g, const Options *o)
+{
+    uint32_t own = model_loss(g);
+    if (own != NONE) {
+        Node *n = &g->nodes[own];
+        g->loss = n->out[0];
+        g->labels = n->in[1];
+        if (n->nout < 2 || n->out[1] == NONE) {   /* backward needs log_prob */
+            uint32_t lp = ir_new_value(g, "log_prob", g->values[n->in[0]].dtype,
+                                       &g->values[n->in[0]].shape);
+            n->out = arena_grow(g->arena, n->out, n->nout, 2, sizeof(uint32_t));
+            n->nout = 2;
+            n->out[1] = lp;
+            g->values[lp].producer = own;
+        }
+        return;
+    }
+    if (g->noutputs != 1) {
+        Loc loc = {.file = g->file, .index = -1};
+        error_at(&loc, "the model has %u outputs; mpcc puts the loss on a single output "
+                 "(export the model with one output, or with its own loss)", g->noutputs);
+    }
+    if (o->train.loss == LOSS_MSE)
+        mean_squared_error(g, g->outputs[0]);
+    else
+        cross_entropy(g, o, g->outputs[0]);
+}

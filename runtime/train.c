@@ -1,0 +1,396 @@
+/* train.c — the generated trainer's main loop and command line.
+ *
+ * The generated code (after this file) describes the model in one MprtModel:
+ * its buffers in one arena (parameters, optimizer state, the micro-batch's
+ * input and labels), and the step functions. This file loads the data and
+ * the weights, runs the steps, reports progress and writes checkpoints.
+ */
+#include "mprt.h"
+
+#include <math.h>
+#include <time.h>
+
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS };
+
+typedef struct MprtBuffer {
+    const char *name;
+    int kind;
+    MprtDType dtype;
+    int rank;
+    int64_t shape[MPRT_MAX_RANK];
+    size_t offset, nbytes;
+} MprtBuffer;
+
+typedef struct MprtModel {
+    const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
+    int batch, microbatches;
+    double lr;
+    size_t arena_bytes, loss_offset;
+    const MprtBuffer *buffers;
+    int nbuffers;
+    void (*zero_state)(void);
+    void (*forward)(int mb);
+    void (*backward)(int mb);
+    void (*accumulate)(int mb);
+    void (*update)(long step, float lr);
+} MprtModel;
+
+static unsigned char *mprt_arena;
+
+typedef struct MprtArgs {
+    const char *data, *labels, *save, *resume, *weights, *loss_log;
+    long steps, epochs, log_every;
+    double lr;
+    unsigned long seed;
+    int synthetic;
+} MprtArgs;
+
+static void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
+static void mprt_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("train: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void mprt_usage(const MprtModel *m)
+{
+    printf("usage: %s --data x.npy --labels y.npy [options]\n"
+           "\n"
+           "Trains %s (compiled by mpcc %s) on CPU.\n"
+           "\n"
+           "Data:\n"
+           "  --data FILE        inputs, .npy, one row per sample (C order, little-endian)\n"
+           "  --labels FILE      labels, .npy: int64 class ids (or float targets for mse)\n"
+           "  --synthetic        random inputs and labels instead of files (benchmarks)\n"
+           "  Step i uses rows i*B .. i*B+B-1 in file order (B = %d), wrapping at the end.\n"
+           "\n"
+           "Training:\n"
+           "  --steps N          optimizer steps (default: one epoch)\n"
+           "  --epochs E         passes over the data (instead of --steps)\n"
+           "  --lr F             learning rate (default %g, as compiled)\n"
+           "  --seed S           seed for --synthetic data (default 0)\n"
+           "\n"
+           "Weights and checkpoints:\n"
+           "  --weights FILE     initial weights (default %s)\n"
+           "  --save FILE        write a safetensors checkpoint at the end (weights,\n"
+           "                     optimizer state, step); written whole or not at all\n"
+           "  --resume FILE      continue from a checkpoint\n"
+           "\n"
+           "Output:\n"
+           "  --log-every N      a progress line every N steps on stderr (default 10)\n"
+           "  --loss-log FILE    write every step's loss, one per line\n"
+           "  --help             this text\n",
+           m->program, m->model_file, m->mpcc_version, m->batch, m->lr, m->weights_file);
+}
+
+static long mprt_arg_long(const char *opt, const char *v, long lo)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo)
+        mprt_die("%s expects a whole number of at least %ld, got '%s'", opt, lo, v);
+    return x;
+}
+
+static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs *a)
+{
+    memset(a, 0, sizeof *a);
+    a->lr = m->lr;
+    a->log_every = 10;
+    a->weights = m->weights_file;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            mprt_usage(m);
+            exit(0);
+        }
+        if (strcmp(o, "--synthetic") == 0) {
+            a->synthetic = 1;
+            continue;
+        }
+        if (!v)
+            mprt_die("%s: unknown option or missing value; see --help", o);
+        i++;
+        if (strcmp(o, "--data") == 0) a->data = v;
+        else if (strcmp(o, "--labels") == 0) a->labels = v;
+        else if (strcmp(o, "--save") == 0) a->save = v;
+        else if (strcmp(o, "--resume") == 0) a->resume = v;
+        else if (strcmp(o, "--weights") == 0) a->weights = v;
+        else if (strcmp(o, "--loss-log") == 0) a->loss_log = v;
+        else if (strcmp(o, "--steps") == 0) a->steps = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--epochs") == 0) a->epochs = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--log-every") == 0) a->log_every = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--seed") == 0) a->seed = (unsigned long)mprt_arg_long(o, v, 0);
+        else if (strcmp(o, "--lr") == 0) {
+            char *end;
+            a->lr = strtod(v, &end);
+            if (end == v || *end || !(a->lr >= 0))
+                mprt_die("--lr expects a non-negative number, got '%s'", v);
+        } else
+            mprt_die("unknown option '%s'; see --help", o);
+    }
+    if (!a->synthetic && (!a->data || !a->labels))
+        mprt_die("give --data and --labels (or --synthetic); see --help");
+}
+
+/* ---- data ---- */
+
+static const MprtBuffer *mprt_buffer_of(const MprtModel *m, int kind)
+{
+    for (int i = 0; i < m->nbuffers; i++)
+        if (m->buffers[i].kind == kind)
+            return &m->buffers[i];
+    return NULL;
+}
+
+static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
+}
+
+/* The file must hold rows shaped like the buffer's rows (dims after the
+ * first), with the buffer's element type. */
+static void mprt_check_rows(const char *path, const MprtArray *a, const MprtBuffer *b)
+{
+    char want[128], got[128];
+    mprt_shape_str(a->rank, a->shape, got, sizeof got);
+    int ok = a->rank == b->rank && a->shape[0] > 0;
+    for (int i = 1; ok && i < b->rank; i++)
+        ok = a->shape[i] == b->shape[i];
+    if (!ok) {
+        int64_t w[MPRT_MAX_RANK];
+        memcpy(w, b->shape, sizeof w);
+        w[0] = 0;
+        mprt_shape_str(b->rank, w, want, sizeof want);
+        mprt_die("%s: shape %s does not match the model's %s: expected (N%s with N >= 1",
+                 path, got, b->name, strchr(want, ',') ? strchr(want, ',') : ",)");
+    }
+    if (a->dtype != b->dtype)
+        mprt_die("%s: element type %s, the model's %s needs %s", path,
+                 mprt_dtype_name(a->dtype), b->name, mprt_dtype_name(b->dtype));
+}
+
+static void mprt_load_npy(const char *path, const MprtBuffer *b, MprtArray *a)
+{
+    char err[512];
+    if (mprt_npy_load(path, a, err, sizeof err) != 0)
+        mprt_die("%s", err);
+    if (a->dtype == MPRT_I32 && b->dtype == MPRT_I64) {   /* widen int32 labels */
+        size_t n = a->nbytes / 4;
+        int64_t *w = malloc(n * 8 + 8);
+        if (!w)
+            mprt_die("%s: out of memory", path);
+        for (size_t i = 0; i < n; i++)
+            w[i] = ((int32_t *)a->data)[i];
+        free(a->data);
+        a->data = w, a->dtype = MPRT_I64, a->nbytes = n * 8;
+    }
+    mprt_check_rows(path, a, b);
+    size_t per_row = a->nbytes / 4 / (size_t)a->shape[0];
+    if (a->dtype == MPRT_F32)
+        for (size_t i = 0; i < a->nbytes / 4; i++)
+            if (!isfinite(((float *)a->data)[i]))
+                mprt_die("%s: row %zu, element %zu is not a finite number (NaN or "
+                         "infinity); clean the data first", path, i / per_row, i % per_row);
+}
+
+static uint64_t mprt_rand(uint64_t *s)
+{
+    *s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void mprt_synthetic(const MprtBuffer *b, int rows, int64_t classes, uint64_t seed,
+                           MprtArray *a)
+{
+    memset(a, 0, sizeof *a);
+    a->dtype = b->dtype;
+    a->rank = b->rank;
+    memcpy(a->shape, b->shape, sizeof a->shape);
+    a->shape[0] = rows;
+    size_t row = b->nbytes / (size_t)b->shape[0];
+    a->nbytes = row * (size_t)rows;
+    a->data = malloc(a->nbytes + 8);
+    if (!a->data)
+        mprt_die("out of memory for synthetic data");
+    uint64_t s = seed;
+    for (size_t i = 0; i < a->nbytes / mprt_dtype_size(a->dtype); i++) {
+        if (a->dtype == MPRT_I64)
+            ((int64_t *)a->data)[i] = (int64_t)(mprt_rand(&s) % (uint64_t)classes);
+        else
+            ((float *)a->data)[i] = (float)((double)(mprt_rand(&s) >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+}
+
+/* Copies micro-batch mb of step `step` (rows wrap around the data). */
+static void mprt_fill(const MprtBuffer *b, const MprtArray *a, long step, int batch, int mb)
+{
+    int64_t rows = b->shape[0];
+    size_t row = b->nbytes / (size_t)rows;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t src = ((int64_t)step * batch + (int64_t)mb * rows + r) % a->shape[0];
+        memcpy(mprt_arena + b->offset + (size_t)r * row, (char *)a->data + (size_t)src * row, row);
+    }
+}
+
+/* ---- weights and checkpoints ---- */
+
+static void mprt_load_tensors(const MprtModel *m, const char *path, int with_state, long *step)
+{
+    char err[512];
+    MprtStFile f;
+    if (mprt_st_open(path, &f, err, sizeof err) != 0)
+        mprt_die("%s", err);
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if (b->kind != MPRT_PARAM && !(with_state && b->kind == MPRT_STATE))
+            continue;
+        const MprtStTensor *t = mprt_st_find(&f, b->name);
+        if (!t)
+            mprt_die("%s: has no tensor '%s'; is it a checkpoint of this model (%s)?", path,
+                     b->name, m->model_file);
+        if (t->dtype != b->dtype || t->nbytes != b->nbytes || t->rank != b->rank ||
+            memcmp(t->shape, b->shape, sizeof(int64_t) * (size_t)b->rank) != 0) {
+            char want[128], got[128];
+            mprt_shape_str(b->rank, b->shape, want, sizeof want);
+            mprt_shape_str(t->rank, t->shape, got, sizeof got);
+            mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
+                     mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
+        }
+        memcpy(mprt_arena + b->offset, t->data, b->nbytes);
+    }
+    if (step) {
+        const char *s = mprt_st_meta(&f, "step");
+        *step = s ? atol(s) : 0;
+    }
+    mprt_st_close(&f);
+}
+
+/* A --save path that cannot be written fails before training, not after. */
+static void mprt_check_writable(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wx");
+    if (!f && errno == EEXIST)
+        return;   /* a stale temporary: the writer replaces it */
+    if (!f)
+        mprt_die("%s: cannot write a checkpoint there: %s; check that the directory "
+                 "exists and is writable", path, strerror(errno));
+    fclose(f);
+    remove(tmp);
+}
+
+static void mprt_save(const MprtModel *m, const char *path, long step)
+{
+    MprtStEntry *e = calloc((size_t)m->nbuffers, sizeof *e);
+    int n = 0;
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
+            continue;
+        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, mprt_arena + b->offset,
+                               b->nbytes};
+    }
+    char steps[32], err[512];
+    snprintf(steps, sizeof steps, "%ld", step);
+    const char *meta[] = {"step", steps, "format", "mpcc-checkpoint", "mpcc_version",
+                          m->mpcc_version, "model_sha256", m->model_hash};
+    int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
+    free(e);
+    if (rc != 0)
+        mprt_die("%s", err);
+}
+
+/* ---- the loop ---- */
+
+static double mprt_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int mprt_train_main(const MprtModel *m, int argc, char **argv)
+{
+    MprtArgs a;
+    mprt_parse_args(m, argc, argv, &a);
+    const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
+    MprtArray x, y;
+    int64_t classes = 2;
+    if (a.synthetic) {
+        mprt_synthetic(in, m->batch, 0, a.seed, &x);
+        mprt_synthetic(lb, m->batch, classes, a.seed + 1, &y);
+    } else {
+        mprt_load_npy(a.data, in, &x);
+        mprt_load_npy(a.labels, lb, &y);
+        if (x.shape[0] != y.shape[0])
+            mprt_die("%s has %lld rows but %s has %lld; they must match", a.data,
+                     (long long)x.shape[0], a.labels, (long long)y.shape[0]);
+    }
+    if (a.save)
+        mprt_check_writable(a.save);
+    long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
+    long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
+    mprt_arena = calloc(1, m->arena_bytes ? m->arena_bytes : 1);
+    if (!mprt_arena)
+        mprt_die("out of memory: the model needs %zu bytes", m->arena_bytes);
+    long start = 0;
+    mprt_load_tensors(m, a.weights, 0, NULL);
+    m->zero_state();
+    if (a.resume)
+        mprt_load_tensors(m, a.resume, 1, &start);
+    FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
+    if (a.loss_log && !log)
+        mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
+    double t0 = mprt_now(), last_loss = 0;
+    for (long s = start; s < start + steps; s++) {
+        double loss = 0;
+        for (int mb = 0; mb < m->microbatches; mb++) {
+            mprt_fill(in, &x, s, m->batch, mb);
+            mprt_fill(lb, &y, s, m->batch, mb);
+            m->forward(mb);
+            loss += *(float *)(mprt_arena + m->loss_offset);
+            m->backward(mb);
+            m->accumulate(mb);
+        }
+        loss /= m->microbatches;
+        if (!isfinite(loss))
+            mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
+                     "checkpoint was written", loss, s + 1);
+        m->update(s + 1, (float)a.lr);
+        last_loss = loss;
+        if (log)
+            fprintf(log, "%.9g\n", loss);
+        if ((s + 1 - start) % a.log_every == 0 || s + 1 == start + steps) {
+            double dt = mprt_now() - t0;
+            fprintf(stderr, "step %ld/%ld  loss %.6f  lr %g  %.1f samples/s\n", s + 1,
+                    start + steps, loss, a.lr, (double)(s + 1 - start) * m->batch / dt);
+        }
+    }
+    if (log && fclose(log) != 0)
+        mprt_die("%s: write failed", a.loss_log);
+    double dt = mprt_now() - t0;
+    fprintf(stderr, "trained %ld steps in %.2f s (%.1f samples/s), final loss %.6f\n", steps,
+            dt, (double)steps * m->batch / dt, last_loss);
+    if (a.save) {
+        mprt_save(m, a.save, start + steps);
+        fprintf(stderr, "saved %s\n", a.save);
+    }
+    mprt_array_free(&x);
+    mprt_array_free(&y);
+    free(mprt_arena);
+    return 0;
+}

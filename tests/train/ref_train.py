@@ -1,0 +1,516 @@
+#!/usr/bin/python3
+"""PyTorch reference run for a generated trainer (train.c).
+
+Builds one of the test models (torch.manual_seed(seed)), exports it with its
+initial weights to DIR/model.onnx in training mode (opset 17, input "input",
+output "logits", symbolic batch axis "batch", no constant folding), makes a
+synthetic data set with numpy.random.default_rng(seed), trains K steps in
+train() mode and writes what a C test needs to check a trainer against it:
+
+  model.onnx    the model with its initial weights; the initializer names are
+                the state_dict keys (checked here: the script fails otherwise)
+  x.npy         inputs, N = K*B rows: float32, or int64 tokens (N,T) for gpt
+  y.npy         int64 class labels (N,), or next-token labels (N,T) for gpt;
+                step i uses rows i*B .. i*B+B-1 in file order
+  losses.npy    float64 [K]: step i's mean cross-entropy loss, computed BEFORE
+                step i's update (mean over micro-batches when M > 1)
+  grad_norms.npy float64 [K]: step i's total gradient 2-norm (before clipping)
+  final.npz     every state_dict entry after K steps (parameters and buffers,
+                no num_batches_tracked), float32, keyed by state_dict name
+  config.json   all the settings used (optimizer class and arguments, ...)
+
+One step: for each of the M micro-batches (B/M consecutive rows) the mean CE
+loss is computed and (loss / M).backward() accumulates the gradients; then
+clip_grad_norm_ (with --clip-norm), optimizer.step(), zero_grad().  BatchNorm
+uses per-micro-batch statistics and updates its running stats once per
+micro-batch (momentum 0.1), as GPipe does.
+
+Run:  /usr/bin/python3 tests/train/ref_train.py --model mlp|cnn|resnet50|gpt
+          --out DIR [--steps K] [--batch B] [--microbatches M]
+          [--optimizer sgd|adamw] [--lr F] [--momentum F] [--nesterov]
+          [--weight-decay F] [--betas F,F] [--eps F] [--clip-norm F]
+          [--seed S] [--mlp-sizes 784,256,10] [--zero-init-residual]
+          [--fp64-check]
+
+--fp64-check retrains in float64 and stores in config.json how far the
+float32 reference is from it: no float32 trainer can be expected to match more
+closely.  ResNet-50 with its default init at 32x32, B=4 is chaotic (gradient
+norm ~3e4; float32 and float64 disagree by percent after one SGD step); use
+--zero-init-residual --lr 0.01 for a reproducible reference.  AdamW turns the
+rounding noise of gradients that are exactly zero in exact arithmetic (a conv
+bias before BatchNorm, the key part of in_proj_bias) into +-lr updates.
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+import warnings
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+
+# torch.onnx warns at length about BN buffer updates dropped in training mode.
+warnings.filterwarnings("ignore", category=UserWarning)
+
+OPSET = 17
+IN_NAME, OUT_NAME = "input", "logits"
+IMAGE = (3, 32, 32)
+GPT_CFG = dict(vocab=128, d=32, heads=2, layers=2, T=16)
+# per-model defaults: steps, batch
+DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "gpt": (5, 4)}
+BN_MODELS = ("cnn", "resnet50")
+SKIP_BUFFERS = ("num_batches_tracked",)
+
+
+def die(msg):
+    sys.stderr.write("ref_train: error: %s\n" % msg)
+    sys.exit(1)
+
+
+# --------------------------------------------------------------- models ----
+
+def build_model(args):
+    """Returns (model, model_config dict).  Called right after manual_seed."""
+    if args.model == "mlp":
+        sizes = args.mlp_sizes
+        layers = []
+        for i in range(len(sizes) - 1):
+            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers), {
+            "sizes": sizes, "classes": sizes[-1],
+            "torch": "nn.Sequential(" + ", ".join(
+                "Linear(%d,%d)%s" % (sizes[i], sizes[i + 1],
+                                     ", ReLU()" if i < len(sizes) - 2 else "")
+                for i in range(len(sizes) - 1)) + ")"}
+    if args.model == "cnn":
+        model = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+        return model, {"image": list(IMAGE), "classes": 10,
+                       "torch": "Conv(3,16,3,p1) BN ReLU MaxPool2 "
+                                "Conv(16,32,3,p1) BN ReLU MaxPool2 Flatten "
+                                "Linear(2048,10)"}
+    if args.model == "resnet50":
+        import torchvision
+        zi = args.zero_init_residual
+        model = torchvision.models.resnet50(weights=None, num_classes=10,
+                                            zero_init_residual=zi)
+        return model, {"image": list(IMAGE), "classes": 10,
+                       "zero_init_residual": zi,
+                       "torch": "torchvision.models.resnet50(weights=None, "
+                                "num_classes=10%s)"
+                                % (", zero_init_residual=True" if zi else "")}
+    if args.model == "gpt":
+        import export_gpt  # tests/models/export_gpt.py: reuse its classes
+        c = GPT_CFG
+        model = export_gpt.GPT(c["vocab"], c["d"], c["heads"], c["layers"],
+                               c["T"])
+        return model, dict(c, classes=c["vocab"],
+                           torch="tests/models/export_gpt.py GPT(vocab, d, "
+                                 "heads, layers, T)")
+    raise AssertionError(args.model)
+
+
+def make_data(args, n, mcfg):
+    """x, y as numpy arrays from numpy.random.default_rng(seed)."""
+    rng = np.random.default_rng(args.seed)
+    if args.model == "gpt":
+        T, V = GPT_CFG["T"], GPT_CFG["vocab"]
+        seq = rng.integers(0, V, size=(n, T + 1), dtype=np.int64)
+        desc = ("seq = rng.integers(0, %d, size=(N, %d), dtype=int64); "
+                "x = seq[:, :T], y = seq[:, 1:]" % (V, T + 1))
+        return (np.ascontiguousarray(seq[:, :T]),
+                np.ascontiguousarray(seq[:, 1:]), desc)
+    shape = (mcfg["sizes"][0],) if args.model == "mlp" else IMAGE
+    x = rng.standard_normal(size=(n,) + shape, dtype=np.float32)
+    y = rng.integers(0, mcfg["classes"], size=(n,), dtype=np.int64)
+    desc = ("x = rng.standard_normal(size=(N,%s), dtype=float32); "
+            "y = rng.integers(0, %d, size=(N,), dtype=int64)"
+            % (",".join(map(str, shape)), mcfg["classes"]))
+    return x, y, desc
+
+
+def ce_loss(logits, y):
+    """Mean cross-entropy; for gpt over all B*T token positions."""
+    if logits.dim() == 3:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               y.reshape(-1))
+    return F.cross_entropy(logits, y)
+
+
+def reference_state(model):
+    return collections.OrderedDict(
+        (k, v.detach().clone()) for k, v in model.state_dict().items()
+        if not k.endswith(SKIP_BUFFERS))
+
+
+# --------------------------------------------------------------- export ----
+
+def export_onnx(model, x, path):
+    """Training-mode export.  Buffers (BN running stats) are saved and
+    restored around the trace, so the model trains from its initial state."""
+    import onnx
+    from onnx import numpy_helper
+
+    model.train()
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    try:
+        torch.onnx.export(model, (x,), path, opset_version=OPSET,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False,
+                          input_names=[IN_NAME], output_names=[OUT_NAME],
+                          dynamic_axes={IN_NAME: {0: "batch"},
+                                        OUT_NAME: {0: "batch"}})
+    finally:
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+    model.train()
+
+    # The initializers must be the state_dict entries under their names, with
+    # the initial values (the trace may have run BN forward on the buffers).
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto)
+    inits = {t.name: t for t in proto.graph.initializer}
+    state = reference_state(model)
+    missing = [k for k in state if k not in inits]
+    if missing:
+        die("%s: %d state_dict entr%s not found as ONNX initializer%s: %s\n"
+            "  initializers not in state_dict: %s"
+            % (path, len(missing), "y" if len(missing) == 1 else "ies",
+               "" if len(missing) == 1 else "s", ", ".join(missing),
+               ", ".join(sorted(set(inits) - set(state))) or "(none)"))
+    patched, bad = [], []
+    for k, v in state.items():
+        a = numpy_helper.to_array(inits[k])
+        ref = v.numpy()
+        if a.shape != ref.shape or a.dtype != ref.dtype:
+            bad.append("%s: ONNX %s %s vs torch %s %s"
+                       % (k, a.dtype, a.shape, ref.dtype, ref.shape))
+        elif not np.array_equal(a, ref):
+            if k in buffers:  # a BN buffer the trace updated: restore it
+                inits[k].CopyFrom(numpy_helper.from_array(ref, k))
+                patched.append(k)
+            else:
+                bad.append("%s: value differs from the initial parameter" % k)
+    if bad:
+        die("%s: initializers do not match the state_dict:\n  %s"
+            % (path, "\n  ".join(bad)))
+    if patched:
+        onnx.save(proto, path)
+    ins = [i.name for i in proto.graph.input]
+    outs = [o.name for o in proto.graph.output]
+    if ins != [IN_NAME] or outs[:1] != [OUT_NAME]:
+        die("%s: graph inputs %s, outputs %s (want [%s] -> [%s, ...])"
+            % (path, ins, outs, IN_NAME, OUT_NAME))
+    ops = collections.Counter(n.op_type for n in proto.graph.node)
+    extra = sorted(set(inits) - set(state))
+    return {"ops": dict(sorted(ops.items())), "graph_outputs": outs,
+            "initializers": len(inits), "extra_initializers": extra,
+            "patched_buffers": patched}
+
+
+# ---------------------------------------------------------------- train ----
+
+def make_optimizer(args, params):
+    if args.optimizer == "sgd":
+        kw = dict(lr=args.lr, momentum=args.momentum, dampening=0.0,
+                  nesterov=args.nesterov, weight_decay=args.weight_decay)
+        return torch.optim.SGD(params, **kw), "torch.optim.SGD", kw
+    kw = dict(lr=args.lr, betas=tuple(args.betas), eps=args.eps,
+              weight_decay=args.weight_decay)
+    return torch.optim.AdamW(params, **kw), "torch.optim.AdamW", kw
+
+
+def train(args, model, x, y):
+    params = list(model.parameters())
+    opt, cls, kw = make_optimizer(args, params)
+    B, M = args.batch, args.microbatches
+    mb = B // M
+    losses, norms = [], []
+    model.train()
+    opt.zero_grad()
+    for step in range(args.steps):
+        total = 0.0
+        for j in range(M):
+            lo = step * B + j * mb
+            xb = torch.from_numpy(x[lo:lo + mb])
+            yb = torch.from_numpy(y[lo:lo + mb])
+            loss = ce_loss(model(xb), yb)
+            (loss / M).backward()
+            total += loss.item()
+        losses.append(total / M)
+        if args.clip_norm is not None:
+            norm = nn.utils.clip_grad_norm_(params, args.clip_norm)
+        else:
+            with torch.no_grad():
+                norm = torch.norm(torch.stack(
+                    [torch.norm(p.grad.detach(), 2) for p in params]), 2)
+        norms.append(float(norm))
+        opt.step()
+        opt.zero_grad()
+        print("step %d loss %.9g grad_norm %.6g" % (step, losses[-1],
+                                                    norms[-1]))
+    return np.array(losses, np.float64), np.array(norms, np.float64), cls, kw
+
+
+def fp64_check(args, x, y, losses, state, rtol=1e-3, atol=1e-5):
+    """Retrains from the same initial weights in float64; returns how far the
+    float32 run is from it, in compare_train.py's measures."""
+    import contextlib
+    import io
+    torch.manual_seed(args.seed)
+    model, _ = build_model(args)
+    model.double().train()
+    x64 = x.astype(np.float64) if x.dtype == np.float32 else x
+    with contextlib.redirect_stdout(io.StringIO()):
+        l64, _, _, _ = train(args, model, x64, y)
+    loss_err = float(np.max(np.abs(losses - l64) / np.abs(l64)))
+    worst, where = 0.0, None
+    for k, v in reference_state(model).items():
+        b, a = v.numpy(), state[k].double().numpy()
+        e = float(np.max(np.abs(a - b) / (atol / rtol + np.abs(b)))) \
+            if b.size else 0.0
+        if e > worst or where is None:
+            worst, where = e, k
+    print("fp64 check: float32 vs float64 reference: worst loss rel err "
+          "%.3g, worst weight err %.3g (%s; |a-b|/(|b|+%g))"
+          % (loss_err, worst, where, atol / rtol))
+    return {"losses_fp64": l64.tolist(), "worst_loss_rel_err": loss_err,
+            "worst_weight_err": worst, "worst_weight_tensor": where,
+            "weight_err": "max |f32-f64| / (|f64| + %g)" % (atol / rtol)}
+
+
+# ----------------------------------------------------------------- main ----
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, choices=sorted(DEFAULTS))
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--steps", type=int, help="K (default 5; resnet50: 2)")
+    ap.add_argument("--batch", type=int,
+                    help="B (default mlp 32, cnn 16, resnet50 4, gpt 4)")
+    ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    ap.add_argument("--lr", type=float,
+                    help="default sgd 0.1, adamw 1e-3")
+    ap.add_argument("--momentum", type=float, help="sgd (default 0.9)")
+    ap.add_argument("--nesterov", action="store_true", help="sgd")
+    ap.add_argument("--weight-decay", type=float,
+                    help="default sgd 0, adamw 0.01")
+    ap.add_argument("--betas", help="adamw, F,F (default 0.9,0.999)")
+    ap.add_argument("--eps", type=float, help="adamw (default 1e-8)")
+    ap.add_argument("--clip-norm", type=float,
+                    help="clip_grad_norm_(params, F) before each step")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mlp-sizes", default="784,256,10",
+                    help="mlp layer widths (e.g. 784,1024,1024,10)")
+    ap.add_argument("--zero-init-residual", action="store_true",
+                    help="resnet50: zero_init_residual=True (the default "
+                         "init is too ill-conditioned at 32x32, B=4 for "
+                         "float32 results to be reproducible; see --fp64-check)")
+    ap.add_argument("--fp64-check", action="store_true",
+                    help="also train in float64 and record how far the "
+                         "float32 reference is from it (config.json "
+                         "fp64_check): a bound on what any float32 trainer "
+                         "can match")
+    args = ap.parse_args()
+
+    steps, batch = DEFAULTS[args.model]
+    args.steps = steps if args.steps is None else args.steps
+    args.batch = batch if args.batch is None else args.batch
+    if args.steps < 1 or args.batch < 1 or args.microbatches < 1:
+        ap.error("--steps, --batch and --microbatches must be >= 1")
+    if args.batch % args.microbatches:
+        ap.error("--batch %d is not divisible by --microbatches %d"
+                 % (args.batch, args.microbatches))
+    if (args.model in BN_MODELS
+            and args.batch // args.microbatches < 2):
+        ap.error("BatchNorm in training mode needs >= 2 rows per "
+                 "micro-batch (B/M = %d)" % (args.batch // args.microbatches))
+    try:
+        args.mlp_sizes = [int(s) for s in args.mlp_sizes.split(",")]
+    except ValueError:
+        ap.error("--mlp-sizes: want comma-separated integers")
+    if len(args.mlp_sizes) < 2 or min(args.mlp_sizes) < 1:
+        ap.error("--mlp-sizes: want at least two positive widths")
+    if args.model != "mlp" and args.mlp_sizes != [784, 256, 10]:
+        ap.error("--mlp-sizes is for --model mlp")
+    if args.zero_init_residual and args.model != "resnet50":
+        ap.error("--zero-init-residual is for --model resnet50")
+
+    if args.optimizer == "sgd":
+        if args.betas is not None or args.eps is not None:
+            ap.error("--betas/--eps are for --optimizer adamw")
+        args.lr = 0.1 if args.lr is None else args.lr
+        args.momentum = 0.9 if args.momentum is None else args.momentum
+        args.weight_decay = (0.0 if args.weight_decay is None
+                             else args.weight_decay)
+        if args.nesterov and args.momentum <= 0:
+            ap.error("--nesterov needs --momentum > 0")
+    else:
+        if args.momentum is not None or args.nesterov:
+            ap.error("--momentum/--nesterov are for --optimizer sgd")
+        args.lr = 1e-3 if args.lr is None else args.lr
+        args.weight_decay = (0.01 if args.weight_decay is None
+                             else args.weight_decay)
+        args.eps = 1e-8 if args.eps is None else args.eps
+        try:
+            args.betas = ([0.9, 0.999] if args.betas is None
+                          else [float(b) for b in args.betas.split(",")])
+        except ValueError:
+            args.betas = None
+        if args.betas is None or len(args.betas) != 2:
+            ap.error("--betas: want F,F")
+    if args.clip_norm is not None and args.clip_norm <= 0:
+        ap.error("--clip-norm must be > 0")
+    return args
+
+
+def main():
+    args = parse_args()
+    t0 = time.time()
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(args.seed)
+    model, mcfg = build_model(args)
+    model.train()
+    n = args.steps * args.batch
+    x, y, data_desc = make_data(args, n, mcfg)
+
+    onnx_path = os.path.join(args.out, "model.onnx")
+    info = export_onnx(model, torch.from_numpy(x[:args.batch]), onnx_path)
+    t_export = time.time() - t0
+    print("exported %s: %d initializers (state_dict names: ok%s)"
+          % (onnx_path, info["initializers"],
+             "; restored traced BN buffers: %d" % len(info["patched_buffers"])
+             if info["patched_buffers"] else ""))
+    if info["extra_initializers"]:
+        print("  initializers not in state_dict: %s"
+              % ", ".join(info["extra_initializers"]))
+    print("  graph outputs: %s" % ", ".join(info["graph_outputs"]))
+    print("  ops: %s" % ", ".join("%s %d" % kv for kv in info["ops"].items()))
+
+    t1 = time.time()
+    losses, norms, opt_cls, opt_kw = train(args, model, x, y)
+    t_train = time.time() - t1
+
+    fp64 = fp64_check(args, x, y, losses, reference_state(model)) \
+        if args.fp64_check else None
+
+    np.save(os.path.join(args.out, "x.npy"), x)
+    np.save(os.path.join(args.out, "y.npy"), y)
+    np.save(os.path.join(args.out, "losses.npy"), losses)
+    np.save(os.path.join(args.out, "grad_norms.npy"), norms)
+    final = {k: v.numpy().astype(np.float32)
+             for k, v in reference_state(model).items()}
+    np.savez(os.path.join(args.out, "final.npz"), **final)
+
+    B, M = args.batch, args.microbatches
+    cfg = collections.OrderedDict()
+    cfg["model"] = args.model
+    cfg["model_config"] = mcfg
+    cfg["steps"] = args.steps
+    cfg["batch"] = B
+    cfg["microbatches"] = M
+    cfg["micro_batch_size"] = B // M
+    cfg["seed"] = args.seed
+    cfg["optimizer"] = args.optimizer
+    cfg["lr"] = args.lr
+    if args.optimizer == "sgd":
+        cfg["momentum"] = args.momentum
+        cfg["dampening"] = 0.0
+        cfg["nesterov"] = args.nesterov
+    else:
+        cfg["betas"] = args.betas
+        cfg["eps"] = args.eps
+    cfg["weight_decay"] = args.weight_decay
+    cfg["clip_norm"] = args.clip_norm
+    cfg["torch_optimizer"] = {"class": opt_cls,
+                              "args": dict(opt_kw, betas=list(opt_kw["betas"]))
+                              if "betas" in opt_kw else opt_kw,
+                              "params": "list(model.parameters())"}
+    cfg["clip"] = (None if args.clip_norm is None else
+                   "torch.nn.utils.clip_grad_norm_(params, %r, norm_type=2.0)"
+                   " after the backward passes, before optimizer.step()"
+                   % args.clip_norm)
+    cfg["step"] = ("for each of the M micro-batches (B/M consecutive rows): "
+                   "loss = mean cross-entropy; (loss / M).backward(); then "
+                   "[clip]; optimizer.step(); optimizer.zero_grad()")
+    cfg["loss"] = ("F.cross_entropy(logits.reshape(-1, %d), y.reshape(-1)) "
+                   "(mean over B*T token positions)" % GPT_CFG["vocab"]
+                   if args.model == "gpt" else
+                   "F.cross_entropy(logits, y) (mean over the batch)")
+    cfg["reported_loss"] = ("losses[i]: the loss of step i before its update,"
+                            " mean over the M micro-batch losses")
+    cfg["train_mode"] = "model.train() throughout; no Dropout in the model"
+    if args.model in BN_MODELS:
+        cfg["bn_momentum"] = 0.1
+        cfg["bn_running_var_note"] = (
+            "torch updates running_var with the UNBIASED batch variance "
+            "(n/(n-1) * population var, n = rows*H*W per channel); the ONNX "
+            "BatchNormalization-15 spec says population variance. The "
+            "reference (final.npz) is torch's. Normalization itself uses the "
+            "population variance in both. ONNX momentum attribute = 1 - 0.1.")
+        cfg["grad_accumulation_note"] = (
+            "BatchNorm normalizes with the statistics of each micro-batch "
+            "(B/M rows) and updates running_mean/running_var (momentum 0.1, "
+            "unbiased variance) once per micro-batch, i.e. M times per step, "
+            "as GPipe does; with M>1 the result differs from one full-batch "
+            "forward.")
+    cfg["input"] = {"name": IN_NAME, "dtype": str(x.dtype),
+                    "shape": ["batch"] + list(x.shape[1:])}
+    cfg["output"] = OUT_NAME
+    cfg["labels"] = {"dtype": str(y.dtype),
+                     "shape": ["batch"] + list(y.shape[1:])}
+    cfg["data"] = {"rows": n, "generator": "numpy.random.default_rng(%d)"
+                   % args.seed, "recipe": data_desc,
+                   "batch_rows": "step i uses rows i*B .. i*B+B-1; "
+                                 "micro-batch j of it rows i*B+j*B/M .. "
+                                 "i*B+(j+1)*B/M-1"}
+    cfg["init"] = "torch.manual_seed(%d) right before building the model" \
+        % args.seed
+    cfg["onnx"] = {"file": "model.onnx", "opset": OPSET,
+                   "export": "torch.onnx.export(training=TrainingMode."
+                             "TRAINING, do_constant_folding=False, "
+                             "dynamic_axes batch)",
+                   "ops": info["ops"], "graph_outputs": info["graph_outputs"],
+                   "initializers": info["initializers"],
+                   "extra_initializers": info["extra_initializers"]}
+    cfg["files"] = {
+        "x.npy": "inputs", "y.npy": "labels",
+        "losses.npy": "float64 [K] step losses",
+        "grad_norms.npy": "float64 [K] total grad 2-norm before clipping",
+        "final.npz": "state_dict after K steps (no num_batches_tracked), "
+                     "float32"}
+    cfg["state_dict_entries"] = len(final)
+    if fp64 is not None:
+        cfg["fp64_check"] = fp64
+    cfg["torch_version"] = torch.__version__
+    cfg["torch_threads"] = 1
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    print("wrote %s: %d steps, %d state_dict entries; export %.1fs, "
+          "train %.1fs, total %.1fs"
+          % (args.out, args.steps, len(final), t_export, t_train,
+             time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()
