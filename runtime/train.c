@@ -97,12 +97,29 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
     return x;
 }
 
+/* The default weights file: in the current folder, else next to the program. */
+static const char *mprt_default_weights(const char *name)
+{
+    static char path[4096];
+    if (access(name, R_OK) == 0)
+        return name;
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0)
+        return name;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash || (size_t)(slash - path) + strlen(name) + 2 > sizeof path)
+        return name;
+    strcpy(slash + 1, name);
+    return access(path, R_OK) == 0 ? path : name;
+}
+
 static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs *a)
 {
     memset(a, 0, sizeof *a);
     a->lr = m->lr;
     a->log_every = 10;
-    a->weights = m->weights_file;
+    a->weights = mprt_default_weights(m->weights_file);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
