@@ -267,6 +267,21 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
              buf(cg, n->out[0]));
 }
 
+/* Strides, dilations and pads (begins, then ends) of a 2-D window op. */
+static void window_2d(const Node *n, int64_t st[2], int64_t dl[2], int64_t pd[4])
+{
+    uint32_t c;
+    const int64_t *v;
+    st[0] = st[1] = dl[0] = dl[1] = 1;
+    pd[0] = pd[1] = pd[2] = pd[3] = 0;
+    if ((v = attr_ints(n, "strides", &c)) && c == 2)
+        st[0] = v[0], st[1] = v[1];
+    if ((v = attr_ints(n, "dilations", &c)) && c == 2)
+        dl[0] = v[0], dl[1] = v[1];
+    if ((v = attr_ints(n, "pads", &c)) && c == 4)
+        memcpy(pd, v, 4 * sizeof *pd);
+}
+
 /* Conv and its gradients: 2-D only for now. */
 static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
 {
@@ -274,16 +289,7 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
     if (xs->rank != 4)
         unsupported(cg, n, "convolutions that are not 2-D");
     int64_t st[2], dl[2], pd[4];
-    uint32_t c;
-    const int64_t *v;
-    for (int i = 0; i < 2; i++)
-        st[i] = dl[i] = 1, pd[i] = pd[i + 2] = 0;
-    if ((v = attr_ints(n, "strides", &c)) && c == 2)
-        st[0] = v[0], st[1] = v[1];
-    if ((v = attr_ints(n, "dilations", &c)) && c == 2)
-        dl[0] = v[0], dl[1] = v[1];
-    if ((v = attr_ints(n, "pads", &c)) && c == 4)
-        memcpy(pd, v, sizeof pd);
+    window_2d(n, st, dl, pd);
     const char *ap = attr_str(n, "auto_pad", "NOTSET");
     if (strncmp(ap, "SAME", 4) == 0)
         for (int i = 0; i < 2; i++) {
@@ -353,14 +359,9 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
     if (xs->rank != 4)
         unsupported(cg, n, "pooling that is not 2-D");
     uint32_t c;
-    const int64_t *k = attr_ints(n, "kernel_shape", &c), *v;
-    int64_t st[2] = {1, 1}, dl[2] = {1, 1}, pd[4] = {0, 0, 0, 0};
-    if ((v = attr_ints(n, "strides", &c)) && c == 2)
-        st[0] = v[0], st[1] = v[1];
-    if ((v = attr_ints(n, "dilations", &c)) && c == 2)
-        dl[0] = v[0], dl[1] = v[1];
-    if ((v = attr_ints(n, "pads", &c)) && c == 4)
-        memcpy(pd, v, sizeof pd);
+    const int64_t *k = attr_ints(n, "kernel_shape", &c);
+    int64_t st[2], dl[2], pd[4];
+    window_2d(n, st, dl, pd);
     if (strcmp(attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
         unsupported(cg, n, "auto_pad in pooling");
     emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
