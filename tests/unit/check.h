@@ -16,6 +16,19 @@ static int check_passed, check_failed;
         }                                                                    \
     } while (0)
 
+/* Tests that read fixtures name them relative to outdir (argv[1]); at()
+ * keeps four paths alive at once. */
+static const char *outdir;
+
+static inline const char *at(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", outdir, name);
+    return buf[k];
+}
+
 static int check_summary(const char *suite)
 {
     printf("%s: %d passed, %d failed\n", suite, check_passed, check_failed);

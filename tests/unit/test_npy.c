@@ -11,17 +11,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-static const char *outdir;
-
-static const char *at(const char *name)
-{
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", outdir, name);
-    return buf[k];
-}
-
 /* The arrays make_io_fixtures.py saves: value(i) = scale * i + offset. */
 static const struct {
     const char *name;

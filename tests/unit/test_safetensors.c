@@ -12,17 +12,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-static const char *outdir;
-
-static const char *at(const char *name)
-{
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", outdir, name);
-    return buf[k];
-}
-
 /* The tensors of st_all.safetensors: value(i) = scale * i + offset. */
 static const struct {
     const char *name;
@@ -96,16 +85,22 @@ static int resave(const MprtStFile *f, const char *path, char *err, size_t errle
     return rc;
 }
 
-static void check_all(const char *path)
+/* Opens a file that must open; reports the error otherwise. */
+static int open_ok(const char *path, MprtStFile *f)
 {
     char err[512];
-    MprtStFile f;
-    int rc = mprt_st_open(path, &f, err, sizeof err);
+    int rc = mprt_st_open(path, f, err, sizeof err);
     CHECK(rc == 0);
-    if (rc) {
+    if (rc)
         fprintf(stderr, "  %s\n", err);
+    return rc == 0;
+}
+
+static void check_all(const char *path)
+{
+    MprtStFile f;
+    if (!open_ok(path, &f))
         return;
-    }
     int n = (int)(sizeof ST_ALL / sizeof ST_ALL[0]);
     CHECK(f.ntensors == n);
     for (int k = 0; k < n; k++) {
@@ -145,14 +140,9 @@ static void check_all(const char *path)
 
 static void check_odd(const char *path)
 {
-    char err[512];
     MprtStFile f;
-    int rc = mprt_st_open(path, &f, err, sizeof err);
-    CHECK(rc == 0);
-    if (rc) {
-        fprintf(stderr, "  %s\n", err);
+    if (!open_ok(path, &f))
         return;
-    }
     int n = (int)(sizeof ST_ODD / sizeof ST_ODD[0]);
     CHECK(f.ntensors == n);
     for (int k = 0; k < n; k++) {
