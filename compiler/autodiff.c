@@ -194,21 +194,28 @@ static void grad_add_sub(AD *ad, uint32_t dy)
     }
 }
 
-static void grad_reshape(AD *ad, uint32_t dy)
+/* v reshaped to s by a new Reshape node. */
+static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
 {
-    uint32_t x = ad->n->in[0];
-    if (!ad->needs[x])
-        return;
-    const Shape *s = &ad->g->values[x].shape;
-    Tensor *t = arena_alloc(ad->g->arena, sizeof *t);
-    int64_t *dims = arena_array(ad->g->arena, (size_t)s->rank + 1, sizeof(int64_t));
+    Graph *g = ad->g;
+    Tensor *t = arena_alloc(g->arena, sizeof *t);
+    int64_t *dims = arena_array(g->arena, (size_t)s->rank + 1, sizeof(int64_t));
     memcpy(dims, s->d, sizeof(int64_t) * (size_t)s->rank);
     *t = (Tensor){.dtype = DT_I64, .shape = {1, {s->rank}}, .data = dims,
                   .nbytes = sizeof(int64_t) * (size_t)s->rank};
-    uint32_t shape = ir_new_const(ad->g, grad_name(ad, "shape"), t);
-    uint32_t out;
-    emit(ad, OP_RESHAPE, "dX", (uint32_t[]){dy, shape}, 2, x, &out);
-    contribute(ad, x, out);
+    uint32_t shape = ir_new_const(g, grad_name(ad, arena_printf(g->arena, "%s_shape", what)), t);
+    uint32_t out = ir_new_value(g, grad_name(ad, what), g->values[v].dtype, s);
+    uint32_t id = ir_emit(g, OP_RESHAPE, grad_name(ad, what), (uint32_t[]){v, shape}, 2, &out,
+                          1, PH_BACKWARD);
+    g->nodes[id].loc = ad->n->loc;
+    return out;
+}
+
+static void grad_reshape(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0];
+    if (ad->needs[x])
+        contribute(ad, x, reshape_to(ad, dy, &ad->g->values[x].shape, "dX"));
 }
 
 static void grad_unary(AD *ad, Op op, uint32_t dy, uint32_t saved)
@@ -278,6 +285,335 @@ static void grad_loss(AD *ad, Op op, uint32_t dy)
     contribute(ad, x, out);
 }
 
+/* A constant made by the pass: a float scalar, or zeros shaped like v. */
+static uint32_t const_f32(AD *ad, const char *what, const Shape *s, float value)
+{
+    Graph *g = ad->g;
+    size_t n = (size_t)shape_numel(s);
+    float *f = arena_array(g->arena, n ? n : 1, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        f[i] = value;
+    Tensor *t = arena_alloc(g->arena, sizeof *t);
+    *t = (Tensor){.dtype = DT_F32, .shape = *s, .data = f, .nbytes = n * sizeof(float)};
+    return ir_new_const(g, grad_name(ad, what), t);
+}
+
+/* dA and dB of an elementwise binary op with broadcasting: op(dy, other)
+ * in y's shape, summed down to the operand's shape. */
+static void grad_mul(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t a = n->in[0], b = n->in[1], y = n->out[0], t;
+    if (ad->needs[a]) {
+        emit(ad, OP_MUL, "dA_full", (uint32_t[]){dy, b}, 2, y, &t);
+        contribute(ad, a, sum_to(ad, t, a, 1.0, "dA"));
+    }
+    if (ad->needs[b]) {
+        emit(ad, OP_MUL, "dB_full", (uint32_t[]){dy, a}, 2, y, &t);
+        contribute(ad, b, sum_to(ad, t, b, 1.0, "dB"));
+    }
+}
+
+/* y = a / b: dA = dy / b, dB = -dy * y / b */
+static void grad_div(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t a = n->in[0], b = n->in[1], y = n->out[0], q, t;
+    if (!ad->needs[a] && !ad->needs[b])
+        return;
+    emit(ad, OP_DIV, "dA_full", (uint32_t[]){dy, b}, 2, y, &q);
+    if (ad->needs[a])
+        contribute(ad, a, sum_to(ad, q, a, 1.0, "dA"));
+    if (ad->needs[b]) {
+        emit(ad, OP_MUL, "dB_full", (uint32_t[]){q, y}, 2, y, &t);
+        contribute(ad, b, sum_to(ad, t, b, -1.0, "dB"));
+    }
+}
+
+static void grad_pow(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    for (int k = 0; k < 2; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        Node *g = emit(ad, OP_POW_GRAD, k ? "dB_full" : "dA_full",
+                       (uint32_t[]){dy, n->in[0], n->in[1], n->out[0]}, 4, n->out[0], &t);
+        ir_set_int(ad->g, g, "wrt", k);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, k ? "dB" : "dA"));
+    }
+}
+
+/* Elementwise functions: ElementwiseGrad(dy, x, y) with the forward op
+ * named in its "op" attribute. */
+static void grad_elementwise(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    Node *g = emit(ad, OP_UNARY_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x, &out);
+    ir_set_int(ad->g, g, "op", ad->n->op);
+    contribute(ad, x, out);
+}
+
+/* A 1-D MatMul operand as a matrix: a row (1,K) on the left, a column
+ * (K,1) on the right; the output gains the matching unit dim. */
+static uint32_t as_matrix(AD *ad, uint32_t v, bool left, const char *what)
+{
+    const Shape *s = &ad->g->values[v].shape;
+    if (s->rank != 1)
+        return v;
+    Shape m = {2, {left ? 1 : s->d[0], left ? s->d[0] : 1}};
+    return reshape_to(ad, v, &m, what);
+}
+
+static uint32_t matmul_grad(AD *ad, uint32_t x, uint32_t y, bool left, uint32_t like,
+                            const char *what)
+{
+    uint32_t out;
+    Node *g = emit(ad, OP_BATCH_MATMUL, what, (uint32_t[]){x, y}, 2, like, &out);
+    ir_set_int(ad->g, g, left ? "transB" : "transA", 1);
+    return out;
+}
+
+/* dA = dY B^T and dB = A^T dY, each summed over its operand's broadcast
+ * batch dims; 1-D operands go through their matrix forms. */
+static void grad_matmul(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t a = n->in[0], b = n->in[1];
+    const Shape *sa = &ad->g->values[a].shape, *sb = &ad->g->values[b].shape;
+    uint32_t a2 = a, b2 = b, dy2 = dy;
+    if (sa->rank == 1 || sb->rank == 1) {
+        Shape y = ad->g->values[n->out[0]].shape;   /* as a matrix product: */
+        if (sa->rank == 1 && sb->rank == 1) {
+            y = (Shape){2, {1, 1}};                  /* () -> (1,1) */
+        } else if (sa->rank == 1) {
+            y.d[y.rank] = y.d[y.rank - 1];           /* (..,N) -> (..,1,N) */
+            y.d[y.rank++ - 1] = 1;
+        } else {
+            y.d[y.rank++] = 1;                       /* (..,M) -> (..,M,1) */
+        }
+        a2 = as_matrix(ad, a, true, "A2");
+        b2 = as_matrix(ad, b, false, "B2");
+        dy2 = reshape_to(ad, dy, &y, "dY2");
+    }
+    if (ad->needs[a]) {
+        uint32_t d = matmul_grad(ad, dy2, b2, true, a2, "dA");
+        contribute(ad, a, a2 == a ? d : reshape_to(ad, d, sa, "dA1"));
+    }
+    if (ad->needs[b]) {
+        uint32_t d = matmul_grad(ad, a2, dy2, false, b2, "dB");
+        contribute(ad, b, b2 == b ? d : reshape_to(ad, d, sb, "dB1"));
+    }
+}
+
+static void grad_softmax(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    Op op = ad->n->op == OP_SOFTMAX ? OP_SOFTMAX_GRAD : OP_LOG_SOFTMAX_GRAD;
+    Node *g = emit(ad, op, "dX", (uint32_t[]){dy, ad->n->out[0]}, 2, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    if (!ir_attr(ad->n, "axis"))
+        ir_set_int(ad->g, g, "axis", ad->g->opset >= 13 ? -1 : 1);
+    contribute(ad, x, out);
+}
+
+/* LayerNormalization's backward needs the mean and inverse standard
+ * deviation of its forward: the forward node gets those outputs if the
+ * model did not ask for them. */
+static void layer_norm_saved(AD *ad, uint32_t saved[2])
+{
+    Graph *g = ad->g;
+    Node *n = (Node *)ad->n;
+    const Value *x = &g->values[n->in[0]];
+    int axis = (int)attr_int(n, "axis", -1);
+    axis = axis < 0 ? axis + x->shape.rank : axis;
+    Shape st = x->shape;
+    for (int i = axis; i < st.rank; i++)
+        st.d[i] = 1;
+    if (n->nout < 3) {
+        n->out = arena_grow(g->arena, n->out, n->nout, 3, sizeof(uint32_t));
+        for (uint32_t k = n->nout; k < 3; k++)
+            n->out[k] = NONE;
+        n->nout = 3;
+    }
+    static const char *names[2] = {"mean", "inv_std_dev"};
+    for (int k = 0; k < 2; k++) {
+        if (n->out[k + 1] == NONE) {
+            n->out[k + 1] = ir_new_value(g, grad_name(ad, names[k]), DT_F32, &st);
+            g->values[n->out[k + 1]].producer = (uint32_t)(n - g->nodes);
+        }
+        saved[k] = n->out[k + 1];
+    }
+}
+
+static void grad_layer_norm(AD *ad, uint32_t dy)
+{
+    uint32_t saved[2];
+    layer_norm_saved(ad, saved);
+    const Node *n = ad->n;
+    bool bias = n->nin > 2 && n->in[2] != NONE;
+    uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
+                        bias ? new_grad(ad, "dBias", n->in[2]) : NONE};
+    uint32_t id = ir_emit(ad->g, OP_LN_GRAD, grad_name(ad, "grad"),
+                          (uint32_t[]){dy, n->in[0], n->in[1], saved[0], saved[1]}, 5, outs,
+                          bias ? 3 : 2, PH_BACKWARD);
+    Node *g = &ad->g->nodes[id];
+    g->loc = n->loc;
+    ir_set_int(ad->g, g, "axis", attr_int(n, "axis", -1));
+    for (uint32_t k = 0; k < (bias ? 3u : 2u); k++)
+        contribute(ad, n->in[k], outs[k]);
+}
+
+static void grad_transpose(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    int perm[MAX_RANK], r = ad->g->values[x].shape.rank;
+    int64_t inv[MAX_RANK];
+    transpose_perm(ad->g, (Node *)ad->n, perm);
+    for (int i = 0; i < r; i++)
+        inv[perm[i]] = i;
+    Node *g = emit(ad, OP_TRANSPOSE, "dX", &dy, 1, x, &out);
+    ir_set_ints(ad->g, g, "perm", inv, (uint32_t)r);
+    contribute(ad, x, out);
+}
+
+/* SliceGrad(dy) scatters dy into zeros shaped like x, at the resolved
+ * starts and steps of the forward Slice. */
+static void grad_slice(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    SliceParams p;
+    slice_params(ad->g, (Node *)ad->n, &p);
+    uint32_t r = (uint32_t)ad->g->values[x].shape.rank;
+    Node *g = emit(ad, OP_SLICE_GRAD, "dX", &dy, 1, x, &out);
+    ir_set_ints(ad->g, g, "starts", p.start, r);
+    ir_set_ints(ad->g, g, "steps", p.step, r);
+    contribute(ad, x, out);
+}
+
+/* The gradient of Split is the Concat of its outputs' gradients (zeros
+ * for an output that has none). */
+static void grad_split(AD *ad, const uint32_t *dy)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    int axis;
+    split_sizes(ad->g, (Node *)n, &axis);
+    uint32_t *parts = arena_array(ad->g->arena, n->nout, sizeof(uint32_t));
+    for (uint32_t k = 0; k < n->nout; k++) {
+        uint32_t d = k < 8 ? dy[k] : total(ad, n->out[k]);
+        parts[k] = d != NONE ? d : const_f32(ad, "zeros", &ad->g->values[n->out[k]].shape, 0);
+    }
+    Node *g = emit(ad, OP_CONCAT, "dX", parts, n->nout, x, &out);
+    ir_set_int(ad->g, g, "axis", axis);
+    contribute(ad, x, out);
+}
+
+/* The gradient of Concat: dy split back into the inputs' pieces. */
+static void grad_concat(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    Graph *g = ad->g;
+    int r = g->values[n->out[0]].shape.rank;
+    int64_t axis = attr_int(n, "axis", 0);
+    axis = axis < 0 ? axis + r : axis;
+    uint32_t *outs = arena_array(g->arena, n->nin, sizeof(uint32_t));
+    int64_t *sizes = arena_array(g->arena, n->nin, sizeof(int64_t));
+    for (uint32_t k = 0; k < n->nin; k++) {
+        outs[k] = new_grad(ad, arena_printf(g->arena, "d%u", k), n->in[k]);
+        sizes[k] = g->values[n->in[k]].shape.d[axis];
+    }
+    uint32_t id = ir_emit(g, OP_SPLIT, grad_name(ad, "split"), &dy, 1, outs, n->nin,
+                          PH_BACKWARD);
+    Node *s = &g->nodes[id];
+    s->loc = n->loc;
+    ir_set_int(g, s, "axis", axis);
+    ir_set_ints(g, s, "split", sizes, n->nin);
+    for (uint32_t k = 0; k < n->nin; k++)
+        contribute(ad, n->in[k], outs[k]);
+}
+
+static void grad_gather(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    Node *g = emit(ad, OP_GATHER_GRAD, "dX", (uint32_t[]){dy, ad->n->in[1]}, 2, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    contribute(ad, x, out);
+}
+
+/* y = cond ? a : b: dA = cond ? dy : 0, dB = cond ? 0 : dy. */
+static void grad_where(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    for (int k = 1; k <= 2; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        uint32_t zero = const_f32(ad, "zero", &(Shape){0}, 0);
+        uint32_t in[3] = {n->in[0], k == 1 ? dy : zero, k == 1 ? zero : dy};
+        emit(ad, OP_WHERE, k == 1 ? "dA_full" : "dB_full", in, 3, n->out[0], &t);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, k == 1 ? "dA" : "dB"));
+    }
+}
+
+static void grad_cast(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0];
+    if (ad->g->values[x].dtype != ad->g->values[dy].dtype)
+        error_at(&ad->n->loc, "mpcc has no gradient for a Cast between floating-point "
+                 "types yet");
+    contribute(ad, x, dy);
+}
+
+static void grad_dropout(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    int64_t id = ad->n - ad->g->nodes;   /* the mask's key; before emit moves nodes */
+    double ratio = dropout_ratio(ad->g, ad->n);
+    Node *g = emit(ad, OP_DROPOUT_GRAD, "dX", &dy, 1, x, &out);
+    ir_set_int(ad->g, g, "node", id);
+    ir_set_float(ad->g, g, "ratio", ratio);
+    contribute(ad, x, out);
+}
+
+static void grad_resize(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    double scale[2];
+    resize_scales(ad->g, ad->n, scale);
+    Node *g = emit(ad, OP_RESIZE_GRAD, "dX", &dy, 1, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    ir_set_float(ad->g, g, "scale_h", scale[0]);
+    ir_set_float(ad->g, g, "scale_w", scale[1]);
+    contribute(ad, x, out);
+}
+
+static void grad_nll(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    Node *g = emit(ad, OP_NLL_GRAD, "dX", (uint32_t[]){dy, ad->n->in[1]}, 2, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    contribute(ad, x, out);
+}
+
 static void no_rule(AD *ad)
 {
     error_at(&ad->n->loc, "mpcc has no gradient for %s yet; mpcc --check lists every op "
@@ -300,6 +636,26 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_CONV: grad_conv(ad, dy[0]); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;
+    case OP_MUL: grad_mul(ad, dy[0]); break;
+    case OP_DIV: grad_div(ad, dy[0]); break;
+    case OP_POW: grad_pow(ad, dy[0]); break;
+    case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
+    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS:
+        grad_elementwise(ad, dy[0]);
+        break;
+    case OP_MATMUL: grad_matmul(ad, dy[0]); break;
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX: grad_softmax(ad, dy[0]); break;
+    case OP_NLL_LOSS: grad_nll(ad, dy[0]); break;
+    case OP_LAYER_NORM: grad_layer_norm(ad, dy[0]); break;
+    case OP_TRANSPOSE: grad_transpose(ad, dy[0]); break;
+    case OP_SLICE: grad_slice(ad, dy[0]); break;
+    case OP_SPLIT: grad_split(ad, dy); break;
+    case OP_CONCAT: grad_concat(ad, dy[0]); break;
+    case OP_GATHER: grad_gather(ad, dy[0]); break;
+    case OP_WHERE: grad_where(ad, dy[0]); break;
+    case OP_CAST: grad_cast(ad, dy[0]); break;
+    case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
+    case OP_RESIZE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
     default: no_rule(ad);
     }
@@ -349,7 +705,7 @@ void autodiff(Graph *g, const Options *o)
                 dy[k] = total(&ad, ad.n->out[k]);
                 any |= dy[k] != NONE;
             }
-        if (any && dy[0] != NONE)
+        if (any && (dy[0] != NONE || ad.n->op == OP_SPLIT))
             differentiate(&ad, dy);
         ad.n = &g->nodes[g->order[i]];   /* emitting may have moved the node array */
     }

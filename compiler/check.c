@@ -1,10 +1,12 @@
 /* check.c — `mpcc --check`: every op of the model that mpcc cannot compile
  * for training yet, all in one run, with counts and node names.
  *
- * An op type is a problem if it is not in the op table (unknown, or from a
- * domain other than ONNX's default) or if the table says it lacks a CPU
- * kernel or a gradient. Only live nodes count: shape subgraphs that were
- * folded away at compile time need no kernel.
+ * A node is a problem if its op is not in the op table (unknown, or from a
+ * domain other than ONNX's default), if the table says it lacks a CPU
+ * kernel, or if it lacks a gradient and needs one: some floating-point
+ * input depends on a weight, so the loss's gradient flows through it. Only
+ * live nodes count: shape subgraphs that were folded away at compile time
+ * need no kernel, and integer or constant side paths need no gradient.
  */
 #include "mpcc.h"
 
@@ -16,7 +18,9 @@ enum { NAMES_SHOWN = 4 };
 typedef struct OpCount {
     const char *domain, *op_type;
     Op op;
-    uint32_t count;
+    bool needs_grad;       /* counted nodes need a gradient (CPU-only ops) */
+    uint32_t live;         /* live nodes of this op type */
+    uint32_t count;        /* of them, the ones that are a problem */
     uint32_t first[NAMES_SHOWN];
 } OpCount;
 
@@ -34,6 +38,8 @@ static const char *missing(Arena *a, const OpCount *c)
     if (c->op == OP_UNKNOWN)
         return c->domain[0] ? "unknown op (custom domain)" : "unknown op";
     unsigned f = op_info[c->op].flags;
+    if (!c->needs_grad)
+        f |= OPF_GRAD;   /* no node of the type needs a gradient */
     if ((f & OPF_CPU) && (f & OPF_GRAD))
         return NULL;
     return arena_printf(a, "%s%s%s", (f & OPF_CPU) ? "" : "cpu kernel",
@@ -41,9 +47,34 @@ static const char *missing(Arena *a, const OpCount *c)
                         (f & OPF_GRAD) ? "" : "gradient");
 }
 
+/* Per node: some floating-point input depends on a weight. Nodes are
+ * visited in topological order when shapes were analysed; otherwise in
+ * file order, which ONNX requires to be topological. */
+static bool *gradient_path(Graph *g)
+{
+    bool *dep = arena_array(g->arena, g->nvalues + 1, sizeof(bool));
+    bool *need = arena_array(g->arena, g->nnodes + 1, sizeof(bool));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        dep[v] = g->values[v].kind == VK_PARAM && dtype_is_float(g->values[v].dtype);
+    uint32_t n = g->norder ? g->norder : g->nnodes;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = g->norder ? g->order[k] : k;
+        const Node *node = &g->nodes[i];
+        for (uint32_t j = 0; j < node->nin; j++) {
+            uint32_t v = node->in[j];
+            need[i] |= v != NONE && dep[v] && dtype_is_float(g->values[v].dtype);
+        }
+        for (uint32_t j = 0; j < node->nout && need[i]; j++)
+            if (node->out[j] != NONE)
+                dep[node->out[j]] = true;
+    }
+    return need;
+}
+
 static uint32_t count_ops(Graph *g, OpCount *counts)
 {
     uint32_t n = 0;
+    bool *need = gradient_path(g);
     for (uint32_t i = 0; i < g->nnodes; i++) {
         const Node *node = &g->nodes[i];
         if (node->dead)
@@ -53,7 +84,11 @@ static uint32_t count_ops(Graph *g, OpCount *counts)
                           strcmp(counts[k].domain, node->domain) == 0))
             k++;
         if (k == n)
-            counts[n++] = (OpCount){node->domain, node->op_type, node->op, 0, {0}};
+            counts[n++] = (OpCount){node->domain, node->op_type, node->op, false, 0, 0, {0}};
+        counts[k].live++;
+        if (!need[i] && node->op != OP_UNKNOWN && (op_info[node->op].flags & OPF_CPU))
+            continue;   /* it has a kernel and needs no gradient: no problem */
+        counts[k].needs_grad |= need[i];
         if (counts[k].count < NAMES_SHOWN)
             counts[k].first[counts[k].count] = i;
         counts[k].count++;
@@ -84,7 +119,7 @@ int check_ops(Graph *g, FILE *out)
     OpCount *counts = arena_array(g->arena, g->nnodes + 1, sizeof *counts);
     uint32_t n = count_ops(g, counts), live = 0, problems = 0, bad_nodes = 0;
     for (uint32_t k = 0; k < n; k++)
-        live += counts[k].count;
+        live += counts[k].live;
     fprintf(out, "mpcc --check: ");
     fput_escaped(out, g->file);
     fprintf(out, ": %u nodes of %u op types (opset %lld)\n", live, n, (long long)g->opset);

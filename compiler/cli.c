@@ -10,9 +10,11 @@
 
 static const char help_text[] =
 "usage: mpcc [options] <model.onnx>\n"
+"       mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx>\n"
 "\n"
 "mpcc compiles a model into a standalone training program, partitioned\n"
-"across devices ahead of time.\n"
+"across devices ahead of time. `mpcc export` writes the weights of a\n"
+"trainer's checkpoint back into the model (see mpcc export --help).\n"
 "\n"
 "Input shapes:\n"
 "  -batch N                 bind the batch dimension (axis 0) of every graph\n"
@@ -29,6 +31,8 @@ static const char help_text[] =
 "  --loss=cross_entropy|mse the loss on the model's output (default: the model's own\n"
 "                           SoftmaxCrossEntropyLoss, else cross_entropy)\n"
 "  --ignore-index=N         cross-entropy labels to skip (default -100)\n"
+"  --class-axis=K           the output's class dimension for cross-entropy (default 1,\n"
+"                           as PyTorch and ONNX; -1 for a language model's (B,T,V))\n"
 "  --optimizer=sgd|adamw    default sgd\n"
 "  --lr=F                   learning rate (default 0.01 for sgd, 0.001 for adamw)\n"
 "  --momentum=F             sgd momentum (default 0)\n"
@@ -132,7 +136,7 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
 typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_CHECK, OPT_LIST_OPS, OPT_HELP, OPT_VERSION, OPT_LOSS, OPT_IGNORE,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
-               OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN } OptId;
+               OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -146,6 +150,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"weight-decay", OPT_WD, true},     {"betas", OPT_BETAS, true},
     {"eps", OPT_EPS, true},             {"microbatches", OPT_MICRO, true},
     {"clip-norm", OPT_CLIP, true},      {"frozen", OPT_FROZEN, true},
+    {"class-axis", OPT_CLASS_AXIS, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
@@ -184,6 +189,7 @@ static void apply_training(OptId id, const char *opt, const char *val, Options *
             usage_error("--loss must be cross_entropy or mse, got '%s'", val);
         break;
     case OPT_IGNORE: t->ignore_index = (int64_t)parse_real(opt, val, -1e18, 1e18); break;
+    case OPT_CLASS_AXIS: t->class_axis = (int)parse_real(opt, val, -8, 7); break;
     case OPT_OPTIMIZER:
         if (strcmp(val, "sgd") == 0)
             t->optim = OPTIM_SGD;
@@ -241,6 +247,8 @@ static void training_defaults(TrainOptions *t, const bool *given)
         t->ignore_index = -100;
     if (!given[OPT_MICRO])
         t->microbatches = 1;
+    if (!given[OPT_CLASS_AXIS])
+        t->class_axis = 1;
     if (t->microbatches < 1)
         usage_error("--microbatches must be at least 1%s", "");
     if (t->optim == OPTIM_ADAMW && (given[OPT_MOMENTUM] || given[OPT_NESTEROV]))
@@ -260,7 +268,7 @@ static char *command_line(Arena *a, int argc, char **argv)
 void cli_parse(Arena *a, int argc, char **argv, Options *o)
 {
     memset(o, 0, sizeof *o);
-    bool given[OPT_FROZEN + 1] = {false};
+    bool given[OPT_COUNT] = {false};
     o->cmdline = command_line(a, argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -12,6 +12,7 @@
 #include "mprt.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 typedef struct EmbeddedFile {
@@ -53,6 +54,8 @@ static const char *comment_text(CG *cg, const char *s)
     *w = 0;
     return r;
 }
+
+static const char *c_string(CG *cg, const char *s);
 
 /* ---- the memory plan: one arena, static offsets, no reuse yet ---- */
 
@@ -196,7 +199,8 @@ static void emit_longs(CG *cg, const long *v, int n)
 static void emit_binary(CG *cg, const Node *n)
 {
     static const char *ops[] = {[OP_ADD] = "MPRT_ADD", [OP_SUB] = "MPRT_SUB",
-                                [OP_MUL] = "MPRT_MUL", [OP_DIV] = "MPRT_DIV"};
+                                [OP_MUL] = "MPRT_MUL", [OP_DIV] = "MPRT_DIV",
+                                [OP_POW] = "MPRT_POW"};
     const Shape *y = shape_of(cg, n->out[0]);
     long shape[MAX_RANK], sa[MAX_RANK], sb[MAX_RANK];
     for (int d = 0; d < y->rank; d++)
@@ -265,6 +269,27 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         emit(cg, "    mprt_sce_grad(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s);\n", N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), ignore,
              buf(cg, n->out[0]));
+}
+
+/* NegativeLogLikelihoodLoss on log-probabilities (N, C, d..): mean
+ * reduction, no class weights. */
+static void emit_nll(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_NLL_GRAD;
+    long N, C, D;
+    loss_dims(cg, grad ? n->out[0] : n->in[0], &N, &C, &D);
+    if (!grad && n->nin > 2 && n->in[2] != NONE)
+        unsupported(cg, n, "class weights in NegativeLogLikelihoodLoss");
+    if (strcmp(attr_str(n, "reduction", "mean"), "mean") != 0)
+        unsupported(cg, n, "a reduction other than mean");
+    long long ignore = (long long)attr_int(n, "ignore_index", -100);
+    if (!grad)
+        emit(cg, "    mprt_nll(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", N, C, D,
+             buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
+             c_string(cg, n->name));
+    else
+        emit(cg, "    mprt_nll_grad(%ld, %ld, %ld, %s, %s, %lldLL, %s);\n", N, C, D,
+             buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]));
 }
 
 /* Strides, dilations and pads (begins, then ends) of a 2-D window op. */
@@ -386,6 +411,409 @@ static void emit_pool(CG *cg, const Node *n)
     }
 }
 
+/* ---- elementwise functions, MatMul, normalization (runtime/cpu_math.c) ---- */
+
+static const char *unary_code(Op op)
+{
+    switch (op) {
+    case OP_ERF: return "MPRT_ERF";
+    case OP_TANH: return "MPRT_TANH";
+    case OP_SQRT: return "MPRT_SQRT";
+    case OP_EXP: return "MPRT_EXP";
+    case OP_LOG: return "MPRT_LOG";
+    case OP_NEG: return "MPRT_NEG";
+    case OP_SIGMOID: return "MPRT_SIGMOID";
+    case OP_RECIPROCAL: return "MPRT_RECIPROCAL";
+    case OP_ABS: return "MPRT_ABS";
+    default: return NULL;
+    }
+}
+
+static void emit_unary(CG *cg, const Node *n)
+{
+    if (n->op == OP_UNARY_GRAD) {
+        const char *code = unary_code((Op)attr_int(n, "op", OP_UNKNOWN));
+        MPCC_ASSERT(code);
+        emit(cg, "    mprt_unary_grad(%s, %ld, %s, %s, %s, %s);\n", code, numel(cg, n->out[0]),
+             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
+    } else {
+        emit(cg, "    mprt_unary(%s, %ld, %s, %s);\n", unary_code(n->op), numel(cg, n->out[0]),
+             buf(cg, n->in[0]), buf(cg, n->out[0]));
+    }
+}
+
+/* The output's dims as longs, and each listed input's broadcast strides. */
+static void emit_bcast(CG *cg, uint32_t out, const uint32_t *ins, int k)
+{
+    const Shape *y = shape_of(cg, out);
+    long shape[MAX_RANK], s[MAX_RANK];
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    emit(cg, "%d, ", y->rank);
+    emit_longs(cg, shape, y->rank);
+    for (int j = 0; j < k; j++) {
+        bcast_strides(y, shape_of(cg, ins[j]), s);
+        emit(cg, ", %s, ", buf(cg, ins[j]));
+        emit_longs(cg, s, y->rank);
+    }
+}
+
+static void emit_pow_grad(CG *cg, const Node *n)
+{
+    emit(cg, "    mprt_pow_grad(%d, ", (int)attr_int(n, "wrt", 0));
+    /* dy and y have the output's shape; a and b are broadcast into it */
+    const Shape *y = shape_of(cg, n->out[0]);
+    long shape[MAX_RANK];
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    emit(cg, "%d, ", y->rank);
+    emit_longs(cg, shape, y->rank);
+    emit(cg, ", %s", buf(cg, n->in[0]));
+    for (int j = 1; j <= 2; j++) {
+        long s[MAX_RANK];
+        bcast_strides(y, shape_of(cg, n->in[j]), s);
+        emit(cg, ", %s, ", buf(cg, n->in[j]));
+        emit_longs(cg, s, y->rank);
+    }
+    emit(cg, ", %s, %s);\n", buf(cg, n->in[3]), buf(cg, n->out[0]));
+}
+
+/* Strides of one operand's matrices along the full batch dims (rank r,
+ * right-aligned), 0 where the operand's batch dim is 1 or absent. */
+static void matrix_strides(const Shape *s, int mdims, int r, long *st)
+{
+    int br = s->rank - mdims;
+    long mat = 1;
+    for (int i = br; i < s->rank; i++)
+        mat *= (long)s->d[i];
+    for (int d = r - 1, j = br - 1; d >= 0; d--, j--) {
+        st[d] = j >= 0 && s->d[j] != 1 ? mat : 0;
+        if (j >= 0)
+            mat *= (long)s->d[j];
+    }
+}
+
+/* MatMul (numpy semantics, 1-D operands included) and BatchMatMul, its
+ * gradient form with transposed operands and an output that may sum over
+ * broadcast batch dims. */
+static void emit_matmul(CG *cg, const Node *n)
+{
+    const Shape *a = shape_of(cg, n->in[0]), *b = shape_of(cg, n->in[1]),
+                *y = shape_of(cg, n->out[0]);
+    int ta = (int)attr_int(n, "transA", 0), tb = (int)attr_int(n, "transB", 0);
+    int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
+    long M = a->rank >= 2 ? (long)a->d[a->rank - (ta ? 1 : 2)] : 1;
+    long K = (long)a->d[a->rank - (ta && a->rank >= 2 ? 2 : 1)];
+    long N = b->rank >= 2 ? (long)b->d[b->rank - (tb ? 2 : 1)] : 1;
+    int my = (a->rank >= 2) + (b->rank >= 2);
+    if (n->op == OP_BATCH_MATMUL)
+        my = 2;
+    int r = a->rank - ma > b->rank - mb ? a->rank - ma : b->rank - mb;
+    long shape[MAX_RANK], sa[MAX_RANK], sb[MAX_RANK], sy[MAX_RANK];
+    for (int d = r - 1, ja = a->rank - ma - 1, jb = b->rank - mb - 1; d >= 0; d--, ja--, jb--) {
+        long da = ja >= 0 ? (long)a->d[ja] : 1, db = jb >= 0 ? (long)b->d[jb] : 1;
+        shape[d] = da > db ? da : db;
+    }
+    matrix_strides(a, ma, r, sa);
+    matrix_strides(b, mb, r, sb);
+    matrix_strides(y, my, r, sy);
+    if (y->rank - my > r)
+        unsupported(cg, n, "a MatMul output with more batch dims than its operands");
+    emit(cg, "    mprt_bmm(%d, ", r);
+    emit_longs(cg, shape, r);
+    emit(cg, ", ");
+    emit_longs(cg, sa, r);
+    emit(cg, ", ");
+    emit_longs(cg, sb, r);
+    emit(cg, ", ");
+    emit_longs(cg, sy, r);
+    emit(cg, ", %ld, %ld, %ld, %d, %d, %s, %s, %s);\n", M, N, K, ta, tb, buf(cg, n->in[0]),
+         buf(cg, n->in[1]), buf(cg, n->out[0]));
+}
+
+/* Softmax over `axis` as (outer, C, inner); before opset 13 the axis
+ * flattens everything after it into C. */
+static void softmax_dims(CG *cg, const Node *n, uint32_t x, long *outer, long *C, long *inner)
+{
+    const Shape *s = shape_of(cg, x);
+    int r = s->rank ? s->rank : 1;
+    int axis = (int)attr_int(n, "axis", cg->g->opset >= 13 ? -1 : 1);
+    axis = axis < 0 ? axis + r : axis;
+    *outer = *C = *inner = 1;
+    for (int i = 0; i < s->rank; i++) {
+        long d = (long)s->d[i];
+        if (i < axis)
+            *outer *= d;
+        else if (i == axis || cg->g->opset < 13)
+            *C *= d;
+        else
+            *inner *= d;
+    }
+}
+
+static void emit_softmax(CG *cg, const Node *n)
+{
+    long outer, C, inner;
+    softmax_dims(cg, n, n->out[0], &outer, &C, &inner);
+    bool log = n->op == OP_LOG_SOFTMAX || n->op == OP_LOG_SOFTMAX_GRAD;
+    if (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX)
+        emit(cg, "    mprt_%ssoftmax(%ld, %ld, %ld, %s, %s);\n", log ? "log_" : "", outer, C,
+             inner, buf(cg, n->in[0]), buf(cg, n->out[0]));
+    else
+        emit(cg, "    mprt_%ssoftmax_grad(%ld, %ld, %ld, %s, %s, %s);\n", log ? "log_" : "", outer,
+             C, inner, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+}
+
+static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
+{
+    uint32_t v = out ? (k < n->nout ? n->out[k] : NONE) : (k < n->nin ? n->in[k] : NONE);
+    return v != NONE && cg->offset[v] != SIZE_MAX ? buf(cg, v) : "NULL";
+}
+
+static void layer_norm_dims(CG *cg, const Node *n, uint32_t x, uint32_t scale, long *rows,
+                            long *D)
+{
+    const Shape *s = shape_of(cg, x);
+    int axis = (int)attr_int(n, "axis", -1);
+    axis = axis < 0 ? axis + s->rank : axis;
+    *rows = *D = 1;
+    for (int i = 0; i < s->rank; i++)
+        *(i < axis ? rows : D) *= (long)s->d[i];
+    if (numel(cg, scale) != *D)
+        unsupported(cg, n, "a LayerNormalization scale that is broadcast");
+}
+
+static void emit_layer_norm(CG *cg, const Node *n)
+{
+    long rows, D;
+    if (n->op == OP_LAYER_NORM) {
+        layer_norm_dims(cg, n, n->in[0], n->in[1], &rows, &D);
+        emit(cg, "    mprt_layernorm(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", rows, D,
+             buf(cg, n->in[0]), buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
+             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), opt_buf(cg, n, 1, true),
+             opt_buf(cg, n, 2, true));
+    } else {
+        layer_norm_dims(cg, n, n->in[1], n->in[2], &rows, &D);
+        emit(cg, "    mprt_layernorm_grad(%ld, %ld, %s, %s, %s, %s, %s, %s, %s, %s);\n", rows, D,
+             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
+             buf(cg, n->in[4]), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             opt_buf(cg, n, 2, true));
+    }
+}
+
+static void emit_dropout(CG *cg, const Node *n)
+{
+    if (n->op == OP_DROPOUT)
+        emit(cg, "    mprt_dropout(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n",
+             numel(cg, n->out[0]), (unsigned)(n - cg->g->nodes), dropout_ratio(cg->g, n),
+             buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true));
+    else
+        emit(cg, "    mprt_dropout_grad(%ld, %u, (float)%.9g, %s, %s);\n", numel(cg, n->out[0]),
+             (unsigned)attr_int(n, "node", 0), attr_float(n, "ratio", 0), buf(cg, n->in[0]),
+             buf(cg, n->out[0]));
+}
+
+/* ---- data movement (runtime/cpu_move.c) ---- */
+
+static void float_only(CG *cg, const Node *n, uint32_t v)
+{
+    if (cg->g->values[v].dtype != DT_F32)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(cg->g->values[v].dtype)));
+}
+
+static void dense_strides(const Shape *s, long *st)
+{
+    long k = 1;
+    for (int d = s->rank - 1; d >= 0; d--) {
+        st[d] = k;
+        k *= (long)s->d[d];
+    }
+}
+
+/* One strided copy: `view` (the small side: a slice, or the transposed
+ * output) read from (back: written into) `full` at base + idx * stride. */
+static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, long base,
+                         uint32_t full)
+{
+    const Shape *s = shape_of(cg, view);
+    long shape[MAX_RANK];
+    for (int d = 0; d < s->rank; d++)
+        shape[d] = (long)s->d[d];
+    emit(cg, "    mprt_strided(%d, %d, ", back, s->rank);
+    emit_longs(cg, shape, s->rank);
+    emit(cg, ", ");
+    emit_longs(cg, stride, s->rank);
+    emit(cg, ", %ld, %ld, %s, %s);\n", base, numel(cg, full), buf(cg, full), buf(cg, view));
+}
+
+static void emit_transpose(CG *cg, const Node *n)
+{
+    float_only(cg, n, n->in[0]);
+    int perm[MAX_RANK];
+    transpose_perm(cg->g, (Node *)n, perm);
+    long in_st[MAX_RANK], st[MAX_RANK];
+    dense_strides(shape_of(cg, n->in[0]), in_st);
+    for (int d = 0; d < shape_of(cg, n->out[0])->rank; d++)
+        st[d] = in_st[perm[d]];
+    emit_strided(cg, 0, n->out[0], st, 0, n->in[0]);
+}
+
+static void emit_slice(CG *cg, const Node *n)
+{
+    bool back = n->op == OP_SLICE_GRAD;
+    uint32_t full = back ? n->out[0] : n->in[0], view = back ? n->in[0] : n->out[0];
+    float_only(cg, n, full);
+    const Shape *fs = shape_of(cg, full);
+    int64_t start[MAX_RANK], step[MAX_RANK];
+    if (back) {
+        uint32_t c1, c2;
+        const int64_t *a = attr_ints(n, "starts", &c1), *b = attr_ints(n, "steps", &c2);
+        MPCC_ASSERT(a && b && (int)c1 == fs->rank && (int)c2 == fs->rank);
+        memcpy(start, a, sizeof(int64_t) * c1);
+        memcpy(step, b, sizeof(int64_t) * c2);
+    } else {
+        SliceParams p;
+        slice_params(cg->g, (Node *)n, &p);
+        memcpy(start, p.start, sizeof start);
+        memcpy(step, p.step, sizeof step);
+    }
+    long st[MAX_RANK], base = 0;
+    dense_strides(fs, st);
+    for (int d = 0; d < fs->rank; d++) {
+        base += (long)start[d] * st[d];
+        st[d] *= (long)step[d];
+    }
+    emit_strided(cg, back, view, st, base, full);
+}
+
+static int norm_axis_of(const Node *n, int rank)
+{
+    int axis = (int)attr_int(n, "axis", 0);
+    return axis < 0 ? axis + rank : axis;
+}
+
+/* Concat, and Split as its inverse: `outer` rows of parts laid side by
+ * side along the axis. */
+static void emit_concat(CG *cg, const Node *n)
+{
+    bool split = n->op == OP_SPLIT;
+    uint32_t whole = split ? n->in[0] : n->out[0];
+    const uint32_t *parts = split ? n->out : n->in;
+    uint32_t k = split ? n->nout : n->nin;
+    float_only(cg, n, whole);
+    const Shape *s = shape_of(cg, whole);
+    int axis = norm_axis_of(n, s->rank);
+    long outer = 1, inner = 1;
+    for (int d = 0; d < s->rank; d++)
+        if (d < axis)
+            outer *= (long)s->d[d];
+        else if (d > axis)
+            inner *= (long)s->d[d];
+    long *len = arena_array(cg->g->arena, k, sizeof(long));
+    for (uint32_t j = 0; j < k; j++)
+        len[j] = parts[j] != NONE ? (long)shape_of(cg, parts[j])->d[axis] : 0;
+    emit(cg, "    mprt_concat(%d, %ld, %ld, %u, ", split, outer, inner, k);
+    emit_longs(cg, len, (int)k);
+    emit(cg, ", (float *const[]){");
+    for (uint32_t j = 0; j < k; j++)
+        emit(cg, "%s%s", j ? ", " : "",
+             parts[j] != NONE && cg->offset[parts[j]] != SIZE_MAX ? buf(cg, parts[j]) : "NULL");
+    emit(cg, "}, %s);\n", buf(cg, whole));
+}
+
+static void emit_gather(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_GATHER_GRAD;
+    uint32_t data = grad ? n->out[0] : n->in[0], idx = n->in[1];
+    float_only(cg, n, data);
+    if (cg->g->values[idx].dtype != DT_I64)
+        unsupported(cg, n, "Gather indices that are not int64");
+    const Shape *s = shape_of(cg, data);
+    int axis = norm_axis_of(n, s->rank);
+    long outer = 1, inner = 1;
+    for (int d = 0; d < s->rank; d++)
+        if (d < axis)
+            outer *= (long)s->d[d];
+        else if (d > axis)
+            inner *= (long)s->d[d];
+    emit(cg, "    mprt_gather%s(%ld, %lld, %ld, %ld, %s, %s, %s, %s);\n", grad ? "_grad" : "",
+         outer, (long long)s->d[axis], inner, numel(cg, idx), buf(cg, idx),
+         buf(cg, n->in[0]), buf(cg, n->out[0]), c_string(cg, n->name));
+}
+
+static void emit_where(CG *cg, const Node *n)
+{
+    float_only(cg, n, n->out[0]);
+    if (cg->g->values[n->in[0]].dtype != DT_BOOL)
+        unsupported(cg, n, "a Where condition that is not bool");
+    emit(cg, "    mprt_where(");
+    emit_bcast(cg, n->out[0], n->in, 3);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
+static const char *cast_code(CG *cg, const Node *n, DType t)
+{
+    switch (t) {
+    case DT_F32: return "MPRT_CAST_F32";
+    case DT_I64: return "MPRT_CAST_I64";
+    case DT_I32: return "MPRT_CAST_I32";
+    case DT_U8: return "MPRT_CAST_U8";
+    case DT_BOOL: return "MPRT_CAST_BOOL";
+    default: unsupported(cg, n, arena_printf(cg->g->arena, "Cast to or from %s", dtype_name(t)));
+    }
+}
+
+static void emit_cast(CG *cg, const Node *n)
+{
+    DType from = cg->g->values[n->in[0]].dtype, to = cg->g->values[n->out[0]].dtype;
+    emit(cg, "    mprt_cast(%ld, %s, %s, %s, %s);\n", numel(cg, n->out[0]), cast_code(cg, n, from),
+         cast_code(cg, n, to), buf(cg, n->in[0]), buf(cg, n->out[0]));
+}
+
+static const char *resize_coord(CG *cg, const Node *n)
+{
+    const char *c = attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    if (strcmp(c, "half_pixel") == 0) return "MPRT_HALF_PIXEL";
+    if (strcmp(c, "pytorch_half_pixel") == 0) return "MPRT_PYTORCH_HALF_PIXEL";
+    if (strcmp(c, "align_corners") == 0) return "MPRT_ALIGN_CORNERS";
+    if (strcmp(c, "asymmetric") == 0) return "MPRT_ASYMMETRIC";
+    unsupported(cg, n, arena_printf(cg->g->arena, "Resize with coordinate_transformation_mode "
+                                    "%s", str_escaped(cg->g->arena, c, 40)));
+}
+
+static const char *resize_mode(CG *cg, const Node *n)
+{
+    const char *m = attr_str(n, "mode", "nearest");
+    if (strcmp(m, "linear") == 0) return "MPRT_LINEAR";
+    if (strcmp(m, "nearest") != 0)
+        unsupported(cg, n, "Resize modes other than nearest and linear");
+    const char *r = attr_str(n, "nearest_mode", "round_prefer_floor");
+    if (strcmp(r, "floor") == 0) return "MPRT_NEAREST_FLOOR";
+    if (strcmp(r, "ceil") == 0) return "MPRT_NEAREST_CEIL";
+    if (strcmp(r, "round_prefer_ceil") == 0) return "MPRT_NEAREST_ROUND_UP";
+    return "MPRT_NEAREST_ROUND_DOWN";
+}
+
+static void emit_resize(CG *cg, const Node *n)
+{
+    bool back = n->op == OP_RESIZE_GRAD;
+    uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
+    const Shape *xs = shape_of(cg, x), *ys = shape_of(cg, y);
+    float_only(cg, n, x);
+    if (xs->rank != 4 || xs->d[0] != ys->d[0] || xs->d[1] != ys->d[1])
+        unsupported(cg, n, "Resize other than of the last two dims of a 4-D tensor");
+    if (attr_int(n, "antialias", 0))
+        unsupported(cg, n, "Resize with antialias");
+    double scale[2] = {attr_float(n, "scale_h", 0), attr_float(n, "scale_w", 0)};
+    if (!back)
+        resize_scales(cg->g, n, scale);
+    emit(cg, "    mprt_resize(%d, &(MprtResize){%lld, %lld, %lld, %lld, %lld, %s, %s, "
+         "(float)%.9g, (float)%.9g}, %s, %s);\n", back, (long long)(xs->d[0] * xs->d[1]),
+         (long long)xs->d[2], (long long)xs->d[3], (long long)ys->d[2], (long long)ys->d[3],
+         resize_coord(cg, n), resize_mode(cg, n), scale[0], scale[1], buf(cg, x), buf(cg, y));
+}
+
 static void emit_node(CG *cg, const Node *n)
 {
     emit(cg, "    /* node '%s' (%s) */\n", comment_text(cg, n->name), comment_text(cg, n->op_type));
@@ -435,6 +863,26 @@ static void emit_node(CG *cg, const Node *n)
         break;
     }
     case OP_MAX_POOL: case OP_MAX_POOL_GRAD: emit_pool(cg, n); break;
+    case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
+    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_UNARY_GRAD:
+        emit_unary(cg, n);
+        break;
+    case OP_POW: emit_binary(cg, n); break;
+    case OP_POW_GRAD: emit_pow_grad(cg, n); break;
+    case OP_MATMUL: case OP_BATCH_MATMUL: emit_matmul(cg, n); break;
+    case OP_SOFTMAX: case OP_SOFTMAX_GRAD: case OP_LOG_SOFTMAX: case OP_LOG_SOFTMAX_GRAD:
+        emit_softmax(cg, n);
+        break;
+    case OP_NLL_LOSS: case OP_NLL_GRAD: emit_nll(cg, n); break;
+    case OP_LAYER_NORM: case OP_LN_GRAD: emit_layer_norm(cg, n); break;
+    case OP_DROPOUT: case OP_DROPOUT_GRAD: emit_dropout(cg, n); break;
+    case OP_TRANSPOSE: emit_transpose(cg, n); break;
+    case OP_SLICE: case OP_SLICE_GRAD: emit_slice(cg, n); break;
+    case OP_CONCAT: case OP_SPLIT: emit_concat(cg, n); break;
+    case OP_GATHER: case OP_GATHER_GRAD: emit_gather(cg, n); break;
+    case OP_WHERE: emit_where(cg, n); break;
+    case OP_CAST: emit_cast(cg, n); break;
+    case OP_RESIZE: case OP_RESIZE_GRAD: emit_resize(cg, n); break;
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
         channel_dims(cg, n->op == OP_GAP_GRAD ? n->in[1] : n->in[0], &N, &C, &P);
@@ -468,7 +916,7 @@ static void emit_header(CG *cg, const char *hash)
 static void emit_runtime(CG *cg)
 {
     static const char *order[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "cpu_c",
-                                  "train_c"};
+                                  "cpu_move_c", "cpu_math_c", "train_c"};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         for (const EmbeddedFile *f = embedded_files; f->name; f++) {
             if (strcmp(f->name, order[i]) != 0)
@@ -497,6 +945,50 @@ static void emit_phase(CG *cg, int phase, const char *fn)
     emit(cg, "}\n");
 }
 
+static bool all_zero(const Tensor *t)
+{
+    const unsigned char *p = t->data;
+    for (size_t i = 0; i < t->nbytes; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+static void emit_float_literal(CG *cg, double f)
+{
+    if (isnan(f))
+        emit(cg, "NAN");
+    else if (isinf(f))
+        emit(cg, f < 0 ? "-INFINITY" : "INFINITY");
+    else
+        emit(cg, "%af", f);
+}
+
+/* A constant's bytes, written into its buffer at the start. */
+static void emit_const(CG *cg, uint32_t v)
+{
+    const Value *val = &cg->g->values[v];
+    emit(cg, "    /* const '%s' */\n", comment_text(cg, val->name));
+    if (all_zero(val->data)) {
+        emit(cg, "    memset(mprt_arena + %zu, 0, %zu);\n", cg->offset[v], value_bytes(val));
+        return;
+    }
+    if (!ctype(val->dtype) || value_bytes(val) > (1 << 20)) {
+        Loc loc = value_loc(cg->g, v);
+        error_at(&loc, "the CPU trainer does not support constants of type %s over 1 MB yet "
+                 "(this one is %zu bytes)", dtype_name(val->dtype), value_bytes(val));
+    }
+    emit(cg, "    memcpy(mprt_arena + %zu, (const %s[]){", cg->offset[v], ctype(val->dtype));
+    for (int64_t i = 0; i < shape_numel(&val->shape); i++) {
+        emit(cg, "%s", i ? ", " : "");
+        if (val->dtype == DT_F32)
+            emit_float_literal(cg, tensor_f64(val->data, i));
+        else
+            emit(cg, "%lld", (long long)tensor_i64(val->data, i));
+    }
+    emit(cg, "}, %zu);\n", value_bytes(val));
+}
+
 static void emit_constants(CG *cg)
 {
     emit(cg, "\nstatic void zero_state(void)\n{\n");
@@ -504,19 +996,8 @@ static void emit_constants(CG *cg)
         const Value *val = &cg->g->values[v];
         if (val->kind == VK_STATE)
             emit(cg, "    memset(mprt_arena + %zu, 0, %zu);\n", cg->offset[v], value_bytes(val));
-        if (val->kind != VK_CONST || cg->offset[v] == SIZE_MAX)
-            continue;
-        if (!ctype(val->dtype) || value_bytes(val) > (1 << 20))
-            unsupported(cg, &cg->g->nodes[0], "large or non-numeric constants");
-        emit(cg, "    /* const '%s' */\n    memcpy(mprt_arena + %zu, (const %s[]){",
-             comment_text(cg, val->name), cg->offset[v], ctype(val->dtype));
-        for (int64_t i = 0; i < shape_numel(&val->shape); i++) {
-            if (val->dtype == DT_F32)
-                emit(cg, "%s%af", i ? ", " : "", tensor_f64(val->data, i));
-            else
-                emit(cg, "%s%lld", i ? ", " : "", (long long)tensor_i64(val->data, i));
-        }
-        emit(cg, "}, %zu);\n", value_bytes(val));
+        if (val->kind == VK_CONST && cg->offset[v] != SIZE_MAX)
+            emit_const(cg, v);
     }
     emit(cg, "}\n");
 }
@@ -619,6 +1100,21 @@ static void emit_buffer(CG *cg, uint32_t v, const char *kind)
     emit(cg, "%s}, %zu, %zu},\n", val->shape.rank ? "" : "0", cg->offset[v], value_bytes(val));
 }
 
+/* What evaluation needs besides the output buffer (the loss's first input:
+ * scores for cross-entropy, predictions for MSE): the loss kind and, for
+ * cross-entropy, the ignored label and where the loss kernel leaves the
+ * log-probabilities. */
+static void emit_loss_fields(CG *cg)
+{
+    const Node *n = &cg->g->nodes[cg->g->values[cg->g->loss].producer];
+    if (n->op == OP_SOFTMAX_CE)
+        emit(cg, "    .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = %lldLL,\n"
+             "    .log_prob_offset = %zu,\n", (long long)attr_int(n, "ignore_index", -100),
+             cg->offset[n->out[1]]);
+    else
+        emit(cg, "    .loss_kind = MPRT_LOSS_MSE,\n");
+}
+
 static void emit_model(CG *cg, const char *hash, const char *weights)
 {
     Graph *g = cg->g;
@@ -632,19 +1128,21 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     }
     for (uint32_t i = 0; i < g->ninputs; i++)
         emit_buffer(cg, g->inputs[i], g->inputs[i] == g->labels ? "MPRT_LABELS" : "MPRT_INPUT");
+    emit_buffer(cg, g->nodes[g->values[g->loss].producer].in[0], "MPRT_OUTPUT");
     emit(cg, "};\n\nstatic const MprtModel model = {\n"
          "    .program = \"train\", .mpcc_version = \"%s\",\n"
          "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
          "    .batch = %lld, .microbatches = %d, .lr = %.9g,\n"
          "    .arena_bytes = %zu, .loss_offset = %zu,\n"
-         "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n"
-         "    .zero_state = zero_state, .forward = stage0_forward,\n"
-         "    .backward = stage0_backward, .accumulate = accumulate, .update = update,\n};\n\n"
-         "int main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n",
+         "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),
          (long long)cg->o->batch * cg->o->train.microbatches, cg->o->train.microbatches,
          cg->o->train.lr, cg->arena,
          cg->offset[g->loss]);
+    emit_loss_fields(cg);
+    emit(cg, "    .zero_state = zero_state, .forward = stage0_forward,\n"
+         "    .backward = stage0_backward, .accumulate = accumulate, .update = update,\n};\n\n"
+         "int main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 
 /* The initial weights: every floating-point initializer, by ONNX name. */

@@ -347,6 +347,15 @@ void ir_set_float(Graph *g, Node *n, const char *name, double v)
     a->f = v;
 }
 
+void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t count)
+{
+    Attr *a = new_attr(g, n, name);
+    a->kind = AT_INTS;
+    a->ints = arena_array(g->arena, count ? count : 1, sizeof(int64_t));
+    memcpy(a->ints, v, count * sizeof(int64_t));
+    a->n = count;
+}
+
 void ir_copy_attrs(Graph *g, Node *dst, const Node *src)
 {
     dst->attrs = arena_grow(g->arena, dst->attrs, dst->nattrs, dst->nattrs + src->nattrs,

@@ -1,6 +1,7 @@
 /* loss.c — puts the loss on the model: the first pass of the training graph.
  *
- * If the model computes its own SoftmaxCrossEntropyLoss, that is the loss
+ * If the model computes its own SoftmaxCrossEntropyLoss or
+ * NegativeLogLikelihoodLoss, that is the loss
  * and its label input is the labels. Otherwise --loss chooses: cross-entropy
  * over (N,C) or (N,C,d1..dk) scores with integer labels (N) or (N,d1..dk),
  * or mean squared error against float targets of the output's shape. The
@@ -14,7 +15,7 @@ static uint32_t model_loss(Graph *g)
 {
     for (uint32_t i = 0; i < g->norder; i++) {
         const Node *n = &g->nodes[g->order[i]];
-        if (n->op == OP_SOFTMAX_CE && g->values[n->out[0]].is_output)
+        if ((n->op == OP_SOFTMAX_CE || n->op == OP_NLL_LOSS) && g->values[n->out[0]].is_output)
             return g->order[i];
     }
     return NONE;
@@ -31,6 +32,28 @@ static uint32_t add_labels(Graph *g, DType t, const Shape *s)
     return v;
 }
 
+/* Scores whose classes are on another axis (a language model's (B,T,V))
+ * are transposed to (B,V,T) for the loss; the labels keep the order of
+ * the output's other dims. */
+static uint32_t classes_to_axis1(Graph *g, uint32_t scores, int axis)
+{
+    const Value *x = &g->values[scores];
+    int r = x->shape.rank;
+    int64_t perm[MAX_RANK];
+    Shape s = {r};
+    perm[0] = 0, perm[1] = axis;
+    for (int i = 1, k = 2; i < r; i++)
+        if (i != axis)
+            perm[k++] = i;
+    for (int i = 0; i < r; i++)
+        s.d[i] = x->shape.d[perm[i]];
+    uint32_t out = ir_new_value(g, "scores_classes_first", x->dtype, &s);
+    uint32_t id = ir_emit(g, OP_TRANSPOSE, "scores_classes_first", &scores, 1, &out, 1,
+                          PH_FORWARD);
+    ir_set_ints(g, &g->nodes[id], "perm", perm, (uint32_t)r);
+    return out;
+}
+
 static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
 {
     const Value *x = &g->values[scores];
@@ -39,6 +62,15 @@ static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
         error_at(&loc, "cross-entropy needs scores (N,C) or (N,C,d..), the model's output "
                  "is %s%s; use --loss=mse for regression", dtype_name(x->dtype),
                  shape_str(g->arena, &x->shape));
+    int axis = o->train.class_axis < 0 ? o->train.class_axis + x->shape.rank
+                                       : o->train.class_axis;
+    if (axis < 1 || axis >= x->shape.rank)
+        error_at(&loc, "--class-axis=%d is not a dimension after the batch of the output %s%s",
+                 o->train.class_axis, dtype_name(x->dtype), shape_str(g->arena, &x->shape));
+    if (axis != 1) {
+        scores = classes_to_axis1(g, scores, axis);
+        x = &g->values[scores];
+    }
     Shape ls = {x->shape.rank - 1, {x->shape.d[0]}};
     for (int i = 2; i < x->shape.rank; i++)
         ls.d[i - 1] = x->shape.d[i];
@@ -74,7 +106,8 @@ void add_loss(Graph *g, const Options *o)
         Node *n = &g->nodes[own];
         g->loss = n->out[0];
         g->labels = n->in[1];
-        if (n->nout < 2 || n->out[1] == NONE) {   /* backward needs log_prob */
+        if (n->op == OP_SOFTMAX_CE && (n->nout < 2 || n->out[1] == NONE)) {
+            /* backward needs log_prob */
             uint32_t lp = ir_new_value(g, "log_prob", g->values[n->in[0]].dtype,
                                        &g->values[n->in[0]].shape);
             n->out = arena_grow(g->arena, n->out, n->nout, 2, sizeof(uint32_t));

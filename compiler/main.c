@@ -67,6 +67,8 @@ static void build_training(Graph *g, const Options *o)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "export") == 0)
+        return export_main(argc - 1, argv + 1);   /* weights back into the model */
     Arena *arena = arena_new();
     Options opt;
     cli_parse(arena, argc, argv, &opt);

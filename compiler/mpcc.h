@@ -226,6 +226,7 @@ uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t
                  const uint32_t *out, uint32_t nout, uint8_t phase);  /* appends to order */
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
 void ir_set_float(Graph *g, Node *n, const char *name, double v);
+void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t count);
 void ir_copy_attrs(Graph *g, Node *dst, const Node *src);
 const Attr *ir_attr(const Node *n, const char *name);   /* NULL if absent */
 int64_t attr_int(const Node *n, const char *name, int64_t dflt);
@@ -254,6 +255,7 @@ typedef enum { OPTIM_SGD, OPTIM_ADAMW } OptimKind;
 typedef struct TrainOptions {
     LossKind loss;
     int64_t ignore_index;      /* cross-entropy labels to skip (default -100) */
+    int class_axis;            /* cross-entropy: the output's class dimension (default 1) */
     OptimKind optim;
     double lr, momentum, weight_decay, beta1, beta2, eps;
     double clip_norm;          /* 0: no clipping */
@@ -316,6 +318,8 @@ typedef struct SliceParams {
 void slice_params(Graph *g, Node *n, SliceParams *p);
 int64_t *split_sizes(Graph *g, Node *n, int *axis);
 void transpose_perm(Graph *g, Node *n, int *perm);
+double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
+void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
 
 /* ------------------------------------------------------------------ fold.c */
 
@@ -330,5 +334,11 @@ void dump_shapes(Graph *g, FILE *out);
 /* ------------------------------------------------------------------- cli.c */
 
 void cli_parse(Arena *a, int argc, char **argv, Options *o);
+
+/* ---------------------------------------------------------------- export.c */
+
+/* `mpcc export model.onnx ckpt.safetensors -o trained.onnx`: argv[0] is
+ * "export"; returns the exit status (errors exit through diag.c). */
+int export_main(int argc, char **argv);
 
 #endif

@@ -722,6 +722,49 @@ static void infer_resize(const Inf *c)
     set_out(c, 0, x->dtype, &s);
 }
 
+/* The scale factors of a 2-D (NCHW) Resize or Upsample as ONNX's
+ * coordinate transforms use them: the given scales, or output / input
+ * when sizes were given. */
+void resize_scales(Graph *g, const Node *n, double scale[2])
+{
+    const Value *x = &g->values[n->in[0]], *y = &g->values[n->out[0]];
+    uint32_t si = n->op == OP_UPSAMPLE || g->opset < 11 ? 1 : 2;
+    const Tensor *t = n->nin > si && n->in[si] != NONE ? g->values[n->in[si]].data : NULL;
+    const Attr *a = ir_attr(n, "scales");
+    for (int i = 0; i < 2; i++) {
+        int d = x->shape.rank - 2 + i;
+        if (t && shape_numel(&t->shape) == x->shape.rank)
+            scale[i] = tensor_f64(t, d);
+        else if (a && a->kind == AT_FLOATS && (int)a->n == x->shape.rank)
+            scale[i] = a->floats[d];
+        else
+            scale[i] = (double)y->shape.d[d] / (double)x->shape.d[d];
+    }
+}
+
+/* A constant scalar input of a node, or dflt when it is omitted. */
+static double scalar_in(Graph *g, const Node *n, uint32_t k, const char *what, double dflt)
+{
+    if (n->nin <= k || n->in[k] == NONE)
+        return dflt;
+    const Value *v = &g->values[n->in[k]];
+    if (!v->data || shape_numel(&v->shape) != 1)
+        error_at(&n->loc, "%s must be a constant scalar for mpcc to compile the node", what);
+    return tensor_f64(v->data, 0);
+}
+
+double dropout_ratio(Graph *g, const Node *n)
+{
+    if (g->opset < 12)
+        return attr_float(n, "ratio", 0.5);
+    if (scalar_in(g, n, 2, "training_mode", 0) == 0)
+        return 0;
+    double r = scalar_in(g, n, 1, "ratio", 0.5);
+    if (!(r >= 0 && r < 1))
+        error_at(&n->loc, "dropout ratio %g is not in [0, 1)", r);
+    return r;
+}
+
 static void infer_shape_op(const Inf *c)
 {
     int r = in(c, 0)->shape.rank;
@@ -1043,6 +1086,9 @@ static void infer_node(const Inf *c)
     case OP_SCE_GRAD: case OP_MSE_LOSS: case OP_MSE_GRAD: case OP_RELU_GRAD:
     case OP_SUM_TO: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B:
     case OP_BN_GRAD: case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_SGD: case OP_ADAMW:
+    case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
+    case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
+    case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }

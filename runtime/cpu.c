@@ -10,6 +10,15 @@
 #include <cblas.h>
 #include <math.h>
 
+/* Training (1) or inference (0). Kernels whose behaviour depends on the
+ * mode read this flag: BatchNormalization normalises with the batch's
+ * statistics and updates the running ones in training, and with the
+ * running statistics, left as they are, in inference; Dropout is the
+ * identity in inference. The trainer's evaluation (train.c) clears it
+ * around its forward passes. It is the runtime's one piece of mutable
+ * global state besides the arena. */
+static int mprt_training = 1;
+
 /* A program uses only the kernels its model needs. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MPRT_KERNEL static __attribute__((unused))
@@ -79,7 +88,7 @@ MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
 
 /* Broadcasting binary op over an output of `rank` dims; sa/sb are the
  * inputs' strides per output dimension (0 where broadcast). */
-enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV };
+enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW };
 
 MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a, const long *sa,
                         const float *b, const long *sb, float *y)
@@ -90,7 +99,8 @@ MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a
     long ia = 0, ib = 0;
     for (long i = 0; i < n; i++) {
         float u = a[ia], v = b[ib];
-        y[i] = op == MPRT_ADD ? u + v : op == MPRT_SUB ? u - v : op == MPRT_MUL ? u * v : u / v;
+        y[i] = op == MPRT_ADD ? u + v : op == MPRT_SUB ? u - v : op == MPRT_MUL ? u * v
+             : op == MPRT_DIV ? u / v : powf(u, v);
         for (int d = rank - 1; d >= 0; d--) {
             ia += sa[d], ib += sb[d];
             if (++idx[d] < shape[d])
@@ -309,16 +319,36 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
     }
 }
 
-/* ---- batch normalization, training mode ---- */
+/* ---- batch normalization ---- */
 
-/* Y = (X - mean) / sqrt(var + eps) * scale + bias with the batch's
- * statistics; running stats move by momentum (ONNX's convention: new =
- * momentum * old + (1 - momentum) * batch), the variance unbiased as in
- * PyTorch. */
+/* Inference (mprt_training == 0): Y = (X - running_mean) /
+ * sqrt(running_var + eps) * scale + bias; the running statistics stay. */
+MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float *scale,
+                          const float *bias, const float *running_mean,
+                          const float *running_var, float eps, float *y)
+{
+    for (int c = 0; c < C; c++) {
+        float inv = (float)(1.0 / sqrt((double)running_var[c] + eps));
+        for (int n = 0; n < N; n++)
+            for (long i = 0; i < P; i++) {
+                size_t k = ((size_t)n * C + c) * P + i;
+                y[k] = (x[k] - running_mean[c]) * inv * scale[c] + bias[c];
+            }
+    }
+}
+
+/* Training: Y = (X - mean) / sqrt(var + eps) * scale + bias with the
+ * batch's statistics; running stats move by momentum (ONNX's convention:
+ * new = momentum * old + (1 - momentum) * batch), the variance unbiased as
+ * in PyTorch. In inference mode (mprt_training == 0), mprt_bn_infer. */
 MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, float *running_mean, float *running_var,
                           float momentum, float eps, float *y)
 {
+    if (!mprt_training) {
+        mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, y);
+        return;
+    }
     long cnt = (long)N * P;
     for (int c = 0; c < C; c++) {
         double s = 0, ss = 0;

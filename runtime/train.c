@@ -10,7 +10,9 @@
 #include <math.h>
 #include <time.h>
 
-enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS };
+/* MPRT_OUTPUT is the model's output: the loss's scores or predictions. */
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
+enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
 
 typedef struct MprtBuffer {
     const char *name;
@@ -28,6 +30,9 @@ typedef struct MprtModel {
     size_t arena_bytes, loss_offset;
     const MprtBuffer *buffers;
     int nbuffers;
+    int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
+    int64_t ignore_index;       /* cross-entropy: labels that are not scored */
+    size_t log_prob_offset;     /* cross-entropy: the loss kernel's log-softmax */
     void (*zero_state)(void);
     void (*forward)(int mb);
     void (*backward)(int mb);
@@ -39,10 +44,11 @@ static unsigned char *mprt_arena;
 
 typedef struct MprtArgs {
     const char *data, *labels, *save, *resume, *weights, *loss_log;
-    long steps, epochs, log_every;
+    const char *eval_data, *eval_labels;
+    long steps, epochs, log_every, eval_every;
     double lr;
     unsigned long seed;
-    int synthetic;
+    int synthetic, shuffle;
 } MprtArgs;
 
 static void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
@@ -67,13 +73,31 @@ static void mprt_usage(const MprtModel *m)
            "  --data FILE        inputs, .npy, one row per sample (C order, little-endian)\n"
            "  --labels FILE      labels, .npy: int64 class ids (or float targets for mse)\n"
            "  --synthetic        random inputs and labels instead of files (benchmarks)\n"
-           "  Step i uses rows i*B .. i*B+B-1 in file order (B = %d), wrapping at the end.\n"
+           "  --shuffle          visit the rows in a new random order every epoch\n"
+           "  Step i uses positions i*B .. i*B+B-1 (B = %d) of a stream of epochs: each\n"
+           "  epoch is every row once, in file order, or with --shuffle in a permutation\n"
+           "  drawn from --seed and the epoch number (the same seed, the same order;\n"
+           "  --resume continues it). A batch that crosses the end of an epoch takes its\n"
+           "  last rows from the next one. The exact rule is in mpcc's docs/trainer.md.\n"
            "\n"
            "Training:\n"
            "  --steps N          optimizer steps (default: one epoch)\n"
            "  --epochs E         passes over the data (instead of --steps)\n"
            "  --lr F             learning rate (default %g, as compiled)\n"
-           "  --seed S           seed for --synthetic data (default 0)\n"
+           "  --seed S           seed for --shuffle, Dropout masks and --synthetic data\n"
+           "                     (default 0)\n"
+           "\n"
+           "Evaluation:\n"
+           "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
+           "  --eval-labels FILE their labels, .npy, checked like --labels\n"
+           "  --eval-every N     also evaluate after steps N, 2N, 3N, ... (default: only\n"
+           "                     after the last step)\n"
+           "  Evaluation runs the model in inference mode (BatchNorm normalises with its\n"
+           "  running statistics, Dropout is the identity) over every row, in batches of\n"
+           "  %d (the last one padded, the padding not scored), and prints the mean loss\n"
+           "  and, for cross-entropy, the accuracy (argmax over the classes; labels equal\n"
+           "  to the ignore index are not counted) on stderr. It changes no weight,\n"
+           "  optimizer state or running statistic.\n"
            "\n"
            "Weights and checkpoints:\n"
            "  --weights FILE     initial weights (default %s)\n"
@@ -85,7 +109,8 @@ static void mprt_usage(const MprtModel *m)
            "  --log-every N      a progress line every N steps on stderr (default 10)\n"
            "  --loss-log FILE    write every step's loss, one per line\n"
            "  --help             this text\n",
-           m->program, m->model_file, m->mpcc_version, m->batch, m->lr, m->weights_file);
+           m->program, m->model_file, m->mpcc_version, m->batch, m->lr,
+           m->batch / m->microbatches, m->weights_file);
 }
 
 static long mprt_arg_long(const char *opt, const char *v, long lo)
@@ -130,6 +155,10 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
             a->synthetic = 1;
             continue;
         }
+        if (strcmp(o, "--shuffle") == 0) {
+            a->shuffle = 1;
+            continue;
+        }
         if (!v)
             mprt_die("%s: unknown option or missing value; see --help", o);
         i++;
@@ -139,6 +168,9 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         else if (strcmp(o, "--resume") == 0) a->resume = v;
         else if (strcmp(o, "--weights") == 0) a->weights = v;
         else if (strcmp(o, "--loss-log") == 0) a->loss_log = v;
+        else if (strcmp(o, "--eval-data") == 0) a->eval_data = v;
+        else if (strcmp(o, "--eval-labels") == 0) a->eval_labels = v;
+        else if (strcmp(o, "--eval-every") == 0) a->eval_every = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--steps") == 0) a->steps = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--epochs") == 0) a->epochs = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--log-every") == 0) a->log_every = mprt_arg_long(o, v, 1);
@@ -153,6 +185,10 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
     }
     if (!a->synthetic && (!a->data || !a->labels))
         mprt_die("give --data and --labels (or --synthetic); see --help");
+    if (!a->eval_data != !a->eval_labels)
+        mprt_die("give both --eval-data and --eval-labels, or neither");
+    if (a->eval_every && !a->eval_data)
+        mprt_die("--eval-every needs --eval-data and --eval-labels");
 }
 
 /* ---- data ---- */
@@ -220,6 +256,40 @@ static void mprt_load_npy(const char *path, const MprtBuffer *b, MprtArray *a)
                          "infinity); clean the data first", path, i / per_row, i % per_row);
 }
 
+/* Cross-entropy labels must name a class of the model (0 .. C-1) or be the
+ * ignore index: the loss reads the log-probability a label names. */
+static void mprt_check_labels(const MprtModel *m, const char *path, const MprtArray *y)
+{
+    const MprtBuffer *out = mprt_buffer_of(m, MPRT_OUTPUT);
+    if (m->loss_kind != MPRT_LOSS_CROSS_ENTROPY || y->dtype != MPRT_I64 || !out)
+        return;
+    int64_t classes = out->shape[1];
+    size_t n = y->nbytes / 8, per_row = n / (size_t)y->shape[0];
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = ((const int64_t *)y->data)[i];
+        if ((t < 0 || t >= classes) && t != m->ignore_index)
+            mprt_die("%s: row %zu, element %zu: label %lld is not a class of the model "
+                     "(0 .. %lld) nor the ignore index (%lld); fix the labels (mpcc's "
+                     "--ignore-index sets the ignored label)", path, i / per_row,
+                     i % per_row, (long long)t, (long long)classes - 1,
+                     (long long)m->ignore_index);
+    }
+}
+
+/* Inputs and labels from files, checked against the model and each other:
+ * the training data and the evaluation data alike. */
+static void mprt_load_data(const MprtModel *m, const char *xpath, const char *ypath,
+                           MprtArray *x, MprtArray *y)
+{
+    mprt_load_npy(xpath, mprt_buffer_of(m, MPRT_INPUT), x);
+    mprt_load_npy(ypath, mprt_buffer_of(m, MPRT_LABELS), y);
+    if (x->shape[0] != y->shape[0])
+        mprt_die("%s has %lld rows but %s has %lld; they must match", xpath,
+                 (long long)x->shape[0], ypath, (long long)y->shape[0]);
+    mprt_check_labels(m, ypath, y);
+}
+
+/* SplitMix64: the generator of --synthetic data and of --shuffle. */
 static uint64_t mprt_rand(uint64_t *s)
 {
     *s += 0x9e3779b97f4a7c15ull;
@@ -251,15 +321,143 @@ static void mprt_synthetic(const MprtBuffer *b, int rows, int64_t classes, uint6
     }
 }
 
-/* Copies micro-batch mb of step `step` (rows wrap around the data). */
-static void mprt_fill(const MprtBuffer *b, const MprtArray *a, long step, int batch, int mb)
+/* ---- the order of the rows ----
+ *
+ * Training reads one stream of rows, epoch after epoch: position p (step i,
+ * micro-batch j of M, row r: p = i*B + j*B/M + r) is row k = p mod N of
+ * epoch e = p / N, for N rows of data. Without --shuffle every epoch is the
+ * file order: row k. With --shuffle, epoch e is the permutation perm_e,
+ * row perm_e[k], drawn by Fisher-Yates: perm = 0 .. N-1; for k = N-1 down
+ * to 1, swap perm[k] and perm[next() mod (k+1)], where next() is
+ * SplitMix64 (mprt_rand) started from state mix(seed + (e+1)*gamma) (the
+ * e-th output of SplitMix64 seeded with --seed; gamma = 0x9e3779b97f4a7c15,
+ * mix the output function). The order depends on the position only, so
+ * --resume continues it, and a batch that crosses the end of an epoch
+ * takes its last rows from the next one. */
+typedef struct MprtOrder {
+    int shuffle;
+    uint64_t seed;
+    int64_t rows;
+    int64_t epoch;      /* the epoch perm holds, -1 before the first */
+    int64_t *perm;      /* --shuffle: rows entries */
+} MprtOrder;
+
+static void mprt_order_init(MprtOrder *o, int shuffle, uint64_t seed, int64_t rows)
 {
-    int64_t rows = b->shape[0];
-    size_t row = b->nbytes / (size_t)rows;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t src = ((int64_t)step * batch + (int64_t)mb * rows + r) % a->shape[0];
-        memcpy(mprt_arena + b->offset + (size_t)r * row, (char *)a->data + (size_t)src * row, row);
+    *o = (MprtOrder){shuffle, seed, rows, -1, NULL};
+    if (shuffle && !(o->perm = malloc((size_t)rows * sizeof *o->perm)))
+        mprt_die("out of memory for the order of %lld rows", (long long)rows);
+}
+
+static int64_t mprt_row(MprtOrder *o, int64_t p)
+{
+    int64_t e = p / o->rows, k = p % o->rows;
+    if (!o->shuffle)
+        return k;
+    if (e != o->epoch) {
+        uint64_t start = o->seed + (uint64_t)e * 0x9e3779b97f4a7c15ull;
+        uint64_t s = mprt_rand(&start);
+        for (int64_t i = 0; i < o->rows; i++)
+            o->perm[i] = i;
+        for (int64_t i = o->rows - 1; i > 0; i--) {
+            int64_t j = (int64_t)(mprt_rand(&s) % (uint64_t)(i + 1)), t = o->perm[i];
+            o->perm[i] = o->perm[j];
+            o->perm[j] = t;
+        }
+        o->epoch = e;
     }
+    return o->perm[k];
+}
+
+/* Copies rows[0 .. n-1] of the data into the buffer's first n rows; the
+ * rest of the buffer is padding: pad in every element of an int64 buffer,
+ * zero otherwise. */
+static void mprt_fill(const MprtBuffer *b, const MprtArray *a, const int64_t *rows, int64_t n,
+                      int64_t pad)
+{
+    size_t row = b->nbytes / (size_t)b->shape[0];
+    unsigned char *dst = mprt_arena + b->offset;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(dst + (size_t)r * row, (char *)a->data + (size_t)rows[r] * row, row);
+    size_t used = (size_t)n * row;
+    if (b->dtype == MPRT_I64)
+        for (size_t i = used / 8; i < b->nbytes / 8; i++)
+            ((int64_t *)dst)[i] = pad;
+    else
+        memset(dst + used, 0, b->nbytes - used);
+}
+
+/* ---- evaluation ---- */
+
+typedef struct MprtScore {
+    double loss;                /* summed over what was scored */
+    int64_t correct, count;     /* count: labels (cross-entropy) or elements (mse) */
+} MprtScore;
+
+/* Scores the first n rows of the micro-batch that just ran forward. */
+static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
+                       int64_t n, MprtScore *sc)
+{
+    const float *x = (const float *)(mprt_arena + out->offset);
+    int64_t per_row = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype) / (size_t)lb->shape[0]);
+    if (m->loss_kind == MPRT_LOSS_MSE) {
+        const float *t = (const float *)(mprt_arena + lb->offset);
+        for (int64_t i = 0; i < n * per_row; i++)
+            sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
+        sc->count += n * per_row;
+        return;
+    }
+    /* scores (n, C, D...) and labels (n, D...): D positions per row */
+    const float *lp = (const float *)(mprt_arena + m->log_prob_offset);
+    const int64_t *t = (const int64_t *)(mprt_arena + lb->offset);
+    int64_t C = out->shape[1], D = per_row;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) {
+            int64_t label = t[r * D + d], best = 0;
+            if (label == m->ignore_index)
+                continue;
+            const float *xs = x + r * C * D + d;
+            for (int64_t c = 1; c < C; c++)
+                if (xs[c * D] > xs[best * D])
+                    best = c;
+            sc->loss -= lp[(r * C + label) * D + d];
+            sc->correct += best == label;
+            sc->count++;
+        }
+}
+
+/* Runs the model forward in inference mode over every row of x, in
+ * micro-batches (the last one padded), and prints the mean loss and the
+ * accuracy. Only activations, the loss and the input buffers change. */
+static void mprt_evaluate(const MprtModel *m, const MprtArray *x, const MprtArray *y,
+                          const char *name, long step, int64_t *rows)
+{
+    const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS),
+                     *out = mprt_buffer_of(m, MPRT_OUTPUT);
+    int ce = m->loss_kind == MPRT_LOSS_CROSS_ENTROPY;
+    int64_t R = in->shape[0], N = x->shape[0];
+    MprtScore sc = {0, 0, 0};
+    mprt_training = 0;
+    for (int64_t first = 0; first < N; first += R) {
+        int64_t n = N - first < R ? N - first : R;
+        for (int64_t r = 0; r < n; r++)
+            rows[r] = first + r;
+        mprt_fill(in, x, rows, n, 0);
+        mprt_fill(lb, y, rows, n, ce ? m->ignore_index : 0);
+        m->forward(0);
+        mprt_score(m, out, lb, n, &sc);
+    }
+    mprt_training = 1;
+    if (!sc.count) {
+        fprintf(stderr, "eval step %ld: nothing to score in %s (every label is the ignore "
+                "index %lld)\n", step, name, (long long)m->ignore_index);
+        return;
+    }
+    fprintf(stderr, "eval step %ld: loss %.7g", step, sc.loss / (double)sc.count);
+    if (ce)
+        fprintf(stderr, "  accuracy %.4f (%lld/%lld)", (double)sc.correct / (double)sc.count,
+                (long long)sc.correct, (long long)sc.count);
+    fprintf(stderr, "  on %lld rows of %s\n", (long long)N, name);
 }
 
 /* ---- weights and checkpoints ---- */
@@ -340,23 +538,48 @@ static double mprt_now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* One optimizer step over the micro-batches of step s; returns its loss
+ * (mean over the micro-batches). rows holds B/M entries. */
+static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray *y,
+                        MprtOrder *order, long s, float lr, int64_t *rows)
+{
+    const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
+    int64_t R = in->shape[0];
+    double loss = 0;
+    for (int mb = 0; mb < m->microbatches; mb++) {
+        for (int64_t r = 0; r < R; r++)
+            rows[r] = mprt_row(order, (int64_t)s * m->batch + mb * R + r);
+        mprt_fill(in, x, rows, R, 0);
+        mprt_fill(lb, y, rows, R, 0);
+        mprt_dropout_mb = s * m->microbatches + mb;   /* dropout masks: per micro-batch */
+        m->forward(mb);
+        loss += *(float *)(mprt_arena + m->loss_offset);
+        m->backward(mb);
+        m->accumulate(mb);
+    }
+    loss /= m->microbatches;
+    if (!isfinite(loss))
+        mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
+                 "checkpoint was written", loss, s + 1);
+    m->update(s + 1, lr);
+    return loss;
+}
+
 static int mprt_train_main(const MprtModel *m, int argc, char **argv)
 {
     MprtArgs a;
     mprt_parse_args(m, argc, argv, &a);
+    mprt_dropout_seed = a.seed;
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
-    MprtArray x, y;
-    int64_t classes = 2;
+    MprtArray x, y, xe = {0}, ye = {0};
+    int64_t classes = 2;   /* synthetic integer data (labels, token ids) is 0 or 1 */
     if (a.synthetic) {
-        mprt_synthetic(in, m->batch, 0, a.seed, &x);
+        mprt_synthetic(in, m->batch, classes, a.seed, &x);
         mprt_synthetic(lb, m->batch, classes, a.seed + 1, &y);
-    } else {
-        mprt_load_npy(a.data, in, &x);
-        mprt_load_npy(a.labels, lb, &y);
-        if (x.shape[0] != y.shape[0])
-            mprt_die("%s has %lld rows but %s has %lld; they must match", a.data,
-                     (long long)x.shape[0], a.labels, (long long)y.shape[0]);
-    }
+    } else
+        mprt_load_data(m, a.data, a.labels, &x, &y);
+    if (a.eval_data)
+        mprt_load_data(m, a.eval_data, a.eval_labels, &xe, &ye);
     if (a.save)
         mprt_check_writable(a.save);
     long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
@@ -372,34 +595,32 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
     if (a.loss_log && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
-    double t0 = mprt_now(), last_loss = 0;
+    MprtOrder order;
+    mprt_order_init(&order, a.shuffle, a.seed, x.shape[0]);
+    int64_t *rows = malloc((size_t)in->shape[0] * sizeof *rows);
+    if (!rows)
+        mprt_die("out of memory");
+    double t0 = mprt_now(), t_eval = 0, last_loss = 0;
     for (long s = start; s < start + steps; s++) {
-        double loss = 0;
-        for (int mb = 0; mb < m->microbatches; mb++) {
-            mprt_fill(in, &x, s, m->batch, mb);
-            mprt_fill(lb, &y, s, m->batch, mb);
-            m->forward(mb);
-            loss += *(float *)(mprt_arena + m->loss_offset);
-            m->backward(mb);
-            m->accumulate(mb);
-        }
-        loss /= m->microbatches;
-        if (!isfinite(loss))
-            mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
-                     "checkpoint was written", loss, s + 1);
-        m->update(s + 1, (float)a.lr);
+        double loss = mprt_step(m, &x, &y, &order, s, (float)a.lr, rows);
         last_loss = loss;
         if (log)
             fprintf(log, "%.9g\n", loss);
         if ((s + 1 - start) % a.log_every == 0 || s + 1 == start + steps) {
-            double dt = mprt_now() - t0;
+            double dt = mprt_now() - t0 - t_eval;
             fprintf(stderr, "step %ld/%ld  loss %.6f  lr %g  %.1f samples/s\n", s + 1,
                     start + steps, loss, a.lr, (double)(s + 1 - start) * m->batch / dt);
+        }
+        if (a.eval_data && ((a.eval_every && (s + 1) % a.eval_every == 0) ||
+                            s + 1 == start + steps)) {
+            double te = mprt_now();
+            mprt_evaluate(m, &xe, &ye, a.eval_data, s + 1, rows);
+            t_eval += mprt_now() - te;
         }
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
-    double dt = mprt_now() - t0;
+    double dt = mprt_now() - t0 - t_eval;
     fprintf(stderr, "trained %ld steps in %.2f s (%.1f samples/s), final loss %.6f\n", steps,
             dt, (double)steps * m->batch / dt, last_loss);
     if (a.save) {
@@ -408,6 +629,10 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     }
     mprt_array_free(&x);
     mprt_array_free(&y);
+    mprt_array_free(&xe);
+    mprt_array_free(&ye);
+    free(order.perm);
+    free(rows);
     free(mprt_arena);
     return 0;
 }

@@ -18,6 +18,7 @@ train() mode and writes what a C test needs to check a trainer against it:
   final.npz     every state_dict entry after K steps (parameters and buffers,
                 no num_batches_tracked), float32, keyed by state_dict name
   config.json   all the settings used (optimizer class and arguments, ...)
+  xe.npy, ye.npy, eval.json   with --eval-rows (see below)
 
 One step: for each of the M micro-batches (B/M consecutive rows) the mean CE
 loss is computed and (loss / M).backward() accumulates the gradients; then
@@ -25,12 +26,30 @@ clip_grad_norm_ (with --clip-norm), optimizer.step(), zero_grad().  BatchNorm
 uses per-micro-batch statistics and updates its running stats once per
 micro-batch (momentum 0.1), as GPipe does.
 
-Run:  /usr/bin/python3 tests/train/ref_train.py --model mlp|cnn|resnet50|gpt
+Run:  /usr/bin/python3 tests/train/ref_train.py --model mlp|cnn|resnet50|gpt|deeplabv3
           --out DIR [--steps K] [--batch B] [--microbatches M]
           [--optimizer sgd|adamw] [--lr F] [--momentum F] [--nesterov]
           [--weight-decay F] [--betas F,F] [--eps F] [--clip-norm F]
           [--seed S] [--mlp-sizes 784,256,10] [--zero-init-residual]
-          [--fp64-check]
+          [--fp64-check] [--rows N] [--shuffle-seed S]
+          [--eval-rows N [--eval-every N] [--eval-ignored K]]
+
+The row order (--rows, --shuffle-seed) is the generated trainer's: the steps
+read one stream of rows, epoch after epoch; position p is row p mod N of epoch
+p // N, in file order, or with --shuffle-seed S (the trainer's --shuffle
+--seed S) in the epoch's permutation (shuffle_perm below: Fisher-Yates driven
+by SplitMix64, reimplemented from docs/trainer.md).  --rows N writes N rows
+(default K*B, one epoch); a batch that crosses the end of an epoch takes its
+last rows from the next one.
+
+--eval-rows N also draws N held-out rows (make_data for N_train + N rows; the
+training rows are the first N_train) into xe.npy/ye.npy and writes eval.json:
+the mean cross-entropy and the accuracy (argmax over the classes) of
+model.eval() under torch.no_grad() on them after the last step and, with
+--eval-every N, after every N-th step (a fresh run from the same seed up to
+that step).  --eval-ignored K sets the label of every K-th held-out row
+(0, K, 2K, ...) to the ignore_index (-100, or the model's), which neither
+counts.
 
 --fp64-check retrains in float64 and stores in config.json how far the
 float32 reference is from it: no float32 trainer can be expected to match more
@@ -66,8 +85,10 @@ IN_NAME, OUT_NAME = "input", "logits"
 IMAGE = (3, 32, 32)
 GPT_CFG = dict(vocab=128, d=32, heads=2, layers=2, T=16)
 # per-model defaults: steps, batch
-DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "gpt": (5, 4)}
-BN_MODELS = ("cnn", "resnet50")
+SEG_CFG = dict(classes=5, image=[3, 32, 32], ignore_index=255, ignore_every=7)
+DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "gpt": (5, 4),
+            "deeplabv3": (2, 4)}
+BN_MODELS = ("cnn", "resnet50", "deeplabv3")
 SKIP_BUFFERS = ("num_batches_tracked",)
 
 
@@ -122,7 +143,47 @@ def build_model(args):
         return model, dict(c, classes=c["vocab"],
                            torch="tests/models/export_gpt.py GPT(vocab, d, "
                                  "heads, layers, T)")
+    if args.model == "deeplabv3":
+        return build_deeplabv3(args)
     raise AssertionError(args.model)
+
+
+class SegOut(nn.Module):
+    """torchvision's segmentation models return {"out": logits}; ONNX wants
+    a tensor.  The state_dict keys gain the prefix "net."."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net(x)["out"]
+
+
+def build_deeplabv3(args):
+    """DeepLabV3-ResNet50 (dilated backbone, ASPP with its image-pooling
+    branch, bilinear upsampling to the input).  The residual branches' last
+    BatchNorm starts at zero (as resnet50(zero_init_residual=True)) and the
+    ASPP Dropout(0.5) is set to p=0: its random mask cannot be reproduced
+    outside PyTorch (mpcc's Dropout has its own tests)."""
+    import torchvision
+    from torchvision.models.resnet import Bottleneck
+    c = SEG_CFG
+    net = torchvision.models.segmentation.deeplabv3_resnet50(
+        weights=None, weights_backbone=None, num_classes=c["classes"],
+        aux_loss=False)
+    for m in net.modules():
+        if isinstance(m, Bottleneck):
+            nn.init.zeros_(m.bn3.weight)
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    return SegOut(net), {
+        "image": c["image"], "classes": c["classes"],
+        "ignore_index": c["ignore_index"],
+        "torch": "SegOut(torchvision.models.segmentation.deeplabv3_resnet50("
+                 "weights=None, weights_backbone=None, num_classes=%d, "
+                 "aux_loss=False)); Bottleneck bn3.weight zeroed; Dropout "
+                 "p=0" % c["classes"]}
 
 
 def make_data(args, n, mcfg):
@@ -135,6 +196,19 @@ def make_data(args, n, mcfg):
                 "x = seq[:, :T], y = seq[:, 1:]" % (V, T + 1))
         return (np.ascontiguousarray(seq[:, :T]),
                 np.ascontiguousarray(seq[:, 1:]), desc)
+    if args.model == "deeplabv3":
+        c = SEG_CFG
+        x = rng.standard_normal(size=(n,) + tuple(c["image"]), dtype=np.float32)
+        y = rng.integers(0, c["classes"], size=(n,) + tuple(c["image"][1:]),
+                         dtype=np.int64)
+        y.reshape(-1)[::c["ignore_every"]] = c["ignore_index"]
+        desc = ("x = rng.standard_normal(size=(N,%s), dtype=float32); y = "
+                "rng.integers(0, %d, size=(N,%s), dtype=int64); every %d-th "
+                "label (flat order) set to %d, the ignore_index"
+                % (",".join(map(str, c["image"])), c["classes"],
+                   ",".join(map(str, c["image"][1:])), c["ignore_every"],
+                   c["ignore_index"]))
+        return x, y, desc
     shape = (mcfg["sizes"][0],) if args.model == "mlp" else IMAGE
     x = rng.standard_normal(size=(n,) + shape, dtype=np.float32)
     y = rng.integers(0, mcfg["classes"], size=(n,), dtype=np.int64)
@@ -149,6 +223,8 @@ def ce_loss(logits, y):
     if logits.dim() == 3:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                y.reshape(-1))
+    if logits.dim() == 4:  # deeplabv3: per pixel, mean over labelled pixels
+        return F.cross_entropy(logits, y, ignore_index=SEG_CFG["ignore_index"])
     return F.cross_entropy(logits, y)
 
 
@@ -295,6 +371,98 @@ def fp64_check(args, x, y, losses, state, rtol=1e-3, atol=1e-5):
             "weight_err": "max |f32-f64| / (|f64| + %g)" % (atol / rtol)}
 
 
+# ------------------------------------------------ row order, evaluation ----
+
+MASK64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
+IGNORE_INDEX = -100  # F.cross_entropy's and mpcc's default ignore_index
+
+
+def splitmix64(state):
+    """One SplitMix64 step: returns (new state, output)."""
+    state = (state + GAMMA) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def shuffle_perm(seed, epoch, n):
+    """The trainer's --shuffle order of epoch `epoch` over n rows
+    (docs/trainer.md): Fisher-Yates from k = n-1 down to 1, swapping k with
+    next() mod (k+1), next() being SplitMix64 started at the epoch-th output
+    of SplitMix64 seeded with the seed."""
+    _, state = splitmix64((seed + epoch * GAMMA) & MASK64)
+    perm = list(range(n))
+    for k in range(n - 1, 0, -1):
+        state, r = splitmix64(state)
+        j = r % (k + 1)
+        perm[k], perm[j] = perm[j], perm[k]
+    return perm
+
+
+def row_stream(args, n):
+    """Row index of each of the K*B positions the steps read."""
+    perms = {}
+    rows = []
+    for p in range(args.steps * args.batch):
+        epoch, k = divmod(p, n)
+        if args.shuffle_seed is None:
+            rows.append(k)
+            continue
+        if epoch not in perms:
+            perm = shuffle_perm(args.shuffle_seed, epoch, n)
+            assert sorted(perm) == list(range(n))
+            if n > 3 and perm == list(range(n)):
+                die("epoch %d's shuffled order is the file order" % epoch)
+            perms[epoch] = perm
+        rows.append(perms[epoch][k])
+    return np.array(rows, np.int64)
+
+
+def evaluate(model, xe, ye, ignore):
+    """model.eval() loss and accuracy on the held-out rows, in one batch;
+    labels equal to `ignore` (the ignore_index) count in neither."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.from_numpy(xe))
+        y = torch.from_numpy(ye)
+        if logits.dim() == 3:  # gpt: (N, T, V), classes last as in ce_loss
+            logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+        loss = F.cross_entropy(logits, y, ignore_index=ignore).item()
+        keep = y != ignore
+        correct = int((logits.argmax(dim=1)[keep] == y[keep]).sum())
+        count = int(keep.sum())
+    model.train()
+    return {"loss": loss, "correct": correct, "count": count,
+            "accuracy": correct / count if count else None}
+
+
+def eval_trace(args, model, xs, ys, xe, ye, ignore):
+    """The evaluations the trainer makes with --eval-every E: after every
+    E-th step (a fresh run from the same seed, stopped there) and after the
+    last step (model, already trained)."""
+    import contextlib
+    import copy
+    import io
+    evals = []
+    for step in range(args.eval_every or args.steps, args.steps,
+                      args.eval_every or args.steps):
+        sub = copy.copy(args)
+        sub.steps = step
+        torch.manual_seed(args.seed)
+        fresh, _ = build_model(args)
+        fresh.train()
+        with contextlib.redirect_stdout(io.StringIO()):
+            train(sub, fresh, xs, ys)
+        evals.append(dict(step=step, **evaluate(fresh, xe, ye, ignore)))
+    evals.append(dict(step=args.steps, **evaluate(model, xe, ye, ignore)))
+    for e in evals:
+        print("eval step %d: loss %.9g accuracy %s (%d/%d)"
+              % (e["step"], e["loss"], e["accuracy"], e["correct"], e["count"]))
+    return evals
+
+
 # ----------------------------------------------------------------- main ----
 
 def parse_args():
@@ -323,6 +491,21 @@ def parse_args():
                     help="resnet50: zero_init_residual=True (the default "
                          "init is too ill-conditioned at 32x32, B=4 for "
                          "float32 results to be reproducible; see --fp64-check)")
+    ap.add_argument("--rows", type=int,
+                    help="training rows in x.npy (default K*B); the steps "
+                         "wrap around them epoch after epoch")
+    ap.add_argument("--shuffle-seed", type=int,
+                    help="read the rows in the order of the trainer's "
+                         "--shuffle --seed S")
+    ap.add_argument("--eval-rows", type=int,
+                    help="also write N held-out rows (xe.npy, ye.npy) and "
+                         "PyTorch's eval loss and accuracy on them (eval.json)")
+    ap.add_argument("--eval-every", type=int,
+                    help="eval.json also holds the evaluation after every "
+                         "N-th step")
+    ap.add_argument("--eval-ignored", type=int,
+                    help="every K-th held-out row's labels are the "
+                         "ignore_index (-100, or the model's)")
     ap.add_argument("--fp64-check", action="store_true",
                     help="also train in float64 and record how far the "
                          "float32 reference is from it (config.json "
@@ -352,6 +535,15 @@ def parse_args():
         ap.error("--mlp-sizes is for --model mlp")
     if args.zero_init_residual and args.model != "resnet50":
         ap.error("--zero-init-residual is for --model resnet50")
+    if args.rows is not None and args.rows < 1:
+        ap.error("--rows must be >= 1")
+    if args.eval_rows is not None and args.eval_rows < 1:
+        ap.error("--eval-rows must be >= 1")
+    if ((args.eval_every is not None or args.eval_ignored is not None)
+            and args.eval_rows is None):
+        ap.error("--eval-every and --eval-ignored need --eval-rows")
+    if min(args.eval_every or 1, args.eval_ignored or 1) < 1:
+        ap.error("--eval-every and --eval-ignored must be >= 1")
 
     if args.optimizer == "sgd":
         if args.betas is not None or args.eps is not None:
@@ -390,11 +582,18 @@ def main():
     torch.manual_seed(args.seed)
     model, mcfg = build_model(args)
     model.train()
-    n = args.steps * args.batch
-    x, y, data_desc = make_data(args, n, mcfg)
+    n = args.steps * args.batch if args.rows is None else args.rows
+    x, y, data_desc = make_data(args, n + (args.eval_rows or 0), mcfg)
+    ignore = mcfg.get("ignore_index", IGNORE_INDEX)
+    if args.eval_rows:  # held-out rows: drawn after the training rows
+        x, xe, y, ye = x[:n], x[n:], y[:n], y[n:].copy()
+        if args.eval_ignored:
+            ye[::args.eval_ignored] = ignore
+    idx = row_stream(args, n)
+    xs, ys = x[idx], y[idx]  # the rows of the steps, in step order
 
     onnx_path = os.path.join(args.out, "model.onnx")
-    info = export_onnx(model, torch.from_numpy(x[:args.batch]), onnx_path)
+    info = export_onnx(model, torch.from_numpy(xs[:args.batch]), onnx_path)
     t_export = time.time() - t0
     print("exported %s: %d initializers (state_dict names: ok%s)"
           % (onnx_path, info["initializers"],
@@ -407,14 +606,30 @@ def main():
     print("  ops: %s" % ", ".join("%s %d" % kv for kv in info["ops"].items()))
 
     t1 = time.time()
-    losses, norms, opt_cls, opt_kw = train(args, model, x, y)
+    losses, norms, opt_cls, opt_kw = train(args, model, xs, ys)
     t_train = time.time() - t1
+    evals = eval_trace(args, model, xs, ys, xe, ye, ignore) \
+        if args.eval_rows else None
 
-    fp64 = fp64_check(args, x, y, losses, reference_state(model)) \
+    fp64 = fp64_check(args, xs, ys, losses, reference_state(model)) \
         if args.fp64_check else None
 
     np.save(os.path.join(args.out, "x.npy"), x)
     np.save(os.path.join(args.out, "y.npy"), y)
+    if args.eval_rows:
+        np.save(os.path.join(args.out, "xe.npy"), np.ascontiguousarray(xe))
+        np.save(os.path.join(args.out, "ye.npy"), ye)
+        with open(os.path.join(args.out, "eval.json"), "w") as f:
+            json.dump({"rows": args.eval_rows, "ignore_index": ignore,
+                       "ignored_every": args.eval_ignored,
+                       "mode": "model.eval(), torch.no_grad(), all rows in "
+                               "one forward",
+                       "loss": "F.cross_entropy(logits, y, ignore_index=%d) "
+                               "(mean over the labels not ignored)" % ignore,
+                       "accuracy": "argmax over the classes == label, over "
+                                   "the labels not ignored",
+                       "evals": evals}, f, indent=2)
+            f.write("\n")
     np.save(os.path.join(args.out, "losses.npy"), losses)
     np.save(os.path.join(args.out, "grad_norms.npy"), norms)
     final = {k: v.numpy().astype(np.float32)
@@ -455,6 +670,9 @@ def main():
     cfg["loss"] = ("F.cross_entropy(logits.reshape(-1, %d), y.reshape(-1)) "
                    "(mean over B*T token positions)" % GPT_CFG["vocab"]
                    if args.model == "gpt" else
+                   "F.cross_entropy(logits, y, ignore_index=%d) (mean over the "
+                   "labelled pixels)" % SEG_CFG["ignore_index"]
+                   if args.model == "deeplabv3" else
                    "F.cross_entropy(logits, y) (mean over the batch)")
     cfg["reported_loss"] = ("losses[i]: the loss of step i before its update,"
                             " mean over the M micro-batch losses")
@@ -483,6 +701,16 @@ def main():
                    "batch_rows": "step i uses rows i*B .. i*B+B-1; "
                                  "micro-batch j of it rows i*B+j*B/M .. "
                                  "i*B+(j+1)*B/M-1"}
+    if args.rows is not None or args.shuffle_seed is not None:
+        cfg["data"]["batch_rows"] = (
+            "step i reads positions i*B .. i*B+B-1 of the row stream: "
+            "position p is row p mod N of epoch p // N (N = %d), %s"
+            % (n, "in file order" if args.shuffle_seed is None else
+               "row shuffle_perm(%d, epoch, N)[p mod N] (the trainer's "
+               "--shuffle --seed %d)" % (args.shuffle_seed, args.shuffle_seed)))
+    if args.eval_rows:
+        cfg["data"]["eval"] = ("xe.npy, ye.npy: %d held-out rows, drawn after "
+                               "the training rows; eval.json" % args.eval_rows)
     cfg["init"] = "torch.manual_seed(%d) right before building the model" \
         % args.seed
     cfg["onnx"] = {"file": "model.onnx", "opset": OPSET,

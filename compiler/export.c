@@ -1,0 +1,497 @@
+/* export.c — `mpcc export model.onnx ckpt.safetensors -o trained.onnx`:
+ * the weights of a checkpoint, written back into the model they were
+ * trained from, for deployment with any ONNX tool.
+ *
+ * The model is imported first (so a bad model fails as it does for the
+ * compiler), then its bytes are copied at the protobuf wire level: only the
+ * initializers that take new values are re-encoded, their data fields
+ * (raw_data, float_data, ..., external_data) replaced by one raw_data that
+ * holds the checkpoint's bytes. Nodes, inputs, outputs, metadata and every
+ * field mpcc does not know are copied byte for byte. Initializers held in
+ * external data are written inline too, so the output is one file; a result
+ * over ONNX's 2 GB limit for one file is refused.
+ *
+ * Checks, in order: every floating-point initializer is in the checkpoint,
+ * with the same dtype and shape (the optimizer state beside the weights is
+ * not looked at); the checkpoint's model_sha256, when it has one, is the
+ * model's. The output is written to FILE.tmp and renamed, so a failure
+ * leaves an existing FILE as it was.
+ */
+#include "mpcc.h"
+#include "mprt.h"
+
+#include <string.h>
+
+#define ONNX_MAX_BYTES 2000000000u  /* onnx.checker's limit for one file */
+
+/* Fields of the messages that export walks (onnx.proto). */
+enum { MODEL_GRAPH = 7, GRAPH_INITIALIZER = 5, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
+       TENSOR_DATA_LOCATION = 14, DATA_LOCATION_EXTERNAL = 1 };
+
+typedef struct Span {
+    const uint8_t *p;
+    size_t n;
+} Span;
+
+/* One initializer of the graph, as the model file holds it. */
+typedef struct Init {
+    Span field;                  /* the graph's field, key and length included */
+    Span tensor;                 /* the TensorProto: the field's payload */
+    const char *name;
+    const Value *val;            /* as imported */
+    const MprtStTensor *ckpt;    /* its tensor in the checkpoint, or NULL */
+    bool external;               /* its data is in an external file */
+    bool rewrite;                /* re-encoded with data as raw_data */
+    Span data;
+    size_t size;                 /* the TensorProto's length as written */
+} Init;
+
+typedef struct Export {
+    Arena *a;
+    const char *model, *ckpt, *output;
+    Graph *g;
+    MprtStFile st;
+    Span graph_field, graph;     /* the model's graph field; its GraphProto */
+    Init *inits;
+    uint32_t ninits, cap;
+    size_t graph_size, model_size, written;
+    MprtOut out;
+} Export;
+
+static const char help_text[] =
+"usage: mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx>\n"
+"\n"
+"Writes the weights of a checkpoint (from the generated trainer's\n"
+"--save, or its initial train.weights.safetensors) back into the ONNX model\n"
+"they belong to, for onnxruntime, onnx and PyTorch tooling.\n"
+"\n"
+"  -o FILE, --output=FILE   the model to write (required); written to\n"
+"                           FILE.tmp and renamed, so a failed export leaves\n"
+"                           an existing FILE as it was\n"
+"  -h, --help               this text\n"
+"\n"
+"Every initializer of the model that the checkpoint holds by name gets the\n"
+"checkpoint's values; dtype and shape must match. Every floating-point\n"
+"initializer (weight) must be in the checkpoint, and a checkpoint that\n"
+"names the model's SHA-256 must name this model's. Integer initializers\n"
+"not in the checkpoint and the graph itself are copied unchanged, and the\n"
+"optimizer state in the checkpoint (NAME.momentum_buffer, NAME.exp_avg,\n"
+"NAME.exp_avg_sq) is left out. Weights held in external data are written\n"
+"inline: the result is one .onnx file, at most 2 GB.\n"
+"\n"
+"Exit status: 0 success, 1 a problem with the inputs or the command line.\n"
+"Documentation: docs/trainer.md, section \"Weights out\".\n";
+
+/* ---- the command line ---- */
+
+static _Noreturn void usage_error(Export *e, const char *fmt, const char *arg)
+{
+    fputs("mpcc: error: ", stderr);
+    fprintf(stderr, fmt, str_escaped(e->a, arg, 160));
+    fputs("; see mpcc export --help\n", stderr);
+    exit(1);
+}
+
+/* `-o F`, `-o=F`, `--output F`, `--output=F`, as the compiler's options. */
+static void parse_option(Export *e, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i];
+    const char *name = arg + (arg[1] == '-' ? 2 : 1);
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    if ((len == 1 && name[0] == 'h') || (len == 4 && strncmp(name, "help", 4) == 0)) {
+        fputs(help_text, stdout);
+        exit(0);
+    }
+    if (!((len == 1 && name[0] == 'o') || (len == 6 && strncmp(name, "output", 6) == 0)))
+        usage_error(e, "unknown option '%s' for export", arg);
+    if (eq)
+        e->output = eq + 1;
+    else if (*i + 1 < argc)
+        e->output = argv[++*i];
+    else
+        usage_error(e, "option '%s' needs a file name", arg);
+    if (!e->output[0])
+        usage_error(e, "option '%s' needs a file name", arg);
+}
+
+static void parse_args(Export *e, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (arg[0] == '-' && arg[1]) {
+            parse_option(e, argc, argv, &i);
+        } else if (!e->model) {
+            e->model = arg;
+        } else if (!e->ckpt) {
+            e->ckpt = arg;
+        } else {
+            usage_error(e, "export takes one model and one checkpoint; '%s' is one "
+                        "argument too many", arg);
+        }
+    }
+    if (!e->ckpt)
+        usage_error(e, "export needs a model and a checkpoint: mpcc export model.onnx "
+                    "ckpt.safetensors -o trained.onnx%s", "");
+    if (!e->output)
+        error_file(e->model, "give -o trained.onnx to say where to write the model "
+                   "with the weights of %s", str_escaped(e->a, e->ckpt, 160));
+}
+
+/* A runtime message starts with the file's name, which the diagnostic
+ * already shows. */
+static _Noreturn void fail_runtime(const char *file, const char *err)
+{
+    size_t n = strlen(file);
+    if (strncmp(err, file, n) == 0 && strncmp(err + n, ": ", 2) == 0)
+        err += n + 2;
+    error_file(file, "%s", err);
+}
+
+/* ---- the protobuf wire format: a field reader like the one in onnx.c ---- */
+
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*p >= end)
+            return false;
+        uint8_t b = *(*p)++;
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct Field {
+    uint32_t num, wire;
+    uint64_t varint;             /* wire type 0 */
+    Span whole;                  /* key included */
+    Span payload;                /* wire type 2 */
+} Field;
+
+/* The field at *p; the import has already checked the bytes, so a failure
+ * here is a bug. */
+static void next_field(const uint8_t **p, const uint8_t *end, Field *f)
+{
+    uint64_t key = 0, len = 0;
+    const uint8_t *start = *p;
+    bool ok = read_varint(p, end, &key);
+    f->num = (uint32_t)(key >> 3);
+    f->wire = key & 7;
+    f->payload = (Span){NULL, 0};
+    switch (ok ? f->wire : 7) {
+    case 0: ok = read_varint(p, end, &f->varint); break;
+    case 1: ok = end - *p >= 8; *p += ok ? 8 : 0; break;
+    case 5: ok = end - *p >= 4; *p += ok ? 4 : 0; break;
+    case 2:
+        ok = read_varint(p, end, &len) && len <= (uint64_t)(end - *p);
+        if (ok) {
+            f->payload = (Span){*p, (size_t)len};
+            *p += len;
+        }
+        break;
+    default: ok = false; break;
+    }
+    MPCC_ASSERT(ok);
+    f->whole = (Span){start, (size_t)(*p - start)};
+}
+
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80)
+        v >>= 7, n++;
+    return n;
+}
+
+static size_t field_size(uint32_t num, size_t len)
+{
+    return varint_size((uint64_t)num << 3 | 2) + varint_size(len) + len;
+}
+
+/* ---- the model's initializers ---- */
+
+static void add_init(Export *e, Span field, Span tensor)
+{
+    if (e->ninits == e->cap) {
+        uint32_t cap = e->cap ? e->cap * 2 : 64;
+        e->inits = arena_grow(e->a, e->inits, e->ninits, cap, sizeof(Init));
+        e->cap = cap;
+    }
+    Init *in = &e->inits[e->ninits++];
+    in->field = field;
+    in->tensor = tensor;
+    in->name = "";
+    const uint8_t *end = tensor.p + tensor.n;
+    Field f;
+    for (const uint8_t *p = tensor.p; p < end;) {
+        next_field(&p, end, &f);
+        if (f.num == TENSOR_NAME && f.wire == 2)
+            in->name = arena_strndup(e->a, (const char *)f.payload.p, f.payload.n);
+        else if (f.num == TENSOR_DATA_LOCATION && f.wire == 0)
+            in->external = f.varint == DATA_LOCATION_EXTERNAL;
+    }
+    uint32_t v = ir_find(e->g, in->name);
+    MPCC_ASSERT(v != NONE && e->g->values[v].data);
+    in->val = &e->g->values[v];
+}
+
+/* The graph's bytes and its initializers, in file order. */
+static void find_initializers(Export *e)
+{
+    const uint8_t *end = (const uint8_t *)e->g->source + e->g->source_size;
+    Field f;
+    for (const uint8_t *p = e->g->source; p < end;) {
+        next_field(&p, end, &f);
+        if (f.num == MODEL_GRAPH && f.wire == 2)
+            e->graph_field = f.whole, e->graph = f.payload;
+    }
+    end = e->graph.p + e->graph.n;
+    for (const uint8_t *p = e->graph.p; p < end;) {
+        next_field(&p, end, &f);
+        if (f.num == GRAPH_INITIALIZER && f.wire == 2)
+            add_init(e, f.whole, f.payload);
+    }
+}
+
+/* ---- matching them with the checkpoint ---- */
+
+static const DType dtype_of_mprt[MPRT_DTYPE_COUNT] = {
+    [MPRT_F32] = DT_F32, [MPRT_F64] = DT_F64, [MPRT_I64] = DT_I64, [MPRT_I32] = DT_I32,
+    [MPRT_U8] = DT_U8, [MPRT_BOOL] = DT_BOOL, [MPRT_F16] = DT_F16, [MPRT_BF16] = DT_BF16,
+    [MPRT_I16] = DT_I16, [MPRT_I8] = DT_I8,
+};
+
+static const char *esc(Export *e, const char *s)
+{
+    return str_escaped(e->a, s, 160);
+}
+
+static void check_same_type(Export *e, const Init *in)
+{
+    const MprtStTensor *t = in->ckpt;
+    Shape s = {.rank = t->rank};
+    memcpy(s.d, t->shape, sizeof(int64_t) * (size_t)t->rank);
+    DType dt = dtype_of_mprt[t->dtype];
+    if (dt == in->val->dtype && shape_eq(&s, &in->val->shape))
+        return;
+    error_file(e->ckpt, "tensor '%s' is %s %s here but %s %s in %s; export a checkpoint "
+               "of this model", esc(e, in->name), dtype_name(dt), shape_str(e->a, &s),
+               dtype_name(in->val->dtype), shape_str(e->a, &in->val->shape), esc(e, e->model));
+}
+
+/* Finds each initializer's checkpoint tensor; at least one weight must be
+ * there, then every weight. */
+static void match_checkpoint(Export *e)
+{
+    uint32_t weights = 0, found = 0;
+    const char *first = NULL;
+    for (uint32_t i = 0; i < e->ninits; i++) {
+        Init *in = &e->inits[i];
+        in->ckpt = mprt_st_find(&e->st, in->name);
+        if (!dtype_is_float(in->val->dtype))
+            continue;
+        weights++;
+        found += in->ckpt != NULL;
+        first = first ? first : in->name;
+    }
+    if (!weights)
+        error_file(e->model, "has no floating-point initializers, so no weights to export");
+    if (!found)
+        error_file(e->ckpt, "holds none of the %u weights of %s (such as '%s'); is it a "
+                   "checkpoint of another model?", weights, esc(e, e->model), esc(e, first));
+    for (uint32_t i = 0; i < e->ninits; i++) {
+        const Init *in = &e->inits[i];
+        if (in->ckpt)
+            check_same_type(e, in);
+        else if (dtype_is_float(in->val->dtype))
+            error_file(e->ckpt, "has no tensor '%s', a weight of %s; is it a checkpoint "
+                       "of another model?", esc(e, in->name), esc(e, e->model));
+    }
+}
+
+/* The trainer records the SHA-256 of the model file it was compiled from. */
+static void check_model_hash(Export *e)
+{
+    const char *want = mprt_st_meta(&e->st, "model_sha256");
+    if (!want)
+        return;
+    char hash[65];
+    sha256_hex(e->g->source, e->g->source_size, hash);
+    if (strcmp(want, hash) != 0)
+        error_file(e->ckpt, "is a checkpoint of another model file: its model_sha256 is "
+                   "%.16s..., %s has %.16s...; export into the model it was trained from",
+                   esc(e, want), esc(e, e->model), hash);
+}
+
+/* ---- sizes ---- */
+
+static bool is_data_field(uint32_t num)
+{
+    switch (num) {
+    case 4: case 5: case 6: case 7: case 9: case 10: case 11:   /* *_data, raw_data */
+    case 13: case TENSOR_DATA_LOCATION:                         /* external_data */
+        return true;
+    default:
+        return false;
+    }
+}
+
+static size_t tensor_size(const Init *in)
+{
+    if (!in->rewrite)
+        return in->tensor.n;
+    size_t kept = 0;
+    const uint8_t *end = in->tensor.p + in->tensor.n;
+    Field f;
+    for (const uint8_t *p = in->tensor.p; p < end;) {
+        next_field(&p, end, &f);
+        if (!is_data_field(f.num))
+            kept += f.whole.n;
+    }
+    return kept + field_size(TENSOR_RAW_DATA, in->data.n);
+}
+
+/* What each initializer becomes, and the size of the graph and the model
+ * (from the fields' sizes as found, however their lengths were encoded). */
+static void plan(Export *e)
+{
+    for (uint32_t i = 0; i < e->ninits; i++) {
+        Init *in = &e->inits[i];
+        if (in->ckpt) {
+            in->data = (Span){in->ckpt->data, in->ckpt->nbytes};
+            in->rewrite = true;
+        } else if (in->external) {
+            in->data = (Span){in->val->data->data, in->val->data->nbytes};
+            in->rewrite = true;
+        }
+        in->size = tensor_size(in);
+    }
+    size_t kept = e->graph.n, added = 0;
+    for (uint32_t i = 0; i < e->ninits; i++) {
+        if (!e->inits[i].rewrite)
+            continue;
+        kept -= e->inits[i].field.n;
+        added += field_size(GRAPH_INITIALIZER, e->inits[i].size);
+    }
+    e->graph_size = kept + added;
+    e->model_size = e->g->source_size - e->graph_field.n +
+                    field_size(MODEL_GRAPH, e->graph_size);
+    if (e->model_size > ONNX_MAX_BYTES)
+        error_file(e->output, "the model with its weights inline would be %zu bytes, over "
+                   "ONNX's limit of 2 GB for one file; mpcc export writes no external "
+                   "data yet", e->model_size);
+}
+
+/* ---- writing ---- */
+
+static void put(Export *e, const void *p, size_t n)
+{
+    char err[512];
+    if (mprt_out_write(&e->out, p, n, err, sizeof err) != 0)
+        fail_runtime(e->output, err);
+    e->written += n;
+}
+
+static void put_varint(Export *e, uint64_t v)
+{
+    uint8_t b[10];
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7)
+        b[n++] = (uint8_t)(v | 0x80);
+    b[n++] = (uint8_t)v;
+    put(e, b, n);
+}
+
+static void put_header(Export *e, uint32_t num, size_t len)
+{
+    put_varint(e, (uint64_t)num << 3 | 2);
+    put_varint(e, len);
+}
+
+static void write_tensor(Export *e, const Init *in)
+{
+    const uint8_t *end = in->tensor.p + in->tensor.n;
+    Field f;
+    for (const uint8_t *p = in->tensor.p; p < end;) {
+        next_field(&p, end, &f);
+        if (!is_data_field(f.num))
+            put(e, f.whole.p, f.whole.n);
+    }
+    put_header(e, TENSOR_RAW_DATA, in->data.n);
+    put(e, in->data.p, in->data.n);
+}
+
+static void write_graph(Export *e)
+{
+    const uint8_t *end = e->graph.p + e->graph.n;
+    uint32_t k = 0;
+    Field f;
+    for (const uint8_t *p = e->graph.p; p < end;) {
+        next_field(&p, end, &f);
+        if (!(f.num == GRAPH_INITIALIZER && f.wire == 2)) {
+            put(e, f.whole.p, f.whole.n);
+            continue;
+        }
+        const Init *in = &e->inits[k++];
+        if (!in->rewrite) {
+            put(e, f.whole.p, f.whole.n);
+            continue;
+        }
+        put_header(e, GRAPH_INITIALIZER, in->size);
+        write_tensor(e, in);
+    }
+    MPCC_ASSERT(k == e->ninits);
+}
+
+static void write_model(Export *e)
+{
+    char err[512];
+    if (mprt_out_open(&e->out, e->output, err, sizeof err) != 0)
+        fail_runtime(e->output, err);
+    const uint8_t *end = (const uint8_t *)e->g->source + e->g->source_size;
+    Field f;
+    for (const uint8_t *p = e->g->source; p < end;) {
+        next_field(&p, end, &f);
+        if (f.num == MODEL_GRAPH && f.wire == 2) {
+            put_header(e, MODEL_GRAPH, e->graph_size);
+            write_graph(e);
+        } else {
+            put(e, f.whole.p, f.whole.n);
+        }
+    }
+    if (e->written != e->model_size) {
+        mprt_out_abort(&e->out);
+        mpcc_die(__FILE__, __LINE__, "export wrote %zu bytes, planned %zu", e->written,
+                 e->model_size);
+    }
+    if (mprt_out_commit(&e->out, err, sizeof err) != 0)
+        fail_runtime(e->output, err);
+}
+
+static void close_checkpoint(void *p)
+{
+    mprt_st_close(p);
+}
+
+int export_main(int argc, char **argv)
+{
+    Export e = {.a = arena_new()};
+    parse_args(&e, argc, argv);
+    e.g = onnx_import(e.a, e.model);
+    char err[512];
+    if (mprt_st_open(e.ckpt, &e.st, err, sizeof err) != 0)
+        fail_runtime(e.ckpt, err);
+    arena_defer(e.a, close_checkpoint, &e.st);
+    find_initializers(&e);
+    match_checkpoint(&e);
+    check_model_hash(&e);
+    plan(&e);
+    write_model(&e);
+    arena_free(e.a);
+    return 0;
+}

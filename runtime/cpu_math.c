@@ -1,0 +1,362 @@
+/* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
+ * forward and backward: batched MatMul, elementwise functions, Pow,
+ * Softmax, LayerNormalization and Dropout.
+ *
+ * Elementwise functions share one kernel per direction, specialised by the
+ * op code (a literal at every call, so the switch is hoisted by the
+ * compiler). Statistics (softmax sums, layer-norm moments) accumulate in
+ * double.
+ */
+#include "mprt.h"
+
+#include <cblas.h>
+#include <math.h>
+
+/* ---- batched matrix multiply ---- */
+
+/* Y[b] (+)= op(A[b]) op(B[b]) over the batch index b of `shape` (rank
+ * dims, the broadcast batch of A and B); sa, sb, sy are the strides of A's,
+ * B's and Y's matrices per batch dimension, 0 where one is broadcast. Where
+ * Y's stride is 0 the products are summed into it: that is the gradient of
+ * a broadcast operand (a weight shared by the batch). Common layouts become
+ * one GEMM: a shared right operand folds the batch into the rows, a shared
+ * output folds it into the inner dimension. */
+MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const long *sb,
+                          const long *sy, int M, int N, int K, int ta, int tb, const float *A,
+                          const float *B, float *Y)
+{
+    long nb = 1, full_a = 1, full_b = 1, full_y = 1, shared_b = 1, shared_y = 1, s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        nb *= shape[d];
+        full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
+        full_b &= shape[d] == 1 || sb[d] == (long)K * N * s;
+        full_y &= shape[d] == 1 || sy[d] == (long)M * N * s;
+        shared_b &= shape[d] == 1 || sb[d] == 0;
+        shared_y &= shape[d] == 1 || sy[d] == 0;
+        s *= shape[d];
+    }
+    if (nb > 1 && !ta && full_a && full_y && shared_b) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(nb * M),
+                    N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, Y, N);
+        return;
+    }
+    if (nb > 1 && ta && !tb && full_a && full_b && shared_y) {
+        /* Y[M,N] = sum_b A[b]^T B[b]: A is (nb*K, M) rows, B (nb*K, N) rows */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, (int)(nb * K), 1.0f, A, M,
+                    B, N, 0.0f, Y, N);
+        return;
+    }
+    long idx[8] = {0}, off[3] = {0, 0, 0};
+    const long *st[3] = {sa, sb, sy};
+    int accumulate = 0;
+    for (int d = 0; d < rank; d++)
+        accumulate |= shape[d] > 1 && sy[d] == 0;
+    if (accumulate)
+        memset(Y, 0, (size_t)M * N * sizeof *Y);
+    for (long i = 0; i < nb; i++) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, 1.0f, A + off[0], ta ? M : K, B + off[1], tb ? K : N,
+                    accumulate ? 1.0f : 0.0f, Y + off[2], N);
+        mprt_bcast_next(rank, shape, idx, 3, off, st);
+    }
+}
+
+/* ---- elementwise functions ---- */
+
+enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOID,
+       MPRT_RECIPROCAL, MPRT_ABS };
+
+MPRT_KERNEL void mprt_unary(int op, long n, const float *x, float *y)
+{
+    for (long i = 0; i < n; i++) {
+        float v = x[i];
+        switch (op) {
+        case MPRT_ERF: y[i] = erff(v); break;
+        case MPRT_TANH: y[i] = tanhf(v); break;
+        case MPRT_SQRT: y[i] = sqrtf(v); break;
+        case MPRT_EXP: y[i] = expf(v); break;
+        case MPRT_LOG: y[i] = logf(v); break;
+        case MPRT_NEG: y[i] = -v; break;
+        case MPRT_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
+        case MPRT_RECIPROCAL: y[i] = 1.0f / v; break;
+        default: y[i] = fabsf(v); break;
+        }
+    }
+}
+
+/* dx = dy * f'(x), from x or from y = f(x), whichever is cheaper. */
+MPRT_KERNEL void mprt_unary_grad(int op, long n, const float *dy, const float *x,
+                                 const float *y, float *dx)
+{
+    const float two_over_sqrt_pi = 1.12837916709551257f;
+    for (long i = 0; i < n; i++) {
+        float g = dy[i];
+        switch (op) {
+        case MPRT_ERF: dx[i] = g * two_over_sqrt_pi * expf(-x[i] * x[i]); break;
+        case MPRT_TANH: dx[i] = g * (1.0f - y[i] * y[i]); break;
+        case MPRT_SQRT: dx[i] = g * 0.5f / y[i]; break;
+        case MPRT_EXP: dx[i] = g * y[i]; break;
+        case MPRT_LOG: dx[i] = g / x[i]; break;
+        case MPRT_NEG: dx[i] = -g; break;
+        case MPRT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
+        case MPRT_RECIPROCAL: dx[i] = -g * y[i] * y[i]; break;
+        default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
+        }
+    }
+}
+
+/* The gradient of y = a^b with broadcasting, in y's shape (the caller
+ * sums it down to the operand): wrt 0 gives dy * b * a^(b-1), wrt 1 gives
+ * dy * y * ln(a). */
+MPRT_KERNEL void mprt_pow_grad(int wrt, int rank, const long *shape, const float *dy,
+                               const float *a, const long *sa, const float *b, const long *sb,
+                               const float *y, float *out)
+{
+    long n = 1, idx[8] = {0}, off[2] = {0, 0};
+    const long *s[2] = {sa, sb};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        float u = a[off[0]], v = b[off[1]];
+        if (wrt == 0)
+            out[i] = v == 0.0f ? 0.0f : dy[i] * v * powf(u, v - 1.0f);
+        else
+            out[i] = u > 0.0f ? dy[i] * y[i] * logf(u) : 0.0f;
+        mprt_bcast_next(rank, shape, idx, 2, off, s);
+    }
+}
+
+/* ---- softmax over one axis: x is outer x C x inner ---- */
+
+MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, float *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < inner; j++) {
+            const float *xs = x + (size_t)o * C * inner + j;
+            float *ys = y + (size_t)o * C * inner + j;
+            float mx = xs[0];
+            for (long c = 1; c < C; c++)
+                mx = xs[c * inner] > mx ? xs[c * inner] : mx;
+            if (mx == -INFINITY)
+                mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
+            double sum = 0;
+            for (long c = 0; c < C; c++) {
+                float e = expf(xs[c * inner] - mx);
+                ys[c * inner] = e;
+                sum += e;
+            }
+            float inv = (float)(1.0 / sum);
+            for (long c = 0; c < C; c++)
+                ys[c * inner] *= inv;
+        }
+}
+
+/* dx = y * (dy - sum_c dy * y) */
+MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
+                                   const float *y, float *dx)
+{
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < inner; j++) {
+            size_t base = (size_t)o * C * inner + j;
+            double dot = 0;
+            for (long c = 0; c < C; c++)
+                dot += (double)dy[base + c * inner] * y[base + c * inner];
+            for (long c = 0; c < C; c++)
+                dx[base + c * inner] = y[base + c * inner] * (dy[base + c * inner] - (float)dot);
+        }
+}
+
+/* ---- layer normalization over the last D elements of each row ---- */
+
+MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *scale,
+                                const float *bias, float eps, float *y, float *mean,
+                                float *rstd)
+{
+    for (long r = 0; r < rows; r++) {
+        const float *xs = x + (size_t)r * D;
+        float *ys = y + (size_t)r * D;
+        double s = 0, ss = 0;
+        for (long i = 0; i < D; i++)
+            s += xs[i];
+        double mu = s / D;
+        for (long i = 0; i < D; i++)
+            ss += (xs[i] - mu) * (xs[i] - mu);
+        float m = (float)mu, inv = (float)(1.0 / sqrt(ss / D + eps));
+        for (long i = 0; i < D; i++)
+            ys[i] = (xs[i] - m) * inv * scale[i] + (bias ? bias[i] : 0.0f);
+        if (mean)
+            mean[r] = m;
+        if (rstd)
+            rstd[r] = inv;
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale;
+ * dscale = sum over rows of dy * xhat, dbias = sum of dy (dbias may be
+ * NULL). */
+MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const float *x,
+                                     const float *scale, const float *mean, const float *rstd,
+                                     float *dx, float *dscale, float *dbias)
+{
+    double *acc = calloc((size_t)D * 2, sizeof *acc);
+    if (!acc) {
+        fprintf(stderr, "train: error: out of memory in a layer-norm gradient\n");
+        exit(1);
+    }
+    for (long r = 0; r < rows; r++) {
+        const float *xs = x + (size_t)r * D, *g = dy + (size_t)r * D;
+        float m = mean[r], inv = rstd[r];
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv, gi = g[i] * scale[i];
+            sg += gi;
+            sgx += gi * xhat;
+            acc[i] += (double)g[i] * xhat;
+            acc[D + i] += g[i];
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv;
+            dx[(size_t)r * D + i] = inv * (g[i] * scale[i] - mg - xhat * mgx);
+        }
+    }
+    for (long i = 0; i < D; i++) {
+        dscale[i] = (float)acc[i];
+        if (dbias)
+            dbias[i] = (float)acc[D + i];
+    }
+    free(acc);
+}
+
+/* ---- dropout with a counter-based generator ---- */
+
+/* The training loop sets these before every micro-batch: a dropout mask is
+ * a function of (seed, node, global micro-batch number, element) only, so
+ * it does not depend on where or in which order the op runs, and the
+ * backward pass regenerates it instead of storing it. */
+static uint64_t mprt_dropout_seed;
+static long mprt_dropout_mb;
+
+static inline uint64_t mprt_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t mprt_dropout_key(uint64_t node)
+{
+    uint64_t k = mprt_mix64(mprt_dropout_seed + 0x9e3779b97f4a7c15ULL);
+    k = mprt_mix64(k ^ (node * 0xd1b54a32d192ed03ULL));
+    return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
+}
+
+/* 1 if element i is kept: a uniform 24-bit draw at or above the ratio. */
+static inline int mprt_dropout_keep(uint64_t key, long i, float ratio)
+{
+    uint64_t r = mprt_mix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ULL);
+    return (float)(r >> 40) * (1.0f / 16777216.0f) >= ratio;
+}
+
+/* Training: y = x * keep / (1 - ratio), mask = keep (mask may be NULL).
+ * Otherwise (inference, or ratio 0) y = x and the mask is all ones. */
+MPRT_KERNEL void mprt_dropout(long n, uint64_t node, float ratio, int training,
+                              const float *x, float *y, uint8_t *mask)
+{
+    if (!training || ratio <= 0.0f) {
+        if (x != y)
+            memcpy(y, x, (size_t)n * sizeof *y);
+        if (mask)
+            memset(mask, 1, (size_t)n);
+        return;
+    }
+    uint64_t key = mprt_dropout_key(node);
+    float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
+    for (long i = 0; i < n; i++) {
+        int keep = mprt_dropout_keep(key, i, ratio);
+        y[i] = keep ? x[i] * scale : 0.0f;
+        if (mask)
+            mask[i] = (uint8_t)keep;
+    }
+}
+
+MPRT_KERNEL void mprt_dropout_grad(long n, uint64_t node, float ratio, const float *dy,
+                                   float *dx)
+{
+    mprt_dropout(n, node, ratio, 1, dy, dx, NULL);
+}
+
+/* ---- log-softmax and the negative log-likelihood loss ---- */
+
+MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x, float *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < inner; j++) {
+            const float *xs = x + (size_t)o * C * inner + j;
+            float *ys = y + (size_t)o * C * inner + j;
+            float mx = xs[0];
+            for (long c = 1; c < C; c++)
+                mx = xs[c * inner] > mx ? xs[c * inner] : mx;
+            double sum = 0;
+            for (long c = 0; c < C; c++)
+                sum += exp((double)xs[c * inner] - mx);
+            float lse = (float)(mx + log(sum));
+            for (long c = 0; c < C; c++)
+                ys[c * inner] = xs[c * inner] - lse;
+        }
+}
+
+/* dx = dy - softmax(x) * sum_c dy, with softmax(x) = exp(y) */
+MPRT_KERNEL void mprt_log_softmax_grad(long outer, long C, long inner, const float *dy,
+                                       const float *y, float *dx)
+{
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < inner; j++) {
+            size_t base = (size_t)o * C * inner + j;
+            double sum = 0;
+            for (long c = 0; c < C; c++)
+                sum += dy[base + c * inner];
+            for (long c = 0; c < C; c++)
+                dx[base + c * inner] = dy[base + c * inner] - expf(y[base + c * inner]) * (float)sum;
+        }
+}
+
+/* Mean of -x[n, label, d] over the labels that are not ignore_index;
+ * x (N, C, D) holds log-probabilities. */
+MPRT_KERNEL void mprt_nll(int N, int C, long D, const float *x, const int64_t *labels,
+                          int64_t ignore, float *loss, const char *node)
+{
+    double total = 0;
+    long count = 0;
+    for (int n = 0; n < N; n++)
+        for (long d = 0; d < D; d++) {
+            int64_t t = labels[(size_t)n * D + d];
+            if (t == ignore)
+                continue;
+            if (t < 0 || t >= C) {
+                fprintf(stderr, "train: error: node '%s': label %lld is not a class in "
+                        "[0, %d) nor the ignore_index %lld; check the labels\n", node,
+                        (long long)t, C, (long long)ignore);
+                exit(1);
+            }
+            total -= x[((size_t)n * C + t) * D + d];
+            count++;
+        }
+    *loss = count ? (float)(total / count) : 0.0f;
+}
+
+MPRT_KERNEL void mprt_nll_grad(int N, int C, long D, const float *dloss, const int64_t *labels,
+                               int64_t ignore, float *dx)
+{
+    long count = 0;
+    for (long i = 0; i < (long)N * D; i++)
+        count += labels[i] != ignore;
+    float g = count ? -dloss[0] / (float)count : 0.0f;
+    memset(dx, 0, (size_t)N * C * D * sizeof *dx);
+    for (int n = 0; n < N; n++)
+        for (long d = 0; d < D; d++) {
+            int64_t t = labels[(size_t)n * D + d];
+            if (t != ignore)
+                dx[((size_t)n * C + t) * D + d] = g;
+        }
+}

@@ -1,0 +1,239 @@
+/* cpu_move.c — the CPU device's data-movement kernels, forward and
+ * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
+ * embedding and its scatter-add gradient, Where, Cast and 2-D Resize.
+ *
+ * Shapes come in as literals from the generated step. Broadcasting ops take
+ * per-output-dimension strides (0 where an input is broadcast) and walk the
+ * output once with mprt_bcast_next.
+ */
+#include "mprt.h"
+
+#include <math.h>
+
+/* Advances the multi-index idx over shape and k offsets by their strides
+ * (strides[j][d]: stride of operand j along output dimension d). */
+static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k, long *off,
+                                   const long *const *strides)
+{
+    for (int d = rank - 1; d >= 0; d--) {
+        for (int j = 0; j < k; j++)
+            off[j] += strides[j][d];
+        if (++idx[d] < shape[d])
+            return;
+        for (int j = 0; j < k; j++)
+            off[j] -= strides[j][d] * shape[d];
+        idx[d] = 0;
+    }
+}
+
+/* y (contiguous, `shape`) = x[base + sum idx[d] * stride[d]]: Transpose
+ * (permuted strides) and Slice (strides times steps, base at the starts).
+ * With back != 0 it runs the other way for the gradient: dx is zeroed and
+ * dx[base + ...] = dy. */
+MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
+                              long base, long n_x, float *x, float *y)
+{
+    long n = 1, idx[8] = {0}, off = base;
+    const long *s[1] = {stride};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    if (back)
+        memset(x, 0, (size_t)n_x * sizeof *x);
+    for (long i = 0; i < n; i++) {
+        if (back)
+            x[off] = y[i];
+        else
+            y[i] = x[off];
+        mprt_bcast_next(rank, shape, idx, 1, &off, s);
+    }
+}
+
+/* Concat along an axis: the tensors are `outer` rows of len[j] * inner
+ * elements each; y's rows are the inputs' rows one after another. Split
+ * (back != 0) copies y's rows out; a NULL part is an unused output. */
+MPRT_KERNEL void mprt_concat(int back, long outer, long inner, int k, const long *len,
+                             float *const *part, float *y)
+{
+    long row = 0;
+    for (int j = 0; j < k; j++)
+        row += len[j] * inner;
+    for (long o = 0; o < outer; o++) {
+        float *yr = y + (size_t)o * row;
+        for (int j = 0; j < k; j++) {
+            size_t bytes = (size_t)(len[j] * inner) * sizeof *y;
+            if (part[j] && back)
+                memcpy(part[j] + (size_t)o * len[j] * inner, yr, bytes);
+            else if (part[j])
+                memcpy(yr, part[j] + (size_t)o * len[j] * inner, bytes);
+            yr += len[j] * inner;
+        }
+    }
+}
+
+/* The index of Gather node `node`, checked against the dimension. */
+static long mprt_gather_index(int64_t v, long dim, const char *node)
+{
+    if (v < -dim || v >= dim) {
+        fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%ld, %ld); "
+                "check the input data (token ids must be below the vocabulary size)\n",
+                node, (long long)v, dim, dim);
+        exit(1);
+    }
+    return (long)(v < 0 ? v + dim : v);
+}
+
+/* Gather on an axis: x is outer x dim x inner, y is outer x nidx x inner. */
+MPRT_KERNEL void mprt_gather(long outer, long dim, long inner, long nidx, const int64_t *idx,
+                             const float *x, float *y, const char *node)
+{
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < nidx; i++) {
+            long k = mprt_gather_index(idx[i], dim, node);
+            memcpy(y + ((size_t)o * nidx + i) * inner, x + ((size_t)o * dim + k) * inner,
+                   (size_t)inner * sizeof *y);
+        }
+}
+
+/* The gradient of Gather: dx = 0, then dx[o, idx[i], :] += dy[o, i, :]
+ * (repeated indices, such as one token twice, add up). */
+MPRT_KERNEL void mprt_gather_grad(long outer, long dim, long inner, long nidx,
+                                  const int64_t *idx, const float *dy, float *dx,
+                                  const char *node)
+{
+    memset(dx, 0, (size_t)(outer * dim * inner) * sizeof *dx);
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < nidx; i++) {
+            long k = mprt_gather_index(idx[i], dim, node);
+            float *d = dx + ((size_t)o * dim + k) * inner;
+            const float *s = dy + ((size_t)o * nidx + i) * inner;
+            for (long j = 0; j < inner; j++)
+                d[j] += s[j];
+        }
+}
+
+/* y = cond ? a : b with broadcasting (strides per output dimension). */
+MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, const long *sc,
+                            const float *a, const long *sa, const float *b, const long *sb,
+                            float *y)
+{
+    long n = 1, idx[8] = {0}, off[3] = {0, 0, 0};
+    const long *s[3] = {sc, sa, sb};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+        mprt_bcast_next(rank, shape, idx, 3, off, s);
+    }
+}
+
+/* Element types of Cast, as the generated code names them. */
+enum { MPRT_CAST_F32, MPRT_CAST_I64, MPRT_CAST_I32, MPRT_CAST_U8, MPRT_CAST_BOOL };
+
+static double mprt_cast_read(int t, const void *x, long i)
+{
+    switch (t) {
+    case MPRT_CAST_F32: return ((const float *)x)[i];
+    case MPRT_CAST_I64: return (double)((const int64_t *)x)[i];
+    case MPRT_CAST_I32: return ((const int32_t *)x)[i];
+    default: return ((const uint8_t *)x)[i];
+    }
+}
+
+/* Cast as ONNX defines it: float to integer truncates toward zero; to bool
+ * is "not zero". */
+MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
+{
+    for (long i = 0; i < n; i++) {
+        double v = mprt_cast_read(from, x, i);
+        switch (to) {
+        case MPRT_CAST_F32: ((float *)y)[i] = (float)v; break;
+        case MPRT_CAST_I64: ((int64_t *)y)[i] = (int64_t)v; break;
+        case MPRT_CAST_I32: ((int32_t *)y)[i] = (int32_t)v; break;
+        case MPRT_CAST_U8: ((uint8_t *)y)[i] = (uint8_t)v; break;
+        default: ((uint8_t *)y)[i] = v != 0; break;
+        }
+    }
+}
+
+/* ---- Resize (2-D, over the last two dimensions) ---- */
+
+/* How an output coordinate maps to the input (ONNX's
+ * coordinate_transformation_mode) and how it is sampled. */
+enum { MPRT_HALF_PIXEL, MPRT_PYTORCH_HALF_PIXEL, MPRT_ALIGN_CORNERS, MPRT_ASYMMETRIC };
+enum { MPRT_NEAREST_FLOOR, MPRT_NEAREST_ROUND_DOWN, MPRT_NEAREST_ROUND_UP,
+       MPRT_NEAREST_CEIL, MPRT_LINEAR };
+
+typedef struct MprtResize {
+    long NC;
+    int H, W, OH, OW;
+    int coord, mode;
+    float scale_h, scale_w;    /* output / input, as given or from the sizes */
+} MprtResize;
+
+static float mprt_resize_src(const MprtResize *p, int o, int in, int out, float scale)
+{
+    switch (p->coord) {
+    case MPRT_ALIGN_CORNERS: return out > 1 ? (float)o * (in - 1) / (out - 1) : 0.0f;
+    case MPRT_ASYMMETRIC: return (float)o / scale;
+    case MPRT_PYTORCH_HALF_PIXEL: return out > 1 ? (o + 0.5f) / scale - 0.5f : 0.0f;
+    default: return (o + 0.5f) / scale - 0.5f;
+    }
+}
+
+/* The one or two input positions an output position reads and their
+ * weights (w1 = 0 for nearest). */
+static void mprt_resize_taps(const MprtResize *p, int o, int in, int out, float scale,
+                             int *i0, int *i1, float *w1)
+{
+    float s = mprt_resize_src(p, o, in, out, scale);
+    if (p->mode != MPRT_LINEAR) {
+        float f = p->mode == MPRT_NEAREST_FLOOR ? floorf(s)
+                : p->mode == MPRT_NEAREST_CEIL ? ceilf(s)
+                : p->mode == MPRT_NEAREST_ROUND_DOWN ? ceilf(s - 0.5f) : floorf(s + 0.5f);
+        int k = (int)f;
+        *i0 = *i1 = k < 0 ? 0 : k >= in ? in - 1 : k;
+        *w1 = 0.0f;
+        return;
+    }
+    s = s < 0 ? 0 : s;
+    int k = (int)s;
+    k = k >= in - 1 ? in - 1 : k;
+    *i0 = k;
+    *i1 = k + 1 < in ? k + 1 : k;
+    *w1 = s - (float)k;
+    if (*i1 == k)
+        *w1 = 0.0f;
+}
+
+/* Forward (back == 0): y from x. Gradient (back != 0): dx = 0, then every
+ * output's gradient is spread over the inputs it read, by their weights. */
+MPRT_KERNEL void mprt_resize(int back, const MprtResize *p, float *x, float *y)
+{
+    size_t in_plane = (size_t)p->H * p->W, out_plane = (size_t)p->OH * p->OW;
+    if (back)
+        memset(x, 0, (size_t)p->NC * in_plane * sizeof *x);
+    for (int oh = 0; oh < p->OH; oh++) {
+        int h0, h1, w0, w1;
+        float ah, aw;
+        mprt_resize_taps(p, oh, p->H, p->OH, p->scale_h, &h0, &h1, &ah);
+        for (int ow = 0; ow < p->OW; ow++) {
+            mprt_resize_taps(p, ow, p->W, p->OW, p->scale_w, &w0, &w1, &aw);
+            float c00 = (1 - ah) * (1 - aw), c01 = (1 - ah) * aw, c10 = ah * (1 - aw),
+                  c11 = ah * aw;
+            size_t k00 = (size_t)h0 * p->W + w0, k01 = (size_t)h0 * p->W + w1,
+                   k10 = (size_t)h1 * p->W + w0, k11 = (size_t)h1 * p->W + w1;
+            size_t o = (size_t)oh * p->OW + ow;
+            for (long nc = 0; nc < p->NC; nc++) {
+                float *xs = x + nc * in_plane;
+                if (back) {
+                    float g = y[nc * out_plane + o];
+                    xs[k00] += c00 * g, xs[k01] += c01 * g;
+                    xs[k10] += c10 * g, xs[k11] += c11 * g;
+                } else {
+                    y[nc * out_plane + o] = c00 * xs[k00] + c01 * xs[k01] + c10 * xs[k10] +
+                                            c11 * xs[k11];
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,454 @@
+"""The gradient check cases: one entry per case, the ONNX node(s) under test
+and the same function in PyTorch.  gradcheck.py turns each entry into a tiny
+model and checks mpcc's gradients against PyTorch autograd.
+
+A case (see Case below):
+
+  name    the CTest name is gradcheck.<name>
+  op      the ONNX op under test (gradcheck.coverage wants one case for every
+          op with a gradient in compiler/ops.def)
+  nodes   the graph, as onnx.helper nodes; the last node's first output (or
+          `out`) is the op's result.  gradcheck.py appends Add(result, x), x
+          being the graph input (zeros, shaped like the result, first
+          dimension the batch), and mpcc puts the loss on that Add
+  inits   initializers: float arrays are the trainable parameters, integer
+          and bool arrays are constants (Reshape shapes, Gather indices,
+          Where conditions).  Each value is a generator called with the
+          case's numpy Generator (seeded from the case name)
+  consts  values of Constant nodes, placed in `nodes` as Const(output name,
+          consts key): float inputs that are not parameters, such as Resize
+          scales or Dropout's ratio; also generators
+  torch   the same function: torch(t) with t.NAME a float64 tensor for every
+          initializer and constant (parameters require grad; integer ones
+          int64, bool ones bool).  Returns the result, or (result, {name:
+          new value}) for state the op updates (BatchNorm running stats)
+  stats   float initializers that are state, not parameters: mpcc must not
+          train them, and their value after the step is compared with the one
+          torch returns
+  loss    "mse" (default: --loss=mse against random float labels),
+          "cross_entropy" (--loss=cross_entropy, int64 `labels`,
+          --ignore-index=`ignore_index`), or "model" (the nodes end in the
+          model's own SoftmaxCrossEntropyLoss: the graph inputs are "x",
+          shaped like the initializer `x_like`, and "labels"; the graph
+          output is "loss"; torch returns the loss)
+  class_axis, flags, needs   for "cross_entropy": the output's class axis
+          (mpcc --class-axis, default 1); more mpcc flags; ops mpcc adds to
+          the model for these flags (the case waits for their gradients too)
+  rtol, atol_rel   tolerance overrides, with a `note` saying why
+
+Adding an op is adding entries here.  A case is registered with CTest once
+every op its model uses has OPF_GRAD in compiler/ops.def.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper
+
+
+class Case:
+    def __init__(self, name, op, nodes, inits, torch, consts=None, stats=(),
+                 loss="mse", labels=None, ignore_index=-100, x_like=None,
+                 out=None, class_axis=1, flags=(), needs=(), rtol=None,
+                 atol_rel=None, note=""):
+        self.name, self.op, self.nodes = name, op, nodes
+        self.inits, self.consts = inits, consts or {}
+        self.torch, self.stats = torch, tuple(stats)
+        self.loss, self.labels, self.ignore_index = loss, labels, ignore_index
+        self.x_like = x_like
+        self.class_axis, self.flags, self.needs = class_axis, list(flags), tuple(needs)
+        self.out = out or nodes[-1].output[0]
+        self.rtol, self.atol_rel, self.note = rtol, atol_rel, note
+
+
+def N(op, inputs, outputs=("y",), **attrs):
+    """One ONNX node; its name is its first output."""
+    return helper.make_node(op, list(inputs), list(outputs), name=outputs[0], **attrs)
+
+
+def Const(name, value_name):
+    """A Constant node whose tensor is the case's consts[value_name]."""
+    return ("Constant", name, value_name)
+
+
+# ---- initial values: generators of float32 (or int64/bool) arrays ----
+
+def randn(*shape):
+    return lambda r: r.standard_normal(shape).astype(np.float32)
+
+
+def away(*shape, lo=0.2):
+    """|v| in [lo, 1.2]: away from zero (Relu's kink, a divisor)."""
+    def gen(r):
+        mag = r.uniform(lo, lo + 1.0, shape)
+        return (np.where(r.random(shape) < 0.5, -mag, mag)).astype(np.float32)
+    return gen
+
+
+def pos(*shape, lo=0.5, hi=2.0):
+    return lambda r: r.uniform(lo, hi, shape).astype(np.float32)
+
+
+def distinct(*shape):
+    """A shuffled ramp in [-1, 1): no two values tie (MaxPool's argmax)."""
+    def gen(r):
+        n = int(np.prod(shape))
+        return ((r.permutation(n) + r.uniform(0.1, 0.9, n)) * (2.0 / n) - 1.0) \
+            .reshape(shape).astype(np.float32)
+    return gen
+
+
+def ints(*values, shape=None):
+    a = np.array(values, dtype=np.int64)
+    return lambda r: a.reshape(shape) if shape else a
+
+
+def bools(*values, shape):
+    a = np.array(values, dtype=np.bool_).reshape(shape)
+    return lambda r: a
+
+
+def scalar(v, dtype=np.float32):
+    a = np.array(v, dtype=dtype)
+    return lambda r: a
+
+
+def labels_with(n_classes, shape, ignore=None, every=4):
+    """Class ids in [0, n_classes); every `every`-th one is `ignore`."""
+    def gen(r):
+        y = r.integers(0, n_classes, shape).astype(np.int64)
+        if ignore is not None:
+            y.reshape(-1)[::every] = ignore
+        return y
+    return gen
+
+
+# ---- torch helpers ----
+
+def bn(t, momentum=0.9, eps=1e-5):
+    """ONNX BatchNormalization in training mode (running statistics move by
+    ONNX's momentum, torch's is 1 - momentum; variance unbiased as in torch)."""
+    rm, rv = t.mean.detach().clone(), t.var.detach().clone()
+    y = F.batch_norm(t.X, rm, rv, t.scale, t.B, training=True,
+                     momentum=1.0 - momentum, eps=eps)
+    return y, {"mean": rm, "var": rv}
+
+
+def conv(t, stride=1, pads=(0, 0, 0, 0), dilation=1, groups=1):
+    """ONNX Conv: pads are (top, left, bottom, right)."""
+    x = F.pad(t.X, (pads[1], pads[3], pads[0], pads[2]))
+    return F.conv2d(x, t.W, getattr(t, "B", None), stride=stride,
+                    dilation=dilation, groups=groups)
+
+
+def bn_node(**attrs):
+    return N("BatchNormalization", ["X", "scale", "B", "mean", "var"],
+             ["y", "running_mean", "running_var"], training_mode=1, **attrs)
+
+
+# ---- the table ----
+
+CASES = [
+    # -- Gemm: Y = alpha op(A) op(B) + beta C, C broadcast to (M, N)
+    Case("Gemm_no_bias", "Gemm", [N("Gemm", ["A", "B"])],
+         dict(A=randn(4, 3), B=randn(3, 5)),
+         lambda t: t.A @ t.B),
+    Case("Gemm_linear_row_bias", "Gemm", [N("Gemm", ["A", "W", "C"], transB=1)],
+         dict(A=randn(4, 3), W=randn(5, 3), C=randn(5)),
+         lambda t: t.A @ t.W.T + t.C),
+    Case("Gemm_transA_alpha_beta", "Gemm",
+         [N("Gemm", ["A", "B", "C"], transA=1, alpha=0.5, beta=2.0)],
+         dict(A=randn(3, 4), B=randn(3, 5), C=randn(4, 5)),
+         lambda t: 0.5 * (t.A.T @ t.B) + 2.0 * t.C),
+    Case("Gemm_transA_transB_column_bias", "Gemm",
+         [N("Gemm", ["A", "B", "C"], transA=1, transB=1, beta=-0.75)],
+         dict(A=randn(3, 4), B=randn(5, 3), C=randn(4, 1)),
+         lambda t: t.A.T @ t.B.T - 0.75 * t.C),
+    Case("Gemm_scalar_bias", "Gemm", [N("Gemm", ["A", "B", "C"], alpha=-1.5)],
+         dict(A=randn(4, 3), B=randn(3, 5), C=randn(1)),
+         lambda t: -1.5 * (t.A @ t.B) + t.C),
+
+    # -- Add / Sub with broadcasting (numpy rules)
+    Case("Add_same_shape", "Add", [N("Add", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(2, 3, 4)),
+         lambda t: t.A + t.B),
+    Case("Add_broadcast_both", "Add", [N("Add", ["A", "B"])],
+         dict(A=randn(2, 1, 4), B=randn(3, 1)),
+         lambda t: t.A + t.B),
+    Case("Add_shared_operand", "Add", [N("Add", ["W", "W"])],
+         dict(W=randn(3, 4)),
+         lambda t: t.W + t.W),
+    Case("Sub_broadcast_right", "Sub", [N("Sub", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(4)),
+         lambda t: t.A - t.B),
+    Case("Sub_broadcast_left", "Sub", [N("Sub", ["A", "B"])],
+         dict(A=randn(3, 1), B=randn(2, 1, 4)),
+         lambda t: t.A - t.B),
+
+    # -- Relu (values away from the kink at 0)
+    Case("Relu", "Relu", [N("Relu", ["W"])],
+         dict(W=away(4, 5)),
+         lambda t: torch.relu(t.W)),
+
+    # -- Conv (2-D): X and W (and B) are parameters, so dX, dW, dB are checked
+    Case("Conv_basic", "Conv", [N("Conv", ["X", "W"], kernel_shape=[3, 3])],
+         dict(X=randn(2, 3, 5, 5), W=randn(4, 3, 3, 3)),
+         lambda t: conv(t)),
+    Case("Conv_stride_pad_bias", "Conv",
+         [N("Conv", ["X", "W", "B"], strides=[2, 2], pads=[1, 1, 1, 1])],
+         dict(X=randn(2, 3, 6, 6), W=randn(4, 3, 3, 3), B=randn(4)),
+         lambda t: conv(t, stride=2, pads=(1, 1, 1, 1))),
+    Case("Conv_dilation_asymmetric_pads", "Conv",
+         [N("Conv", ["X", "W", "B"], dilations=[2, 1], pads=[1, 0, 2, 1],
+            strides=[1, 2])],
+         dict(X=randn(2, 2, 7, 6), W=randn(3, 2, 3, 2), B=randn(3)),
+         lambda t: conv(t, stride=(1, 2), pads=(1, 0, 2, 1), dilation=(2, 1))),
+    Case("Conv_groups", "Conv",
+         [N("Conv", ["X", "W", "B"], group=2, pads=[1, 1, 1, 1])],
+         dict(X=randn(2, 4, 5, 5), W=randn(6, 2, 3, 3), B=randn(6)),
+         lambda t: conv(t, pads=(1, 1, 1, 1), groups=2)),
+    Case("Conv_depthwise_strided", "Conv",
+         [N("Conv", ["X", "W"], group=3, strides=[1, 2], pads=[1, 1, 1, 1])],
+         dict(X=randn(2, 3, 5, 6), W=randn(3, 1, 3, 3)),
+         lambda t: conv(t, stride=(1, 2), pads=(1, 1, 1, 1), groups=3)),
+    Case("Conv_1x1", "Conv", [N("Conv", ["X", "W", "B"])],
+         dict(X=randn(2, 3, 3, 4), W=randn(5, 3, 1, 1), B=randn(5)),
+         lambda t: conv(t)),
+    Case("Conv_auto_pad_same_upper", "Conv",
+         [N("Conv", ["X", "W"], auto_pad="SAME_UPPER", strides=[2, 2])],
+         dict(X=randn(2, 2, 6, 6), W=randn(3, 2, 3, 3)),
+         lambda t: conv(t, stride=2, pads=(0, 0, 1, 1))),
+
+    # -- BatchNormalization in training mode: Y, running_mean, running_var
+    Case("BatchNormalization_training_4d", "BatchNormalization", [bn_node()],
+         dict(X=randn(4, 3, 2, 2), scale=randn(3), B=randn(3), mean=randn(3),
+              var=pos(3)),
+         lambda t: bn(t), stats=("mean", "var")),
+    Case("BatchNormalization_training_2d_momentum_eps", "BatchNormalization",
+         [bn_node(momentum=0.7, epsilon=1e-3)],
+         dict(X=randn(6, 4), scale=randn(4), B=randn(4), mean=randn(4), var=pos(4)),
+         lambda t: bn(t, momentum=0.7, eps=1e-3), stats=("mean", "var")),
+
+    # -- MaxPool (distinct values: no ties), GlobalAveragePool
+    Case("MaxPool_2x2", "MaxPool",
+         [N("MaxPool", ["X"], kernel_shape=[2, 2], strides=[2, 2])],
+         dict(X=distinct(2, 2, 6, 6)),
+         lambda t: F.max_pool2d(t.X, 2, 2)),
+    Case("MaxPool_3x3_overlap_pads", "MaxPool",
+         [N("MaxPool", ["X"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+         dict(X=distinct(2, 2, 5, 6)),
+         lambda t: F.max_pool2d(t.X, 3, 2, padding=1)),
+    Case("MaxPool_dilation", "MaxPool",
+         [N("MaxPool", ["X"], kernel_shape=[2, 2], dilations=[2, 2], strides=[1, 1])],
+         dict(X=distinct(2, 2, 5, 5)),
+         lambda t: F.max_pool2d(t.X, 2, 1, dilation=2)),
+    Case("MaxPool_ceil_mode", "MaxPool",
+         [N("MaxPool", ["X"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)],
+         dict(X=distinct(2, 2, 5, 5)),
+         lambda t: F.max_pool2d(t.X, 2, 2, ceil_mode=True)),
+    Case("GlobalAveragePool", "GlobalAveragePool", [N("GlobalAveragePool", ["X"])],
+         dict(X=randn(2, 3, 4, 5)),
+         lambda t: t.X.mean(dim=(2, 3), keepdim=True)),
+
+    # -- shape ops: the gradient is dY reshaped back
+    Case("Reshape_minus_one", "Reshape", [N("Reshape", ["W", "shape"])],
+         dict(W=randn(2, 3, 4), shape=ints(2, -1)),
+         lambda t: t.W.reshape(2, 12)),
+    Case("Reshape_zero_copies_dim", "Reshape", [N("Reshape", ["W", "shape"])],
+         dict(W=randn(2, 3, 4), shape=ints(0, 4, 3)),
+         lambda t: t.W.reshape(2, 4, 3)),
+    Case("Flatten_axis1", "Flatten", [N("Flatten", ["W"])],
+         dict(W=randn(2, 3, 2, 2)),
+         lambda t: t.W.reshape(2, 12)),
+    Case("Flatten_axis2", "Flatten", [N("Flatten", ["W"], axis=2)],
+         dict(W=randn(2, 3, 2, 2)),
+         lambda t: t.W.reshape(6, 4)),
+    Case("Squeeze_axes", "Squeeze", [N("Squeeze", ["W", "axes"])],
+         dict(W=randn(2, 1, 3, 1), axes=ints(1, -1)),
+         lambda t: t.W.reshape(2, 3)),
+    Case("Squeeze_all_ones", "Squeeze", [N("Squeeze", ["W"])],
+         dict(W=randn(3, 1, 4, 1)),
+         lambda t: t.W.reshape(3, 4)),
+    Case("Unsqueeze", "Unsqueeze", [N("Unsqueeze", ["W", "axes"])],
+         dict(W=randn(2, 3), axes=ints(1, -1)),
+         lambda t: t.W.reshape(2, 1, 3, 1)),
+    Case("Identity", "Identity", [N("Identity", ["W"])],
+         dict(W=randn(3, 4)),
+         lambda t: t.W),
+
+    # -- losses
+    Case("MseLoss", "MseLoss", [], dict(W=randn(4, 5)), lambda t: t.W, out="W",
+         note="the loss itself: the model is Add(W, x), the loss mse"),
+    Case("SoftmaxCrossEntropyLoss_ignore_index", "SoftmaxCrossEntropyLoss",
+         [N("Add", ["W", "x"], ["s"]),
+          N("SoftmaxCrossEntropyLoss", ["s", "labels"], ["loss"], ignore_index=1)],
+         dict(W=randn(6, 4)),
+         lambda t: F.cross_entropy(t.W + t.x, t.labels, ignore_index=1),
+         loss="model", x_like="W", labels=labels_with(4, (6,), ignore=1, every=3)),
+    Case("SoftmaxCrossEntropyLoss_spatial", "SoftmaxCrossEntropyLoss",
+         [N("Add", ["W", "x"], ["s"]),
+          N("SoftmaxCrossEntropyLoss", ["s", "labels"], ["loss", "log_prob"],
+            ignore_index=-1)],
+         dict(W=randn(3, 4, 5)),
+         lambda t: F.cross_entropy(t.W + t.x, t.labels, ignore_index=-1),
+         loss="model", x_like="W", labels=labels_with(4, (3, 5), ignore=-1, every=4)),
+    Case("CrossEntropy_loss_option", "SoftmaxCrossEntropyLoss",
+         [N("Identity", ["W"])], dict(W=randn(5, 3)),
+         lambda t: t.W, loss="cross_entropy", ignore_index=2,
+         labels=labels_with(3, (5,), ignore=2, every=2),
+         note="mpcc adds the loss (--loss=cross_entropy --ignore-index=2)"),
+    Case("CrossEntropy_class_axis_last", "SoftmaxCrossEntropyLoss",
+         [N("Identity", ["W"])], dict(W=randn(2, 3, 4)),
+         lambda t: t.W, loss="cross_entropy", class_axis=-1, flags=["--class-axis=-1"],
+         needs=["Transpose"], labels=labels_with(4, (2, 3), ignore=-100, every=5),
+         note="a (B,T,V) output: mpcc transposes the classes to axis 1"),
+    Case("NegativeLogLikelihoodLoss_ignore_index", "NegativeLogLikelihoodLoss",
+         [N("Add", ["W", "x"], ["s"]),
+          N("NegativeLogLikelihoodLoss", ["s", "labels"], ["loss"], ignore_index=0)],
+         dict(W=randn(6, 4)),
+         lambda t: F.nll_loss(t.W + t.x, t.labels, ignore_index=0),
+         loss="model", x_like="W", labels=labels_with(4, (6,), ignore=0, every=4)),
+    Case("NegativeLogLikelihoodLoss_spatial_LogSoftmax", "NegativeLogLikelihoodLoss",
+         [N("Add", ["W", "x"], ["s"]), N("LogSoftmax", ["s"], ["lp"], axis=1),
+          N("NegativeLogLikelihoodLoss", ["lp", "labels"], ["loss"])],
+         dict(W=randn(3, 4, 5)),
+         lambda t: F.nll_loss(torch.log_softmax(t.W + t.x, 1), t.labels),
+         loss="model", x_like="W", labels=labels_with(4, (3, 5), ignore=-100, every=6),
+         note="cross-entropy as PyTorch exports it"),
+
+    # ---- ops whose gradients are being added: registered once ops.def says so
+    Case("MatMul_2d", "MatMul", [N("MatMul", ["A", "B"])],
+         dict(A=randn(3, 4), B=randn(4, 5)),
+         lambda t: t.A @ t.B),
+    Case("MatMul_batched_broadcast_rhs", "MatMul", [N("MatMul", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(4, 5)),
+         lambda t: torch.matmul(t.A, t.B)),
+    Case("MatMul_batched_broadcast_both", "MatMul", [N("MatMul", ["A", "B"])],
+         dict(A=randn(2, 1, 3, 4), B=randn(3, 4, 2)),
+         lambda t: torch.matmul(t.A, t.B)),
+    Case("MatMul_vector_lhs", "MatMul", [N("MatMul", ["v", "B"])],
+         dict(v=randn(4), B=randn(4, 5)),
+         lambda t: torch.matmul(t.v, t.B)),
+    Case("MatMul_vector_rhs", "MatMul", [N("MatMul", ["A", "v"])],
+         dict(A=randn(2, 3, 4), v=randn(4)),
+         lambda t: torch.matmul(t.A, t.v)),
+    Case("Mul_broadcast", "Mul", [N("Mul", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(3, 1)),
+         lambda t: t.A * t.B),
+    Case("Mul_shared_operand", "Mul", [N("Mul", ["W", "W"])],
+         dict(W=randn(3, 4)),
+         lambda t: t.W * t.W),
+    Case("Div_broadcast", "Div", [N("Div", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=away(4, lo=0.5)),
+         lambda t: t.A / t.B),
+    Case("Div_broadcast_numerator", "Div", [N("Div", ["A", "B"])],
+         dict(A=randn(3, 1), B=away(2, 3, 4, lo=0.5)),
+         lambda t: t.A / t.B),
+    Case("Pow_both_trainable", "Pow", [N("Pow", ["X", "Y"])],
+         dict(X=pos(3, 4), Y=randn(4)),
+         lambda t: torch.pow(t.X, t.Y)),
+    Case("Pow_constant_square", "Pow",
+         [Const("two", "two"), N("Pow", ["X", "two"])],
+         dict(X=randn(3, 4)), lambda t: t.X ** 2, consts=dict(two=scalar(2.0))),
+    Case("Pow_constant_cube_negative_base", "Pow",
+         [Const("three", "three"), N("Pow", ["X", "three"])],
+         dict(X=randn(3, 4)), lambda t: t.X ** 3, consts=dict(three=scalar(3.0))),
+    Case("Sqrt", "Sqrt", [N("Sqrt", ["X"])], dict(X=pos(3, 4)),
+         lambda t: torch.sqrt(t.X)),
+    Case("Abs", "Abs", [N("Abs", ["X"])], dict(X=away(3, 4)),
+         lambda t: torch.abs(t.X)),
+    Case("Neg", "Neg", [N("Neg", ["X"])], dict(X=randn(3, 4)),
+         lambda t: -t.X),
+    Case("Exp", "Exp", [N("Exp", ["X"])], dict(X=randn(3, 4)),
+         lambda t: torch.exp(t.X)),
+    Case("Log", "Log", [N("Log", ["X"])], dict(X=pos(3, 4)),
+         lambda t: torch.log(t.X)),
+    Case("Reciprocal", "Reciprocal", [N("Reciprocal", ["X"])], dict(X=away(3, 4, lo=0.5)),
+         lambda t: 1.0 / t.X),
+    Case("Sigmoid", "Sigmoid", [N("Sigmoid", ["X"])], dict(X=randn(3, 4)),
+         lambda t: torch.sigmoid(t.X)),
+    Case("Erf", "Erf", [N("Erf", ["X"])], dict(X=randn(3, 4)),
+         lambda t: torch.erf(t.X)),
+    Case("Tanh", "Tanh", [N("Tanh", ["X"])], dict(X=randn(3, 4)),
+         lambda t: torch.tanh(t.X)),
+    Case("Softmax_last_axis", "Softmax", [N("Softmax", ["X"])],
+         dict(X=randn(3, 5)), lambda t: torch.softmax(t.X, dim=-1)),
+    Case("LogSoftmax_last_axis", "LogSoftmax", [N("LogSoftmax", ["X"])],
+         dict(X=randn(3, 5)), lambda t: torch.log_softmax(t.X, dim=-1)),
+    Case("LogSoftmax_axis1", "LogSoftmax", [N("LogSoftmax", ["X"], axis=1)],
+         dict(X=randn(2, 3, 4)), lambda t: torch.log_softmax(t.X, dim=1)),
+    Case("Softmax_axis1", "Softmax", [N("Softmax", ["X"], axis=1)],
+         dict(X=randn(2, 3, 4)), lambda t: torch.softmax(t.X, dim=1)),
+    Case("LayerNormalization_last_axis", "LayerNormalization",
+         [N("LayerNormalization", ["X", "scale", "B"], epsilon=1e-5)],
+         dict(X=randn(2, 3, 4), scale=randn(4), B=randn(4)),
+         lambda t: F.layer_norm(t.X, (4,), t.scale, t.B, eps=1e-5)),
+    Case("LayerNormalization_axis1_no_bias", "LayerNormalization",
+         [N("LayerNormalization", ["X", "scale"], axis=1, epsilon=1e-3)],
+         dict(X=randn(2, 3, 4), scale=randn(3, 4)),
+         lambda t: F.layer_norm(t.X, (3, 4), t.scale, None, eps=1e-3)),
+    Case("Transpose_perm", "Transpose", [N("Transpose", ["W"], perm=[1, 0, 2])],
+         dict(W=randn(2, 3, 4)), lambda t: t.W.permute(1, 0, 2)),
+    Case("Transpose_default_reverses", "Transpose", [N("Transpose", ["W"])],
+         dict(W=randn(2, 3, 4)), lambda t: t.W.permute(2, 1, 0)),
+    Case("Slice_axes_steps", "Slice",
+         [N("Slice", ["W", "starts", "ends", "axes", "steps"])],
+         dict(W=randn(4, 6), starts=ints(1, 0), ends=ints(3, 6), axes=ints(0, 1),
+              steps=ints(1, 2)),
+         lambda t: t.W[1:3, 0:6:2]),
+    Case("Slice_negative_step", "Slice",
+         [N("Slice", ["W", "starts", "ends", "axes", "steps"])],
+         dict(W=randn(3, 5), starts=ints(4), ends=ints(0), axes=ints(1), steps=ints(-2)),
+         lambda t: t.W[:, [4, 2]]),
+    Case("Slice_negative_start_clamped_end", "Slice",
+         [N("Slice", ["W", "starts", "ends"])],
+         dict(W=randn(5, 4), starts=ints(-3), ends=ints(1000)),
+         lambda t: t.W[-3:]),
+    Case("Split_sizes", "Split",
+         [N("Split", ["W", "split"], ["a", "b", "c"], axis=1),
+          N("Gemm", ["a", "Ma"], ["ga"]), N("Gemm", ["b", "Mb"], ["gb"]),
+          N("Add", ["ga", "gb"], ["s"]), N("Sub", ["s", "c"])],
+         dict(W=randn(4, 6), split=ints(1, 2, 3), Ma=randn(1, 3), Mb=randn(2, 3)),
+         lambda t: (lambda a, b, c: a @ t.Ma + b @ t.Mb - c)(*t.W.split([1, 2, 3], 1)),
+         note="each output reaches the loss through a different path"),
+    Case("Split_equal", "Split",
+         [N("Split", ["W"], ["a", "b"]), N("Sub", ["a", "b"])],
+         dict(W=randn(4, 3)),
+         lambda t: t.W[:2] - t.W[2:]),
+    Case("Concat_axis1", "Concat", [N("Concat", ["A", "B", "C"], axis=1)],
+         dict(A=randn(2, 3), B=randn(2, 1), C=randn(2, 2)),
+         lambda t: torch.cat([t.A, t.B, t.C], 1)),
+    Case("Concat_axis0_negative", "Concat", [N("Concat", ["A", "B"], axis=-2)],
+         dict(A=randn(1, 3), B=randn(2, 3)),
+         lambda t: torch.cat([t.A, t.B], 0)),
+    Case("Gather_embedding_repeats", "Gather", [N("Gather", ["W", "idx"])],
+         dict(W=randn(5, 3), idx=ints(0, 2, 2, 4, 1, 2, 0, 3, shape=(2, 4))),
+         lambda t: t.W[t.idx]),
+    Case("Gather_axis1_negative_index", "Gather", [N("Gather", ["W", "idx"], axis=1)],
+         dict(W=randn(3, 5), idx=ints(-1, 1, 4)),
+         lambda t: t.W[:, t.idx]),
+    Case("Where_broadcast", "Where", [N("Where", ["cond", "A", "B"])],
+         dict(cond=bools(1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, shape=(3, 4)),
+              A=randn(3, 4), B=randn(1, 4)),
+         lambda t: torch.where(t.cond, t.A, t.B)),
+    Case("Cast_float_to_float", "Cast", [N("Cast", ["W"], to=TensorProto.FLOAT)],
+         dict(W=randn(3, 4)), lambda t: t.W),
+    Case("Resize_linear_half_pixel_sizes", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="linear",
+            coordinate_transformation_mode="half_pixel")],
+         dict(X=randn(2, 2, 3, 3), sizes=ints(2, 2, 6, 5)),
+         lambda t: F.interpolate(t.X, size=(6, 5), mode="bilinear", align_corners=False)),
+    Case("Resize_nearest_scales", "Resize",
+         [Const("scales", "scales"),
+          N("Resize", ["X", "", "scales"], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+         dict(X=randn(2, 2, 2, 3)),
+         lambda t: F.interpolate(t.X, scale_factor=2, mode="nearest"),
+         consts=dict(scales=lambda r: np.array([1, 1, 2, 2], np.float32))),
+    Case("Dropout_ratio_zero_training", "Dropout",
+         [Const("ratio", "ratio"), Const("training", "training"),
+          N("Dropout", ["X", "ratio", "training"])],
+         dict(X=randn(3, 4)), lambda t: t.X,
+         consts=dict(ratio=scalar(0.0), training=scalar(True, np.bool_))),
+    Case("Dropout_inference", "Dropout", [N("Dropout", ["X"])],
+         dict(X=randn(3, 4)), lambda t: t.X),
+]
