@@ -614,6 +614,30 @@ static void grad_nll(AD *ad, uint32_t dy)
     contribute(ad, x, out);
 }
 
+/* MaxPool's backward reads the forward's Indices output, which the node
+ * gets if the model did not ask for it. */
+static void grad_max_pool(AD *ad, uint32_t dy)
+{
+    Graph *g = ad->g;
+    Node *n = (Node *)ad->n;
+    uint32_t x = n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    if (n->nout < 2) {
+        n->out = arena_grow(g->arena, n->out, n->nout, 2, sizeof(uint32_t));
+        n->out[1] = NONE;
+        n->nout = 2;
+    }
+    if (n->out[1] == NONE) {
+        n->out[1] = ir_new_value(g, grad_name(ad, "indices"), DT_I64,
+                                 &g->values[n->out[0]].shape);
+        g->values[n->out[1]].producer = (uint32_t)(n - g->nodes);
+    }
+    uint32_t idx = n->out[1];
+    emit(ad, OP_MAX_POOL_GRAD, "dX", (uint32_t[]){dy, idx}, 2, x, &out);
+    contribute(ad, x, out);
+}
+
 static void no_rule(AD *ad)
 {
     error_at(&ad->n->loc, "mpcc has no gradient for %s yet; mpcc --check lists every op "
@@ -631,7 +655,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
         break;
     case OP_IDENTITY: contribute(ad, n->in[0], dy[0]); break;
     case OP_RELU: grad_unary(ad, OP_RELU_GRAD, dy[0], n->out[0]); break;
-    case OP_MAX_POOL: grad_unary(ad, OP_MAX_POOL_GRAD, dy[0], n->in[0]); break;
+    case OP_MAX_POOL: grad_max_pool(ad, dy[0]); break;
     case OP_GLOBAL_AVG_POOL: grad_unary(ad, OP_GAP_GRAD, dy[0], n->in[0]); break;
     case OP_CONV: grad_conv(ad, dy[0]); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;

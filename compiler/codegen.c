@@ -153,6 +153,14 @@ static const Shape *shape_of(CG *cg, uint32_t v)
 
 /* ---- kernels, one call per node ---- */
 
+/* Optional input or output k of a node: its buffer, or NULL. */
+static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
+{
+    uint32_t v = out ? (k < n->nout ? n->out[k] : NONE) : (k < n->nin ? n->in[k] : NONE);
+    return v != NONE && cg->offset[v] != SIZE_MAX ? buf(cg, v) : "NULL";
+}
+
+
 static _Noreturn void unsupported(CG *cg, const Node *n, const char *what)
 {
     (void)cg;
@@ -399,15 +407,15 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
 static void emit_pool(CG *cg, const Node *n)
 {
     if (n->op == OP_MAX_POOL) {
-        if (n->nout > 1 && n->out[1] != NONE && cg->g->values[n->out[1]].nuses)
-            unsupported(cg, n, "MaxPool's indices output");
+        if (attr_int(n, "storage_order", 0) != 0)
+            unsupported(cg, n, "MaxPool with storage_order 1");
         emit(cg, "    mprt_maxpool(");
         pool_params(cg, n, n->in[0], n->out[0]);
-        emit(cg, ", %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]));
+        emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
+             opt_buf(cg, n, 1, true));
     } else {
-        emit(cg, "    mprt_maxpool_grad(");
-        pool_params(cg, n, n->in[1], n->in[0]);
-        emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+        emit(cg, "    mprt_maxpool_grad(%ld, %ld, %s, %s, %s);\n", numel(cg, n->in[0]),
+             numel(cg, n->out[0]), buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
     }
 }
 
@@ -564,11 +572,6 @@ static void emit_softmax(CG *cg, const Node *n)
              C, inner, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
 }
 
-static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
-{
-    uint32_t v = out ? (k < n->nout ? n->out[k] : NONE) : (k < n->nin ? n->in[k] : NONE);
-    return v != NONE && cg->offset[v] != SIZE_MAX ? buf(cg, v) : "NULL";
-}
 
 static void layer_norm_dims(CG *cg, const Node *n, uint32_t x, uint32_t scale, long *rows,
                             long *D)

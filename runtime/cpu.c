@@ -57,16 +57,38 @@ MPRT_KERNEL void mprt_matmul(int batch, int M, int N, int K, const float *A, lon
 
 /* ---- elementwise ---- */
 
+/* v where keep, else +0.0, without a branch: activations' signs are
+ * random, so a branch mispredicts half the time. */
+static inline float mprt_select(int keep, float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    b &= -(uint32_t)(keep != 0);
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+/* a if take else b, without a branch */
+static inline float mprt_pick(int take, float a, float b)
+{
+    uint32_t x, y, m = -(uint32_t)(take != 0);
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    x = (x & m) | (y & ~m);
+    memcpy(&a, &x, sizeof a);
+    return a;
+}
+
 MPRT_KERNEL void mprt_relu(long n, const float *x, float *y)
 {
     for (long i = 0; i < n; i++)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = mprt_select(x[i] > 0.0f, x[i]);
 }
 
 MPRT_KERNEL void mprt_relu_grad(long n, const float *dy, const float *y, float *dx)
 {
     for (long i = 0; i < n; i++)
-        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = mprt_select(y[i] > 0.0f, dy[i]);
 }
 
 MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
@@ -140,6 +162,52 @@ MPRT_KERNEL void mprt_sum_to(int rank, const long *shape, const int *keep, const
     free(acc);
 }
 
+/* ---- row reductions ---- */
+
+/* Sums over a row, in double with four independent accumulators
+ * (latency, not the adds, bounds a single chain). */
+static double mprt_row_sum(const float *x, long n)
+{
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    long m = n & ~3L;
+    for (long i = 0; i < m; i += 4)
+        a0 += x[i], a1 += x[i + 1], a2 += x[i + 2], a3 += x[i + 3];
+    for (long i = m; i < n; i++)
+        a0 += x[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* sum x and sum x^2 over a row, in one pass */
+static void mprt_row_sums(const float *x, long n, double *s, double *ss)
+{
+    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    long m = n & ~1L;
+    for (long i = 0; i < m; i += 2) {
+        double u = x[i], v = x[i + 1];
+        a0 += u, a1 += v, b0 += u * u, b1 += v * v;
+    }
+    for (long i = m; i < n; i++)
+        a0 += x[i], b0 += (double)x[i] * x[i];
+    *s += a0 + a1;
+    *ss += b0 + b1;
+}
+
+/* sum dy and sum dy * (x - mean) over a row */
+static void mprt_row_dots(const float *dy, const float *x, long n, double mean, double *sdy,
+                          double *sdyx)
+{
+    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    long m = n & ~1L;
+    for (long i = 0; i < m; i += 2) {
+        a0 += dy[i], a1 += dy[i + 1];
+        b0 += dy[i] * (x[i] - mean), b1 += dy[i + 1] * (x[i + 1] - mean);
+    }
+    for (long i = m; i < n; i++)
+        a0 += dy[i], b0 += dy[i] * (x[i] - mean);
+    *sdy += a0 + a1;
+    *sdyx += b0 + b1;
+}
+
 /* ---- losses ---- */
 
 /* Softmax cross-entropy, mean over the labels that are not ignore_index.
@@ -210,63 +278,104 @@ typedef struct MprtConv {
     int sh, sw, dh, dw, ph, pw;   /* strides, dilations, leading pads */
 } MprtConv;
 
-MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col)
+/* The output positions o whose input position o * stride - pad + k * dil
+ * lies inside [0, n): [lo, hi). */
+static inline void mprt_valid_range(int n, int out, int stride, int pad, int k, int dil,
+                                    int *lo, int *hi)
+{
+    int off = k * dil - pad;   /* input = o * stride + off */
+    int a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int b = n - off <= 0 ? 0 : (n - off + stride - 1) / stride;
+    *lo = a < out ? a : out;
+    *hi = b < out ? b : out;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* One image's patches as columns: row (c, kh, kw) of col, ld floats
+ * apart, holds that tap for every output position. */
+MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
 {
     int cg = p->C / p->group;
     for (int c = 0; c < cg; c++)
         for (int kh = 0; kh < p->KH; kh++)
             for (int kw = 0; kw < p->KW; kw++) {
-                float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * p->OH * p->OW;
+                float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * ld;
+                int w0, w1;
+                mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
                 for (int oh = 0; oh < p->OH; oh++) {
                     int ih = oh * p->sh - p->ph + kh * p->dh;
-                    for (int ow = 0; ow < p->OW; ow++) {
-                        int iw = ow * p->sw - p->pw + kw * p->dw;
-                        row[oh * p->OW + ow] = ih >= 0 && ih < p->H && iw >= 0 && iw < p->W
-                                                   ? x[((size_t)c * p->H + ih) * p->W + iw] : 0.0f;
+                    float *r = row + (size_t)oh * p->OW;
+                    if (ih < 0 || ih >= p->H) {
+                        memset(r, 0, (size_t)p->OW * sizeof *r);
+                        continue;
                     }
+                    const float *xs = x + ((size_t)c * p->H + ih) * p->W + kw * p->dw - p->pw;
+                    for (int ow = 0; ow < w0; ow++)
+                        r[ow] = 0.0f;
+                    if (p->sw == 1)
+                        memcpy(r + w0, xs + w0, (size_t)(w1 - w0) * sizeof *r);
+                    else
+                        for (int ow = w0; ow < w1; ow++)
+                            r[ow] = xs[(size_t)ow * p->sw];
+                    for (int ow = w1; ow < p->OW; ow++)
+                        r[ow] = 0.0f;
                 }
             }
 }
 
-MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, float *x)
+MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, float *x)
 {
     int cg = p->C / p->group;
     for (int c = 0; c < cg; c++)
         for (int kh = 0; kh < p->KH; kh++)
             for (int kw = 0; kw < p->KW; kw++) {
-                const float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * p->OH * p->OW;
+                const float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * ld;
+                int w0, w1;
+                mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
                 for (int oh = 0; oh < p->OH; oh++) {
                     int ih = oh * p->sh - p->ph + kh * p->dh;
                     if (ih < 0 || ih >= p->H)
                         continue;
-                    for (int ow = 0; ow < p->OW; ow++) {
-                        int iw = ow * p->sw - p->pw + kw * p->dw;
-                        if (iw >= 0 && iw < p->W)
-                            x[((size_t)c * p->H + ih) * p->W + iw] += row[oh * p->OW + ow];
-                    }
+                    float *xs = x + ((size_t)c * p->H + ih) * p->W + kw * p->dw - p->pw;
+                    const float *r = row + (size_t)oh * p->OW;
+                    for (int ow = w0; ow < w1; ow++)
+                        xs[(size_t)ow * p->sw] += r[ow];
                 }
             }
 }
 
-MPRT_KERNEL float *mprt_conv_col(const MprtConv *p)
+/* The kernels' scratch space (convolution patches): one buffer, grown
+ * when a kernel needs more and kept, so no step allocates. */
+static float *mprt_scratch;
+static size_t mprt_scratch_size;
+
+static float *mprt_workspace(size_t n, const char *what)
 {
-    size_t n = (size_t)(p->C / p->group) * p->KH * p->KW * p->OH * p->OW;
-    float *col = malloc(n * sizeof *col);
-    if (!col) {
-        fprintf(stderr, "train: error: out of memory for a convolution workspace "
-                "(%zu bytes)\n", n * sizeof *col);
-        exit(1);
+    if (n > mprt_scratch_size) {
+        free(mprt_scratch);
+        mprt_scratch = malloc(n * sizeof *mprt_scratch);
+        mprt_scratch_size = mprt_scratch ? n : 0;
+        if (!mprt_scratch) {
+            fprintf(stderr, "train: error: out of memory for a %s (%zu bytes)\n", what,
+                    n * sizeof *mprt_scratch);
+            exit(1);
+        }
     }
-    return col;
+    return mprt_scratch;
 }
 
+/* Convolution as im2col + one GEMM per image and group. (GEMMs over
+ * several images at once, patches side by side, measured slower on the
+ * benchmark CNN: the copies in and out cost more than the larger GEMMs
+ * gain.) */
 MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, const float *b, float *y)
 {
-    float *col = mprt_conv_col(p);
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col);
+            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
             float *yg = y + ((size_t)n * p->M + (size_t)g * mg) * P;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, P, K, 1.0f,
                         w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
@@ -275,36 +384,33 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
                     for (int i = 0; i < P; i++)
                         yg[(size_t)m * P + i] += b[g * mg + m];
         }
-    free(col);
 }
 
 MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const float *w, float *dx)
 {
-    float *col = mprt_conv_col(p);
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     memset(dx, 0, (size_t)p->N * p->C * p->H * p->W * sizeof *dx);
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, mg, 1.0f,
                         w + (size_t)g * mg * K, K, dy + ((size_t)n * p->M + (size_t)g * mg) * P,
                         P, 0.0f, col, P);
-            mprt_col2im(p, col, dx + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W);
+            mprt_col2im(p, col, P, dx + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W);
         }
-    free(col);
 }
 
 MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const float *x, float *dw)
 {
-    float *col = mprt_conv_col(p);
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col);
+            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, P, 1.0f,
                         dy + ((size_t)n * p->M + (size_t)g * mg) * P, P, col, P,
                         n ? 1.0f : 0.0f, dw + (size_t)g * mg * K, K);
         }
-    free(col);
 }
 
 /* d bias[m] = sum over n and positions of dy[n, m, :] */
@@ -313,8 +419,7 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
     for (int m = 0; m < M; m++) {
         double s = 0;
         for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++)
-                s += dy[((size_t)n * M + m) * P + i];
+            s += mprt_row_sum(dy + ((size_t)n * M + m) * P, P);
         db[m] = (float)s;
     }
 }
@@ -341,6 +446,20 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
  * batch's statistics; running stats move by momentum (ONNX's convention:
  * new = momentum * old + (1 - momentum) * batch), the variance unbiased as
  * in PyTorch. In inference mode (mprt_training == 0), mprt_bn_infer. */
+/* The batch mean and (population) variance of channel c, from sums of x
+ * and x^2 in double (exact enough unless mean^2 exceeds the variance by
+ * ~1e10, far outside what activations do). */
+static void mprt_bn_moments(int N, int C, long P, const float *x, int c, double *mean,
+                            double *var)
+{
+    double s = 0, ss = 0, cnt = (double)N * P;
+    for (int n = 0; n < N; n++)
+        mprt_row_sums(x + ((size_t)n * C + c) * P, P, &s, &ss);
+    *mean = s / cnt;
+    *var = ss / cnt - *mean * *mean;
+    *var = *var > 0 ? *var : 0;
+}
+
 MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, float *running_mean, float *running_var,
                           float momentum, float eps, float *y)
@@ -351,24 +470,17 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
     }
     long cnt = (long)N * P;
     for (int c = 0; c < C; c++) {
-        double s = 0, ss = 0;
-        for (int n = 0; n < N; n++)
+        double mean, var;
+        mprt_bn_moments(N, C, P, x, c, &mean, &var);
+        float inv = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+        float a = inv * scale[c], b = bias[c];
+        for (int n = 0; n < N; n++) {
+            const float *xs = x + ((size_t)n * C + c) * P;
+            float *ys = y + ((size_t)n * C + c) * P;
             for (long i = 0; i < P; i++)
-                s += x[((size_t)n * C + c) * P + i];
-        double mean = s / cnt;
-        for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++) {
-                double d = x[((size_t)n * C + c) * P + i] - mean;
-                ss += d * d;
-            }
-        double var = ss / cnt;
-        float inv = (float)(1.0 / sqrt(var + eps));
-        for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++) {
-                size_t k = ((size_t)n * C + c) * P + i;
-                y[k] = (float)((x[k] - mean) * inv) * scale[c] + bias[c];
-            }
-        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * (float)mean;
+                ys[i] = (xs[i] - m) * a + b;
+        }
+        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m;
         running_var[c] = momentum * running_var[c] +
                          (1 - momentum) * (float)(cnt > 1 ? var * cnt / (cnt - 1) : var);
     }
@@ -379,28 +491,23 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
 {
     long cnt = (long)N * P;
     for (int c = 0; c < C; c++) {
-        double s = 0, ss = 0, sdy = 0, sdyx = 0;
+        double mean, var, sdy = 0, sdyx = 0;
+        mprt_bn_moments(N, C, P, x, c, &mean, &var);
         for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++)
-                s += x[((size_t)n * C + c) * P + i];
-        double mean = s / cnt;
-        for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++) {
-                size_t k = ((size_t)n * C + c) * P + i;
-                double d = x[k] - mean;
-                ss += d * d;
-                sdy += dy[k];
-                sdyx += dy[k] * d;
-            }
-        double inv = 1.0 / sqrt(ss / cnt + eps);
+            mprt_row_dots(dy + ((size_t)n * C + c) * P, x + ((size_t)n * C + c) * P, P, mean,
+                          &sdy, &sdyx);
+        double inv = 1.0 / sqrt(var + eps);
         dscale[c] = (float)(sdyx * inv);
         dbias[c] = (float)sdy;
-        for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++) {
-                size_t k = ((size_t)n * C + c) * P + i;
-                double xhat = (x[k] - mean) * inv;
-                dx[k] = (float)(scale[c] * inv * (dy[k] - sdy / cnt - xhat * sdyx * inv / cnt));
-            }
+        /* dx = scale * inv * (dy - sdy/cnt - (x - mean) * inv^2 * sdyx/cnt) */
+        float k1 = (float)(scale[c] * inv), k0 = (float)(sdy / cnt),
+              k2 = (float)(inv * inv * sdyx / cnt), m = (float)mean;
+        for (int n = 0; n < N; n++) {
+            const float *d = dy + ((size_t)n * C + c) * P, *xs = x + ((size_t)n * C + c) * P;
+            float *o = dx + ((size_t)n * C + c) * P;
+            for (long i = 0; i < P; i++)
+                o[i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
+        }
     }
 }
 
@@ -410,50 +517,67 @@ typedef struct MprtPool {
     int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
 } MprtPool;
 
-MPRT_KERNEL long mprt_pool_argmax(const MprtPool *p, const float *x, int oh, int ow)
+/* Max pooling; idx (may be NULL) receives ONNX's Indices: the flat index
+ * of each maximum in x (storage order 0). A window that lies entirely in
+ * the padding gives -inf and index -1. */
+/* One output row, tap by tap: for each tap (kh, kw) of the window, every
+ * output position whose tap lies inside the input takes the value if it
+ * is larger (or NaN, which sticks). The loop over positions has no
+ * dependence between iterations and no branch. */
+static void mprt_maxpool_row(const MprtPool *p, const float *xs, int oh, float *y, long *best)
 {
-    long best = -1;
-    float bv = -INFINITY;
+    int h0 = oh * p->sh - p->ph;
+    for (int ow = 0; ow < p->OW; ow++)
+        y[ow] = -INFINITY, best[ow] = -1;
     for (int kh = 0; kh < p->KH; kh++) {
-        int ih = oh * p->sh - p->ph + kh * p->dh;
+        int ih = h0 + kh * p->dh;
         if (ih < 0 || ih >= p->H)
             continue;
         for (int kw = 0; kw < p->KW; kw++) {
-            int iw = ow * p->sw - p->pw + kw * p->dw;
-            if (iw < 0 || iw >= p->W)
-                continue;
-            float v = x[(size_t)ih * p->W + iw];
-            if (best < 0 || v > bv || isnan(v))
-                bv = v, best = (long)ih * p->W + iw;
+            int o0, o1;
+            mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &o0, &o1);
+            long base = (long)ih * p->W + kw * p->dw - p->pw;
+            for (int ow = o0; ow < o1; ow++) {
+                long k = base + (long)ow * p->sw;
+                float v = xs[k], bv = y[ow];
+                long m = -(long)((v > bv) | (v != v) | (best[ow] < 0));
+                y[ow] = mprt_pick((int)m, v, bv);
+                best[ow] ^= (best[ow] ^ k) & m;
+            }
         }
     }
-    return best;
 }
 
-MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y)
+MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
 {
+    size_t plane = (size_t)p->H * p->W, oplane = (size_t)p->OH * p->OW;
     for (long nc = 0; nc < (long)p->N * p->C; nc++) {
-        const float *xs = x + (size_t)nc * p->H * p->W;
-        for (int oh = 0; oh < p->OH; oh++)
-            for (int ow = 0; ow < p->OW; ow++) {
-                long k = mprt_pool_argmax(p, xs, oh, ow);
-                y[((size_t)nc * p->OH + oh) * p->OW + ow] = k >= 0 ? xs[k] : -INFINITY;
-            }
+        long stack[512], *best = p->OW <= 512 ? stack : malloc((size_t)p->OW * sizeof *best);
+        if (!best) {
+            fprintf(stderr, "train: error: out of memory in max pooling\n");
+            exit(1);
+        }
+        for (int oh = 0; oh < p->OH; oh++) {
+            size_t o = nc * oplane + (size_t)oh * p->OW;
+            mprt_maxpool_row(p, x + nc * plane, oh, y + o, best);
+            if (idx)
+                for (int ow = 0; ow < p->OW; ow++)
+                    idx[o + ow] = best[ow] < 0 ? -1 : (int64_t)(nc * plane) + best[ow];
+        }
+        if (best != stack)
+            free(best);
     }
 }
 
-MPRT_KERNEL void mprt_maxpool_grad(const MprtPool *p, const float *dy, const float *x, float *dx)
+/* dx = 0, then each output's gradient goes to the input its maximum came
+ * from (Indices from the forward pass). */
+MPRT_KERNEL void mprt_maxpool_grad(long n_out, long n_in, const float *dy, const int64_t *idx,
+                                   float *dx)
 {
-    memset(dx, 0, (size_t)p->N * p->C * p->H * p->W * sizeof *dx);
-    for (long nc = 0; nc < (long)p->N * p->C; nc++) {
-        const float *xs = x + (size_t)nc * p->H * p->W;
-        for (int oh = 0; oh < p->OH; oh++)
-            for (int ow = 0; ow < p->OW; ow++) {
-                long k = mprt_pool_argmax(p, xs, oh, ow);
-                if (k >= 0)
-                    dx[(size_t)nc * p->H * p->W + k] += dy[((size_t)nc * p->OH + oh) * p->OW + ow];
-            }
-    }
+    memset(dx, 0, (size_t)n_in * sizeof *dx);
+    for (long i = 0; i < n_out; i++)
+        if (idx[i] >= 0)
+            dx[idx[i]] += dy[i];
 }
 
 MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
