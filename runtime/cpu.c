@@ -112,18 +112,34 @@ MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
  * inputs' strides per output dimension (0 where broadcast). */
 enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW };
 
+/* One row of a binary op: n elements, the inputs' strides along it
+ * (0 or 1 after broadcasting; kept general). The op is a literal at each
+ * call site, so each case is its own loop. */
+static inline void mprt_binary_row(int op, long n, const float *a, long sa, const float *b,
+                                   long sb, float *y)
+{
+    switch (op) {
+    case MPRT_ADD: for (long j = 0; j < n; j++) y[j] = a[j * sa] + b[j * sb]; break;
+    case MPRT_SUB: for (long j = 0; j < n; j++) y[j] = a[j * sa] - b[j * sb]; break;
+    case MPRT_MUL: for (long j = 0; j < n; j++) y[j] = a[j * sa] * b[j * sb]; break;
+    case MPRT_DIV: for (long j = 0; j < n; j++) y[j] = a[j * sa] / b[j * sb]; break;
+    default: for (long j = 0; j < n; j++) y[j] = powf(a[j * sa], b[j * sb]); break;
+    }
+}
+
 MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a, const long *sa,
                         const float *b, const long *sb, float *y)
 {
-    long n = 1, idx[8] = {0};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    long ia = 0, ib = 0;
-    for (long i = 0; i < n; i++) {
-        float u = a[ia], v = b[ib];
-        y[i] = op == MPRT_ADD ? u + v : op == MPRT_SUB ? u - v : op == MPRT_MUL ? u * v
-             : op == MPRT_DIV ? u / v : powf(u, v);
-        for (int d = rank - 1; d >= 0; d--) {
+    if (rank == 0) {
+        mprt_binary_row(op, 1, a, 0, b, 0, y);
+        return;
+    }
+    long rows = 1, idx[8] = {0}, ia = 0, ib = 0, n = shape[rank - 1];
+    for (int d = 0; d < rank - 1; d++)
+        rows *= shape[d];
+    for (long r = 0; r < rows; r++) {
+        mprt_binary_row(op, n, a + ia, sa[rank - 1], b + ib, sb[rank - 1], y + r * n);
+        for (int d = rank - 2; d >= 0; d--) {
             ia += sa[d], ib += sb[d];
             if (++idx[d] < shape[d])
                 break;

@@ -33,18 +33,28 @@ static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k
 MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
                               long base, long n_x, float *x, float *y)
 {
-    long n = 1, idx[8] = {0}, off = base;
-    const long *s[1] = {stride};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
     if (back)
         memset(x, 0, (size_t)n_x * sizeof *x);
-    for (long i = 0; i < n; i++) {
+    if (rank == 0) {
         if (back)
-            x[off] = y[i];
+            x[base] = y[0];
         else
-            y[i] = x[off];
-        mprt_bcast_next(rank, shape, idx, 1, &off, s);
+            y[0] = x[base];
+        return;
+    }
+    long rows = 1, idx[8] = {0}, off = base, n = shape[rank - 1], s = stride[rank - 1];
+    const long *st[1] = {stride};
+    for (int d = 0; d < rank - 1; d++)
+        rows *= shape[d];
+    for (long r = 0; r < rows; r++) {
+        float *yr = y + r * n, *xr = x + off;
+        if (back)
+            for (long j = 0; j < n; j++)
+                xr[j * s] = yr[j];
+        else
+            for (long j = 0; j < n; j++)
+                yr[j] = xr[j * s];
+        mprt_bcast_next(rank - 1, shape, idx, 1, &off, st);
     }
 }
 

@@ -6,10 +6,11 @@
 # Models: mlp: MLP 784-1024-1024-10, batch 256; cnn: tests/train/ref_train.py's
 # CNN (2 conv+BN+ReLU+pool, linear), batch 64, 32x32; gpt:
 # tests/models/export_gpt.py with d 256, 4 layers, 4 heads, T 128, vocabulary
-# 512, batch 8. mpcc's figure: the whole `--steps N` run divided by N (after
-# a 3-step warm-up run), PyTorch's: the median of N steps after 5 warm-up
+# 512, batch 8. mpcc's figure: the time of a run of 3 + N steps minus that
+# of a run of 3 steps, divided by N (start-up, loading and the first touch of
+# the arena cancel out); PyTorch's: the median of N steps after 5 warm-up
 # steps (tests/bench/torch_step.py). Each side is measured twice, the best
-# of the two kept.
+# of the two kept. THREADS (default 2) sets both sides' thread count.
 set -eu
 model=${1:-mlp}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,12 +41,13 @@ gpt)
 *) echo "bench_train.sh: unknown model '$model' (mlp, cnn or gpt)" >&2; exit 2 ;;
 esac
 $(sed -n 's/^ \* build:  //p' train.c)
-mpcc_step() {
-    ./train --synthetic --steps 3 --log-every 1000 2>/dev/null
+mpcc_step() {   # (time of 3 + N steps - time of 3 steps) / N: start-up cancels out
     t0=$(date +%s%N)
-    ./train --synthetic --steps "$steps" --log-every 100000 2>/dev/null
+    ./train --synthetic --steps 3 --log-every 1000 2>/dev/null
     t1=$(date +%s%N)
-    echo "scale=6; ($t1 - $t0) / 1000000000 / $steps" | bc
+    ./train --synthetic --steps $((steps + 3)) --log-every 100000 2>/dev/null
+    t2=$(date +%s%N)
+    echo "scale=6; (($t2 - $t1) - ($t1 - $t0)) / 1000000000 / $steps" | bc
 }
 torch_step() {
     /usr/bin/python3 "$root/tests/bench/torch_step.py" "$model" "$steps" "$threads"
@@ -53,7 +55,7 @@ torch_step() {
 m1=$(mpcc_step); p1=$(torch_step); m2=$(mpcc_step); p2=$(torch_step)
 m=$(printf '%s\n%s\n' "$m1" "$m2" | sort -n | head -1)
 p=$(printf '%s\n%s\n' "$p1" "$p2" | sort -n | head -1)
-echo "machine: $(nproc) cores; $threads threads; $desc; SGD momentum"
+echo "machine: $(getconf _NPROCESSORS_ONLN) cores; $threads threads; $desc; SGD momentum"
 echo "  mpcc trainer   $m s/step   (runs: $m1 $m2)"
 echo "  PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')  $p s/step   (runs: $p1 $p2)"
 echo "  ratio mpcc/PyTorch: $(echo "scale=3; $m / $p" | bc)"
