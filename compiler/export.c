@@ -28,11 +28,6 @@
 enum { MODEL_GRAPH = 7, GRAPH_INITIALIZER = 5, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
        TENSOR_DATA_LOCATION = 14, DATA_LOCATION_EXTERNAL = 1 };
 
-typedef struct Span {
-    const uint8_t *p;
-    size_t n;
-} Span;
-
 /* One initializer of the graph, as the model file holds it. */
 typedef struct Init {
     Span field;                  /* the graph's field, key and length included */
@@ -148,56 +143,14 @@ static _Noreturn void fail_runtime(const char *file, const char *err)
     error_file(file, "%s", err);
 }
 
-/* ---- the protobuf wire format: a field reader like the one in onnx.c ---- */
-
-static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*p >= end)
-            return false;
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return true;
-        }
-    }
-    return false;
-}
-
-typedef struct Field {
-    uint32_t num, wire;
-    uint64_t varint;             /* wire type 0 */
-    Span whole;                  /* key included */
-    Span payload;                /* wire type 2 */
-} Field;
+/* ---- the protobuf wire format (wire.c) ---- */
 
 /* The field at *p; the import has already checked the bytes, so a failure
  * here is a bug. */
-static void next_field(const uint8_t **p, const uint8_t *end, Field *f)
+static void next_field(const uint8_t **p, const uint8_t *end, WireField *f)
 {
-    uint64_t key = 0, len = 0;
-    const uint8_t *start = *p;
-    bool ok = read_varint(p, end, &key);
-    f->num = (uint32_t)(key >> 3);
-    f->wire = key & 7;
-    f->payload = (Span){NULL, 0};
-    switch (ok ? f->wire : 7) {
-    case 0: ok = read_varint(p, end, &f->varint); break;
-    case 1: ok = end - *p >= 8; *p += ok ? 8 : 0; break;
-    case 5: ok = end - *p >= 4; *p += ok ? 4 : 0; break;
-    case 2:
-        ok = read_varint(p, end, &len) && len <= (uint64_t)(end - *p);
-        if (ok) {
-            f->payload = (Span){*p, (size_t)len};
-            *p += len;
-        }
-        break;
-    default: ok = false; break;
-    }
+    bool ok = wire_next(p, end, f);
     MPCC_ASSERT(ok);
-    f->whole = (Span){start, (size_t)(*p - start)};
 }
 
 static size_t varint_size(uint64_t v)
@@ -227,7 +180,7 @@ static void add_init(Export *e, Span field, Span tensor)
     in->tensor = tensor;
     in->name = "";
     const uint8_t *end = tensor.p + tensor.n;
-    Field f;
+    WireField f;
     for (const uint8_t *p = tensor.p; p < end;) {
         next_field(&p, end, &f);
         if (f.num == TENSOR_NAME && f.wire == 2)
@@ -244,7 +197,7 @@ static void add_init(Export *e, Span field, Span tensor)
 static void find_initializers(Export *e)
 {
     const uint8_t *end = (const uint8_t *)e->g->source + e->g->source_size;
-    Field f;
+    WireField f;
     for (const uint8_t *p = e->g->source; p < end;) {
         next_field(&p, end, &f);
         if (f.num == MODEL_GRAPH && f.wire == 2)
@@ -347,7 +300,7 @@ static size_t tensor_size(const Init *in)
         return in->tensor.n;
     size_t kept = 0;
     const uint8_t *end = in->tensor.p + in->tensor.n;
-    Field f;
+    WireField f;
     for (const uint8_t *p = in->tensor.p; p < end;) {
         next_field(&p, end, &f);
         if (!is_data_field(f.num))
@@ -416,7 +369,7 @@ static void put_header(Export *e, uint32_t num, size_t len)
 static void write_tensor(Export *e, const Init *in)
 {
     const uint8_t *end = in->tensor.p + in->tensor.n;
-    Field f;
+    WireField f;
     for (const uint8_t *p = in->tensor.p; p < end;) {
         next_field(&p, end, &f);
         if (!is_data_field(f.num))
@@ -430,7 +383,7 @@ static void write_graph(Export *e)
 {
     const uint8_t *end = e->graph.p + e->graph.n;
     uint32_t k = 0;
-    Field f;
+    WireField f;
     for (const uint8_t *p = e->graph.p; p < end;) {
         next_field(&p, end, &f);
         if (!(f.num == GRAPH_INITIALIZER && f.wire == 2)) {
@@ -454,7 +407,7 @@ static void write_model(Export *e)
     if (mprt_out_open(&e->out, e->output, err, sizeof err) != 0)
         fail_runtime(e->output, err);
     const uint8_t *end = (const uint8_t *)e->g->source + e->g->source_size;
-    Field f;
+    WireField f;
     for (const uint8_t *p = e->g->source; p < end;) {
         next_field(&p, end, &f);
         if (f.num == MODEL_GRAPH && f.wire == 2) {

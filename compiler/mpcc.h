@@ -237,6 +237,23 @@ Loc value_loc(const Graph *g, uint32_t v);
 void ir_toposort(Graph *g);   /* fills order; errors on cycles and dangling inputs */
 void ir_verify(Graph *g);     /* internal consistency, debug builds after each pass */
 
+/* ------------------------------------------------------------------ wire.c */
+
+typedef struct Span {
+    const uint8_t *p;
+    size_t n;
+} Span;
+
+/* One protobuf field: its number and wire type, the value of a varint, the
+ * whole field (key included) and a length-delimited payload. */
+typedef struct WireField {
+    uint32_t num, wire;
+    uint64_t varint;
+    Span whole, payload;
+} WireField;
+
+bool wire_next(const uint8_t **p, const uint8_t *end, WireField *f);  /* false: malformed */
+
 /* ------------------------------------------------------------------ onnx.c */
 
 Graph *onnx_import(Arena *a, const char *path);

@@ -23,11 +23,6 @@
 
 enum { MAX_NESTING = 32 };
 
-typedef struct Span {
-    const uint8_t *p;
-    size_t n;
-} Span;
-
 typedef struct Mapping {
     struct Mapping *next;
     const char *path;
@@ -90,68 +85,6 @@ static Span map_file(Arena *a, const char *path, const char *shown_as)
     return s;
 }
 
-/* ---- protobuf wire format ---- */
-
-static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*p >= end)
-            return false;
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return true;
-        }
-    }
-    return false;
-}
-
-typedef struct Field {
-    uint32_t num, wire;
-    const uint8_t *start, *end;  /* the whole field, key included */
-    Span payload;                /* length-delimited payload */
-} Field;
-
-/* Reads the field at *p; false on malformed input. */
-static bool next_field(const uint8_t **p, const uint8_t *end, Field *f)
-{
-    uint64_t key, v;
-    f->start = *p;
-    if (!read_varint(p, end, &key) || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
-        return false;
-    f->num = (uint32_t)(key >> 3);
-    f->wire = key & 7;
-    f->payload = (Span){NULL, 0};
-    switch (f->wire) {
-    case 0:
-        if (!read_varint(p, end, &v))
-            return false;
-        break;
-    case 1:
-        if (end - *p < 8)
-            return false;
-        *p += 8;
-        break;
-    case 2:
-        if (!read_varint(p, end, &v) || v > (uint64_t)(end - *p))
-            return false;
-        f->payload = (Span){*p, (size_t)v};
-        *p += v;
-        break;
-    case 5:
-        if (end - *p < 4)
-            return false;
-        *p += 4;
-        break;
-    default:
-        return false;   /* groups are not used by ONNX */
-    }
-    f->end = *p;
-    return true;
-}
-
 /* Copies msg without its length-delimited field `skip`; each occurrence of
  * that field is handed to take(). The copy is small: it is what is left. */
 typedef void TakeFn(Imp *im, Span payload, void *ctx);
@@ -160,22 +93,22 @@ static Span strip_field(Imp *im, Span msg, uint32_t skip, TakeFn *take, void *ct
 {
     const uint8_t *end = msg.p + msg.n;
     size_t kept = 0;
-    Field f;
+    WireField f;
     for (const uint8_t *p = msg.p; p < end;) {
-        if (!next_field(&p, end, &f))
+        if (!wire_next(&p, end, &f))
             malformed(im, "truncated or corrupt protobuf data");
         if (!(f.num == skip && f.wire == 2))
-            kept += (size_t)(f.end - f.start);
+            kept += f.whole.n;
     }
     uint8_t *out = kept ? arena_alloc(im->a, kept) : NULL;
     size_t k = 0;
     for (const uint8_t *p = msg.p; p < end;) {
-        next_field(&p, end, &f);
+        wire_next(&p, end, &f);
         if (f.num == skip && f.wire == 2) {
             take(im, f.payload, ctx);
         } else {
-            memcpy(out + k, f.start, (size_t)(f.end - f.start));
-            k += (size_t)(f.end - f.start);
+            memcpy(out + k, f.whole.p, f.whole.n);
+            k += f.whole.n;
         }
     }
     return (Span){out, kept};
@@ -219,9 +152,9 @@ static void check_nesting(Imp *im, Span msg, MsgKind kind, int depth)
     if (depth > MAX_NESTING)
         malformed(im, "messages nested too deeply");
     const uint8_t *end = msg.p + msg.n;
-    Field f;
+    WireField f;
     for (const uint8_t *p = msg.p; p < end;) {
-        if (!next_field(&p, end, &f))
+        if (!wire_next(&p, end, &f))
             malformed(im, "truncated or corrupt protobuf data");
         if (f.wire != 2)
             continue;

@@ -10,7 +10,7 @@ clang -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -O1 -g \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -I"$root/compiler" -I"$build/onnxpb" \
     "$root"/compiler/util.c "$root"/compiler/diag.c "$root"/compiler/ir.c \
-    "$root"/compiler/onnx.c "$root"/compiler/bind.c "$root"/compiler/check.c \
+    "$root"/compiler/onnx.c "$root"/compiler/wire.c "$root"/compiler/bind.c "$root"/compiler/check.c \
     "$root"/compiler/shapes.c "$root"/compiler/fold.c "$root"/compiler/dump.c \
     "$build/onnxpb/onnx.pb-c.c" "$root/tests/fuzz/fuzz_onnx.c" \
     $(pkg-config --cflags --libs libprotobuf-c) -lm -o "$out"
