@@ -408,6 +408,8 @@ static void grad_matmul(AD *ad, uint32_t dy)
     }
 }
 
+/* Softmax and LogSoftmax: the gradient from dy and the output, on the
+ * forward's axis (the opset's default made explicit). */
 static void grad_softmax(AD *ad, uint32_t dy)
 {
     uint32_t x = ad->n->in[0], out;
@@ -415,9 +417,7 @@ static void grad_softmax(AD *ad, uint32_t dy)
         return;
     Op op = ad->n->op == OP_SOFTMAX ? OP_SOFTMAX_GRAD : OP_LOG_SOFTMAX_GRAD;
     Node *g = emit(ad, op, "dX", (uint32_t[]){dy, ad->n->out[0]}, 2, x, &out);
-    ir_copy_attrs(ad->g, g, ad->n);
-    if (!ir_attr(ad->n, "axis"))
-        ir_set_int(ad->g, g, "axis", ad->g->opset >= 13 ? -1 : 1);
+    ir_set_int(ad->g, g, "axis", attr_int(ad->n, "axis", ad->g->opset >= 13 ? -1 : 1));
     contribute(ad, x, out);
 }
 
@@ -543,16 +543,6 @@ static void grad_concat(AD *ad, uint32_t dy)
         contribute(ad, n->in[k], outs[k]);
 }
 
-static void grad_gather(AD *ad, uint32_t dy)
-{
-    uint32_t x = ad->n->in[0], out;
-    if (!ad->needs[x])
-        return;
-    Node *g = emit(ad, OP_GATHER_GRAD, "dX", (uint32_t[]){dy, ad->n->in[1]}, 2, x, &out);
-    ir_copy_attrs(ad->g, g, ad->n);
-    contribute(ad, x, out);
-}
-
 /* y = cond ? a : b: dA = cond ? dy : 0, dB = cond ? 0 : dy. */
 static void grad_where(AD *ad, uint32_t dy)
 {
@@ -675,7 +665,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_SLICE: grad_slice(ad, dy[0]); break;
     case OP_SPLIT: grad_split(ad, dy); break;
     case OP_CONCAT: grad_concat(ad, dy[0]); break;
-    case OP_GATHER: grad_gather(ad, dy[0]); break;
+    case OP_GATHER: grad_unary(ad, OP_GATHER_GRAD, dy[0], n->in[1]); break;
     case OP_WHERE: grad_where(ad, dy[0]); break;
     case OP_CAST: grad_cast(ad, dy[0]); break;
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;

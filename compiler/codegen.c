@@ -696,6 +696,17 @@ static int norm_axis_of(const Node *n, int rank)
     return axis < 0 ? axis + rank : axis;
 }
 
+/* The element counts before and after dimension `axis`. */
+static void around_axis(const Shape *s, int axis, long *outer, long *inner)
+{
+    *outer = *inner = 1;
+    for (int d = 0; d < s->rank; d++)
+        if (d < axis)
+            *outer *= (long)s->d[d];
+        else if (d > axis)
+            *inner *= (long)s->d[d];
+}
+
 /* Concat, and Split as its inverse: `outer` rows of parts laid side by
  * side along the axis. */
 static void emit_concat(CG *cg, const Node *n)
@@ -707,12 +718,8 @@ static void emit_concat(CG *cg, const Node *n)
     float_only(cg, n, whole);
     const Shape *s = shape_of(cg, whole);
     int axis = norm_axis_of(n, s->rank);
-    long outer = 1, inner = 1;
-    for (int d = 0; d < s->rank; d++)
-        if (d < axis)
-            outer *= (long)s->d[d];
-        else if (d > axis)
-            inner *= (long)s->d[d];
+    long outer, inner;
+    around_axis(s, axis, &outer, &inner);
     long *len = arena_array(cg->g->arena, k, sizeof(long));
     for (uint32_t j = 0; j < k; j++)
         len[j] = parts[j] != NONE ? (long)shape_of(cg, parts[j])->d[axis] : 0;
@@ -734,12 +741,8 @@ static void emit_gather(CG *cg, const Node *n)
         unsupported(cg, n, "Gather indices that are not int64");
     const Shape *s = shape_of(cg, data);
     int axis = norm_axis_of(n, s->rank);
-    long outer = 1, inner = 1;
-    for (int d = 0; d < s->rank; d++)
-        if (d < axis)
-            outer *= (long)s->d[d];
-        else if (d > axis)
-            inner *= (long)s->d[d];
+    long outer, inner;
+    around_axis(s, axis, &outer, &inner);
     emit(cg, "    mprt_gather%s(%ld, %lld, %ld, %ld, %s, %s, %s, %s);\n", grad ? "_grad" : "",
          outer, (long long)s->d[axis], inner, numel(cg, idx), buf(cg, idx),
          buf(cg, n->in[0]), buf(cg, n->out[0]), c_string(cg, n->name));

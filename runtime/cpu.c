@@ -15,8 +15,9 @@
  * statistics and updates the running ones in training, and with the
  * running statistics, left as they are, in inference; Dropout is the
  * identity in inference. The trainer's evaluation (train.c) clears it
- * around its forward passes. It is the runtime's one piece of mutable
- * global state besides the arena. */
+ * around its forward passes. The runtime's other mutable globals are the
+ * arena, the kernels' scratch buffer (below) and Dropout's seed and
+ * micro-batch counter (cpu_math.c), all set by the training loop. */
 static int mprt_training = 1;
 
 /* A program uses only the kernels its model needs. */
@@ -226,32 +227,48 @@ static void mprt_row_dots(const float *dy, const float *x, long n, double mean, 
 
 /* ---- losses ---- */
 
+/* The largest of C elements `stride` apart. */
+static float mprt_strided_max(const float *x, long C, long stride)
+{
+    float mx = x[0];
+    for (long c = 1; c < C; c++)
+        mx = x[c * stride] > mx ? x[c * stride] : mx;
+    return mx;
+}
+
+/* Log-softmax over one axis: x is outer x C x inner; log-sum-exp in double. */
+MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x, float *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < inner; j++) {
+            const float *xs = x + (size_t)o * C * inner + j;
+            float *ys = y + (size_t)o * C * inner + j;
+            float mx = mprt_strided_max(xs, C, inner);
+            double sum = 0;
+            for (long c = 0; c < C; c++)
+                sum += exp((double)xs[c * inner] - mx);
+            float lse = (float)(mx + log(sum));
+            for (long c = 0; c < C; c++)
+                ys[c * inner] = xs[c * inner] - lse;
+        }
+}
+
 /* Softmax cross-entropy, mean over the labels that are not ignore_index.
- * scores (N, C, D) with D the product of trailing dims; labels (N, D). */
+ * scores (N, C, D) with D the product of trailing dims; labels (N, D);
+ * logp receives the log-probabilities for the backward pass. */
 MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *labels,
                      int64_t ignore, float *loss, float *logp)
 {
+    mprt_log_softmax(N, C, D, x, logp);
     double total = 0;
     long count = 0;
-    for (int n = 0; n < N; n++)
-        for (long d = 0; d < D; d++) {
-            const float *xs = x + (size_t)n * C * D + d;
-            float *lp = logp + (size_t)n * C * D + d;
-            float mx = xs[0];
-            for (int c = 1; c < C; c++)
-                mx = xs[c * D] > mx ? xs[c * D] : mx;
-            double se = 0;
-            for (int c = 0; c < C; c++)
-                se += exp((double)xs[c * D] - mx);
-            float lse = (float)(mx + log(se));
-            for (int c = 0; c < C; c++)
-                lp[c * D] = xs[c * D] - lse;
-            int64_t t = labels[(size_t)n * D + d];
-            if (t == ignore)
-                continue;
-            total -= lp[t * D];
-            count++;
-        }
+    for (long i = 0; i < (long)N * D; i++) {
+        int64_t t = labels[i];
+        if (t == ignore)
+            continue;
+        total -= logp[((size_t)(i / D) * C + t) * D + i % D];
+        count++;
+    }
     *loss = count ? (float)(total / count) : 0.0f;
 }
 

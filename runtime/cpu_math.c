@@ -134,9 +134,7 @@ MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, fl
         for (long j = 0; j < inner; j++) {
             const float *xs = x + (size_t)o * C * inner + j;
             float *ys = y + (size_t)o * C * inner + j;
-            float mx = xs[0];
-            for (long c = 1; c < C; c++)
-                mx = xs[c * inner] > mx ? xs[c * inner] : mx;
+            float mx = mprt_strided_max(xs, C, inner);
             if (mx == -INFINITY)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
             double sum = 0;
@@ -286,25 +284,8 @@ MPRT_KERNEL void mprt_dropout_grad(long n, uint64_t node, float ratio, const flo
     mprt_dropout(n, node, ratio, 1, dy, dx, NULL);
 }
 
-/* ---- log-softmax and the negative log-likelihood loss ---- */
-
-MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x, float *y)
-{
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
-            const float *xs = x + (size_t)o * C * inner + j;
-            float *ys = y + (size_t)o * C * inner + j;
-            float mx = xs[0];
-            for (long c = 1; c < C; c++)
-                mx = xs[c * inner] > mx ? xs[c * inner] : mx;
-            double sum = 0;
-            for (long c = 0; c < C; c++)
-                sum += exp((double)xs[c * inner] - mx);
-            float lse = (float)(mx + log(sum));
-            for (long c = 0; c < C; c++)
-                ys[c * inner] = xs[c * inner] - lse;
-        }
-}
+/* ---- log-softmax's gradient and the negative log-likelihood loss
+ * (log-softmax itself is in cpu.c, with the cross-entropy that uses it) ---- */
 
 /* dx = dy - softmax(x) * sum_c dy, with softmax(x) = exp(y) */
 MPRT_KERNEL void mprt_log_softmax_grad(long outer, long C, long inner, const float *dy,

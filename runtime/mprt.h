@@ -1,10 +1,13 @@
 /* mprt.h — the runtime's one header: the libc includes it needs, dtypes,
  * arrays, the error convention, and the exports of each runtime file.
  *
- * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c (in that order) into
- * every generated train.c, dropping the lines `#include "mprt.h"`; unit tests
- * include the .c files directly. So nothing here includes a project header,
- * every helper that is not exported is static, and there is no global state.
+ * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c, then the kernels
+ * (cpu.c, cpu_move.c, cpu_math.c) and the trainer's main (train.c), in that
+ * order, into every generated train.c, dropping the lines `#include
+ * "mprt.h"`; unit tests include the .c files directly. So nothing here
+ * includes a project header, every helper that is not exported is static,
+ * and the file-format code (mprt.c, npy.c, safetensors.c) keeps no global
+ * state.
  *
  * Errors: every function that can fail returns 0 on success and non-zero on
  * failure, and then writes one line (no newline) into err[errlen] naming the
