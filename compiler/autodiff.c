@@ -712,6 +712,7 @@ void autodiff(Graph *g, const Options *o)
     uint32_t nforward = g->norder;
     for (uint32_t i = nforward; i-- > 0;) {
         ad.n = &g->nodes[g->order[i]];
+        g->cur_origin = g->order[i];   /* what this emits is that node's gradient */
         uint32_t dy[8] = {NONE, NONE, NONE, NONE, NONE, NONE, NONE, NONE};
         bool any = false;
         for (uint32_t k = 0; k < ad.n->nout && k < 8; k++)
@@ -723,6 +724,7 @@ void autodiff(Graph *g, const Options *o)
             differentiate(&ad, dy);
         ad.n = &g->nodes[g->order[i]];   /* emitting may have moved the node array */
     }
+    g->cur_origin = NONE;   /* parameter gradient sums belong to the parameter */
     for (uint32_t v = 0; v < ad.nfwd; v++) {
         Value *val = &g->values[v];
         if (!val->trainable)

@@ -9,7 +9,8 @@
 #include <string.h>
 
 static const char help_text[] =
-"usage: mpcc [options] <model.onnx>\n"
+"usage: mpcc [options] <model.onnx | model.mp>\n"
+"       mpcc model.mp --emit-onnx -o model.onnx\n"
 "       mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx>\n"
 "\n"
 "mpcc compiles a model into a standalone training program, partitioned\n"
@@ -23,9 +24,24 @@ static const char help_text[] =
 "                           give the full shape of graph inputs by name, e.g.\n"
 "                           --shapes=input:8x3x224x224 (overrides -batch)\n"
 "\n"
-"Devices:\n"
-"  -gpus N                  number of CUDA devices to partition across\n"
-"  -cpus N                  number of CPU devices to partition across\n"
+"Devices and pipeline (docs/pipeline.md):\n"
+"  -cpus N                  partition across N CPU devices (one worker thread each)\n"
+"  -gpus N                  partition across N CUDA devices\n"
+"  --devices=LIST           an explicit, possibly mixed list: cpu,cuda:0,cuda:1\n"
+"  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
+"                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"
+"                           profile file (docs/pipeline.md); default: cpu for CPU\n"
+"                           devices, h100-sxm for CUDA devices\n"
+"  --measured=PROF.json     per-node times a trainer measured (./train --profile)\n"
+"                           replace the estimates\n"
+"  --schedule=KIND          gpipe, 1f1b, interleaved, zb (zero-bubble: backward\n"
+"                           split into input and weight gradients) or auto\n"
+"                           (default: simulate each and keep the fastest that fits)\n"
+"  --virtual-stages=V       interleaved: stages per device (default 2)\n"
+"  --split=NODE[,NODE]      cut the model after these nodes instead of choosing\n"
+"  --recompute=none|auto|all  recompute stage forwards in the backward pass to\n"
+"                           save activation memory (auto: only stages that would\n"
+"                           not fit otherwise; default none)\n"
 "\n"
 "Training (the trainer's own flags override the learning rate):\n"
 "  --loss=cross_entropy|mse the loss on the model's output (default: the model's own\n"
@@ -46,6 +62,8 @@ static const char help_text[] =
 "\n"
 "Output:\n"
 "  -o FILE                  where to write the output (default: stdout for dumps)\n"
+"  --emit-onnx              write the model (a .mp file in the DSL, docs/dsl.md) with\n"
+"                           its initial weights as ONNX to -o model.onnx, and stop\n"
 "\n"
 "Inspection:\n"
 "  --dump=WHAT[,WHAT]       print a pass's result as text and stop:\n"
@@ -55,6 +73,14 @@ static const char help_text[] =
 "                             shapes  every value's dtype and static shape\n"
 "                             grad    the training graph: forward, loss, gradients\n"
 "                                     and optimizer updates\n"
+"                             partition  stages: devices, nodes, parameters, FLOPs,\n"
+"                                     predicted time and memory\n"
+"                             schedule   the step as an ASCII Gantt chart per device\n"
+"                                     and stream, with the simulator's prediction\n"
+"                             partition-dot  the graph in Graphviz, coloured by\n"
+"                                     device, cut edges labelled with bytes\n"
+"  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
+"                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
 "                           with counts and node names; exit 1 if there is any\n"
 "  --list-ops               print the op support table (docs/ops.md) and exit\n"
@@ -128,22 +154,31 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_shapes = true;
         else if (strcmp(w, "grad") == 0)
             o->dump_grad = true;
+        else if (strcmp(w, "partition") == 0)
+            o->dump_partition = true;
+        else if (strcmp(w, "schedule") == 0)
+            o->dump_schedule = true;
+        else if (strcmp(w, "partition-dot") == 0)
+            o->dump_dot = true;
         else
-            usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad)", w);
+            usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
+                        "schedule, partition-dot)", w);
     }
 }
 
 typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_CHECK, OPT_LIST_OPS, OPT_HELP, OPT_VERSION, OPT_LOSS, OPT_IGNORE,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
-               OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_COUNT } OptId;
+               OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
+               OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
+               OPT_TRACE, OPT_EMIT_ONNX, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
     {"gpus", OPT_GPUS, true},    {"cpus", OPT_CPUS, true},
     {"batch", OPT_BATCH, true},  {"shapes", OPT_SHAPES, true},
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
-    {"list-ops", OPT_LIST_OPS, false},
+    {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -151,6 +186,10 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"eps", OPT_EPS, true},             {"microbatches", OPT_MICRO, true},
     {"clip-norm", OPT_CLIP, true},      {"frozen", OPT_FROZEN, true},
     {"class-axis", OPT_CLASS_AXIS, true},
+    {"devices", OPT_DEVICES, true},     {"profile", OPT_PROFILE, true},
+    {"measured", OPT_MEASURED, true},   {"schedule", OPT_SCHEDULE, true},
+    {"virtual-stages", OPT_VIRT, true}, {"split", OPT_SPLIT, true},
+    {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
@@ -211,6 +250,36 @@ static void apply_training(OptId id, const char *opt, const char *val, Options *
     }
 }
 
+static int pick(const char *opt, const char *val, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(val, names[i]) == 0)
+            return i;
+    fprintf(stderr, "mpcc: error: %s: unknown value '%s' (known:", opt, val);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %s", names[i]);
+    fputs("); see mpcc --help\n", stderr);
+    exit(1);
+}
+
+static void apply_pipeline(OptId id, const char *opt, const char *val, Options *o)
+{
+    static const char *const sched[] = {"auto", "gpipe", "1f1b", "interleaved", "zb"};
+    static const char *const recompute[] = {"none", "auto", "all"};
+    PipeOptions *p = &o->pipe;
+    switch (id) {
+    case OPT_DEVICES: p->devices = val; break;
+    case OPT_PROFILE: p->profile = val; break;
+    case OPT_MEASURED: p->measured = val; break;
+    case OPT_SCHEDULE: p->schedule = (SchedKind)pick(opt, val, sched, 5); break;
+    case OPT_VIRT: p->virt = (int)parse_count(opt, val, 64); break;
+    case OPT_SPLIT: p->split = val; break;
+    case OPT_RECOMPUTE: p->recompute = (RecomputeKind)pick(opt, val, recompute, 3); break;
+    case OPT_TRACE: p->trace = val; break;
+    default: apply_training(id, opt, val, o); break;
+    }
+}
+
 static void apply(Arena *a, OptId id, const char *opt, const char *val, Options *o)
 {
     switch (id) {
@@ -225,8 +294,9 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_SHAPES: parse_shapes(a, val, o); break;
     case OPT_DUMP: parse_dump(a, val, o); break;
     case OPT_CHECK: o->check = true; break;
+    case OPT_EMIT_ONNX: o->emit_onnx = true; break;
     case OPT_LIST_OPS: list_ops(stdout); exit(0);
-    default: apply_training(id, opt, val, o); break;
+    default: apply_pipeline(id, opt, val, o); break;
     case OPT_HELP: fputs(help_text, stdout); exit(0);
     case OPT_VERSION: printf("mpcc %s\n", MPCC_VERSION); exit(0);
     }
@@ -302,6 +372,11 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
         apply(a, options[k].id, arg, val, o);
     }
     training_defaults(&o->train, given);
+    o->pipe.micro_given = given[OPT_MICRO];
+    if (!given[OPT_VIRT])
+        o->pipe.virt = 2;
+    if (o->pipe.virt < 1)
+        usage_error("--virtual-stages must be at least 1%s", "");
     if (!o->input)
         usage_error("no model given%s", "");
 }

@@ -1,9 +1,10 @@
 /* codegen.c — writes the standalone trainer for CPU devices: train.c (the
- * runtime pasted in, then the model: its buffers, stage0_forward,
- * stage0_backward, accumulate, update) and the initial weights as
- * safetensors under the ONNX initializer names.
+ * runtime pasted in, then the model: one function per stage and action,
+ * and the step as the plan's operations on each device's streams) and the
+ * initial weights as safetensors under the ONNX initializer names.
  *
- * Every buffer lives at a static offset in one arena. Every kernel call is
+ * Every buffer lives at the static offset the plan gave it in its device's
+ * arena (An), micro-batch mb in slot mb % slots. Every kernel call is
  * preceded by a comment naming the ONNX node it implements; names from the
  * model reach the C file only inside comments (escaped) and string literals
  * (escaped).
@@ -24,10 +25,9 @@ extern const EmbeddedFile embedded_files[];
 typedef struct CG {
     Graph *g;
     const Options *o;
+    const Plan *plan;
     FILE *out;
-    size_t *offset;       /* per value: byte offset in the arena, SIZE_MAX if none */
-    size_t *acc;          /* per trainable param: gradient accumulator (M > 1) */
-    size_t arena;
+    int stage;            /* the stage whose function is being written */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -57,61 +57,9 @@ static const char *comment_text(CG *cg, const char *s)
 
 static const char *c_string(CG *cg, const char *s);
 
-/* ---- the memory plan: one arena, static offsets, no reuse yet ---- */
-
-static size_t place(CG *cg, size_t bytes)
-{
-    size_t off = cg->arena;
-    cg->arena += (bytes + 63) & ~(size_t)63;
-    return off;
-}
-
 static size_t value_bytes(const Value *v)
 {
     return (size_t)shape_numel(&v->shape) * dtype_size(v->dtype);
-}
-
-static bool runtime_value(const Value *v)
-{
-    return v->kind == VK_PARAM || v->kind == VK_STATE || v->kind == VK_INPUT ||
-           v->kind == VK_ACTIVATION || (v->kind == VK_CONST && v->nuses > 0);
-}
-
-/* BatchNormalization writes its running statistics back into the
- * initializers it read them from. */
-static void alias_running_stats(CG *cg)
-{
-    Graph *g = cg->g;
-    for (uint32_t i = 0; i < g->norder; i++) {
-        const Node *n = &g->nodes[g->order[i]];
-        if (n->op != OP_BATCH_NORM)
-            continue;
-        for (uint32_t k = 1; k < 3 && k < n->nout; k++)
-            if (n->out[k] != NONE)
-                cg->offset[n->out[k]] = cg->offset[n->in[k + 2]];
-    }
-}
-
-static void plan_memory(CG *cg)
-{
-    Graph *g = cg->g;
-    cg->offset = arena_array(g->arena, g->nvalues, sizeof(size_t));
-    cg->acc = arena_array(g->arena, g->nvalues, sizeof(size_t));
-    for (uint32_t v = 0; v < g->nvalues; v++)
-        cg->offset[v] = cg->acc[v] = SIZE_MAX;
-    for (uint32_t v = 0; v < g->nvalues; v++) {
-        const Value *val = &g->values[v];
-        if (val->kind == VK_PARAM || val->kind == VK_STATE || val->kind == VK_INPUT)
-            cg->offset[v] = place(cg, value_bytes(val));
-    }
-    alias_running_stats(cg);
-    for (uint32_t v = 0; v < g->nvalues; v++)
-        if (cg->offset[v] == SIZE_MAX && runtime_value(&g->values[v]))
-            cg->offset[v] = place(cg, value_bytes(&g->values[v]));
-    if (cg->o->train.microbatches > 1)
-        for (uint32_t v = 0; v < g->nvalues; v++)
-            if (g->values[v].trainable)
-                cg->acc[v] = place(cg, value_bytes(&g->values[v]));
 }
 
 /* ---- names in the generated file ---- */
@@ -127,18 +75,34 @@ static const char *ctype(DType t)
     }
 }
 
-/* A buffer expression: ((float *)(mprt_arena + 4096)) */
+/* A buffer's address: A1 + 4096, or A1 + 4096 + (size_t)(mb % 3) * 8192. */
+static const char *addr(CG *cg, int b, const char *mb)
+{
+    const Buf *bf = &cg->plan->bufs[b];
+    if (bf->slots == 1)
+        return arena_printf(cg->g->arena, "A%d + %zu", bf->dev, bf->offset);
+    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(%s %% %d) * %zu", bf->dev,
+                        bf->offset, mb, bf->slots, bf->bytes);
+}
+
+static bool has_buf(CG *cg, uint32_t v)
+{
+    return v != NONE && plan_buf(cg->plan, v, cg->stage) >= 0;
+}
+
+/* A buffer expression in the current stage: ((float *)(A0 + 4096)) */
 static const char *buf(CG *cg, uint32_t v)
 {
     const Value *val = &cg->g->values[v];
-    MPCC_ASSERT(cg->offset[v] != SIZE_MAX);
+    int b = plan_buf(cg->plan, v, cg->stage);
+    MPCC_ASSERT(b >= 0);
     const char *t = ctype(val->dtype);
     if (!t) {
         Loc loc = value_loc(cg->g, v);
         error_at(&loc, "element type %s is not supported by the CPU trainer yet",
                  dtype_name(val->dtype));
     }
-    return arena_printf(cg->g->arena, "((%s *)(mprt_arena + %zu))", t, cg->offset[v]);
+    return arena_printf(cg->g->arena, "((%s *)(%s))", t, addr(cg, b, "mb"));
 }
 
 static long numel(CG *cg, uint32_t v)
@@ -157,7 +121,7 @@ static const Shape *shape_of(CG *cg, uint32_t v)
 static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
 {
     uint32_t v = out ? (k < n->nout ? n->out[k] : NONE) : (k < n->nin ? n->in[k] : NONE);
-    return v != NONE && cg->offset[v] != SIZE_MAX ? buf(cg, v) : "NULL";
+    return has_buf(cg, v) ? buf(cg, v) : "NULL";
 }
 
 
@@ -728,7 +692,7 @@ static void emit_concat(CG *cg, const Node *n)
     emit(cg, ", (float *const[]){");
     for (uint32_t j = 0; j < k; j++)
         emit(cg, "%s%s", j ? ", " : "",
-             parts[j] != NONE && cg->offset[parts[j]] != SIZE_MAX ? buf(cg, parts[j]) : "NULL");
+             has_buf(cg, parts[j]) ? buf(cg, parts[j]) : "NULL");
     emit(cg, "}, %s);\n", buf(cg, whole));
 }
 
@@ -907,14 +871,27 @@ static void emit_node(CG *cg, const Node *n)
 
 /* ---- the program ---- */
 
+static const char *const act_names[] = {"forward", "backward", "wgrad", "update"};
+
 static void emit_header(CG *cg, const char *hash)
 {
+    const Plan *p = cg->plan;
     emit(cg, "/* Generated by mpcc %s. Do not edit: regenerate with the command below.\n"
          " *\n *   %s\n *\n", MPCC_VERSION, comment_text(cg, cg->o->cmdline));
-    emit(cg, " * model:  %s (sha256 %s)\n", comment_text(cg, cg->g->file), hash);
-    emit(cg, " * device: cpu:0, 1 stage; batch %lld in %d micro-batch(es)\n",
-         (long long)cg->o->batch * cg->o->train.microbatches, cg->o->train.microbatches);
-    emit(cg, " * build:  cc -O2 %s -o train -lopenblas -lm\n */\n",
+    emit(cg, " * model:    %s (sha256 %s)\n", comment_text(cg, cg->g->file), hash);
+    emit(cg, " * batch:    %lld in %d micro-batch(es) of %lld\n",
+         (long long)cg->o->batch * p->sc->M, p->sc->M, (long long)cg->o->batch);
+    emit(cg, " * schedule: %s, %d stage(s) on %d device(s); predicted step %.6g s, bubble "
+         "%.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->ndev, p->step_time,
+         100 * p->bubble);
+    for (int d = 0; d < p->sc->ndev; d++) {
+        emit(cg, " * %-8s  stages", p->ds->d[d].name);
+        for (int s = 0; s < p->st->n; s++)
+            if (p->st->dev[s] == d)
+                emit(cg, " %d", s);
+        emit(cg, "; memory plan %zu bytes\n", p->arena_bytes[d]);
+    }
+    emit(cg, " * build:    cc -O2 %s -o train -lopenblas -lm -pthread\n */\n",
          comment_text(cg, cg->o->output));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
 }
@@ -922,7 +899,7 @@ static void emit_header(CG *cg, const char *hash)
 static void emit_runtime(CG *cg)
 {
     static const char *order[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "cpu_c",
-                                  "cpu_move_c", "cpu_math_c", "train_c"};
+                                  "cpu_move_c", "cpu_math_c", "stream_c", "train_c"};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         for (const EmbeddedFile *f = embedded_files; f->name; f++) {
             if (strcmp(f->name, order[i]) != 0)
@@ -937,18 +914,6 @@ static void emit_runtime(CG *cg)
                 p += len + (nl ? 1 : 0);
             }
         }
-}
-
-static void emit_phase(CG *cg, int phase, const char *fn)
-{
-    emit(cg, "\n/* --- stage 0 on cpu:0: %s --- */\nstatic void %s(int mb)\n{\n    (void)mb;\n",
-         phase == PH_FORWARD ? "forward" : "backward", fn);
-    for (uint32_t i = 0; i < cg->g->norder; i++) {
-        const Node *n = &cg->g->nodes[cg->g->order[i]];
-        if (n->phase == phase)
-            emit_node(cg, n);
-    }
-    emit(cg, "}\n");
 }
 
 static bool all_zero(const Tensor *t)
@@ -970,21 +935,22 @@ static void emit_float_literal(CG *cg, double f)
         emit(cg, "%af", f);
 }
 
-/* A constant's bytes, written into its buffer at the start. */
-static void emit_const(CG *cg, uint32_t v)
+/* A constant's bytes, written into its buffer (one per stage reading it). */
+static void emit_const(CG *cg, int b)
 {
-    const Value *val = &cg->g->values[v];
+    const Buf *bf = &cg->plan->bufs[b];
+    const Value *val = &cg->g->values[bf->value];
     emit(cg, "    /* const '%s' */\n", comment_text(cg, val->name));
     if (all_zero(val->data)) {
-        emit(cg, "    memset(mprt_arena + %zu, 0, %zu);\n", cg->offset[v], value_bytes(val));
+        emit(cg, "    memset(A%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
         return;
     }
     if (!ctype(val->dtype) || value_bytes(val) > (1 << 20)) {
-        Loc loc = value_loc(cg->g, v);
+        Loc loc = value_loc(cg->g, bf->value);
         error_at(&loc, "the CPU trainer does not support constants of type %s over 1 MB yet "
                  "(this one is %zu bytes)", dtype_name(val->dtype), value_bytes(val));
     }
-    emit(cg, "    memcpy(mprt_arena + %zu, (const %s[]){", cg->offset[v], ctype(val->dtype));
+    emit(cg, "    memcpy(A%d + %zu, (const %s[]){", bf->dev, bf->offset, ctype(val->dtype));
     for (int64_t i = 0; i < shape_numel(&val->shape); i++) {
         emit(cg, "%s", i ? ", " : "");
         if (val->dtype == DT_F32)
@@ -995,83 +961,185 @@ static void emit_const(CG *cg, uint32_t v)
     emit(cg, "}, %zu);\n", value_bytes(val));
 }
 
+static void emit_devices(CG *cg)
+{
+    for (int d = 0; d < cg->plan->sc->ndev; d++)
+        emit(cg, "#define A%d (mprt_arenas[%d])   /* %s */\n", d, d,
+             cg->plan->ds->d[d].name);
+}
+
 static void emit_constants(CG *cg)
 {
     emit(cg, "\nstatic void zero_state(void)\n{\n");
-    for (uint32_t v = 0; v < cg->g->nvalues; v++) {
-        const Value *val = &cg->g->values[v];
-        if (val->kind == VK_STATE)
-            emit(cg, "    memset(mprt_arena + %zu, 0, %zu);\n", cg->offset[v], value_bytes(val));
-        if (val->kind == VK_CONST && cg->offset[v] != SIZE_MAX)
-            emit_const(cg, v);
+    for (int b = 0; b < cg->plan->nbufs; b++) {
+        const Buf *bf = &cg->plan->bufs[b];
+        const Value *val = &cg->g->values[bf->value];
+        if (val->kind == VK_STATE && !bf->acc)
+            emit(cg, "    memset(A%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
+        if (val->kind == VK_CONST)
+            emit_const(cg, b);
     }
     emit(cg, "}\n");
 }
 
-static void emit_accumulate(CG *cg)
-{
-    emit(cg, "\n/* Gradients summed over the micro-batches of a step. */\n"
-         "static void accumulate(int mb)\n{\n    (void)mb;\n");
-    for (uint32_t v = 0; v < cg->g->nvalues; v++) {
-        const Value *val = &cg->g->values[v];
-        if (!val->trainable || cg->acc[v] == SIZE_MAX)
-            continue;
-        emit(cg, "    for (long i = 0; i < %ld; i++)  /* %s */\n"
-             "        ((float *)(mprt_arena + %zu))[i] = (mb ? ((float *)(mprt_arena + %zu))[i] "
-             ": 0.0f) + %s[i];\n", numel(cg, v), comment_text(cg, val->name), cg->acc[v],
-             cg->acc[v], buf(cg, val->grad));
-    }
-    emit(cg, "}\n");
-}
-
+/* The gradient the update reads: the sum over micro-batches when M > 1. */
 static const char *grad_buf(CG *cg, uint32_t p)
 {
-    if (cg->acc[p] != SIZE_MAX)
-        return arena_printf(cg->g->arena, "((float *)(mprt_arena + %zu))", cg->acc[p]);
+    int acc = cg->plan->acc_of[p];
+    if (acc >= 0)
+        return arena_printf(cg->g->arena, "((float *)(%s))", addr(cg, acc, "0"));
     return buf(cg, cg->g->values[p].grad);
 }
 
-static void emit_update(CG *cg)
+/* After the action computing a parameter's gradient: add it to the sum. */
+static void emit_accumulate(CG *cg, int kind)
 {
-    const TrainOptions *t = &cg->o->train;
-    emit(cg, "\n/* --- optimizer: %s --- */\nstatic void update(long step, float lr)\n{\n"
-         "    float scale = 1.0f / %d;\n    (void)step;\n",
-         t->optim == OPTIM_ADAMW ? "AdamW" : "SGD", t->microbatches);
-    if (t->clip_norm > 0) {
-        int k = 0;
-        emit(cg, "    double norm;\n    scale *= mprt_clip_scale(");
-        for (uint32_t i = 0; i < cg->g->norder; i++)
-            k += cg->g->nodes[cg->g->order[i]].phase == PH_UPDATE;
-        emit(cg, "%d, (const float *const[]){", k);
-        for (uint32_t i = 0, j = 0; i < cg->g->norder; i++) {
-            const Node *n = &cg->g->nodes[cg->g->order[i]];
-            if (n->phase == PH_UPDATE)
-                emit(cg, "%s%s", j++ ? ", " : "", grad_buf(cg, n->in[0]));
-        }
-        emit(cg, "}, (const long[]){");
-        for (uint32_t i = 0, j = 0; i < cg->g->norder; i++) {
-            const Node *n = &cg->g->nodes[cg->g->order[i]];
-            if (n->phase == PH_UPDATE)
-                emit(cg, "%s%ld", j++ ? ", " : "", numel(cg, n->in[0]));
-        }
-        emit(cg, "}, scale, (float)%.9g, &norm);\n", t->clip_norm);
-    }
-    for (uint32_t i = 0; i < cg->g->norder; i++) {
-        const Node *n = &cg->g->nodes[cg->g->order[i]];
-        if (n->phase != PH_UPDATE)
+    Graph *g = cg->g;
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        if (!val->trainable || cg->plan->acc_of[v] < 0 || cg->plan->st->home[v] != cg->stage)
             continue;
-        emit(cg, "    /* %s */\n", comment_text(cg, n->name));
-        if (n->op == OP_SGD)
-            emit(cg, "    mprt_sgd(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n",
-                 numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
-                 n->nin > 2 ? buf(cg, n->in[2]) : "NULL", attr_float(n, "momentum", 0),
-                 attr_float(n, "weight_decay", 0), (int)attr_int(n, "nesterov", 0));
-        else
-            emit(cg, "    mprt_adamw(%ld, %s, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, (float)%.9g, "
-                 "(float)%.9g, step);\n", numel(cg, n->in[0]), buf(cg, n->in[0]),
-                 grad_buf(cg, n->in[0]), buf(cg, n->in[2]), buf(cg, n->in[3]),
-                 attr_float(n, "beta1", 0.9), attr_float(n, "beta2", 0.999),
-                 attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
+        uint32_t pn = g->values[val->grad].producer;
+        if (cg->plan->st->act[pn] != kind)
+            continue;
+        emit(cg, "    for (long i = 0; i < %ld; i++)  /* sum of the gradients of '%s' */\n"
+             "        %s[i] = (mb ? %s[i] : 0.0f) + %s[i];\n", numel(cg, v),
+             comment_text(cg, val->name), grad_buf(cg, v), grad_buf(cg, v),
+             buf(cg, val->grad));
+    }
+}
+
+static void emit_clip(CG *cg, const uint32_t *nodes, int n)
+{
+    emit(cg, "    double norm;\n    scale *= mprt_clip_scale(%d, (const float *const[]){", n);
+    for (int i = 0; i < n; i++)
+        emit(cg, "%s%s", i ? ", " : "", grad_buf(cg, cg->g->nodes[nodes[i]].in[0]));
+    emit(cg, "}, (const long[]){");
+    for (int i = 0; i < n; i++)
+        emit(cg, "%s%ld", i ? ", " : "", numel(cg, cg->g->nodes[nodes[i]].in[0]));
+    emit(cg, "}, scale, (float)%.9g, &norm);\n", cg->o->train.clip_norm);
+}
+
+static void emit_update_node(CG *cg, const Node *n)
+{
+    emit(cg, "    /* %s */\n", comment_text(cg, n->name));
+    if (n->op == OP_SGD)
+        emit(cg, "    mprt_sgd(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n",
+             numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
+             n->nin > 2 ? buf(cg, n->in[2]) : "NULL", attr_float(n, "momentum", 0),
+             attr_float(n, "weight_decay", 0), (int)attr_int(n, "nesterov", 0));
+    else
+        emit(cg, "    mprt_adamw(%ld, %s, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, "
+             "(float)%.9g, (float)%.9g, step);\n", numel(cg, n->in[0]), buf(cg, n->in[0]),
+             grad_buf(cg, n->in[0]), buf(cg, n->in[2]), buf(cg, n->in[3]),
+             attr_float(n, "beta1", 0.9), attr_float(n, "beta2", 0.999),
+             attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
+}
+
+static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
+{
+    emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
+         "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
+    if (cg->o->train.clip_norm > 0)
+        emit_clip(cg, nodes, n);
+    for (int i = 0; i < n; i++)
+        emit_update_node(cg, &cg->g->nodes[nodes[i]]);
+}
+
+/* One stage's action as a function of the micro-batch. */
+static void emit_action(CG *cg, int stage, int kind)
+{
+    const Plan *p = cg->plan;
+    size_t k = (size_t)stage * ACT_KINDS + kind;
+    cg->stage = stage;
+    emit(cg, "\n/* --- stage %d on %s: %s --- */\nstatic void s%d_%s(int mb)\n{\n", stage,
+         p->ds->d[p->st->dev[stage]].name, act_names[kind], stage, act_names[kind]);
+    if (kind == ACT_UPDATE) {
+        emit_update_body(cg, p->nodes[k], p->nnodes[k]);
+        emit(cg, "}\n");
+        return;
+    }
+    emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
+         "micro-batch */\n", p->sc->M);
+    for (int i = 0; i < p->nnodes[k]; i++) {
+        const Node *n = &cg->g->nodes[p->nodes[k][i]];
+        emit_node(cg, n);
+        if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
+            emit(cg, "    mprt_losses[mb] = %s[0];\n", buf(cg, cg->g->loss));
+    }
+    if (kind != ACT_FWD)
+        emit_accumulate(cg, kind);
+    emit(cg, "}\n");
+}
+
+static void emit_actions(CG *cg)
+{
+    for (int s = 0; s < cg->plan->st->n; s++)
+        for (int k = 0; k < ACT_KINDS; k++)
+            if (k != ACT_WGRAD || cg->plan->sc->kind == SCHED_ZB)
+                emit_action(cg, s, k);
+}
+
+/* ---- the step: the plan's operations in issue order ---- */
+
+static const char *stream_name(CG *cg, int stream)
+{
+    static const char *const kinds[] = {"compute", "send", "send-back"};
+    return arena_printf(cg->g->arena, "%s %s", cg->plan->ds->d[stream / STREAMS_PER_DEV].name,
+                        kinds[stream % STREAMS_PER_DEV]);
+}
+
+static void emit_op(CG *cg, int i)
+{
+    const Plan *p = cg->plan;
+    const PlanOp *op = &p->ops[i];
+    for (int k = 0; k < op->ndeps; k++)
+        emit(cg, "    mprt_wait_event(%d, %d);\n", op->stream, p->ops[op->deps[k]].event);
+    if (op->kind == OPK_RUN) {
+        emit(cg, "    mprt_launch(%d, s%d_%s, %d, %d);   /* %s */\n", op->stream, op->act.stage,
+             act_names[op->act.kind], op->act.mb, i, stream_name(cg, op->stream));
+    } else {
+        const Buf *src = &p->bufs[op->src], *dst = &p->bufs[op->dst];
+        char mb[16];
+        snprintf(mb, sizeof mb, "%d", op->mb);
+        emit(cg, "    mprt_memcpy_async(%d, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
+             op->stream, addr(cg, op->dst, mb), addr(cg, op->src, mb), dst->bytes, i,
+             stream_name(cg, op->stream),
+             comment_text(cg, cg->g->values[dst->value].name), op->mb, dst->stage);
+        (void)src;
+    }
+    if (op->event >= 0)
+        emit(cg, "    mprt_record_event(%d, %d);\n", op->stream, op->event);
+}
+
+static void emit_step(CG *cg)
+{
+    const Plan *p = cg->plan;
+    emit(cg, "\n/* One step: every device's actions and copies, in an order where each wait\n"
+         " * names an event recorded before it. Stream n is device n / 3; n %% 3 is its\n"
+         " * compute stream (0), its send stream (1) and its send-back stream (2). */\n"
+         "static void run_step(void)\n{\n");
+    for (int i = 0; i < p->nops; i++)
+        emit_op(cg, i);
+    emit(cg, "    mprt_sync();\n}\n");
+}
+
+/* Forward of micro-batch 0 through every stage, for evaluation. */
+static void emit_eval(CG *cg)
+{
+    const Plan *p = cg->plan;
+    emit(cg, "\nstatic void eval_forward(void)\n{\n");
+    for (int s = 0; s < p->st->n; s++) {
+        emit(cg, "    s%d_forward(0);\n", s);
+        for (int r = 0; r < p->nbufs; r++) {
+            const Buf *bf = &p->bufs[r];
+            uint32_t v = bf->value, pn = cg->g->values[v].producer;
+            if (!bf->received || p->st->home[v] != s ||
+                (pn != NONE && cg->g->nodes[pn].phase != PH_FORWARD))
+                continue;
+            emit(cg, "    memcpy(%s, %s, %zu);\n", addr(cg, r, "0"),
+                 addr(cg, plan_buf(p, v, s), "0"), bf->bytes);
+        }
     }
     emit(cg, "}\n");
 }
@@ -1099,11 +1167,13 @@ static const char *c_string(CG *cg, const char *s)
 static void emit_buffer(CG *cg, uint32_t v, const char *kind)
 {
     const Value *val = &cg->g->values[v];
+    const Buf *bf = &cg->plan->bufs[plan_buf(cg->plan, v, cg->plan->st->home[v])];
     emit(cg, "    {%s, %s, MPRT_%s, %d, {", c_string(cg, val->name), kind,
          val->dtype == DT_F32 ? "F32" : val->dtype == DT_I64 ? "I64" : "U8", val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
-    emit(cg, "%s}, %zu, %zu},\n", val->shape.rank ? "" : "0", cg->offset[v], value_bytes(val));
+    emit(cg, "%s}, %d, %zu, %d, %zu, %zu},\n", val->shape.rank ? "" : "0", bf->dev, bf->offset,
+         bf->slots, bf->bytes, value_bytes(val));
 }
 
 /* What evaluation needs besides the output buffer (the loss's first input:
@@ -1113,21 +1183,27 @@ static void emit_buffer(CG *cg, uint32_t v, const char *kind)
 static void emit_loss_fields(CG *cg)
 {
     const Node *n = &cg->g->nodes[cg->g->values[cg->g->loss].producer];
-    if (n->op == OP_SOFTMAX_CE)
+    if (n->op == OP_SOFTMAX_CE) {
+        const Buf *lp = &cg->plan->bufs[plan_buf(cg->plan, n->out[1],
+                                                  cg->plan->st->home[n->out[1]])];
         emit(cg, "    .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = %lldLL,\n"
-             "    .log_prob_offset = %zu,\n", (long long)attr_int(n, "ignore_index", -100),
-             cg->offset[n->out[1]]);
-    else
+             "    .log_prob_dev = %d, .log_prob_offset = %zu,\n",
+             (long long)attr_int(n, "ignore_index", -100), lp->dev, lp->offset);
+    } else {
         emit(cg, "    .loss_kind = MPRT_LOSS_MSE,\n");
+    }
 }
 
 static void emit_model(CG *cg, const char *hash, const char *weights)
 {
     Graph *g = cg->g;
+    const Plan *p = cg->plan;
     emit(cg, "\nstatic const MprtBuffer buffers[] = {\n");
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
-        if (val->kind == VK_PARAM && cg->offset[v] != SIZE_MAX)
+        if (p->st->home[v] < 0)
+            continue;
+        if (val->kind == VK_PARAM)
             emit_buffer(cg, v, "MPRT_PARAM");
         else if (val->kind == VK_STATE)
             emit_buffer(cg, v, "MPRT_STATE");
@@ -1135,20 +1211,25 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     for (uint32_t i = 0; i < g->ninputs; i++)
         emit_buffer(cg, g->inputs[i], g->inputs[i] == g->labels ? "MPRT_LABELS" : "MPRT_INPUT");
     emit_buffer(cg, g->nodes[g->values[g->loss].producer].in[0], "MPRT_OUTPUT");
+    emit(cg, "};\n\nstatic const size_t arena_bytes[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%zu", d ? ", " : "", p->arena_bytes[d]);
+    emit(cg, "};\nstatic const char *const device_names[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%s", d ? ", " : "", c_string(cg, p->ds->d[d].name));
     emit(cg, "};\n\nstatic const MprtModel model = {\n"
          "    .program = \"train\", .mpcc_version = \"%s\",\n"
          "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
          "    .batch = %lld, .microbatches = %d, .lr = %.9g,\n"
-         "    .arena_bytes = %zu, .loss_offset = %zu,\n"
+         "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
+         "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),
-         (long long)cg->o->batch * cg->o->train.microbatches, cg->o->train.microbatches,
-         cg->o->train.lr, cg->arena,
-         cg->offset[g->loss]);
+         (long long)cg->o->batch * p->sc->M, p->sc->M, cg->o->train.lr, p->sc->ndev,
+         p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
-    emit(cg, "    .zero_state = zero_state, .forward = stage0_forward,\n"
-         "    .backward = stage0_backward, .accumulate = accumulate, .update = update,\n};\n\n"
-         "int main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
+    emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
+         "};\n\nint main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 
 /* The initial weights: every floating-point initializer, by ONNX name. */
@@ -1159,7 +1240,7 @@ static void write_weights(CG *cg, const char *path)
     int n = 0;
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
-        if (val->kind != VK_PARAM || cg->offset[v] == SIZE_MAX)
+        if (val->kind != VK_PARAM || cg->plan->st->home[v] < 0)
             continue;
         if (val->dtype != DT_F32)
             unsupported(cg, &g->nodes[0], "initializers that are not float32");
@@ -1180,10 +1261,9 @@ static const char *weights_path(Arena *a, const char *out)
     return arena_printf(a, "%.*s.weights.safetensors", (int)n, out);
 }
 
-void codegen_cpu(Graph *g, const Options *o)
+void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
 {
-    CG cg = {.g = g, .o = o};
-    plan_memory(&cg);
+    CG cg = {.g = g, .o = o, .plan = plan};
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
@@ -1194,12 +1274,12 @@ void codegen_cpu(Graph *g, const Options *o)
         error_file(o->output, "cannot open for writing: %s", strerror(errno));
     emit_header(&cg, hash);
     emit_runtime(&cg);
-    emit(&cg, "\n/* ==== the model ==== */\n");
+    emit(&cg, "\n/* ==== the model ==== */\n\n");
+    emit_devices(&cg);
     emit_constants(&cg);
-    emit_phase(&cg, PH_FORWARD, "stage0_forward");
-    emit_phase(&cg, PH_BACKWARD, "stage0_backward");
-    emit_accumulate(&cg);
-    emit_update(&cg);
+    emit_actions(&cg);
+    emit_step(&cg);
+    emit_eval(&cg);
     emit_model(&cg, hash, slash ? slash + 1 : weights);
     if (fclose(cg.out) != 0 || rename(tmp, o->output) != 0)
         error_file(o->output, "write failed: %s", strerror(errno));

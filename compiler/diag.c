@@ -4,7 +4,13 @@
  *   mpcc: model.mp:12:7: error: ...
  *   mpcc: internal error at compiler/shapes.c:120: ...   (a bug in mpcc)
  *
- * Names from a model are escaped, so a diagnostic is always one line.
+ * Names from a model are escaped, so a diagnostic is always one line. A
+ * DSL position (line > 0) in a file whose text was registered with
+ * diag_source is followed by that source line and a caret under the column:
+ *
+ *   mpcc: model.mp:12:7: error: unknown name 'hh'; did you mean 'h'?
+ *      12 |     y = hh @ w
+ *         |         ^
  */
 #include "mpcc.h"
 
@@ -14,7 +20,74 @@
 jmp_buf *diag_jmp;
 bool diag_quiet;
 
-enum { NAME_MAX_SHOWN = 160 };
+enum { NAME_MAX_SHOWN = 160, SOURCE_LINE_SHOWN = 200 };
+
+typedef struct Source {
+    const char *file;
+    const char *text;
+    size_t n;
+} Source;
+
+static Source sources[8];
+static int nsources;
+
+void diag_source(const char *file, const char *text, size_t n)
+{
+    for (int i = 0; i < nsources; i++)
+        if (sources[i].file == file || strcmp(sources[i].file, file) == 0) {
+            sources[i] = (Source){file, text, n};
+            return;
+        }
+    if (nsources < (int)(sizeof sources / sizeof sources[0]))
+        sources[nsources++] = (Source){file, text, n};
+    else
+        sources[nsources - 1] = (Source){file, text, n};
+}
+
+void diag_forget_sources(void)
+{
+    nsources = 0;
+}
+
+/* The source line of loc and a caret under its column; tabs are kept so the
+ * caret lines up, other control bytes print as '?'. */
+static void put_source_line(FILE *f, const Loc *loc)
+{
+    const Source *src = NULL;
+    for (int i = 0; i < nsources && loc->file; i++)
+        if (strcmp(sources[i].file, loc->file) == 0)
+            src = &sources[i];
+    if (!src || loc->line <= 0)
+        return;
+    size_t at = 0;
+    for (int line = 1; line < loc->line && at < src->n; at++)
+        if (src->text[at] == '\n')
+            line++;
+    if (at >= src->n && loc->line > 1)
+        return;
+    size_t end = at;
+    while (end < src->n && src->text[end] != '\n')
+        end++;
+    if (end - at > SOURCE_LINE_SHOWN)
+        end = at + SOURCE_LINE_SHOWN;
+    char text[SOURCE_LINE_SHOWN + 1], caret[SOURCE_LINE_SHOWN + 2];
+    size_t k = 0;
+    for (size_t i = at; i < end; i++) {
+        unsigned char c = (unsigned char)src->text[i];
+        text[k++] = c == '\t' || (c >= 0x20 && c != 0x7f) ? (char)c : '?';
+    }
+    while (k > 0 && (text[k - 1] == '\r' || text[k - 1] == ' '))
+        k--;
+    text[k] = 0;
+    size_t col = loc->col > 0 ? (size_t)loc->col - 1 : 0;
+    if (col > k)
+        col = k;
+    for (size_t i = 0; i < col; i++)
+        caret[i] = text[i] == '\t' ? '\t' : ' ';
+    caret[col] = '^';
+    caret[col + 1] = 0;
+    fprintf(f, "%5d | %s\n      | %s\n", loc->line, text, caret);
+}
 
 static void put_limited(FILE *f, const char *s)
 {
@@ -49,7 +122,7 @@ static void put_loc(FILE *f, const Loc *loc)
             fprintf(f, ":%d:%d", loc->line, loc->col);
         fputs(": ", f);
     }
-    if (loc->what) {
+    if (loc->what && loc->line <= 0) {
         fprintf(f, "%s ", loc->what);
         if (loc->name && loc->name[0]) {
             fputc('\'', f);
@@ -93,6 +166,8 @@ static void vreport(const Loc *loc, const char *kind, const char *fmt, va_list a
     put_loc(stderr, loc);
     fputs(kind, stderr);
     put_message(stderr, fmt, ap);
+    if (loc && loc->line > 0)
+        put_source_line(stderr, loc);
 }
 
 void error_at(const Loc *loc, const char *fmt, ...)

@@ -133,6 +133,12 @@ static void dump_node(FILE *out, const Graph *g, const Node *n)
         fputs(k ? " " : "  ", out);
         put_attr(out, &n->attrs[k]);
     }
+    if (n->hint_device) {   /* placement hints from the DSL */
+        fputs("  @", out);
+        fput_escaped(out, n->hint_device);
+    }
+    if (n->hint_stage >= 0)
+        fprintf(out, "  @stage(%d)", (int)n->hint_stage);
     fputc('\n', out);
 }
 

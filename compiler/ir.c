@@ -253,7 +253,7 @@ Graph *ir_new(Arena *a, const char *file)
     g->name = "";
     g->producer = "";
     g->names = arena_alloc(a, sizeof *g->names);
-    g->loss = g->labels = NONE;
+    g->loss = g->labels = g->cur_origin = NONE;
     g->nvalues = 0;
     map_rehash(g, 512);
     return g;
@@ -273,6 +273,8 @@ uint32_t ir_add_node(Graph *g, Op op, const char *op_type, const char *name)
     n->op_type = op_type;
     n->domain = "";
     n->name = name;
+    n->origin = NONE;
+    n->hint_stage = -1;
     n->loc = (Loc){.file = g->file, .what = "node", .name = name, .op = op_type,
                    .index = (int32_t)id};
     return id;
@@ -306,6 +308,7 @@ uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t
     uint32_t id = ir_add_node(g, op, op_info[op].name, name);
     Node *n = &g->nodes[id];
     n->phase = phase;
+    n->origin = phase == PH_BACKWARD ? g->cur_origin : NONE;
     n->nin = nin;
     n->in = arena_array(g->arena, nin + 1, sizeof(uint32_t));
     memcpy(n->in, in, nin * sizeof(uint32_t));

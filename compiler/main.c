@@ -2,9 +2,11 @@
  *
  *   model.onnx -> import -> bind shapes -> toposort -> infer shapes + fold
  *              -> prune -> (dump | check)
- *
- * Later passes (training graph, partition, schedule, code generation) slot
- * in after prune, each with its own file and entry point.
+ *              -> loss -> autodiff -> optimizer                 (the training graph)
+ *              -> devices -> stages (partition) -> schedule -> plan (buffers,
+ *                 copies, events; simulated and verified)   (pipeline.c picks the
+ *                 schedule and micro-batch count when asked)
+ *              -> (dump partition/schedule/trace | code generation)
  */
 #include "mpcc.h"
 
@@ -65,6 +67,45 @@ static void build_training(Graph *g, const Options *o)
     VERIFY(g);
 }
 
+/* The training graph of one micro-batch (o->batch rows). */
+static Graph *front(Arena *arena, const Options *o)
+{
+    Graph *g = import_model(arena, o->input);
+    bind_shapes(g, o, true);
+    analyse(g);
+    build_training(g, o);
+    return g;
+}
+
+static void dump_plan(const Options *o, const Pipeline *pl)
+{
+    FILE *out = open_output(o);
+    if (o->dump_partition)
+        dump_partition(pl, out);
+    if (o->dump_schedule)
+        dump_schedule(pl, out);
+    if (o->dump_dot)
+        dump_partition_dot(pl, out);
+    close_output(o, out);
+}
+
+/* --emit-onnx: the model checked with its shapes bound (-batch 2 unless
+ * given), then written as imported, its batch dimension symbolic. */
+static int emit_onnx(Arena *arena, const Options *o)
+{
+    if (!o->output)
+        error_file(o->input, "give -o model.onnx to say where --emit-onnx writes the model");
+    Options bound = *o;
+    if (!bound.batch)
+        bound.batch = 2;
+    Graph *typed = import_model(arena, o->input);
+    bind_shapes(typed, &bound, true);
+    analyse(typed);
+    onnx_write(import_model(arena, o->input), typed, o->output);
+    arena_free(arena);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "export") == 0)
@@ -72,19 +113,34 @@ int main(int argc, char **argv)
     Arena *arena = arena_new();
     Options opt;
     cli_parse(arena, argc, argv, &opt);
+    if (opt.emit_onnx)
+        return emit_onnx(arena, &opt);
 
-    if (opt.gpus > 0)
-        error_file(opt.input, "the CUDA target is not part of this version yet; use -cpus 1");
-    if (opt.cpus > 1)
-        error_file(opt.input, "partitioning across %d CPU devices is not part of this "
-                   "version yet; use -cpus 1", opt.cpus);
+    if (opt.gpus > 0 || (opt.pipe.devices && strstr(opt.pipe.devices, "cuda")))
+        error_file(opt.input, "the CUDA target is not part of this version yet; use CPU "
+                   "devices (-cpus N)");
+    if (opt.dump_partition || opt.dump_schedule || opt.dump_dot || opt.output) {
+        if (!opt.output && !opt.dump_partition && !opt.dump_schedule && !opt.dump_dot)
+            error_file(opt.input, "give -o train.c");
+        if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
+            Pipeline *pl = pipeline_choose(arena, &opt, front);
+            if (opt.pipe.trace)
+                write_trace(pl, opt.pipe.trace);
+            if (opt.dump_partition || opt.dump_schedule || opt.dump_dot)
+                dump_plan(&opt, pl);
+            else
+                codegen_cpu(pl->g, &pl->opt, pl->plan);
+            arena_free(arena);
+            return 0;
+        }
+    }
     if (opt.train.microbatches > 1) {
         if (!opt.batch || opt.batch % opt.train.microbatches)
             error_file(opt.input, "--microbatches=%d needs -batch N with N a multiple of it",
                        opt.train.microbatches);
         opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
     }
-    Graph *g = onnx_import(arena, opt.input);
+    Graph *g = import_model(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
     if (opt.check) {
@@ -124,11 +180,6 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if (!opt.output)
-        error_file(opt.input, "give -o train.c to write the trainer (or --dump/--check "
-                   "to inspect the model)");
-    build_training(g, &opt);
-    codegen_cpu(g, &opt);
-    arena_free(arena);
-    return 0;
+    error_file(opt.input, "give -o train.c to write the trainer (or --dump/--check "
+               "to inspect the model)");
 }

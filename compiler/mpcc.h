@@ -64,6 +64,10 @@ _Noreturn void error_file(const char *file, const char *fmt, ...) FMT(2, 3);
 void warn_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 void report_at(const Loc *loc, const char *fmt, ...) FMT(2, 3); /* error, no exit */
 _Noreturn void mpcc_die(const char *file, int line, const char *fmt, ...) FMT(3, 4);
+/* The text of a DSL file, so diagnostics at file:line:col can show the
+ * line with a caret (the text must outlive the diagnostics). */
+void diag_source(const char *file, const char *text, size_t n);
+void diag_forget_sources(void);
 extern jmp_buf *diag_jmp;   /* set by the fuzzer and tests: errors unwind here */
 extern bool diag_quiet;     /* suppress diagnostics (fuzzing) */
 
@@ -191,6 +195,10 @@ typedef struct Node {
     uint32_t nattrs;
     bool dead;             /* folded away or unused */
     uint8_t phase;         /* PH_FORWARD, PH_BACKWARD or PH_UPDATE */
+    uint32_t origin;       /* backward: the forward node whose gradient made it, or NONE */
+    int32_t hint_stage;    /* placement hint from the DSL: a stage, -1 if none */
+    const char *hint_device;  /* placement hint: "cpu:1", "cuda:0", or "cpu"/"cuda"
+                                 for any device of that kind; NULL if none */
 } Node;
 
 enum { PH_FORWARD, PH_BACKWARD, PH_UPDATE };
@@ -212,6 +220,7 @@ typedef struct Graph {
     uint32_t *order, norder, cap_order;  /* live nodes in topological order */
     NameMap *names;
     uint32_t loss, labels; /* training: the loss and the labels input, or NONE */
+    uint32_t cur_origin;   /* autodiff: the forward node being differentiated */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
 } Graph;
@@ -259,6 +268,27 @@ bool wire_next(const uint8_t **p, const uint8_t *end, WireField *f);  /* false: 
 Graph *onnx_import(Arena *a, const char *path);
 Graph *onnx_import_bytes(Arena *a, const char *path, const void *data, size_t n);
 
+/* ------------------------------------------------- grammar/ (the model DSL) */
+
+/* model.mp -> IR graph: grammar/dsl.l (lexer), dsl.y (parser), lower.c
+ * (lowering, the entry points), prelude.c (layers written in the DSL).
+ * Nodes carry Locs with line and col, and placement hints (hint_stage,
+ * hint_device) from @gpu1, @cpu, @stage(2). */
+bool dsl_is_source(const char *path);             /* a .mp file */
+Graph *dsl_import(Arena *a, const char *path);
+Graph *dsl_import_text(Arena *a, const char *path, const char *text, size_t n);
+extern size_t dsl_param_limit;  /* bytes of initial weights lowering may draw */
+
+/* ------------------------------------------------------------ onnx_write.c */
+
+/* Writes g (as imported, before shapes are bound: symbolic dimensions stay
+ * symbolic) as an ONNX model with its parameters as initializers; the
+ * outputs' types come from `typed` (the same model after shape inference)
+ * when it is not NULL. */
+void onnx_write(Graph *g, const Graph *typed, const char *path);
+/* .mp files go to dsl_import, others to onnx_import. */
+Graph *import_model(Arena *a, const char *path);
+
 /* ----------------------------------------------------------------- bind.c */
 
 typedef struct ShapeBinding {
@@ -281,6 +311,22 @@ typedef struct TrainOptions {
     const char *frozen;        /* POSIX extended regex over parameter names */
 } TrainOptions;
 
+typedef enum { SCHED_AUTO, SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } SchedKind;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_AUTO, RECOMPUTE_ALL } RecomputeKind;
+
+/* How the step is spread over devices (see docs/pipeline.md). */
+typedef struct PipeOptions {
+    const char *devices;       /* --devices=cpu,cuda:0,..., NULL: from -cpus/-gpus */
+    const char *profile;       /* --profile: a built-in profile name or a profile file */
+    const char *measured;      /* --measured: per-node times from ./train --profile */
+    SchedKind schedule;
+    int virt;                  /* interleaved: stages per device (default 2) */
+    const char *split;         /* --split=node,node: cut after these nodes */
+    RecomputeKind recompute;
+    const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
+    bool micro_given;          /* --microbatches was given (else auto may choose) */
+} PipeOptions;
+
 typedef struct Options {
     const char *input;
     const char *output;        /* -o */
@@ -289,8 +335,11 @@ typedef struct Options {
     ShapeBinding *shapes;      /* --shapes */
     uint32_t nshapes;
     bool dump_ir, dump_shapes, dump_grad;
+    bool dump_partition, dump_schedule, dump_dot;   /* the pipeline plan, then stop */
+    PipeOptions pipe;
     bool check;
     bool list_ops;
+    bool emit_onnx;            /* --emit-onnx: write the model as ONNX to -o */
     TrainOptions train;
     const char *cmdline;       /* the command line, for the generated header */
 } Options;
@@ -311,9 +360,265 @@ void autodiff(Graph *g, const Options *o);      /* gradients of g->loss */
 
 void add_optimizer(Graph *g, const Options *o);
 
+/* ---------------------------------------------------------------- device.c */
+
+typedef enum { DEV_CPU, DEV_CUDA } DevKind;
+
+typedef struct Profile {
+    const char *name;
+    double flops;                    /* sustained FLOP/s */
+    double bandwidth;                /* memory bytes/s */
+    double overhead;                 /* seconds per kernel */
+    int64_t memory;                  /* bytes the trainer may use */
+    double peer_bw, peer_latency;    /* to a device of the same kind */
+    double host_bw, host_latency;    /* through host memory */
+} Profile;
+
+typedef struct Device {
+    DevKind kind;
+    int ordinal;
+    const char *name;                /* "cpu:0", "cuda:1" */
+    Profile prof;
+} Device;
+
+typedef struct Devices {
+    Device *d;
+    int n;
+} Devices;
+
+typedef struct NodeCost {
+    double flops, bytes;
+} NodeCost;
+
+typedef struct Measured Measured;    /* measured.c */
+
+Devices devices_resolve(Arena *a, const Options *o);   /* -cpus, -gpus, --devices */
+double link_bandwidth(const Devices *ds, int a, int b);
+double link_latency(const Devices *ds, int a, int b);
+NodeCost node_cost(const Graph *g, const Node *n);
+double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m);
+
+/* -------------------------------------------------------------- measured.c */
+
+/* Per-node seconds from a trainer's --profile file; NULL path: none. */
+Measured *measured_load(Arena *a, const char *path, const Graph *g);
+double measured_time(const Measured *m, const char *node, int phase);  /* -1: not measured */
+
+/* ------------------------------------------------------------- partition.c */
+
+/* The partitioning problem, free of the IR: cut a topological order of n
+ * units (forward nodes, each standing for its forward, backward and update
+ * work) into nstages contiguous, non-empty ranges; stage s runs on device
+ * stage_dev[s]. A value produced by one unit and read by units of later
+ * stages is received once by each such stage, straight from its producer's
+ * stage (a skip connection is not relayed through the stages between); a
+ * graph input is read where it is used and never received.
+ *
+ * The objective is the pipeline's step time
+ *     T = sum_s t_s + (M - 1) * max_s t_s,
+ *     t_s = sum of time[stage_dev[s] * n + u] over the units u of s
+ *         + sum over the values received by s of latency + bytes / bandwidth
+ *           (always priced on the link from device stage_dev[s - 1] to
+ *           stage_dev[s], wherever the producer is, so t_s depends only on
+ *           the stage's own range)
+ * and a partition is feasible when every stage's memory
+ *     fixed_mem of its units + inflight[s] * (act_mem of its units
+ *                                            + bytes of the values it receives,
+ *                                              each rounded up to whole bytes)
+ * is at most mem_cap[s], no cut falls where no_cut forbids it, and every
+ * unit with pin[u] >= 0 is in stage pin[u]. */
+typedef struct PartValue {
+    int producer;            /* unit, or -1 for a graph input (read where used) */
+    double bytes;            /* per micro-batch */
+    const int *consumers;    /* units, in any order */
+    int nconsumers;
+} PartValue;
+
+typedef struct PartProblem {
+    int n, nstages, ndev, M;
+    const int *stage_dev;        /* [nstages] */
+    const double *time;          /* [ndev * n]: seconds per micro-batch of unit u on device d */
+    const int64_t *fixed_mem;    /* [n]: weights, gradients, optimizer state, workspace */
+    const int64_t *act_mem;      /* [n]: bytes one micro-batch in flight holds */
+    const int *inflight;         /* [nstages]: micro-batches in flight under the schedule */
+    const int64_t *mem_cap;      /* [nstages]: the memory the stage may use */
+    const double *link_bw;       /* [ndev * ndev]: bytes/s from device a to b */
+    const double *link_latency;  /* [ndev * ndev]: seconds */
+    const PartValue *values;
+    int nvalues;
+    const bool *no_cut;          /* [n] or NULL: no cut right after unit u */
+    const int *pin;              /* [n] or NULL: the stage unit u must be in, -1 if free */
+} PartProblem;
+
+typedef struct PartResult {
+    int *first;                  /* [nstages + 1]: stage s is units first[s] .. first[s+1]-1 */
+    double step_time;            /* T of the partition */
+    double *stage_time;          /* [nstages]: t_s */
+    int64_t *stage_mem;          /* [nstages] */
+    /* The stage with the largest mem / mem_cap and its need. When nothing
+     * is feasible, first, stage_time and stage_mem describe, of the
+     * partitions that honour no_cut and pin, one minimising that ratio; when
+     * none honours them (or nstages > n), first is NULL and worst_stage -1. */
+    bool feasible;
+    int worst_stage;
+    int64_t worst_need;
+} PartResult;
+
+/* Minimises T exactly over the feasible contiguous partitions (dynamic
+ * programming). Returns r->feasible. Errors only on malformed input. */
+bool part_solve(Arena *a, const PartProblem *p, PartResult *r);
+/* T, t_s and memory of one given partition (first[0] = 0, first[nstages] = n);
+ * false if it is infeasible. Used by tests, by --split, and by part_solve's checks. */
+bool part_eval(Arena *a, const PartProblem *p, const int *first, PartResult *r);
+
+/* ---------------------------------------------------------------- stages.c */
+
+/* What runs a node: a stage's forward, its backward (all of it, or the
+ * input-gradient part when W is apart), its weight-gradient part, or its
+ * update once per step. */
+typedef enum { ACT_FWD, ACT_BWD, ACT_WGRAD, ACT_UPDATE, ACT_KINDS } ActKind;
+
+typedef struct Stages {
+    int n;                     /* stages */
+    int *dev;                  /* [n]: the device of each stage */
+    int16_t *stage;            /* [nnodes]: stage of each live node, -1 otherwise */
+    uint8_t *act;              /* [nnodes]: the ActKind that runs it */
+    int16_t *home;             /* [nvalues]: the stage holding it; -1: constants (each
+                                  stage has its own) and values nothing uses */
+    uint32_t *units;           /* forward nodes in topological order */
+    int nunits;
+    int *first;                /* [n + 1]: stage s is units first[s] .. first[s+1]-1 */
+    double *time;              /* [n * ACT_KINDS]: predicted seconds per micro-batch
+                                  (ACT_UPDATE: per step) */
+    double *flops;             /* [n]: per micro-batch, forward and backward */
+    int64_t *params;           /* [n]: trained parameters (elements) */
+    PartResult part;           /* the partitioner's figures */
+} Stages;
+
+Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
+                     SchedKind kind, int virt, int M);
+
+/* -------------------------------------------------------------- schedule.c */
+
+typedef struct Act {
+    uint8_t kind;              /* ActKind */
+    int16_t stage;
+    int32_t mb;                /* micro-batch; 0 for ACT_UPDATE */
+} Act;
+
+/* Per device, the order in which its compute stream runs actions. */
+typedef struct Schedule {
+    SchedKind kind;
+    int M, ndev, nstages;
+    Act **seq;                 /* [ndev] */
+    int *nseq;                 /* [ndev] */
+} Schedule;
+
+const char *schedule_name(SchedKind k);
+/* NULL if kind cannot run with these stages and M; *why says what to change. */
+Schedule *schedule_build(Arena *a, SchedKind kind, const Stages *st, int ndev, int M,
+                         const char **why);
+
+/* ------------------------------------------------------------------ plan.c */
+
+/* The streams of a device: compute, and one copy stream per direction. */
+enum { STREAM_COMPUTE, STREAM_SEND_FWD, STREAM_SEND_BWD, STREAMS_PER_DEV };
+
+/* One value's memory on one stage: the value's own (at its home stage) or
+ * a received copy. A buffer holds `slots` micro-batches at once; micro-batch
+ * mb uses slot mb % slots. */
+typedef struct Buf {
+    uint32_t value;
+    int stage, dev;
+    int slots;
+    size_t bytes;              /* one slot, rounded up to 64 */
+    size_t offset;             /* in the device's arena */
+    bool received;             /* written by copies from the home stage */
+    bool acc;                  /* a parameter's gradient summed over micro-batches */
+} Buf;
+
+typedef enum { OPK_RUN, OPK_COPY } OpKind;
+
+typedef struct PlanOp {
+    uint8_t kind;              /* OpKind */
+    int dev, stream;           /* the stream that runs it: dev * STREAMS_PER_DEV + kind */
+    int pos;                   /* its place in that stream */
+    Act act;                   /* OPK_RUN */
+    int src, dst, mb;          /* OPK_COPY: buffers and micro-batch */
+    int *deps, ndeps;          /* ops on other streams that must finish first */
+    int event;                 /* the event recorded after it, -1 if none */
+    double time, start, end;   /* predicted seconds (sim.c) */
+} PlanOp;
+
+typedef struct Plan {
+    const Graph *g;
+    const Stages *st;
+    const Schedule *sc;
+    const Devices *ds;
+    int nstreams;
+    PlanOp *ops;               /* in host issue order: a topological order */
+    int nops, nevents;
+    Buf *bufs;
+    int nbufs;
+    int *buf_of;               /* [nvalues * nstages]: buffer index, -1 if none */
+    int *acc_of;               /* [nvalues]: gradient accumulator of a parameter, -1 */
+    uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
+    int *nnodes;
+    size_t *arena_bytes;       /* [ndev]: the memory plan's peak per device */
+    /* the simulator's prediction */
+    double step_time, bubble;
+    double *busy;              /* [ndev]: compute seconds per step */
+} Plan;
+
+/* Buffers, copies and events for a schedule; their memory plan; the
+ * simulation that orders them; and the static checks. */
+Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds);
+int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has none */
+
+/* ------------------------------------------------------------------- sim.c */
+
+/* Runs the ops stream by stream in discrete time, filling start/end, the
+ * step time, busy time and bubble fraction; false if some op can never
+ * start (a wait cycle), with *stuck naming the first op of every stream
+ * that cannot go on. */
+bool simulate(Plan *p, const char **stuck);
+
+/* ---------------------------------------------------------------- verify.c */
+
+/* Internal errors (never user errors): a wait cycle, a read of a buffer no
+ * op wrote for that micro-batch, a copy whose source may be overwritten
+ * before it ends. */
+void plan_verify(const Plan *p);
+const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
+
+/* -------------------------------------------------------------- pipeline.c */
+
+typedef struct Pipeline {
+    Graph *g;                  /* the training graph of one micro-batch */
+    Options opt;               /* as given, with batch per micro-batch and M chosen */
+    Devices ds;
+    const Stages *st;
+    const Schedule *sc;
+    const Plan *plan;
+} Pipeline;
+
+typedef Graph *(*FrontFn)(Arena *a, const Options *o);
+
+/* Plans the step: the given schedule and M, or (--schedule=auto, no
+ * --microbatches) each candidate simulated, keeping the fastest whose
+ * memory plan fits. front builds the training graph for a micro-batch. */
+Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front);
+
+/* -------------------------------------------------------------- pipedump.c */
+
+void dump_partition(const Pipeline *pl, FILE *out);      /* --dump=partition */
+void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
+void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
+void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
+
 /* --------------------------------------------------------------- codegen.c */
 
-void codegen_cpu(Graph *g, const Options *o);   /* writes -o train.c and the weights */
+void codegen_cpu(Graph *g, const Options *o, const Plan *plan);  /* train.c + weights */
 
 /* ---------------------------------------------------------------- sha256.c */
 

@@ -380,8 +380,8 @@ MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, flo
 
 /* The kernels' scratch space (convolution patches): one buffer, grown
  * when a kernel needs more and kept, so no step allocates. */
-static float *mprt_scratch;
-static size_t mprt_scratch_size;
+static _Thread_local float *mprt_scratch;   /* one per device thread */
+static _Thread_local size_t mprt_scratch_size;
 
 static float *mprt_workspace(size_t n, const char *what)
 {

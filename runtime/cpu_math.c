@@ -233,7 +233,7 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
  * it does not depend on where or in which order the op runs, and the
  * backward pass regenerates it instead of storing it. */
 static uint64_t mprt_dropout_seed;
-static long mprt_dropout_mb;
+static _Thread_local long mprt_dropout_mb;   /* set by each stage action */
 
 static inline uint64_t mprt_mix64(uint64_t z)
 {

@@ -1,9 +1,12 @@
 /* train.c — the generated trainer's main loop and command line.
  *
  * The generated code (after this file) describes the model in one MprtModel:
- * its buffers in one arena (parameters, optimizer state, the micro-batch's
- * input and labels), and the step functions. This file loads the data and
- * the weights, runs the steps, reports progress and writes checkpoints.
+ * its devices, each with one arena; its buffers (parameters, optimizer
+ * state, the inputs and labels of every micro-batch, each at a device,
+ * an offset and a slot per micro-batch); and the step, which enqueues every
+ * device's actions and copies on the streams of runtime/stream.c. This file
+ * loads the data and the weights, runs the steps, reports progress and
+ * writes checkpoints.
  */
 #include "mprt.h"
 
@@ -14,33 +17,48 @@
 enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
 enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
 
+/* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
+ * `stride` bytes apart. */
 typedef struct MprtBuffer {
     const char *name;
     int kind;
     MprtDType dtype;
     int rank;
     int64_t shape[MPRT_MAX_RANK];
-    size_t offset, nbytes;
+    int dev;
+    size_t offset;
+    int slots;
+    size_t stride, nbytes;
 } MprtBuffer;
 
 typedef struct MprtModel {
     const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
     int batch, microbatches;
     double lr;
-    size_t arena_bytes, loss_offset;
+    int ndev;
+    const size_t *arena_bytes;          /* [ndev] */
+    const char *const *device_names;    /* [ndev] */
+    int nstreams, nevents, nops;
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
     int64_t ignore_index;       /* cross-entropy: labels that are not scored */
-    size_t log_prob_offset;     /* cross-entropy: the loss kernel's log-softmax */
+    int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
+    size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
     void (*zero_state)(void);
-    void (*forward)(int mb);
-    void (*backward)(int mb);
-    void (*accumulate)(int mb);
-    void (*update)(long step, float lr);
+    void (*run_step)(void);     /* every micro-batch forward and backward, the update */
+    void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
 } MprtModel;
 
-static unsigned char *mprt_arena;
+static unsigned char **mprt_arenas;   /* one per device */
+static float *mprt_losses;            /* the loss of each micro-batch of the step */
+static long mprt_step_no;             /* the step being run, from 0 */
+static float mprt_lr;                 /* its learning rate */
+
+static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
+{
+    return mprt_arenas[b->dev] + b->offset + (size_t)(mb % b->slots) * b->stride;
+}
 
 typedef struct MprtArgs {
     const char *data, *labels, *save, *resume, *weights, *loss_log;
@@ -373,10 +391,10 @@ static int64_t mprt_row(MprtOrder *o, int64_t p)
  * rest of the buffer is padding: pad in every element of an int64 buffer,
  * zero otherwise. */
 static void mprt_fill(const MprtBuffer *b, const MprtArray *a, const int64_t *rows, int64_t n,
-                      int64_t pad)
+                      int64_t pad, int mb)
 {
     size_t row = b->nbytes / (size_t)b->shape[0];
-    unsigned char *dst = mprt_arena + b->offset;
+    unsigned char *dst = mprt_slot(b, mb);
     for (int64_t r = 0; r < n; r++)
         memcpy(dst + (size_t)r * row, (char *)a->data + (size_t)rows[r] * row, row);
     size_t used = (size_t)n * row;
@@ -398,18 +416,18 @@ typedef struct MprtScore {
 static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
                        int64_t n, MprtScore *sc)
 {
-    const float *x = (const float *)(mprt_arena + out->offset);
+    const float *x = (const float *)mprt_slot(out, 0);
     int64_t per_row = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype) / (size_t)lb->shape[0]);
     if (m->loss_kind == MPRT_LOSS_MSE) {
-        const float *t = (const float *)(mprt_arena + lb->offset);
+        const float *t = (const float *)mprt_slot(lb, 0);
         for (int64_t i = 0; i < n * per_row; i++)
             sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
         sc->count += n * per_row;
         return;
     }
     /* scores (n, C, D...) and labels (n, D...): D positions per row */
-    const float *lp = (const float *)(mprt_arena + m->log_prob_offset);
-    const int64_t *t = (const int64_t *)(mprt_arena + lb->offset);
+    const float *lp = (const float *)(mprt_arenas[m->log_prob_dev] + m->log_prob_offset);
+    const int64_t *t = (const int64_t *)mprt_slot(lb, 0);
     int64_t C = out->shape[1], D = per_row;
     for (int64_t r = 0; r < n; r++)
         for (int64_t d = 0; d < D; d++) {
@@ -442,9 +460,9 @@ static void mprt_evaluate(const MprtModel *m, const MprtArray *x, const MprtArra
         int64_t n = N - first < R ? N - first : R;
         for (int64_t r = 0; r < n; r++)
             rows[r] = first + r;
-        mprt_fill(in, x, rows, n, 0);
-        mprt_fill(lb, y, rows, n, ce ? m->ignore_index : 0);
-        m->forward(0);
+        mprt_fill(in, x, rows, n, 0, 0);
+        mprt_fill(lb, y, rows, n, ce ? m->ignore_index : 0, 0);
+        m->eval_forward();
         mprt_score(m, out, lb, n, &sc);
     }
     mprt_training = 1;
@@ -484,7 +502,7 @@ static void mprt_load_tensors(const MprtModel *m, const char *path, int with_sta
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        memcpy(mprt_arena + b->offset, t->data, b->nbytes);
+        memcpy(mprt_slot(b, 0), t->data, b->nbytes);
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");
@@ -516,7 +534,7 @@ static void mprt_save(const MprtModel *m, const char *path, long step)
         const MprtBuffer *b = &m->buffers[i];
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
-        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, mprt_arena + b->offset,
+        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, mprt_slot(b, 0),
                                b->nbytes};
     }
     char steps[32], err[512];
@@ -538,6 +556,24 @@ static double mprt_now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Every device's arena, and its streams. */
+static void mprt_start_devices(const MprtModel *m)
+{
+    char err[256];
+    mprt_arenas = calloc((size_t)m->ndev, sizeof *mprt_arenas);
+    mprt_losses = calloc((size_t)m->microbatches, sizeof *mprt_losses);
+    if (!mprt_arenas || !mprt_losses)
+        mprt_die("out of memory");
+    for (int d = 0; d < m->ndev; d++) {
+        mprt_arenas[d] = calloc(1, m->arena_bytes[d] ? m->arena_bytes[d] : 1);
+        if (!mprt_arenas[d])
+            mprt_die("out of memory: %s needs %zu bytes (the memory plan's peak)",
+                     m->device_names[d], m->arena_bytes[d]);
+    }
+    if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
+        mprt_die("%s", err);
+}
+
 /* One optimizer step over the micro-batches of step s; returns its loss
  * (mean over the micro-batches). rows holds B/M entries. */
 static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray *y,
@@ -545,23 +581,22 @@ static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray 
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    double loss = 0;
     for (int mb = 0; mb < m->microbatches; mb++) {
         for (int64_t r = 0; r < R; r++)
             rows[r] = mprt_row(order, (int64_t)s * m->batch + mb * R + r);
-        mprt_fill(in, x, rows, R, 0);
-        mprt_fill(lb, y, rows, R, 0);
-        mprt_dropout_mb = s * m->microbatches + mb;   /* dropout masks: per micro-batch */
-        m->forward(mb);
-        loss += *(float *)(mprt_arena + m->loss_offset);
-        m->backward(mb);
-        m->accumulate(mb);
+        mprt_fill(in, x, rows, R, 0, mb);
+        mprt_fill(lb, y, rows, R, 0, mb);
     }
+    mprt_step_no = s;
+    mprt_lr = lr;
+    m->run_step();
+    double loss = 0;
+    for (int mb = 0; mb < m->microbatches; mb++)
+        loss += mprt_losses[mb];
     loss /= m->microbatches;
     if (!isfinite(loss))
         mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
                  "checkpoint was written", loss, s + 1);
-    m->update(s + 1, lr);
     return loss;
 }
 
@@ -584,9 +619,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_check_writable(a.save);
     long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
-    mprt_arena = calloc(1, m->arena_bytes ? m->arena_bytes : 1);
-    if (!mprt_arena)
-        mprt_die("out of memory: the model needs %zu bytes", m->arena_bytes);
+    mprt_start_devices(m);
     long start = 0;
     mprt_load_tensors(m, a.weights, 0, NULL);
     m->zero_state();
@@ -633,6 +666,9 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_array_free(&ye);
     free(order.perm);
     free(rows);
-    free(mprt_arena);
+    for (int d = 0; d < m->ndev; d++)
+        free(mprt_arenas[d]);
+    free(mprt_arenas);
+    free(mprt_losses);
     return 0;
 }

@@ -1,0 +1,294 @@
+/* device.c — the devices a step runs on, and the cost model behind every
+ * prediction: a roofline per node (FLOPs over the device's sustained rate,
+ * bytes over its memory bandwidth, plus a fixed overhead per kernel) and a
+ * latency-bandwidth model per link.
+ *
+ * Profiles are built in (cpu, h100-sxm, h100-pcie, a100) or read from a
+ * file of `key = value` lines; the cpu profile measures this machine with a
+ * short calibration when mpcc starts. --measured replaces estimates with
+ * the per-node times a trainer recorded (./train --profile).
+ */
+#include "mpcc.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Figures from the vendors' data sheets, derated to what fp32 training
+ * kernels sustain (about 60% of the TF32 dense peak, 80% of the memory
+ * bandwidth). */
+static const Profile builtin[] = {
+    {"h100-sxm", 300e12, 2.7e12, 5e-6, 80LL << 30, 360e9, 3e-6, 50e9, 10e-6},
+    {"h100-pcie", 230e12, 1.6e12, 5e-6, 80LL << 30, 50e9, 10e-6, 50e9, 10e-6},
+    {"a100", 94e12, 1.5e12, 5e-6, 80LL << 30, 240e9, 3e-6, 25e9, 10e-6},
+};
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* This machine, measured: a small blocked multiply-add loop for the FLOP
+ * rate and a large copy for the bandwidth; about 30 ms. Single-threaded,
+ * as one CPU device is one worker thread. */
+static volatile float calib_sink;
+
+static double calibrate_flops(void)
+{
+    enum { N = 64 };
+    static float a[N * N], b[N * N], c[N * N];
+    for (int i = 0; i < N * N; i++)
+        a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f;
+    double t0 = now(), t;
+    int reps = 0;
+    do {
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < N; k++) {
+                float s = a[i * N + k];
+                for (int j = 0; j < N; j++)
+                    c[i * N + j] += s * b[k * N + j];
+            }
+        reps++;
+        t = now() - t0;
+    } while (t < 0.015);
+    calib_sink = c[reps % (N * N)];
+    return 2.0 * N * N * N * reps / t;
+}
+
+static double calibrate_bandwidth(void)
+{
+    size_t n = (size_t)16 << 20;
+    char *src = malloc(n), *dst = malloc(n);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return 5e9;
+    }
+    memset(src, 1, n);
+    memset(dst, 0, n);
+    double t0 = now(), t;
+    int reps = 0;
+    do {
+        memcpy(dst, src, n);
+        src[reps % n] = (char)reps;
+        reps++;
+        t = now() - t0;
+    } while (t < 0.015);
+    calib_sink = dst[reps % n];
+    free(src);
+    free(dst);
+    return 2.0 * (double)n * reps / t;   /* read and write */
+}
+
+static Profile cpu_profile(void)
+{
+    static Profile p;
+    if (!p.name) {
+        const char *fixed = getenv("MPCC_CPU_PROFILE");   /* "FLOPS,BYTES": tests pin it */
+        double f = 0, b = 0;
+        if (!fixed || sscanf(fixed, "%lf,%lf", &f, &b) != 2 || f <= 0 || b <= 0) {
+            f = calibrate_flops() * 4;   /* the kernels vectorise what the loop does not */
+            b = calibrate_bandwidth();
+        }
+        p = (Profile){"cpu", f, b, 2e-6, 0, b / 2, 5e-6, b / 2, 5e-6};
+        p.memory = (int64_t)16 << 30;
+    }
+    return p;
+}
+
+/* ---- profile files: `key = value` lines, # comments ---- */
+
+static void profile_set(const char *path, int line, Profile *p, const char *key, double v)
+{
+    struct { const char *key; double *field; } fields[] = {
+        {"flops", &p->flops}, {"bandwidth", &p->bandwidth}, {"overhead", &p->overhead},
+        {"peer_bandwidth", &p->peer_bw}, {"peer_latency", &p->peer_latency},
+        {"host_bandwidth", &p->host_bw}, {"host_latency", &p->host_latency},
+    };
+    if (strcmp(key, "memory") == 0) {
+        p->memory = (int64_t)v;
+        return;
+    }
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (strcmp(key, fields[i].key) == 0) {
+            *fields[i].field = v;
+            return;
+        }
+    error_file(path, "line %d: unknown key '%s' (known: flops, bandwidth, overhead, memory, "
+               "peer_bandwidth, peer_latency, host_bandwidth, host_latency)", line, key);
+}
+
+static Profile read_profile(Arena *a, const char *path, Profile base)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        error_file(path, "not a built-in profile (cpu, h100-sxm, h100-pcie, a100) and "
+                   "cannot be read as a profile file: %s", strerror(errno));
+    Profile p = base;
+    p.name = arena_strdup(a, path);
+    char line[512], key[64];
+    for (int no = 1; fgets(line, sizeof line, f); no++) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        double v;
+        char rest;
+        if (sscanf(line, " %63[a-z_] = %lf %c", key, &v, &rest) == 2 && v >= 0)
+            profile_set(path, no, &p, key, v);
+        else if (strspn(line, " \t\r\n") != strlen(line))
+            error_file(path, "line %d: expected 'key = number'", no);
+    }
+    fclose(f);
+    if (p.flops <= 0 || p.bandwidth <= 0 || p.peer_bw <= 0 || p.host_bw <= 0)
+        error_file(path, "flops, bandwidth and the link bandwidths must be positive");
+    return p;
+}
+
+static Profile profile_for(Arena *a, const Options *o, DevKind kind)
+{
+    const char *name = o->pipe.profile;
+    if (!name)
+        return kind == DEV_CPU ? cpu_profile() : builtin[0];
+    if (strcmp(name, "cpu") == 0)
+        return cpu_profile();
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (strcmp(name, builtin[i].name) == 0)
+            return builtin[i];
+    return read_profile(a, name, kind == DEV_CPU ? cpu_profile() : builtin[0]);
+}
+
+/* ---- the device list ---- */
+
+static void add_device(Arena *a, Devices *ds, DevKind kind, int ordinal, const Options *o)
+{
+    ds->d = arena_grow(a, ds->d, (size_t)ds->n, (size_t)ds->n + 1, sizeof(Device));
+    Device *d = &ds->d[ds->n++];
+    d->kind = kind;
+    d->ordinal = ordinal;
+    d->name = arena_printf(a, "%s:%d", kind == DEV_CPU ? "cpu" : "cuda", ordinal);
+    d->prof = profile_for(a, o, kind);
+}
+
+static void parse_device_list(Arena *a, const Options *o, Devices *ds)
+{
+    char *copy = arena_strdup(a, o->pipe.devices);
+    int next_cpu = 0;
+    for (char *w = strtok(copy, ","); w; w = strtok(NULL, ",")) {
+        int ordinal;
+        char rest;
+        if (strcmp(w, "cpu") == 0)
+            add_device(a, ds, DEV_CPU, next_cpu++, o);
+        else if (sscanf(w, "cpu:%d%c", &ordinal, &rest) == 1 && ordinal >= 0)
+            add_device(a, ds, DEV_CPU, ordinal, o), next_cpu = ordinal + 1;
+        else if (sscanf(w, "cuda:%d%c", &ordinal, &rest) == 1 && ordinal >= 0)
+            add_device(a, ds, DEV_CUDA, ordinal, o);
+        else
+            error_file(o->input, "--devices: '%s' is not a device (write cpu, cpu:N or "
+                       "cuda:N, separated by commas)", w);
+    }
+    for (int i = 0; i < ds->n; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(ds->d[i].name, ds->d[j].name) == 0)
+                error_file(o->input, "--devices names %s twice", ds->d[i].name);
+}
+
+Devices devices_resolve(Arena *a, const Options *o)
+{
+    Devices ds = {0};
+    if (o->pipe.devices && (o->cpus || o->gpus))
+        error_file(o->input, "give either --devices or -cpus/-gpus, not both");
+    if (o->pipe.devices)
+        parse_device_list(a, o, &ds);
+    for (int i = 0; i < o->gpus; i++)
+        add_device(a, &ds, DEV_CUDA, i, o);
+    for (int i = 0; i < o->cpus; i++)
+        add_device(a, &ds, DEV_CPU, i, o);
+    if (ds.n == 0)
+        add_device(a, &ds, DEV_CPU, 0, o);
+    return ds;
+}
+
+/* Two devices of one kind talk over their peer link (NVLink, or shared
+ * memory between CPU threads); anything else goes through host memory. */
+double link_bandwidth(const Devices *ds, int a, int b)
+{
+    const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
+    if (ds->d[a].kind == ds->d[b].kind)
+        return fmin(pa->peer_bw, pb->peer_bw);
+    return fmin(pa->host_bw, pb->host_bw);
+}
+
+double link_latency(const Devices *ds, int a, int b)
+{
+    const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
+    if (ds->d[a].kind == ds->d[b].kind)
+        return fmax(pa->peer_latency, pb->peer_latency);
+    return fmax(pa->host_latency, pb->host_latency);
+}
+
+/* ---- the cost of one node ---- */
+
+static double numel_of(const Graph *g, uint32_t v)
+{
+    return v == NONE ? 0 : (double)shape_numel(&g->values[v].shape);
+}
+
+static double bytes_of(const Graph *g, uint32_t v)
+{
+    return v == NONE ? 0 : numel_of(g, v) * (double)dtype_size(g->values[v].dtype);
+}
+
+/* Multiply-adds per output element of the matrix products and convolutions. */
+static double contraction(const Graph *g, const Node *n)
+{
+    const Shape *a = n->nin ? &g->values[n->in[0]].shape : NULL;
+    switch (n->op) {
+    case OP_GEMM:
+        return (double)a->d[attr_int(n, "transA", 0) ? 0 : 1];
+    case OP_MATMUL: case OP_BATCH_MATMUL:
+        if (a->rank == 1)
+            return (double)a->d[0];
+        return (double)a->d[a->rank - (attr_int(n, "transA", 0) ? 2 : 1)];
+    case OP_CONV: case OP_CONV_GRAD_X: {
+        const Shape *w = &g->values[n->in[1]].shape;
+        return numel_of(g, n->in[1]) / (double)w->d[0];
+    }
+    case OP_CONV_GRAD_W: {
+        const Shape *w = &g->values[n->out[0]].shape;
+        return numel_of(g, n->out[0]) / (double)w->d[0];
+    }
+    default:
+        return 0;
+    }
+}
+
+NodeCost node_cost(const Graph *g, const Node *n)
+{
+    NodeCost c = {0, 0};
+    for (uint32_t k = 0; k < n->nin; k++)
+        c.bytes += bytes_of(g, n->in[k]);
+    for (uint32_t k = 0; k < n->nout; k++)
+        c.bytes += bytes_of(g, n->out[k]);
+    double k = contraction(g, n);
+    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ? n->in[0] : n->out[0];
+    if (k > 0)
+        c.flops = 2.0 * numel_of(g, big) * k;
+    else
+        c.flops = n->nout ? 4.0 * numel_of(g, n->out[0]) : 0;
+    return c;
+}
+
+double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
+{
+    if (m) {
+        double t = measured_time(m, n->name, n->phase);
+        if (t >= 0)
+            return t;
+    }
+    NodeCost c = node_cost(g, n);
+    return fmax(c.flops / p->flops, c.bytes / p->bandwidth) + p->overhead;
+}

@@ -1,0 +1,250 @@
+/* pipedump.c — the plan made visible: the partition as a table and as a
+ * Graphviz graph, the simulated step as an ASCII Gantt chart, and as a
+ * Chrome trace (Perfetto) with one track per device stream, flow arrows
+ * for copies and a memory counter per device. */
+#include "mpcc.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *const act_letter = "FBWU";
+
+static const char *node_name(const Graph *g, uint32_t id)
+{
+    return str_escaped(g->arena, g->nodes[id].name, 40);
+}
+
+/* ---- --dump=partition ---- */
+
+static int64_t stage_memory(const Plan *p, int s)
+{
+    int64_t m = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].stage == s)
+            m += (int64_t)(p->bufs[b].bytes * (size_t)p->bufs[b].slots);
+    return m;
+}
+
+void dump_partition(const Pipeline *pl, FILE *out)
+{
+    const Stages *st = pl->st;
+    const Plan *p = pl->plan;
+    fprintf(out, "# partition: %d stage(s) on %d device(s), %s schedule, %d micro-batch(es) "
+            "of %lld\n", st->n, pl->ds.n, schedule_name(pl->sc->kind), pl->sc->M,
+            (long long)pl->opt.batch);
+    fprintf(out, "%-5s %-8s %6s %12s %10s %10s %10s %10s %10s  %s\n", "stage", "device", "nodes",
+            "params", "MFLOP/mb", "fwd ms", "bwd ms", "upd ms", "memory MB", "first .. last");
+    for (int s = 0; s < st->n; s++) {
+        const double *t = &st->time[s * ACT_KINDS];
+        int nodes = 0;
+        for (uint32_t i = 0; i < pl->g->norder; i++)
+            nodes += st->stage[pl->g->order[i]] == s;
+        fprintf(out, "%-5d %-8s %6d %12lld %10.1f %10.3f %10.3f %10.3f %10.2f  %s .. %s\n", s,
+                pl->ds.d[st->dev[s]].name, nodes, (long long)st->params[s], st->flops[s] / 1e6,
+                t[ACT_FWD] * 1e3, (t[ACT_BWD] + t[ACT_WGRAD]) * 1e3, t[ACT_UPDATE] * 1e3,
+                (double)stage_memory(p, s) / 1e6, node_name(pl->g, st->units[st->first[s]]),
+                node_name(pl->g, st->units[st->first[s + 1] - 1]));
+    }
+    fprintf(out, "# predicted: step %.3f ms, bubble %.1f%%;", p->step_time * 1e3,
+            100 * p->bubble);
+    for (int d = 0; d < pl->ds.n; d++)
+        fprintf(out, " %s %.2f MB", pl->ds.d[d].name, (double)p->arena_bytes[d] / 1e6);
+    fputc('\n', out);
+}
+
+/* ---- --dump=schedule ---- */
+
+enum { GANTT_WIDTH = 96 };
+
+static char op_char(const PlanOp *op)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    if (op->kind == OPK_COPY)
+        return '>';
+    if (op->act.kind == ACT_UPDATE)
+        return 'U';
+    return digits[op->act.mb % 36];
+}
+
+static void gantt_row(const Plan *p, int stream, FILE *out)
+{
+    static const char *const kinds[] = {"compute", "send", "send-back"};
+    char row[GANTT_WIDTH + 1];
+    memset(row, '.', GANTT_WIDTH);
+    row[GANTT_WIDTH] = 0;
+    bool any = false;
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->stream != stream)
+            continue;
+        any = true;
+        int a = (int)(op->start / p->step_time * GANTT_WIDTH);
+        int b = (int)(op->end / p->step_time * GANTT_WIDTH);
+        if (b <= a)
+            b = a + 1;
+        for (int c = a; c < b && c < GANTT_WIDTH; c++)
+            row[c] = op_char(op);
+    }
+    if (any)
+        fprintf(out, "%-8s %-9s |%s|\n", p->ds->d[stream / STREAMS_PER_DEV].name,
+                kinds[stream % STREAMS_PER_DEV], row);
+}
+
+static void action_list(const Pipeline *pl, FILE *out)
+{
+    for (int d = 0; d < pl->sc->ndev; d++) {
+        fprintf(out, "%-8s", pl->ds.d[d].name);
+        for (int i = 0; i < pl->sc->nseq[d]; i++) {
+            Act a = pl->sc->seq[d][i];
+            if (a.kind == ACT_UPDATE)
+                fprintf(out, " U%d", a.stage);
+            else if (pl->st->n > pl->sc->ndev)
+                fprintf(out, " %c%d.%d", act_letter[a.kind], a.stage, a.mb);
+            else
+                fprintf(out, " %c%d", act_letter[a.kind], a.mb);
+        }
+        fputc('\n', out);
+    }
+}
+
+void dump_schedule(const Pipeline *pl, FILE *out)
+{
+    const Plan *p = pl->plan;
+    fprintf(out, "# schedule: %s, %d stage(s), %d micro-batch(es); predicted step %.3f ms, "
+            "bubble %.1f%%\n", schedule_name(pl->sc->kind), pl->st->n, pl->sc->M,
+            p->step_time * 1e3, 100 * p->bubble);
+    fprintf(out, "# each column is %.3f ms; digits: the micro-batch an action works on, "
+            "'>' a copy, 'U' the update, '.' idle\n", p->step_time * 1e3 / GANTT_WIDTH);
+    for (int s = 0; s < p->nstreams; s++)
+        gantt_row(p, s, out);
+    fprintf(out, "# actions per device, in order (F forward, B backward, W weight "
+            "gradients, U update; stage.micro-batch with several stages per device)\n");
+    action_list(pl, out);
+    fprintf(out, "# busy:");
+    for (int d = 0; d < pl->ds.n; d++)
+        fprintf(out, " %s %.3f ms (%.0f%%)", pl->ds.d[d].name, p->busy[d] * 1e3,
+                100 * p->busy[d] / p->step_time);
+    fputc('\n', out);
+}
+
+/* ---- --dump=partition-dot ---- */
+
+/* Text inside a Graphviz string: escaped for C (one line, no control
+ * bytes), then quotes and backslashes escaped for dot. */
+static void dot_text(Arena *a, FILE *out, const char *s)
+{
+    for (const char *c = str_escaped(a, s, 60); *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fputc('\\', out);
+        fputc(*c, out);
+    }
+}
+
+void dump_partition_dot(const Pipeline *pl, FILE *out)
+{
+    static const char *const colours[] = {"#8dd3c7", "#ffffb3", "#bebada", "#fb8072",
+                                          "#80b1d3", "#fdb462", "#b3de69", "#fccde5"};
+    const Graph *g = pl->g;
+    const Stages *st = pl->st;
+    fprintf(out, "digraph partition {\n  rankdir=TB;\n  node [shape=box, style=filled];\n");
+    for (int u = 0; u < st->nunits; u++) {
+        uint32_t id = st->units[u];
+        int s = st->stage[id];
+        fprintf(out, "  n%u [label=\"", id);
+        dot_text(g->arena, out, g->nodes[id].name);
+        fputs("\\n", out);
+        dot_text(g->arena, out, g->nodes[id].op_type);
+        fprintf(out, " (stage %d, %s)\", fillcolor=\"%s\"];\n", s, pl->ds.d[st->dev[s]].name,
+                colours[st->dev[s] % 8]);
+    }
+    for (int u = 0; u < st->nunits; u++) {
+        const Node *n = &g->nodes[st->units[u]];
+        for (uint32_t k = 0; k < n->nin; k++) {
+            uint32_t v = n->in[k], pn = v == NONE ? NONE : g->values[v].producer;
+            if (pn == NONE || st->act[pn] != ACT_FWD)
+                continue;
+            if (st->stage[pn] == st->stage[st->units[u]])
+                fprintf(out, "  n%u -> n%u;\n", pn, st->units[u]);
+            else
+                fprintf(out, "  n%u -> n%u [color=red, penwidth=2, label=\"%lld bytes\"];\n", pn,
+                        st->units[u], (long long)(shape_numel(&g->values[v].shape) *
+                                                  (int64_t)dtype_size(g->values[v].dtype)));
+        }
+    }
+    fprintf(out, "}\n");
+}
+
+/* ---- --trace: Chrome trace event format ---- */
+
+/* Inside a JSON string: quotes, backslashes and control bytes escaped;
+ * at most 60 bytes of a name. */
+static void json_text(FILE *f, const char *s)
+{
+    for (int i = 0; s[i] && i < 60; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+}
+
+static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
+{
+    static const char *const kinds[] = {"forward", "backward", "wgrad", "update"};
+    if (op->kind == OPK_RUN) {
+        fprintf(f, "\"%s s%d mb%d\"", kinds[op->act.kind], op->act.stage, op->act.mb);
+        return;
+    }
+    const Buf *b = &pl->plan->bufs[op->dst];
+    fputs("\"copy ", f);
+    json_text(f, pl->g->values[b->value].name);
+    fprintf(f, " mb%d to s%d\"", op->mb, b->stage);
+}
+
+static void trace_meta(FILE *f, const Pipeline *pl)
+{
+    static const char *const kinds[] = {"compute", "send", "send-back"};
+    for (int d = 0; d < pl->ds.n; d++) {
+        fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}},"
+                "\n", d, pl->ds.d[d].name);
+        for (int k = 0; k < STREAMS_PER_DEV; k++)
+            fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
+        fprintf(f, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":{\"bytes\":"
+                "%zu}},\n", d, pl->plan->arena_bytes[d]);
+    }
+}
+
+void write_trace(const Pipeline *pl, const char *path)
+{
+    const Plan *p = pl->plan;
+    char *tmp = arena_printf(pl->g->arena, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        error_file(path, "cannot open for writing: %s", strerror(errno));
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+    trace_meta(f, pl);
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        int dev = op->stream / STREAMS_PER_DEV, tid = op->stream % STREAMS_PER_DEV;
+        fputs("{\"name\":", f);
+        trace_name(f, pl, op);
+        fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f},\n",
+                op->kind == OPK_RUN ? "compute" : "copy", dev, tid, op->start * 1e6,
+                (op->end - op->start) * 1e6);
+        if (op->kind == OPK_COPY) {
+            const Buf *dst = &p->bufs[op->dst];
+            fprintf(f, "{\"name\":\"copy\",\"cat\":\"copy\",\"ph\":\"s\",\"id\":%d,\"pid\":%d,"
+                    "\"tid\":%d,\"ts\":%.3f},\n", i, dev, tid, op->start * 1e6);
+            fprintf(f, "{\"name\":\"copy\",\"cat\":\"copy\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,"
+                    "\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n", i, dst->dev, op->end * 1e6);
+        }
+    }
+    fprintf(f, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":%.3f}\n]}\n",
+            p->step_time * 1e6);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        error_file(path, "write failed: %s", strerror(errno));
+}

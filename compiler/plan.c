@@ -1,0 +1,524 @@
+/* plan.c — from a schedule to the program of one step: buffers with their
+ * micro-batch slots and static offsets (the memory plan), copy operations
+ * between stages, and the dependencies that become events.
+ *
+ * Each value has a buffer on its home stage and a received copy on every
+ * other stage that reads it (a skip connection is sent straight to its
+ * reader). A buffer holds as many micro-batches as are alive at once on
+ * its device under the schedule (one more for buffers a copy reads or
+ * writes, so copies overlap compute); micro-batch mb uses slot mb % slots.
+ * Dependencies:
+ *   - a copy waits for the action that produced its micro-batch, and for
+ *     the last reader of the micro-batch that used its destination slot
+ *     before (so it never overwrites a slot still being read);
+ *   - an action waits for the copies it reads, and before overwriting a
+ *     slot, for the copies that read the slot's previous micro-batch.
+ * Actions of one device follow the schedule on its compute stream; copies
+ * go on the sender's copy stream for their direction. The simulator
+ * (sim.c) times every operation; the host issues them in order of
+ * predicted start, a topological order of the dependencies.
+ */
+#include "mpcc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct PB {
+    Plan *p;
+    Graph *g;
+    const Stages *st;
+    const Schedule *sc;
+    Arena *a;
+    int S, M;
+    int *first_use, *last_use;   /* [nbufs * M]: positions in the device's sequence */
+    int *run_pos;                /* [act_key]: position of an action in its device's sequence */
+    int *run_op;                 /* [act_key]: its op */
+    int *copy_op;                /* [nbufs * M] */
+    bool *sent;                  /* [nbufs]: a home buffer some stage receives */
+    bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
+    int cap_bufs, cap_ops;
+} PB;
+
+static int act_key(const PB *b, int kind, int stage, int mb)
+{
+    return (stage * ACT_KINDS + kind) * b->M + mb;
+}
+
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* ---- the nodes of each action ---- */
+
+static void collect_nodes(PB *b)
+{
+    Plan *p = b->p;
+    size_t n = (size_t)b->S * ACT_KINDS;
+    p->nodes = arena_array(b->a, n, sizeof(uint32_t *));
+    p->nnodes = arena_array(b->a, n, sizeof(int));
+    for (uint32_t i = 0; i < b->g->norder; i++) {
+        uint32_t id = b->g->order[i];
+        size_t k = (size_t)b->st->stage[id] * ACT_KINDS + b->st->act[id];
+        p->nodes[k] = arena_grow(b->a, p->nodes[k], (size_t)p->nnodes[k],
+                                 (size_t)p->nnodes[k] + 1, sizeof(uint32_t));
+        p->nodes[k][p->nnodes[k]++] = id;
+    }
+}
+
+/* ---- buffers ---- */
+
+static bool slotted(const Graph *g, uint32_t v)
+{
+    return g->values[v].kind == VK_ACTIVATION || g->values[v].kind == VK_INPUT;
+}
+
+static int new_buf(PB *b, uint32_t v, int stage, bool received)
+{
+    Plan *p = b->p;
+    if (p->nbufs == b->cap_bufs) {
+        int cap = b->cap_bufs ? 2 * b->cap_bufs : 256;
+        p->bufs = arena_grow(b->a, p->bufs, (size_t)p->nbufs, (size_t)cap, sizeof(Buf));
+        b->cap_bufs = cap;
+    }
+    const Value *val = &b->g->values[v];
+    size_t bytes = (size_t)shape_numel(&val->shape) * dtype_size(val->dtype);
+    p->bufs[p->nbufs] = (Buf){.value = v, .stage = stage, .dev = b->st->dev[stage],
+                             .slots = 1, .bytes = round64(bytes ? bytes : 1),
+                             .received = received};
+    return p->nbufs++;
+}
+
+/* BatchNormalization writes its running statistics into the parameters
+ * it read them from: those outputs share the parameters' buffers. */
+static uint32_t *running_stat_aliases(PB *b)
+{
+    Graph *g = b->g;
+    uint32_t *alias = arena_array(b->a, g->nvalues, sizeof(uint32_t));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        alias[v] = v;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->op == OP_BATCH_NORM)
+            for (uint32_t k = 1; k < 3 && k < n->nout; k++)
+                if (n->out[k] != NONE)
+                    alias[n->out[k]] = n->in[k + 2];
+    }
+    return alias;
+}
+
+static int ensure_buf(PB *b, uint32_t v, int stage)
+{
+    Plan *p = b->p;
+    int *slot = &p->buf_of[(size_t)v * b->S + stage];
+    if (*slot >= 0)
+        return *slot;
+    int home = b->st->home[v];
+    if (home < 0 || home == stage || b->g->values[v].kind == VK_CONST) {
+        *slot = new_buf(b, v, stage, false);
+        return *slot;
+    }
+    ensure_buf(b, v, home);
+    *slot = new_buf(b, v, stage, true);
+    return *slot;
+}
+
+static void make_bufs(PB *b)
+{
+    Graph *g = b->g;
+    Plan *p = b->p;
+    p->buf_of = arena_array(b->a, (size_t)g->nvalues * b->S, sizeof(int));
+    memset(p->buf_of, 0xff, (size_t)g->nvalues * b->S * sizeof(int));
+    uint32_t *alias = running_stat_aliases(b);
+    for (uint32_t i = 0; i < g->norder; i++) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        int s = b->st->stage[id];
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] != NONE)
+                ensure_buf(b, n->in[k], s);
+        for (uint32_t k = 0; k < n->nout; k++)
+            if (n->out[k] != NONE && alias[n->out[k]] != n->out[k])
+                p->buf_of[(size_t)n->out[k] * b->S + s] = ensure_buf(b, alias[n->out[k]], s);
+            else if (n->out[k] != NONE)
+                ensure_buf(b, n->out[k], s);
+    }
+    p->acc_of = arena_array(b->a, g->nvalues, sizeof(int));
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        p->acc_of[v] = -1;
+        if (g->values[v].trainable && b->M > 1 && b->st->home[v] >= 0) {
+            p->acc_of[v] = new_buf(b, v, b->st->home[v], false);
+            p->bufs[p->acc_of[v]].acc = true;
+        }
+    }
+    b->sent = arena_array(b->a, (size_t)p->nbufs, sizeof(bool));
+    for (int i = 0; i < p->nbufs; i++)
+        if (p->bufs[i].received)
+            b->sent[plan_buf(p, p->bufs[i].value, b->st->home[p->bufs[i].value])] = true;
+}
+
+int plan_buf(const Plan *p, uint32_t v, int stage)
+{
+    return p->buf_of[(size_t)v * p->st->n + stage];
+}
+
+/* ---- micro-batch lifetimes and slots ---- */
+
+static void touch(PB *b, int buf, int mb, int pos)
+{
+    int *f = &b->first_use[(size_t)buf * b->M + mb], *l = &b->last_use[(size_t)buf * b->M + mb];
+    if (*f < 0 || pos < *f)
+        *f = pos;
+    if (pos > *l)
+        *l = pos;
+}
+
+/* The update reads the summed gradient when there is one, not the last
+ * micro-batch's. */
+static bool reads_gradient_sum(const PB *b, const Node *n, uint32_t k)
+{
+    return n->phase == PH_UPDATE && k == 1 && b->p->acc_of[n->in[0]] >= 0;
+}
+
+static void lifetimes(PB *b)
+{
+    Plan *p = b->p;
+    size_t n = (size_t)p->nbufs * b->M;
+    b->first_use = arena_array(b->a, n, sizeof(int));
+    b->last_use = arena_array(b->a, n, sizeof(int));
+    memset(b->first_use, 0xff, n * sizeof(int));
+    memset(b->last_use, 0xff, n * sizeof(int));
+    b->run_pos = arena_array(b->a, (size_t)b->S * ACT_KINDS * b->M, sizeof(int));
+    for (int d = 0; d < b->sc->ndev; d++)
+        for (int i = 0; i < b->sc->nseq[d]; i++) {
+            Act a = b->sc->seq[d][i];
+            b->run_pos[act_key(b, a.kind, a.stage, a.mb)] = i;
+            size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
+            for (int j = 0; j < p->nnodes[k]; j++) {
+                const Node *nd = &b->g->nodes[p->nodes[k][j]];
+                for (uint32_t q = 0; q < nd->nin; q++)
+                    if (nd->in[q] != NONE && !reads_gradient_sum(b, nd, q))
+                        touch(b, plan_buf(p, nd->in[q], a.stage), a.mb, i);
+                for (uint32_t q = 0; q < nd->nout; q++)
+                    if (nd->out[q] != NONE)
+                        touch(b, plan_buf(p, nd->out[q], a.stage), a.mb, i);
+            }
+        }
+}
+
+/* Micro-batches alive at once: lifetimes start and end in micro-batch
+ * order, so it is the most that overlap one lifetime's end. */
+static int live_at_once(const PB *b, int buf)
+{
+    const int *f = &b->first_use[(size_t)buf * b->M], *l = &b->last_use[(size_t)buf * b->M];
+    int most = 1;
+    for (int m = 0; m < b->M; m++) {
+        if (f[m] < 0)
+            continue;
+        if (m > 0 && (f[m] < f[m - 1] || l[m] < l[m - 1]))
+            return b->M;   /* not in order: every micro-batch its own slot */
+        int k = 1;
+        while (m + k < b->M && f[m + k] >= 0 && f[m + k] <= l[m])
+            k++;
+        if (k > most)
+            most = k;
+    }
+    return most;
+}
+
+static void choose_slots(PB *b)
+{
+    Plan *p = b->p;
+    for (int i = 0; i < p->nbufs; i++) {
+        Buf *buf = &p->bufs[i];
+        if (buf->acc || !slotted(b->g, buf->value))
+            continue;
+        int k = live_at_once(b, i) + (buf->received || b->sent[i]);
+        if ((b->g->values[buf->value].kind == VK_INPUT && !buf->received) ||
+            (b->own_slots && (buf->received || b->sent[i])))
+            k = b->M;   /* the host fills every micro-batch before the step */
+        buf->slots = k < b->M ? k : b->M;
+    }
+}
+
+static void place_bufs(PB *b)
+{
+    Plan *p = b->p;
+    p->arena_bytes = arena_array(b->a, (size_t)b->sc->ndev, sizeof(size_t));
+    for (int i = 0; i < p->nbufs; i++) {
+        Buf *buf = &p->bufs[i];
+        buf->offset = p->arena_bytes[buf->dev];
+        p->arena_bytes[buf->dev] += buf->bytes * (size_t)buf->slots;
+    }
+}
+
+/* ---- operations ---- */
+
+static int new_op(PB *b, PlanOp op)
+{
+    Plan *p = b->p;
+    if (p->nops == b->cap_ops) {
+        int cap = b->cap_ops ? 2 * b->cap_ops : 256;
+        p->ops = arena_grow(b->a, p->ops, (size_t)p->nops, (size_t)cap, sizeof(PlanOp));
+        b->cap_ops = cap;
+    }
+    op.event = -1;
+    p->ops[p->nops] = op;
+    return p->nops++;
+}
+
+static void add_dep(PB *b, int op, int dep)
+{
+    PlanOp *o = &b->p->ops[op];
+    if (dep < 0 || b->p->ops[dep].stream == o->stream)
+        return;
+    for (int i = 0; i < o->ndeps; i++)
+        if (o->deps[i] == dep)
+            return;
+    o->deps = arena_grow(b->a, o->deps, (size_t)o->ndeps, (size_t)o->ndeps + 1, sizeof(int));
+    o->deps[o->ndeps++] = dep;
+}
+
+static void run_ops(PB *b)
+{
+    b->run_op = arena_array(b->a, (size_t)b->S * ACT_KINDS * b->M, sizeof(int));
+    for (int d = 0; d < b->sc->ndev; d++)
+        for (int i = 0; i < b->sc->nseq[d]; i++) {
+            Act a = b->sc->seq[d][i];
+            PlanOp op = {.kind = OPK_RUN, .dev = d, .stream = d * STREAMS_PER_DEV,
+                         .pos = i, .act = a,
+                         .time = b->st->time[a.stage * ACT_KINDS + a.kind] + 1e-9};
+            b->run_op[act_key(b, a.kind, a.stage, a.mb)] = new_op(b, op);
+        }
+}
+
+typedef struct CopyKey {
+    double key;
+    int op;
+} CopyKey;
+
+static int by_key(const void *x, const void *y)
+{
+    const CopyKey *a = x, *c = y;
+    if (a->key != c->key)
+        return a->key < c->key ? -1 : 1;
+    return a->op - c->op;
+}
+
+/* Where a copy of (home buffer, mb) goes in its stream: right after the
+ * action producing it; an input's, just before its stage's forward. */
+static double copy_key(const PB *b, uint32_t v, int home, int mb)
+{
+    uint32_t pn = b->g->values[v].producer;
+    if (pn == NONE)
+        return b->run_pos[act_key(b, ACT_FWD, home, mb)] - 0.5;
+    return b->run_pos[act_key(b, b->st->act[pn], home, mb)];
+}
+
+static double copy_time(const PB *b, const Buf *src, const Buf *dst)
+{
+    const Devices *ds = b->p->ds;
+    double bytes = (double)dst->bytes;
+    if (src->dev == dst->dev)
+        return bytes / ds->d[src->dev].prof.bandwidth + 1e-9;
+    return link_latency(ds, src->dev, dst->dev) + bytes / link_bandwidth(ds, src->dev, dst->dev) +
+           1e-9;
+}
+
+static void copy_ops(PB *b)
+{
+    Plan *p = b->p;
+    b->copy_op = arena_array(b->a, (size_t)p->nbufs * b->M, sizeof(int));
+    CopyKey *keys = arena_array(b->a, (size_t)p->nbufs * b->M + 1, sizeof(CopyKey));
+    int nk = 0;
+    for (int r = 0; r < p->nbufs; r++) {
+        if (!p->bufs[r].received)
+            continue;
+        uint32_t v = p->bufs[r].value;
+        int home = b->st->home[v], src = plan_buf(p, v, home);
+        uint32_t pn = b->g->values[v].producer;
+        bool back = pn != NONE && b->g->nodes[pn].phase != PH_FORWARD;
+        int dev = b->st->dev[home];
+        for (int mb = 0; mb < b->M; mb++) {
+            PlanOp op = {.kind = OPK_COPY, .dev = dev,
+                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_BWD : STREAM_SEND_FWD),
+                         .src = src, .dst = r, .mb = mb,
+                         .time = copy_time(b, &p->bufs[src], &p->bufs[r])};
+            int id = new_op(b, op);
+            b->copy_op[(size_t)r * b->M + mb] = id;
+            keys[nk++] = (CopyKey){copy_key(b, v, home, mb), id};
+        }
+    }
+    qsort(keys, (size_t)nk, sizeof *keys, by_key);
+    int *next = arena_array(b->a, (size_t)p->nstreams, sizeof(int));
+    for (int i = 0; i < nk; i++) {
+        PlanOp *op = &p->ops[keys[i].op];
+        op->pos = next[op->stream]++;
+    }
+}
+
+/* ---- dependencies ---- */
+
+static void copy_deps(PB *b, int r)
+{
+    Plan *p = b->p;
+    const Buf *dst = &p->bufs[r];
+    uint32_t pn = b->g->values[dst->value].producer;
+    int home = b->st->home[dst->value];
+    for (int mb = 0; mb < b->M; mb++) {
+        int op = b->copy_op[(size_t)r * b->M + mb];
+        if (pn != NONE)
+            add_dep(b, op, b->run_op[act_key(b, b->st->act[pn], home, mb)]);
+        int prev = mb - dst->slots;   /* the slot's previous micro-batch */
+        if (prev >= 0) {
+            int last = b->last_use[(size_t)r * b->M + prev];
+            MPCC_ASSERT(last >= 0);
+            Act a = b->sc->seq[dst->dev][last];
+            add_dep(b, op, b->run_op[act_key(b, a.kind, a.stage, a.mb)]);
+        }
+    }
+}
+
+/* Before an action writes a slot, the copies reading the slot's previous
+ * micro-batch must be done. */
+static void overwrite_deps(PB *b, int op, int buf, int mb)
+{
+    Plan *p = b->p;
+    int prev = mb - p->bufs[buf].slots;
+    if (!b->sent[buf] || prev < 0)
+        return;
+    uint32_t v = p->bufs[buf].value;
+    for (int s = 0; s < b->S; s++) {
+        int r = plan_buf(p, v, s);
+        if (r >= 0 && p->bufs[r].received)
+            add_dep(b, op, b->copy_op[(size_t)r * b->M + prev]);
+    }
+}
+
+static void run_deps(PB *b, int op)
+{
+    Plan *p = b->p;
+    Act a = p->ops[op].act;
+    size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
+    for (int j = 0; j < p->nnodes[k]; j++) {
+        const Node *n = &b->g->nodes[p->nodes[k][j]];
+        for (uint32_t q = 0; q < n->nin; q++) {
+            int r = n->in[q] == NONE ? -1 : plan_buf(p, n->in[q], a.stage);
+            if (r >= 0 && p->bufs[r].received)
+                add_dep(b, op, b->copy_op[(size_t)r * b->M + a.mb]);
+        }
+        for (uint32_t q = 0; q < n->nout; q++)
+            if (n->out[q] != NONE)
+                overwrite_deps(b, op, plan_buf(p, n->out[q], a.stage), a.mb);
+    }
+}
+
+static void add_deps(PB *b)
+{
+    Plan *p = b->p;
+    for (int r = 0; r < p->nbufs; r++)
+        if (p->bufs[r].received)
+            copy_deps(b, r);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == OPK_RUN)
+            run_deps(b, i);
+}
+
+/* ---- issue order and events ---- */
+
+/* The host issues operations in order of predicted start, each stream in
+ * its own order and every operation after those it waits for: then every
+ * wait names an event recorded earlier in the host's order. */
+static int *issue_perm(PB *b)
+{
+    Plan *p = b->p;
+    int *count = arena_array(b->a, (size_t)p->nstreams, sizeof(int));
+    int *head = arena_array(b->a, (size_t)p->nstreams, sizeof(int));
+    for (int i = 0; i < p->nops; i++)
+        count[p->ops[i].stream]++;
+    int **list = arena_array(b->a, (size_t)p->nstreams, sizeof(int *));
+    for (int s = 0; s < p->nstreams; s++)
+        list[s] = arena_array(b->a, (size_t)count[s] + 1, sizeof(int));
+    for (int i = 0; i < p->nops; i++)
+        list[p->ops[i].stream][p->ops[i].pos] = i;
+    bool *issued = arena_array(b->a, (size_t)p->nops + 1, sizeof(bool));
+    int *perm = arena_array(b->a, (size_t)p->nops + 1, sizeof(int));
+    for (int n = 0; n < p->nops; n++) {
+        int pick = -1;
+        for (int s = 0; s < p->nstreams; s++) {
+            if (head[s] == count[s])
+                continue;
+            const PlanOp *op = &p->ops[list[s][head[s]]];
+            bool ready = true;
+            for (int k = 0; k < op->ndeps && ready; k++)
+                ready = issued[op->deps[k]];
+            if (ready && (pick < 0 || op->start < p->ops[list[pick][head[pick]]].start))
+                pick = s;
+        }
+        MPCC_ASSERT(pick >= 0);   /* the simulation ran them all */
+        perm[n] = list[pick][head[pick]++];
+        issued[perm[n]] = true;
+    }
+    return perm;
+}
+
+static void issue_order(PB *b)
+{
+    Plan *p = b->p;
+    int *perm = issue_perm(b);
+    int *where = arena_array(b->a, (size_t)p->nops + 1, sizeof(int));
+    PlanOp *ops = arena_array(b->a, (size_t)p->nops + 1, sizeof(PlanOp));
+    for (int i = 0; i < p->nops; i++) {
+        ops[i] = p->ops[perm[i]];
+        where[perm[i]] = i;
+    }
+    for (int i = 0; i < p->nops; i++)
+        for (int k = 0; k < ops[i].ndeps; k++)
+            ops[i].deps[k] = where[ops[i].deps[k]];
+    p->ops = ops;
+    for (int i = 0; i < p->nops; i++)
+        for (int k = 0; k < ops[i].ndeps; k++) {
+            PlanOp *dep = &ops[ops[i].deps[k]];
+            MPCC_ASSERT(ops[i].deps[k] < i);
+            if (dep->event < 0)
+                dep->event = p->nevents++;
+        }
+}
+
+/* Slots shared between micro-batches make copies wait for readers; where
+ * a copy stream's order then blocks (a copy waits for a slot while copies
+ * behind it are what frees it), the transfer buffers get a slot for every
+ * micro-batch instead, and nothing waits for a slot. */
+static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                   bool own_slots, const char **stuck)
+{
+    Plan *p = arena_alloc(g->arena, sizeof *p);
+    *p = (Plan){.g = g, .st = st, .sc = sc, .ds = ds, .nstreams = sc->ndev * STREAMS_PER_DEV};
+    PB b = {.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
+            .own_slots = own_slots};
+    collect_nodes(&b);
+    make_bufs(&b);
+    lifetimes(&b);
+    choose_slots(&b);
+    place_bufs(&b);
+    run_ops(&b);
+    copy_ops(&b);
+    add_deps(&b);
+    if (!simulate(p, stuck))
+        return NULL;
+    issue_order(&b);
+    return p;
+}
+
+Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds)
+{
+    const char *stuck;
+    Plan *p = build(g, st, sc, ds, false, &stuck);
+    if (!p)
+        p = build(g, st, sc, ds, true, &stuck);
+    if (!p)
+        mpcc_die(__FILE__, __LINE__, "the %s schedule deadlocks%s", schedule_name(sc->kind),
+                 stuck);
+    plan_verify(p);
+    return p;
+}

@@ -1,0 +1,500 @@
+/* stages.c — from the training graph to stages: every node gets a stage
+ * (and so a device) and the action that runs it.
+ *
+ * The forward nodes, in topological order, are the units the partitioner
+ * cuts into contiguous stages (partition.c, or --split). A backward node
+ * goes with the forward node whose gradient made it (Node.origin), an
+ * update with its parameter, so a forward op's gradient runs on its device.
+ * A stage's backward splits into the input-gradient part (B: what earlier
+ * stages wait for) and the weight-gradient part (W) when the schedule
+ * runs them apart (zero-bubble); otherwise all of it is B.
+ */
+#include "mpcc.h"
+
+#include <string.h>
+
+typedef struct Build {
+    Graph *g;
+    const Options *o;
+    const Devices *ds;
+    const Measured *m;
+    Stages *st;
+    int *unit;             /* [nnodes]: the unit a node belongs to, -1 if none */
+    int *unit_pos;         /* [nnodes]: forward node -> its unit index */
+} Build;
+
+/* ---- units ---- */
+
+static void add_unit(Build *b, uint32_t id)
+{
+    Stages *st = b->st;
+    if (b->unit[id] >= 0)
+        return;
+    const Node *n = &b->g->nodes[id];
+    for (uint32_t k = 0; k < n->nin; k++) {   /* deferred producers first */
+        uint32_t p = n->in[k] == NONE ? NONE : b->g->values[n->in[k]].producer;
+        if (p != NONE && b->g->nodes[p].phase == PH_FORWARD)
+            add_unit(b, p);
+    }
+    b->unit[id] = b->unit_pos[id] = st->nunits;
+    st->units[st->nunits++] = id;
+}
+
+/* Whether each forward node reads, through its inputs, a graph input. */
+static bool *reads_data(Build *b)
+{
+    Graph *g = b->g;
+    bool *dep = arena_array(g->arena, g->nvalues, sizeof(bool));
+    bool *node_dep = arena_array(g->arena, g->nnodes, sizeof(bool));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        dep[v] = g->values[v].kind == VK_INPUT;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            node_dep[g->order[i]] |= n->in[k] != NONE && dep[n->in[k]];
+        for (uint32_t k = 0; k < n->nout; k++)
+            if (n->out[k] != NONE)
+                dep[n->out[k]] = node_dep[g->order[i]];
+    }
+    return node_dep;
+}
+
+/* The units in topological order, with the nodes that read no data (a
+ * weight's transpose, a shape computation) moved to just before their
+ * first reader, so no stage computes them for another. */
+static void find_units(Build *b)
+{
+    Graph *g = b->g;
+    Stages *st = b->st;
+    b->unit = arena_array(g->arena, g->nnodes, sizeof(int));
+    b->unit_pos = arena_array(g->arena, g->nnodes, sizeof(int));
+    st->units = arena_array(g->arena, g->norder + 1, sizeof(uint32_t));
+    for (uint32_t i = 0; i < g->nnodes; i++)
+        b->unit[i] = b->unit_pos[i] = -1;
+    bool *data = reads_data(b);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < g->norder; i++) {
+            uint32_t id = g->order[i];
+            if (g->nodes[id].phase == PH_FORWARD && (data[id] || pass == 1))
+                add_unit(b, id);
+        }
+}
+
+/* The unit of the node producing v, or -1 for a value no node produces. */
+static int producer_unit(const Build *b, uint32_t v)
+{
+    uint32_t p = b->g->values[v].producer;
+    return p == NONE ? -1 : b->unit[p];
+}
+
+/* A backward node joins its origin's unit; a node without one (a
+ * parameter's gradient sum) joins the last unit among its inputs'. */
+static void backward_units(Build *b)
+{
+    Graph *g = b->g;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        if (n->phase != PH_BACKWARD)
+            continue;
+        int u = n->origin != NONE ? b->unit[n->origin] : -1;
+        for (uint32_t k = 0; u < 0 && k < n->nin; k++)
+            if (n->in[k] != NONE && producer_unit(b, n->in[k]) > u)
+                u = producer_unit(b, n->in[k]);
+        MPCC_ASSERT(u >= 0);
+        b->unit[id] = u;
+    }
+}
+
+/* The first unit reading a parameter or input. */
+static int *first_readers(Build *b, int *last)
+{
+    Graph *g = b->g;
+    int *first = arena_array(g->arena, g->nvalues, sizeof(int));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        first[v] = last[v] = -1;
+    for (int u = 0; u < b->st->nunits; u++) {
+        const Node *n = &g->nodes[b->st->units[u]];
+        for (uint32_t k = 0; k < n->nin; k++) {
+            uint32_t v = n->in[k];
+            if (v == NONE)
+                continue;
+            if (first[v] < 0)
+                first[v] = u;
+            last[v] = u;
+        }
+    }
+    return first;
+}
+
+/* ---- the partitioning problem ---- */
+
+static size_t vbytes(const Graph *g, uint32_t v)
+{
+    return (size_t)shape_numel(&g->values[v].shape) * dtype_size(g->values[v].dtype);
+}
+
+static int state_per_param(const Options *o)
+{
+    int k = 2 + (o->train.microbatches > 1);   /* the weight, its gradient, its sum */
+    if (o->train.optim == OPTIM_ADAMW)
+        return k + 2;
+    return k + (o->train.momentum != 0);
+}
+
+static void unit_costs(Build *b, PartProblem *p, const int *first)
+{
+    Graph *g = b->g;
+    int n = p->n;
+    double *time = arena_array(g->arena, (size_t)p->ndev * n, sizeof(double));
+    int64_t *fixed = arena_array(g->arena, (size_t)n, sizeof(int64_t));
+    int64_t *act = arena_array(g->arena, (size_t)n, sizeof(int64_t));
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *node = &g->nodes[g->order[i]];
+        int u = b->unit[g->order[i]];
+        if (u < 0)
+            continue;
+        for (int d = 0; d < p->ndev; d++)
+            time[d * n + u] += node_time(g, node, &b->ds->d[d].prof, b->m);
+        if (node->phase == PH_FORWARD)
+            for (uint32_t k = 0; k < node->nout; k++)
+                if (node->out[k] != NONE)
+                    act[u] += (int64_t)vbytes(g, node->out[k]);
+    }
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == VK_PARAM && first[v] >= 0)
+            fixed[first[v]] += (int64_t)vbytes(g, v) *
+                               (g->values[v].trainable ? state_per_param(b->o) : 1);
+    p->time = time;
+    p->fixed_mem = fixed;
+    p->act_mem = act;
+}
+
+/* Activations and inputs read by forward units: what a cut may send. */
+static void cut_values(Build *b, PartProblem *p)
+{
+    Graph *g = b->g;
+    int *count = arena_array(g->arena, g->nvalues, sizeof(int));
+    for (int u = 0; u < p->n; u++) {
+        const Node *n = &g->nodes[b->st->units[u]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] != NONE)
+                count[n->in[k]]++;
+    }
+    PartValue *pv = arena_array(g->arena, g->nvalues, sizeof(PartValue));
+    int nv = 0;
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        ValueKind k = g->values[v].kind;
+        if (!count[v] || (k != VK_ACTIVATION && k != VK_INPUT))
+            continue;
+        int *cons = arena_array(g->arena, (size_t)count[v], sizeof(int));
+        int nc = 0;
+        for (int u = 0; u < p->n; u++) {
+            const Node *n = &g->nodes[b->st->units[u]];
+            for (uint32_t j = 0; j < n->nin; j++)
+                if (n->in[j] == v && (nc == 0 || cons[nc - 1] != u))
+                    cons[nc++] = u;
+        }
+        pv[nv++] = (PartValue){producer_unit(b, v), (double)vbytes(g, v), cons, nc};
+    }
+    p->values = pv;
+    p->nvalues = nv;
+}
+
+/* A parameter stays on one stage: no cut between its first and last reader. */
+static bool *param_cuts(Build *b, int n, const int *first, const int *last)
+{
+    Graph *g = b->g;
+    bool *no_cut = arena_array(g->arena, (size_t)n, sizeof(bool));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if ((g->values[v].kind == VK_PARAM || g->values[v].kind == VK_STATE) && first[v] >= 0)
+            for (int u = first[v]; u < last[v]; u++)
+                no_cut[u] = true;
+    return no_cut;
+}
+
+static int stages_on(const Stages *st, int d)
+{
+    int k = 0;
+    for (int s = 0; s < st->n; s++)
+        k += st->dev[s] == d;
+    return k;
+}
+
+/* A placement hint names a device; it pins the unit to that device's stage. */
+static int hint_stage(Build *b, const Node *n)
+{
+    if (n->hint_stage >= 0) {
+        if (n->hint_stage >= b->st->n)
+            error_at(&n->loc, "the placement hint names stage %d, but there are %d stages "
+                     "(stages count from 0)", (int)n->hint_stage, b->st->n);
+        return n->hint_stage;
+    }
+    if (!n->hint_device)
+        return -1;
+    int found = -1, matches = 0;
+    for (int d = 0; d < b->ds->n; d++) {
+        const Device *dev = &b->ds->d[d];
+        bool kind_only = strchr(n->hint_device, ':') == NULL;
+        const char *kind = dev->kind == DEV_CPU ? "cpu" : "cuda";
+        if (kind_only ? strcmp(kind, n->hint_device) == 0
+                      : strcmp(dev->name, n->hint_device) == 0)
+            found = d, matches++;
+    }
+    if (matches == 0) {
+        const char *list = "";
+        for (int d = 0; d < b->ds->n; d++)
+            list = arena_printf(b->g->arena, "%s%s%s", list, d ? ", " : "", b->ds->d[d].name);
+        error_at(&n->loc, "the placement hint names %s, which the command line did not give "
+                 "(devices: %s; add it with --devices)", n->hint_device, list);
+    }
+    if (matches > 1)
+        error_at(&n->loc, "the placement hint '%s' matches %d devices; name one (%s:0)",
+                 n->hint_device, matches, n->hint_device);
+    if (stages_on(b->st, found) != 1)
+        error_at(&n->loc, "with %d stages on %s, pin to a stage (@stage) rather than a device",
+                 stages_on(b->st, found), b->ds->d[found].name);
+    for (int s = 0; s < b->st->n; s++)
+        if (b->st->dev[s] == found)
+            return s;
+    unreachable();
+}
+
+static int *unit_pins(Build *b, int n)
+{
+    int *pin = arena_array(b->g->arena, (size_t)n, sizeof(int));
+    for (int u = 0; u < n; u++)
+        pin[u] = hint_stage(b, &b->g->nodes[b->st->units[u]]);
+    return pin;
+}
+
+static int inflight(SchedKind k, int s, int S, int M)
+{
+    int f = k == SCHED_GPIPE ? M : S - s;
+    return f < M ? f : M;
+}
+
+static void set_links(Build *b, PartProblem *p)
+{
+    int nd = b->ds->n;
+    double *bw = arena_array(b->g->arena, (size_t)nd * nd, sizeof(double));
+    double *lat = arena_array(b->g->arena, (size_t)nd * nd, sizeof(double));
+    for (int i = 0; i < nd; i++)
+        for (int j = 0; j < nd; j++) {
+            bw[i * nd + j] = i == j ? 1e30 : link_bandwidth(b->ds, i, j);
+            lat[i * nd + j] = i == j ? 0 : link_latency(b->ds, i, j);
+        }
+    p->link_bw = bw;
+    p->link_latency = lat;
+}
+
+static PartProblem make_problem(Build *b, SchedKind kind, int M)
+{
+    Stages *st = b->st;
+    PartProblem p = {.n = st->nunits, .nstages = st->n, .ndev = b->ds->n, .M = M,
+                     .stage_dev = st->dev};
+    int *last = arena_array(b->g->arena, b->g->nvalues, sizeof(int));
+    int *first = first_readers(b, last);
+    unit_costs(b, &p, first);
+    cut_values(b, &p);
+    p.no_cut = param_cuts(b, p.n, first, last);
+    p.pin = unit_pins(b, p.n);
+    int *infl = arena_array(b->g->arena, (size_t)st->n, sizeof(int));
+    int64_t *cap = arena_array(b->g->arena, (size_t)st->n, sizeof(int64_t));
+    for (int s = 0; s < st->n; s++) {
+        infl[s] = inflight(kind, s, st->n, M);
+        cap[s] = b->ds->d[st->dev[s]].prof.memory / stages_on(st, st->dev[s]);
+    }
+    p.inflight = infl;
+    p.mem_cap = cap;
+    set_links(b, &p);
+    return p;
+}
+
+/* ---- choosing the cuts ---- */
+
+static int unit_named(Build *b, const char *name)
+{
+    for (int u = 0; u < b->st->nunits; u++)
+        if (strcmp(b->g->nodes[b->st->units[u]].name, name) == 0)
+            return u;
+    error_file(b->g->file, "--split: no forward node is named '%s' (mpcc --dump=ir lists "
+               "the nodes)", name);
+}
+
+static void manual_cuts(Build *b, const PartProblem *p, PartResult *r)
+{
+    Stages *st = b->st;
+    char *copy = arena_strdup(b->g->arena, b->o->pipe.split);
+    int *first = arena_array(b->g->arena, (size_t)st->n + 1, sizeof(int));
+    int k = 1;
+    for (char *w = strtok(copy, ","); w; w = strtok(NULL, ",")) {
+        if (k >= st->n)
+            error_file(b->g->file, "--split names more than %d cut(s); %d stages need %d",
+                       st->n - 1, st->n, st->n - 1);
+        first[k] = unit_named(b, w) + 1;
+        if (first[k] <= first[k - 1] || first[k] >= st->nunits)
+            error_file(b->g->file, "--split: '%s' must come after the previous cut in "
+                       "topological order and before the last node", w);
+        if (p->no_cut[first[k] - 1])
+            error_file(b->g->file, "--split: cutting after '%s' would separate the readers "
+                       "of one parameter; cut elsewhere", w);
+        k++;
+    }
+    if (k != st->n)
+        error_file(b->g->file, "--split gives %d cut(s); %d stages need %d", k - 1, st->n,
+                   st->n - 1);
+    first[st->n] = st->nunits;
+    part_eval(b->g->arena, p, first, r);
+}
+
+static void report_infeasible(Build *b, const PartResult *r)
+{
+    if (r->worst_stage < 0)
+        error_file(b->g->file, "the placement hints and shared parameters leave no way to "
+                   "cut the model into %d stages", b->st->n);
+    const Device *d = &b->ds->d[b->st->dev[r->worst_stage]];
+    error_file(b->g->file, "the model does not fit: at best, stage %d needs %.1f MB on %s, "
+               "which has %.1f MB for it; add devices, lower -batch, raise --microbatches or "
+               "use --recompute", r->worst_stage, (double)r->worst_need / 1e6, d->name,
+               (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) / 1e6);
+}
+
+/* ---- nodes to stages and actions ---- */
+
+/* B: the backward nodes whose results another stage waits for, and what
+ * they need; every other backward node of the stage is W. */
+static void split_backward(Build *b)
+{
+    Graph *g = b->g;
+    Stages *st = b->st;
+    bool *needed = arena_array(g->arena, g->nvalues, sizeof(bool));
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->phase == PH_FORWARD)
+            continue;
+        for (uint32_t k = 0; k < n->nin; k++) {
+            uint32_t v = n->in[k];
+            if (v != NONE && g->values[v].producer != NONE &&
+                st->stage[g->values[v].producer] != st->stage[g->order[i]])
+                needed[v] = true;
+        }
+    }
+    for (uint32_t i = g->norder; i-- > 0;) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        if (n->phase != PH_BACKWARD)
+            continue;
+        bool b_part = false;
+        for (uint32_t k = 0; k < n->nout; k++)
+            b_part |= n->out[k] != NONE && needed[n->out[k]];
+        st->act[id] = b_part ? ACT_BWD : ACT_WGRAD;
+        if (b_part)
+            for (uint32_t k = 0; k < n->nin; k++)
+                if (n->in[k] != NONE)
+                    needed[n->in[k]] = true;
+    }
+}
+
+static void assign_nodes(Build *b, const int *first, bool split)
+{
+    Graph *g = b->g;
+    Stages *st = b->st;
+    int *stage_of_unit = arena_array(g->arena, (size_t)st->nunits, sizeof(int));
+    for (int s = 0; s < st->n; s++)
+        for (int u = first[s]; u < first[s + 1]; u++)
+            stage_of_unit[u] = s;
+    for (uint32_t i = 0; i < g->nnodes; i++)
+        st->stage[i] = -1;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        if (n->phase == PH_UPDATE) {
+            uint32_t grad = n->in[1];
+            st->stage[id] = st->stage[g->values[grad].producer];
+            st->act[id] = ACT_UPDATE;
+            continue;
+        }
+        st->stage[id] = (int16_t)stage_of_unit[b->unit[id]];
+        st->act[id] = n->phase == PH_FORWARD ? ACT_FWD : ACT_BWD;
+    }
+    if (split)
+        split_backward(b);
+}
+
+/* Where each value lives: with its producer; a parameter or its state with
+ * the stage updating it (or reading it, when frozen); an input with its
+ * first reader; constants in every stage that reads them (-1). */
+static void place_values(Build *b)
+{
+    Graph *g = b->g;
+    Stages *st = b->st;
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        st->home[v] = -1;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        for (uint32_t k = 0; k < n->nout; k++)
+            if (n->out[k] != NONE)
+                st->home[n->out[k]] = st->stage[id];
+        for (uint32_t k = 0; k < n->nin; k++) {
+            uint32_t v = n->in[k];
+            if (v == NONE || g->values[v].kind == VK_CONST || g->values[v].kind == VK_ACTIVATION)
+                continue;
+            if (st->home[v] < 0 || (n->phase == PH_UPDATE && g->values[v].kind != VK_INPUT))
+                st->home[v] = st->stage[id];
+        }
+    }
+}
+
+static void stage_figures(Build *b)
+{
+    Graph *g = b->g;
+    Stages *st = b->st;
+    st->time = arena_array(g->arena, (size_t)st->n * ACT_KINDS, sizeof(double));
+    st->flops = arena_array(g->arena, (size_t)st->n, sizeof(double));
+    st->params = arena_array(g->arena, (size_t)st->n, sizeof(int64_t));
+    for (uint32_t i = 0; i < g->norder; i++) {
+        uint32_t id = g->order[i];
+        const Node *n = &g->nodes[id];
+        int s = st->stage[id];
+        st->time[s * ACT_KINDS + st->act[id]] +=
+            node_time(g, n, &b->ds->d[st->dev[s]].prof, b->m);
+        if (n->phase != PH_UPDATE)
+            st->flops[s] += node_cost(g, n).flops;
+    }
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == VK_PARAM && g->values[v].trainable && st->home[v] >= 0)
+            st->params[st->home[v]] += shape_numel(&g->values[v].shape);
+}
+
+Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
+                     SchedKind kind, int virt, int M)
+{
+    Stages *st = arena_alloc(g->arena, sizeof *st);
+    Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st};
+    st->n = ds->n * (kind == SCHED_INTERLEAVED ? virt : 1);
+    st->dev = arena_array(g->arena, (size_t)st->n, sizeof(int));
+    for (int s = 0; s < st->n; s++)
+        st->dev[s] = s % ds->n;
+    find_units(&b);
+    backward_units(&b);
+    if (st->nunits < st->n)
+        error_file(g->file, "the model has %d forward nodes, too few for %d stages; use "
+                   "fewer devices", st->nunits, st->n);
+    PartProblem p = make_problem(&b, kind, M);
+    PartResult r;
+    if (o->pipe.split)
+        manual_cuts(&b, &p, &r);
+    else if (!part_solve(g->arena, &p, &r))
+        report_infeasible(&b, &r);
+    st->part = r;
+    st->stage = arena_array(g->arena, g->nnodes, sizeof(int16_t));
+    st->act = arena_array(g->arena, g->nnodes, sizeof(uint8_t));
+    st->home = arena_array(g->arena, g->nvalues, sizeof(int16_t));
+    st->first = r.first;
+    assign_nodes(&b, r.first, kind == SCHED_ZB);
+    place_values(&b);
+    stage_figures(&b);
+    return st;
+}

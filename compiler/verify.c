@@ -1,0 +1,140 @@
+/* verify.c — static checks of a step's plan, before any code is written.
+ *
+ * Happens-before is computed with vector clocks over the streams: op a
+ * happens before op b when b's clock has seen a's position on a's stream.
+ * Then:
+ *   - every stream's operations can run (no wait cycle);
+ *   - an action reading a received buffer for micro-batch mb happens after
+ *     the copy that filled it for mb;
+ *   - a copy's source slot is not written again (by the producer of the
+ *     slot's next micro-batch) before the copy has ended, and its
+ *     destination slot is not refilled before its readers are done.
+ * A failure is a bug in mpcc, reported as an internal error naming the
+ * operations.
+ */
+#include "mpcc.h"
+
+#include <string.h>
+
+typedef struct VC {
+    const Plan *p;
+    int *clock;      /* [nops * nstreams]: last position seen per stream, -1 */
+} VC;
+
+static int *clock_of(const VC *vc, int op)
+{
+    return &vc->clock[(size_t)op * vc->p->nstreams];
+}
+
+/* In issue order, every dependency and stream predecessor comes first. */
+static void build_clocks(VC *vc)
+{
+    const Plan *p = vc->p;
+    size_t n = (size_t)p->nops * p->nstreams;
+    vc->clock = arena_array(p->g->arena, n + 1, sizeof(int));
+    memset(vc->clock, 0xff, n * sizeof(int));
+    int *last = arena_array(p->g->arena, (size_t)p->nstreams, sizeof(int));
+    for (int s = 0; s < p->nstreams; s++)
+        last[s] = -1;
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        int *c = clock_of(vc, i);
+        if (last[op->stream] >= 0)
+            memcpy(c, clock_of(vc, last[op->stream]), (size_t)p->nstreams * sizeof(int));
+        for (int k = 0; k < op->ndeps; k++) {
+            if (op->deps[k] >= i)
+                mpcc_die(__FILE__, __LINE__, "plan: operation %d waits for %d, issued later",
+                         i, op->deps[k]);
+            const int *d = clock_of(vc, op->deps[k]);
+            for (int s = 0; s < p->nstreams; s++)
+                if (d[s] > c[s])
+                    c[s] = d[s];
+        }
+        if (last[op->stream] >= 0 && p->ops[last[op->stream]].pos >= op->pos)
+            mpcc_die(__FILE__, __LINE__, "plan: stream %d issues position %d after %d",
+                     op->stream, op->pos, p->ops[last[op->stream]].pos);
+        c[op->stream] = op->pos;
+        last[op->stream] = i;
+    }
+}
+
+static bool before(const VC *vc, int a, int b)
+{
+    const PlanOp *x = &vc->p->ops[a];
+    return clock_of(vc, b)[x->stream] >= x->pos && a != b;
+}
+
+const char *plan_describe_op(const Plan *p, int i)
+{
+    const PlanOp *op = &p->ops[i];
+    static const char *const kinds[] = {"forward", "backward", "weight-gradient", "update"};
+    if (op->kind == OPK_RUN)
+        return arena_printf(p->g->arena, "#%d %s of stage %d, micro-batch %d", i,
+                            kinds[op->act.kind], op->act.stage, op->act.mb);
+    return arena_printf(p->g->arena, "#%d copy of '%s' to stage %d, micro-batch %d", i,
+                        p->g->values[p->bufs[op->dst].value].name, p->bufs[op->dst].stage,
+                        op->mb);
+}
+
+static _Noreturn void fail(const Plan *p, const char *what, int a, int b)
+{
+    mpcc_die(__FILE__, __LINE__, "plan: %s: %s and %s", what, plan_describe_op(p, a), plan_describe_op(p, b));
+}
+
+/* The op running the action that writes or reads buffer buf for mb, and
+ * the copies: located by scanning (plans are small). */
+static bool run_touches(const Plan *p, const PlanOp *op, int buf, bool write)
+{
+    const Stages *st = p->st;
+    size_t k = (size_t)op->act.stage * ACT_KINDS + op->act.kind;
+    for (int j = 0; j < p->nnodes[k]; j++) {
+        const Node *n = &p->g->nodes[p->nodes[k][j]];
+        const uint32_t *vals = write ? n->out : n->in;
+        uint32_t nv = write ? n->nout : n->nin;
+        for (uint32_t q = 0; q < nv; q++)
+            if (vals[q] != NONE && plan_buf(p, vals[q], op->act.stage) == buf)
+                return true;
+    }
+    (void)st;
+    return false;
+}
+
+static void check_copy(const VC *vc, int c)
+{
+    const Plan *p = vc->p;
+    const PlanOp *cp = &p->ops[c];
+    int src_slots = p->bufs[cp->src].slots, dst_slots = p->bufs[cp->dst].slots;
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->kind != OPK_RUN)
+            continue;
+        bool same_stage_src = op->act.stage == p->bufs[cp->src].stage;
+        bool same_stage_dst = op->act.stage == p->bufs[cp->dst].stage;
+        /* the source: written for mb before the copy, not for mb + slots
+         * until it ends */
+        if (same_stage_src && run_touches(p, op, cp->src, true)) {
+            if (op->act.mb == cp->mb && !before(vc, i, c))
+                fail(p, "a copy may read its source before it is written", i, c);
+            if (op->act.mb == cp->mb + src_slots && !before(vc, c, i))
+                fail(p, "a slot may be overwritten while a copy reads it", c, i);
+        }
+        /* the destination: read for mb after the copy; the copy of mb must
+         * wait for the readers of mb - slots */
+        if (same_stage_dst && run_touches(p, op, cp->dst, false)) {
+            if (op->act.mb == cp->mb && !before(vc, c, i))
+                fail(p, "an action may read a received buffer before the copy fills it",
+                     c, i);
+            if (op->act.mb == cp->mb - dst_slots && !before(vc, i, c))
+                fail(p, "a copy may refill a slot still being read", i, c);
+        }
+    }
+}
+
+void plan_verify(const Plan *p)
+{
+    VC vc = {.p = p};
+    build_clocks(&vc);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == OPK_COPY)
+            check_copy(&vc, i);
+}

@@ -1,0 +1,46 @@
+/* prelude.c — the DSL's layers, written in the DSL itself and read before
+ * every model (as the file "<prelude>"). A model's own `def` of the same
+ * name replaces one. Their parameters and initial values follow PyTorch's
+ * modules of the same name (docs/dsl.md, "The prelude").
+ */
+#include "dsl.h"
+
+const char dsl_prelude[] =
+"# linear(x, nin, nout): torch.nn.Linear on (N, nin): x W^T + b\n"
+"def linear(x, nin, nout) {\n"
+"    param weight: [nout, nin] = uniform(-1 / sqrt(nin), 1 / sqrt(nin))\n"
+"    param bias: [nout] = uniform(-1 / sqrt(nin), 1 / sqrt(nin))\n"
+"    return Gemm(x, weight, bias, transB=1)\n"
+"}\n"
+"\n"
+"# conv2d(x, cin, cout, k, stride, pad): torch.nn.Conv2d with a bias\n"
+"def conv2d(x, cin, cout, k, stride=1, pad=0) {\n"
+"    param weight: [cout, cin, k, k] = uniform(-1 / sqrt(cin * k * k), 1 / sqrt(cin * k * k))\n"
+"    param bias: [cout] = uniform(-1 / sqrt(cin * k * k), 1 / sqrt(cin * k * k))\n"
+"    return Conv(x, weight, bias, kernel_shape=[k, k], strides=[stride, stride],\n"
+"                pads=[pad, pad, pad, pad])\n"
+"}\n"
+"\n"
+"# batchnorm2d(x, c): torch.nn.BatchNorm2d in training mode (ONNX momentum\n"
+"# 0.9 is PyTorch's 0.1); running_mean and running_var are not trained\n"
+"def batchnorm2d(x, c) {\n"
+"    param weight: [c] = ones\n"
+"    param bias: [c] = zeros\n"
+"    param running_mean: [c] = zeros\n"
+"    param running_var: [c] = ones\n"
+"    return BatchNormalization(x, weight, bias, running_mean, running_var,\n"
+"                              epsilon=0.00001, momentum=0.9, training_mode=1)\n"
+"}\n"
+"\n"
+"# layernorm(x, d): torch.nn.LayerNorm(d) over the last dimension\n"
+"def layernorm(x, d) {\n"
+"    param weight: [d] = ones\n"
+"    param bias: [d] = zeros\n"
+"    return LayerNormalization(x, weight, bias, axis=-1, epsilon=0.00001)\n"
+"}\n"
+"\n"
+"# embedding(ids, n, d): torch.nn.Embedding(n, d)\n"
+"def embedding(ids, n, d) {\n"
+"    param weight: [n, d] = normal(1)\n"
+"    return Gather(weight, ids)\n"
+"}\n";

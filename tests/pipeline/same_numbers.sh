@@ -1,0 +1,37 @@
+#!/bin/sh
+# Same numbers whatever the layout: the model trained on one CPU device and
+# on each listed layout (devices:schedule) with the same micro-batch count
+# gives bit-identical losses and final weights; the one-device run matches
+# PyTorch (tests/train/compare_train.py).
+# Usage: same_numbers.sh MPCC WORKDIR "REF_ARGS" "MPCC_ARGS" "TRAIN_ARGS" "LAYOUTS"
+#   LAYOUTS: e.g. "2:gpipe 2:1f1b 4:zb 2:interleaved"
+set -eu
+mpcc=$1 work=$2 ref_args=$3 mpcc_args=$4 train_args=$5 layouts=$6
+here=$(cd "$(dirname "$0")/../train" && pwd)
+rm -rf "$work"
+export PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1
+/usr/bin/python3 "$here/ref_train.py" --out "$work" $ref_args >/dev/null
+cd "$work"
+
+train() {   # name, then mpcc options
+    name=$1
+    shift
+    "$mpcc" model.onnx "$@" $mpcc_args -o "$name.c"
+    build=$(sed -n 's/^ \* build: *//p' "$name.c" | sed "s/-o train/-o $name/")
+    $build -Wall -Werror
+    "./$name" --data x.npy --labels y.npy --save "$name.safetensors" \
+        --loss-log "$name.losses" $train_args >/dev/null
+}
+
+train one -cpus 1
+/usr/bin/python3 "$here/compare_train.py" . one.losses one.safetensors
+for layout in $layouts; do
+    n=${layout%%:*} schedule=${layout#*:}
+    train "l${n}_$schedule" -cpus "$n" --schedule="$schedule"
+    # the trainer really spans n devices and runs that schedule
+    grep -q "^#define A$((n - 1)) (mprt_arenas\[$((n - 1))\])" "l${n}_$schedule.c"
+    grep -q "^ \* schedule: $schedule," "l${n}_$schedule.c"
+    cmp one.losses "l${n}_$schedule.losses"
+    cmp one.safetensors "l${n}_$schedule.safetensors"
+    echo "same numbers: $n devices, $schedule"
+done
