@@ -1124,6 +1124,23 @@ static void emit_step(CG *cg)
     emit(cg, "    mprt_sync();\n}\n");
 }
 
+/* What ./train --trace names each operation. */
+static void emit_op_table(CG *cg)
+{
+    const Plan *p = cg->plan;
+    emit(cg, "\nstatic const MprtOpInfo op_info[] = {\n");
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->kind == OPK_RUN)
+            emit(cg, "    {%d, \"%s s%d mb%d\", -1},\n", op->stream, act_names[op->act.kind],
+                 op->act.stage, op->act.mb);
+        else
+            emit(cg, "    {%d, \"copy mb%d s%d to s%d\", %d},\n", op->stream, op->mb,
+                 p->bufs[op->src].stage, p->bufs[op->dst].stage, p->bufs[op->dst].dev);
+    }
+    emit(cg, "};\n");
+}
+
 /* Forward of micro-batch 0 through every stage, for evaluation. */
 static void emit_eval(CG *cg)
 {
@@ -1228,6 +1245,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          (long long)cg->o->batch * p->sc->M, p->sc->M, cg->o->train.lr, p->sc->ndev,
          p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
+    emit(cg, "    .ops = op_info,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n\nint main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
 }
@@ -1279,6 +1297,7 @@ void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
     emit_constants(&cg);
     emit_actions(&cg);
     emit_step(&cg);
+    emit_op_table(&cg);
     emit_eval(&cg);
     emit_model(&cg, hash, slash ? slash + 1 : weights);
     if (fclose(cg.out) != 0 || rename(tmp, o->output) != 0)

@@ -155,3 +155,53 @@ static void mprt_sync(void)
     memset(mprt_events, 0, (size_t)mprt_nevents + 1);
     pthread_mutex_unlock(&mprt_mu);
 }
+
+/* ---- the measured timeline ---- */
+
+/* One operation of the step, as the generated program describes it. */
+typedef struct MprtOpInfo {
+    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
+    const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
+    int dst_dev;           /* copies: the receiving device; -1 otherwise */
+} MprtOpInfo;
+
+/* Writes the last traced step in Chrome trace format, as mpcc --trace
+ * writes the predicted one: a process per device, a thread per stream,
+ * complete events, flow arrows for copies, a memory counter per device. */
+MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int nops,
+                                 const char *const *devices, const size_t *arena_bytes,
+                                 int ndev, char *err, size_t errlen)
+{
+    static const char *const kinds[] = {"compute", "send", "send-back"};
+    MprtOut out;
+    if (mprt_out_open(&out, path, err, errlen) != 0)
+        return 1;
+    double t0 = 1e300;
+    for (int i = 0; i < nops; i++)
+        if (mprt_op_start[i] < t0)
+            t0 = mprt_op_start[i];
+    fprintf(out.fp, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (int d = 0; d < ndev; d++) {
+        fprintf(out.fp, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":"
+                "{\"name\":\"%s\"}},\n", d, devices[d]);
+        for (int k = 0; k < 3; k++)
+            fprintf(out.fp, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
+        fprintf(out.fp, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":"
+                "{\"bytes\":%zu}},\n", d, arena_bytes[d]);
+    }
+    for (int i = 0; i < nops; i++) {
+        double ts = (mprt_op_start[i] - t0) * 1e6, te = (mprt_op_end[i] - t0) * 1e6;
+        int pid = ops[i].stream / 3, tid = ops[i].stream % 3;
+        fprintf(out.fp, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+                "\"ts\":%.3f,\"dur\":%.3f},\n", ops[i].name, ops[i].dst_dev < 0 ? "compute" :
+                "copy", pid, tid, ts, te - ts);
+        if (ops[i].dst_dev >= 0)
+            fprintf(out.fp, "{\"name\":\"copy\",\"cat\":\"copy\",\"ph\":\"s\",\"id\":%d,"
+                    "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n{\"name\":\"copy\",\"cat\":\"copy\","
+                    "\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n",
+                    i, pid, tid, ts, i, ops[i].dst_dev, te);
+    }
+    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
+    return mprt_out_commit(&out, err, errlen);
+}

@@ -39,6 +39,7 @@ typedef struct MprtModel {
     const size_t *arena_bytes;          /* [ndev] */
     const char *const *device_names;    /* [ndev] */
     int nstreams, nevents, nops;
+    const MprtOpInfo *ops;              /* [nops]: for --trace */
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
@@ -62,7 +63,7 @@ static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 
 typedef struct MprtArgs {
     const char *data, *labels, *save, *resume, *weights, *loss_log;
-    const char *eval_data, *eval_labels;
+    const char *eval_data, *eval_labels, *trace;
     long steps, epochs, log_every, eval_every;
     double lr;
     unsigned long seed;
@@ -126,6 +127,8 @@ static void mprt_usage(const MprtModel *m)
            "Output:\n"
            "  --log-every N      a progress line every N steps on stderr (default 10)\n"
            "  --loss-log FILE    write every step's loss, one per line\n"
+           "  --trace FILE       write the last step's measured timeline (Chrome trace\n"
+           "                     format, as mpcc --trace writes the predicted one)\n"
            "  --help             this text\n",
            m->program, m->model_file, m->mpcc_version, m->batch, m->lr,
            m->batch / m->microbatches, m->weights_file);
@@ -188,6 +191,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         else if (strcmp(o, "--loss-log") == 0) a->loss_log = v;
         else if (strcmp(o, "--eval-data") == 0) a->eval_data = v;
         else if (strcmp(o, "--eval-labels") == 0) a->eval_labels = v;
+        else if (strcmp(o, "--trace") == 0) a->trace = v;
         else if (strcmp(o, "--eval-every") == 0) a->eval_every = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--steps") == 0) a->steps = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--epochs") == 0) a->epochs = mprt_arg_long(o, v, 1);
@@ -572,6 +576,10 @@ static void mprt_start_devices(const MprtModel *m)
     }
     if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
+    fprintf(stderr, "memory plan:");
+    for (int d = 0; d < m->ndev; d++)
+        fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)m->arena_bytes[d] / 1e6);
+    fputc('\n', stderr);
 }
 
 /* One optimizer step over the micro-batches of step s; returns its loss
@@ -617,6 +625,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_load_data(m, a.eval_data, a.eval_labels, &xe, &ye);
     if (a.save)
         mprt_check_writable(a.save);
+    if (a.trace)
+        mprt_check_writable(a.trace);
     long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
@@ -635,6 +645,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_die("out of memory");
     double t0 = mprt_now(), t_eval = 0, last_loss = 0;
     for (long s = start; s < start + steps; s++) {
+        mprt_tracing = a.trace && s + 1 == start + steps;   /* time the last step */
         double loss = mprt_step(m, &x, &y, &order, s, (float)a.lr, rows);
         last_loss = loss;
         if (log)
@@ -656,6 +667,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     double dt = mprt_now() - t0 - t_eval;
     fprintf(stderr, "trained %ld steps in %.2f s (%.1f samples/s), final loss %.6f\n", steps,
             dt, (double)steps * m->batch / dt, last_loss);
+    if (a.trace) {
+        char err[512];
+        if (mprt_write_trace(a.trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
+                             err, sizeof err) != 0)
+            mprt_die("%s", err);
+        fprintf(stderr, "wrote the timeline of step %ld to %s\n", start + steps, a.trace);
+    }
     if (a.save) {
         mprt_save(m, a.save, start + steps);
         fprintf(stderr, "saved %s\n", a.save);

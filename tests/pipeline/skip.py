@@ -6,7 +6,7 @@ A chain x -> gemm0 -> relu0 -> gemm1 -> relu1 -> gemm2 -> add(., relu0) cut
 into 3 stages after relu0 and relu1 (--split): relu0's output must go from
 cpu:0 to stage 2 directly (a copy on cpu:0's stream), never through cpu:1.
 The same model on 1 and 3 devices trains to bit-identical weights. The
---trace file must load as JSON with one process per device, complete events
+--trace file (predicted by mpcc, measured by ./train) must load as JSON with one process per device, complete events
 for every action and flow arrows for copies.
 
     /usr/bin/python3 tests/pipeline/skip.py MPCC WORKDIR
@@ -88,6 +88,9 @@ def main():
             open(os.path.join(work, "three.safetensors"), "rb") as b:
         assert a.read() == b.read(), "3 devices differ from 1"
     check_trace(os.path.join(work, "sched.json"), 3)
+    run(["./three", "--data", "x.npy", "--labels", "y.npy", "--steps", "2", "--trace",
+         "run.json"], work)
+    check_trace(os.path.join(work, "run.json"), 3)   # the measured timeline, same format
     print("relu0_out goes from cpu:0 to stages 1 and 2 directly; 3 devices = 1 device; "
           "trace ok")
 

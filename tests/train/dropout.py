@@ -85,7 +85,7 @@ def main():
     np.save(os.path.join(work, "y.npy"), np.zeros((B, N), np.float32))
     run([mpcc, "model.onnx", "-cpus", "1", "-batch", str(B), "--loss=mse",
          "--optimizer=sgd", "--lr=%g" % LR, "-o", "train.c"], work)
-    run(["cc", "-O2", "-Wall", "-Werror", "train.c", "-o", "train", "-lopenblas", "-lm"],
+    run(["cc", "-O2", "-Wall", "-Werror", "train.c", "-o", "train", "-lopenblas", "-lm", "-pthread"],
         work)
 
     s = np.float32(1.0) / (np.float32(1.0) - np.float32(RATIO))
