@@ -28,6 +28,8 @@ typedef struct CG {
     const Plan *plan;
     FILE *out;
     int stage;            /* the stage whose function is being written */
+    uint32_t *profiled;   /* the nodes in the order of their --profile slots */
+    int nprofiled;
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -1042,8 +1044,12 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
          "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
     if (cg->o->train.clip_norm > 0)
         emit_clip(cg, nodes, n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");
         emit_update_node(cg, &cg->g->nodes[nodes[i]]);
+        emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
+        cg->profiled[cg->nprofiled++] = nodes[i];
+    }
 }
 
 /* One stage's action as a function of the micro-batch. */
@@ -1063,7 +1069,10 @@ static void emit_action(CG *cg, int stage, int kind)
          "micro-batch */\n", p->sc->M);
     for (int i = 0; i < p->nnodes[k]; i++) {
         const Node *n = &cg->g->nodes[p->nodes[k][i]];
+        emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");
         emit_node(cg, n);
+        emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
+        cg->profiled[cg->nprofiled++] = p->nodes[k][i];
         if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
             emit(cg, "    mprt_losses[mb] = %s[0];\n", buf(cg, cg->g->loss));
     }
@@ -1122,6 +1131,18 @@ static void emit_step(CG *cg)
     for (int i = 0; i < p->nops; i++)
         emit_op(cg, i);
     emit(cg, "    mprt_sync();\n}\n");
+}
+
+/* What ./train --profile names each node. */
+static void emit_prof_table(CG *cg)
+{
+    static const char *const phases[] = {"forward", "backward", "update"};
+    emit(cg, "\nstatic const MprtProfNode prof_nodes[] = {\n");
+    for (int i = 0; i < cg->nprofiled; i++) {
+        const Node *n = &cg->g->nodes[cg->profiled[i]];
+        emit(cg, "    {%s, \"%s\"},\n", c_string(cg, n->name), phases[n->phase]);
+    }
+    emit(cg, "    {NULL, NULL}\n};\n");
 }
 
 /* What ./train --trace names each operation. */
@@ -1245,7 +1266,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          (long long)cg->o->batch * p->sc->M, p->sc->M, cg->o->train.lr, p->sc->ndev,
          p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
-    emit(cg, "    .ops = op_info,\n");
+    emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n\nint main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
 }
@@ -1282,6 +1303,7 @@ static const char *weights_path(Arena *a, const char *out)
 void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
 {
     CG cg = {.g = g, .o = o, .plan = plan};
+    cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
@@ -1297,6 +1319,7 @@ void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
     emit_constants(&cg);
     emit_actions(&cg);
     emit_step(&cg);
+    emit_prof_table(&cg);
     emit_op_table(&cg);
     emit_eval(&cg);
     emit_model(&cg, hash, slash ? slash + 1 : weights);

@@ -29,7 +29,7 @@ static bool fits(const Plan *p, const Devices *ds, int *worst)
 
 /* Plans one candidate on graph g. NULL (and *why) when it cannot run. */
 static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *ds,
-                          Candidate c, const char **why)
+                          const Measured *measured, Candidate c, const char **why)
 {
     Pipeline *pl = arena_alloc(a, sizeof *pl);
     pl->g = g;
@@ -40,7 +40,7 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
         *why = "the interleaved schedule needs --virtual-stages of 2 or more";
         return NULL;
     }
-    pl->st = stages_build(g, o, &pl->ds, NULL, c.kind, o->pipe.virt, c.M);
+    pl->st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M);
     pl->sc = schedule_build(a, c.kind, pl->st, ds->n, c.M, why);
     if (!pl->sc)
         return NULL;
@@ -127,6 +127,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
 {
     Devices ds = devices_resolve(a, o);
     check_options(o, &ds);
+    const Measured *measured = measured_load(a, o->pipe.measured, NULL);
     SchedKind kinds[4];
     int counts[16];
     int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, counts);
@@ -146,7 +147,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
                 diag_quiet = true;
             }
             if (explicit_one || setjmp(jb) == 0)
-                pl = plan_one(a, g, &m, &ds, (Candidate){kinds[i], counts[j]}, &why);
+                pl = plan_one(a, g, &m, &ds, measured, (Candidate){kinds[i], counts[j]}, &why);
             else
                 why = "it does not fit or cannot be partitioned";
             diag_jmp = saved;
@@ -160,7 +161,8 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
     if (!best && !explicit_one) {   /* again, with the errors shown */
         Options m = per_microbatch(o, counts[nm - 1]);
         const char *why = NULL;
-        best = plan_one(a, front(a, &m), &m, &ds, (Candidate){kinds[nk > 1], counts[nm - 1]},
+        best = plan_one(a, front(a, &m), &m, &ds, measured,
+                        (Candidate){kinds[nk > 1], counts[nm - 1]},
                         &why);
         first_why = why ? why : first_why;
     }

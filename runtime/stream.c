@@ -205,3 +205,64 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
     fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
     return mprt_out_commit(&out, err, errlen);
 }
+
+/* ---- per-node times (--profile) ---- */
+
+static int mprt_profiling;
+static double *mprt_node_seconds;
+static long *mprt_node_calls;
+
+/* Around each node of a stage action: its time, when profiling. */
+#define MPRT_PROF_BEGIN double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
+#define MPRT_PROF_END(k)                                    \
+    do {                                                    \
+        if (mprt_profiling) {                               \
+            mprt_node_seconds[k] += mprt_clock() - mprt_t0_; \
+            mprt_node_calls[k]++;                           \
+        }                                                   \
+    } while (0)
+
+typedef struct MprtProfNode {
+    const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
+    const char *phase;     /* "forward", "backward" or "update" */
+} MprtProfNode;
+
+static void mprt_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* Mean seconds per call of every node that ran while profiling, as mpcc
+ * --measured reads them. */
+MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
+                                   const MprtProfNode *nodes, int n, char *err, size_t errlen)
+{
+    MprtOut out;
+    if (mprt_out_open(&out, path, err, errlen) != 0)
+        return 1;
+    fprintf(out.fp, "{\"format\": \"mpcc-profile\", \"model\": ");
+    mprt_json_string(out.fp, model_file);
+    fprintf(out.fp, ",\n \"nodes\": [");
+    int first = 1;
+    for (int k = 0; k < n; k++) {
+        if (!mprt_node_calls[k])
+            continue;
+        fprintf(out.fp, "%s\n  {\"name\": ", first ? "" : ",");
+        mprt_json_string(out.fp, nodes[k].name);
+        fprintf(out.fp, ", \"phase\": \"%s\", \"seconds\": %.9g, \"calls\": %ld}", nodes[k].phase,
+                mprt_node_seconds[k] / (double)mprt_node_calls[k], mprt_node_calls[k]);
+        first = 0;
+    }
+    fprintf(out.fp, "\n]}\n");
+    return mprt_out_commit(&out, err, errlen);
+}

@@ -40,6 +40,8 @@ typedef struct MprtModel {
     const char *const *device_names;    /* [ndev] */
     int nstreams, nevents, nops;
     const MprtOpInfo *ops;              /* [nops]: for --trace */
+    const MprtProfNode *prof_nodes;     /* for --profile */
+    int nprof_nodes;
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
@@ -63,7 +65,7 @@ static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 
 typedef struct MprtArgs {
     const char *data, *labels, *save, *resume, *weights, *loss_log;
-    const char *eval_data, *eval_labels, *trace;
+    const char *eval_data, *eval_labels, *trace, *profile;
     long steps, epochs, log_every, eval_every;
     double lr;
     unsigned long seed;
@@ -129,6 +131,9 @@ static void mprt_usage(const MprtModel *m)
            "  --loss-log FILE    write every step's loss, one per line\n"
            "  --trace FILE       write the last step's measured timeline (Chrome trace\n"
            "                     format, as mpcc --trace writes the predicted one)\n"
+           "  --profile FILE     time every node (after the first step) and write the\n"
+           "                     mean per call as JSON; mpcc --measured=FILE then plans\n"
+           "                     with these times instead of its estimates\n"
            "  --help             this text\n",
            m->program, m->model_file, m->mpcc_version, m->batch, m->lr,
            m->batch / m->microbatches, m->weights_file);
@@ -192,6 +197,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         else if (strcmp(o, "--eval-data") == 0) a->eval_data = v;
         else if (strcmp(o, "--eval-labels") == 0) a->eval_labels = v;
         else if (strcmp(o, "--trace") == 0) a->trace = v;
+        else if (strcmp(o, "--profile") == 0) a->profile = v;
         else if (strcmp(o, "--eval-every") == 0) a->eval_every = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--steps") == 0) a->steps = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--epochs") == 0) a->epochs = mprt_arg_long(o, v, 1);
@@ -627,6 +633,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_check_writable(a.save);
     if (a.trace)
         mprt_check_writable(a.trace);
+    if (a.profile) {
+        mprt_check_writable(a.profile);
+        mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
+        mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
+        if (!mprt_node_seconds || !mprt_node_calls)
+            mprt_die("out of memory");
+    }
     long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
@@ -646,6 +659,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     double t0 = mprt_now(), t_eval = 0, last_loss = 0;
     for (long s = start; s < start + steps; s++) {
         mprt_tracing = a.trace && s + 1 == start + steps;   /* time the last step */
+        mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
         double loss = mprt_step(m, &x, &y, &order, s, (float)a.lr, rows);
         last_loss = loss;
         if (log)
@@ -667,6 +681,14 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     double dt = mprt_now() - t0 - t_eval;
     fprintf(stderr, "trained %ld steps in %.2f s (%.1f samples/s), final loss %.6f\n", steps,
             dt, (double)steps * m->batch / dt, last_loss);
+    if (a.profile) {
+        char err[512];
+        if (mprt_write_profile(a.profile, m->model_file, m->prof_nodes, m->nprof_nodes, err,
+                               sizeof err) != 0)
+            mprt_die("%s", err);
+        fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
+                a.profile, a.profile);
+    }
     if (a.trace) {
         char err[512];
         if (mprt_write_trace(a.trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
