@@ -30,6 +30,7 @@ typedef struct CG {
     int stage;            /* the stage whose function is being written */
     uint32_t *profiled;   /* the nodes in the order of their --profile slots */
     int nprofiled;
+    bool recomputing;     /* writing a forward node again inside a backward */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -346,10 +347,11 @@ static void emit_batch_norm(CG *cg, const Node *n)
                                                 : cg->g->opset < 14 && n->nout > 1;
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
+    /* a recomputation leaves the running statistics alone (NULL) */
     emit(cg, "    mprt_bn_train(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", N, C,
-         P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
-         buf(cg, n->in[4]), attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5),
-         buf(cg, n->out[0]));
+         P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
+         cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
+         attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
 }
 
 static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
@@ -1067,6 +1069,15 @@ static void emit_action(CG *cg, int stage, int kind)
     }
     emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
          "micro-batch */\n", p->sc->M);
+    if (kind == ACT_BWD && p->st->recompute[stage]) {
+        size_t f = (size_t)stage * ACT_KINDS + ACT_FWD;
+        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
+        cg->recomputing = true;
+        for (int i = 0; i < p->nnodes[f]; i++)
+            emit_node(cg, &cg->g->nodes[p->nodes[f][i]]);
+        cg->recomputing = false;
+        emit(cg, "    /* the backward */\n");
+    }
     for (int i = 0; i < p->nnodes[k]; i++) {
         const Node *n = &cg->g->nodes[p->nodes[k][i]];
         emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");

@@ -361,6 +361,8 @@ void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t
 
 void ir_copy_attrs(Graph *g, Node *dst, const Node *src)
 {
+    if (src->nattrs == 0)
+        return;
     dst->attrs = arena_grow(g->arena, dst->attrs, dst->nattrs, dst->nattrs + src->nattrs,
                             sizeof(Attr));
     memcpy(dst->attrs + dst->nattrs, src->attrs, src->nattrs * sizeof(Attr));

@@ -492,6 +492,7 @@ typedef struct Stages {
                                   (ACT_UPDATE: per step) */
     double *flops;             /* [n]: per micro-batch, forward and backward */
     int64_t *params;           /* [n]: trained parameters (elements) */
+    bool *recompute;           /* [n]: the backward reruns the forward (--recompute) */
     PartResult part;           /* the partitioner's figures */
 } Stages;
 

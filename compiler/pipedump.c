@@ -39,11 +39,12 @@ void dump_partition(const Pipeline *pl, FILE *out)
         int nodes = 0;
         for (uint32_t i = 0; i < pl->g->norder; i++)
             nodes += st->stage[pl->g->order[i]] == s;
-        fprintf(out, "%-5d %-8s %6d %12lld %10.1f %10.3f %10.3f %10.3f %10.2f  %s .. %s\n", s,
+        fprintf(out, "%-5d %-8s %6d %12lld %10.1f %10.3f %10.3f %10.3f %10.2f  %s .. %s%s\n", s,
                 pl->ds.d[st->dev[s]].name, nodes, (long long)st->params[s], st->flops[s] / 1e6,
                 t[ACT_FWD] * 1e3, (t[ACT_BWD] + t[ACT_WGRAD]) * 1e3, t[ACT_UPDATE] * 1e3,
                 (double)stage_memory(p, s) / 1e6, node_name(pl->g, st->units[st->first[s]]),
-                node_name(pl->g, st->units[st->first[s + 1] - 1]));
+                node_name(pl->g, st->units[st->first[s + 1] - 1]),
+                st->recompute[s] ? "  (recomputed)" : "");
     }
     fprintf(out, "# predicted: step %.3f ms, bubble %.1f%%;", p->step_time * 1e3,
             100 * p->bubble);

@@ -27,6 +27,15 @@ static bool fits(const Plan *p, const Devices *ds, int *worst)
     return true;
 }
 
+/* The stage's backward reruns its forward: it costs a forward more. */
+static void set_recompute(Stages *st, int s)
+{
+    if (st->recompute[s])
+        return;
+    st->recompute[s] = true;
+    st->time[s * ACT_KINDS + ACT_BWD] += st->time[s * ACT_KINDS + ACT_FWD];
+}
+
 /* Plans one candidate on graph g. NULL (and *why) when it cannot run. */
 static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *ds,
                           const Measured *measured, Candidate c, const char **why)
@@ -36,16 +45,30 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
     pl->opt = *o;
     pl->ds = *ds;
     int stages = ds->n * (c.kind == SCHED_INTERLEAVED ? o->pipe.virt : 1);
+    if (c.kind == SCHED_ZB && o->pipe.recompute != RECOMPUTE_NONE) {
+        *why = "--recompute does not combine with the zb schedule";
+        return NULL;
+    }
     if (c.kind == SCHED_INTERLEAVED && o->pipe.virt < 2) {
         *why = "the interleaved schedule needs --virtual-stages of 2 or more";
         return NULL;
     }
-    pl->st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M);
+    Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M);
+    pl->st = st;
     pl->sc = schedule_build(a, c.kind, pl->st, ds->n, c.M, why);
     if (!pl->sc)
         return NULL;
+    if (o->pipe.recompute == RECOMPUTE_ALL)
+        for (int s = 0; s < st->n; s++)
+            set_recompute(st, s);
     pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds);   /* keeps &pl->ds */
     int worst;
+    if (!fits(pl->plan, ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
+        for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
+            if ((int64_t)pl->plan->arena_bytes[st->dev[s]] > ds->d[st->dev[s]].prof.memory)
+                set_recompute(st, s);
+        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds);
+    }
     if (!fits(pl->plan, ds, &worst)) {
         *why = arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
                             "devices, lower -batch or raise --microbatches",
@@ -106,8 +129,9 @@ static void check_options(const Options *o, const Devices *ds)
     if (o->train.clip_norm > 0 && ds->n > 1)
         error_file(o->input, "--clip-norm across %d devices is not supported yet; train on "
                    "one device or drop --clip-norm", ds->n);
-    if (o->pipe.recompute != RECOMPUTE_NONE)
-        error_file(o->input, "--recompute is not supported yet; use --recompute=none");
+    if (o->pipe.recompute != RECOMPUTE_NONE && o->pipe.schedule == SCHED_ZB)
+        error_file(o->input, "--recompute does not combine with --schedule=zb (its weight "
+                   "gradients run after the backward that recomputes); choose another schedule");
 }
 
 static void report(const Pipeline *pl)

@@ -180,6 +180,33 @@ static bool reads_gradient_sum(const PB *b, const Node *n, uint32_t k)
     return n->phase == PH_UPDATE && k == 1 && b->p->acc_of[n->in[0]] >= 0;
 }
 
+/* A recomputing stage rewrites its forward values in the backward pass:
+ * between its forward and its backward they hold nothing anyone reads,
+ * unless another stage receives them. */
+static bool rewritten(const PB *b, uint32_t v, int stage)
+{
+    uint32_t pn = b->g->values[v].producer;
+    return b->st->recompute[stage] && pn != NONE && b->g->nodes[pn].phase == PH_FORWARD &&
+           b->st->stage[pn] == stage && !b->sent[plan_buf(b->p, v, stage)];
+}
+
+/* The buffers the nodes of action `kind` of a's stage touch, at position i. */
+static void touch_action(PB *b, Act a, int kind, int i)
+{
+    Plan *p = b->p;
+    size_t k = (size_t)a.stage * ACT_KINDS + kind;
+    for (int j = 0; j < p->nnodes[k]; j++) {
+        const Node *nd = &b->g->nodes[p->nodes[k][j]];
+        for (uint32_t q = 0; q < nd->nin; q++)
+            if (nd->in[q] != NONE && !reads_gradient_sum(b, nd, q) &&
+                !(a.kind == ACT_FWD && rewritten(b, nd->in[q], a.stage)))
+                touch(b, plan_buf(p, nd->in[q], a.stage), a.mb, i);
+        for (uint32_t q = 0; q < nd->nout; q++)
+            if (nd->out[q] != NONE && !(a.kind == ACT_FWD && rewritten(b, nd->out[q], a.stage)))
+                touch(b, plan_buf(p, nd->out[q], a.stage), a.mb, i);
+    }
+}
+
 static void lifetimes(PB *b)
 {
     Plan *p = b->p;
@@ -193,16 +220,9 @@ static void lifetimes(PB *b)
         for (int i = 0; i < b->sc->nseq[d]; i++) {
             Act a = b->sc->seq[d][i];
             b->run_pos[act_key(b, a.kind, a.stage, a.mb)] = i;
-            size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
-            for (int j = 0; j < p->nnodes[k]; j++) {
-                const Node *nd = &b->g->nodes[p->nodes[k][j]];
-                for (uint32_t q = 0; q < nd->nin; q++)
-                    if (nd->in[q] != NONE && !reads_gradient_sum(b, nd, q))
-                        touch(b, plan_buf(p, nd->in[q], a.stage), a.mb, i);
-                for (uint32_t q = 0; q < nd->nout; q++)
-                    if (nd->out[q] != NONE)
-                        touch(b, plan_buf(p, nd->out[q], a.stage), a.mb, i);
-            }
+            touch_action(b, a, a.kind, i);
+            if (a.kind == ACT_BWD && b->st->recompute[a.stage])
+                touch_action(b, a, ACT_FWD, i);   /* the forward it reruns */
         }
 }
 
@@ -395,10 +415,33 @@ static void overwrite_deps(PB *b, int op, int buf, int mb)
     }
 }
 
+/* A recomputing backward rewrites the values its forward sent: the copies
+ * of this micro-batch must be done first. */
+static void rewrite_deps(PB *b, int op)
+{
+    Plan *p = b->p;
+    Act a = p->ops[op].act;
+    size_t k = (size_t)a.stage * ACT_KINDS + ACT_FWD;
+    for (int j = 0; j < p->nnodes[k]; j++) {
+        const Node *n = &b->g->nodes[p->nodes[k][j]];
+        for (uint32_t q = 0; q < n->nout; q++) {
+            if (n->out[q] == NONE || !b->sent[plan_buf(p, n->out[q], a.stage)])
+                continue;
+            for (int s = 0; s < b->S; s++) {
+                int r = plan_buf(p, n->out[q], s);
+                if (r >= 0 && p->bufs[r].received)
+                    add_dep(b, op, b->copy_op[(size_t)r * b->M + a.mb]);
+            }
+        }
+    }
+}
+
 static void run_deps(PB *b, int op)
 {
     Plan *p = b->p;
     Act a = p->ops[op].act;
+    if (a.kind == ACT_BWD && b->st->recompute[a.stage])
+        rewrite_deps(b, op);
     size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
     for (int j = 0; j < p->nnodes[k]; j++) {
         const Node *n = &b->g->nodes[p->nodes[k][j]];

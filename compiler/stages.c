@@ -11,6 +11,7 @@
  */
 #include "mpcc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Build {
@@ -59,6 +60,52 @@ static bool *reads_data(Build *b)
     return node_dep;
 }
 
+static int hint_stage(Build *b, const Node *n);
+
+typedef struct Keyed {
+    int key;
+    uint32_t pos, id;
+} Keyed;
+
+static int by_key(const void *x, const void *y)
+{
+    const Keyed *a = x, *c = y;
+    if (a->key != c->key)
+        return a->key - c->key;
+    return (int)a->pos - (int)c->pos;
+}
+
+/* The forward nodes sorted by the latest stage any of them or their
+ * ancestors is pinned to, then by topological position: still a
+ * topological order (the key never decreases along an edge), and one in
+ * which placement hints can be met by contiguous cuts (two branches pinned
+ * to two devices come one after the other, not interleaved). */
+static uint32_t *pinned_order(Build *b)
+{
+    Graph *g = b->g;
+    int *key = arena_array(g->arena, g->nvalues, sizeof(int));
+    Keyed *k = arena_array(g->arena, g->norder + 1, sizeof(Keyed));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *nd = &g->nodes[g->order[i]];
+        if (nd->phase != PH_FORWARD)
+            continue;
+        int kk = hint_stage(b, nd);
+        for (uint32_t j = 0; j < nd->nin; j++)
+            if (nd->in[j] != NONE && key[nd->in[j]] > kk)
+                kk = key[nd->in[j]];
+        for (uint32_t j = 0; j < nd->nout; j++)
+            if (nd->out[j] != NONE)
+                key[nd->out[j]] = kk;
+        k[n++] = (Keyed){kk, i, g->order[i]};
+    }
+    qsort(k, n, sizeof *k, by_key);
+    uint32_t *order = arena_array(g->arena, g->norder + 1, sizeof(uint32_t));
+    for (uint32_t i = 0; i < g->norder; i++)
+        order[i] = i < n ? k[i].id : NONE;
+    return order;
+}
+
 /* The units in topological order, with the nodes that read no data (a
  * weight's transpose, a shape computation) moved to just before their
  * first reader, so no stage computes them for another. */
@@ -72,10 +119,11 @@ static void find_units(Build *b)
     for (uint32_t i = 0; i < g->nnodes; i++)
         b->unit[i] = b->unit_pos[i] = -1;
     bool *data = reads_data(b);
+    uint32_t *order = pinned_order(b);
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < g->norder; i++) {
-            uint32_t id = g->order[i];
-            if (g->nodes[id].phase == PH_FORWARD && (data[id] || pass == 1))
+            uint32_t id = order[i];
+            if (id != NONE && (data[id] || pass == 1))
                 add_unit(b, id);
         }
 }
@@ -489,6 +537,7 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
     else if (!part_solve(g->arena, &p, &r))
         report_infeasible(&b, &r);
     st->part = r;
+    st->recompute = arena_array(g->arena, (size_t)st->n, sizeof(bool));
     st->stage = arena_array(g->arena, g->nnodes, sizeof(int16_t));
     st->act = arena_array(g->arena, g->nnodes, sizeof(uint8_t));
     st->home = arena_array(g->arena, g->nvalues, sizeof(int16_t));

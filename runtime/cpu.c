@@ -513,6 +513,8 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
             for (long i = 0; i < P; i++)
                 ys[i] = (xs[i] - m) * a + b;
         }
+        if (!running_mean)   /* recomputing: the statistics were updated already */
+            continue;
         running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m;
         running_var[c] = momentum * running_var[c] +
                          (1 - momentum) * (float)(cnt > 1 ? var * cnt / (cnt - 1) : var);

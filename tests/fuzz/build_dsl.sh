@@ -17,5 +17,5 @@ clang -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -O1 -g \
     "$build/onnxpb/onnx.pb-c.c" "$root/tests/fuzz/fuzz_dsl.c" \
     $(pkg-config --cflags --libs libprotobuf-c) -lm -o "$out"
 echo "built $out"
-echo "run:  mkdir -p tests/fuzz/findings_dsl && $out -max_total_time=300 -max_len=4096 -dict=tests/fuzz/dsl.dict tests/fuzz/findings_dsl tests/fuzz/corpus_dsl"
-echo "then: $out -merge=1 tests/fuzz/corpus_dsl tests/fuzz/findings_dsl   (keep the corpus small)"
+echo "run:  mkdir -p tests/fuzz/findings/dsl && $out -max_total_time=300 -max_len=4096 -dict=tests/fuzz/dsl.dict tests/fuzz/findings/dsl tests/fuzz/corpus_dsl"
+echo "then: $out -merge=1 tests/fuzz/corpus_dsl tests/fuzz/findings/dsl   (keep the corpus small)"

@@ -4,7 +4,8 @@
 # gives bit-identical losses and final weights; the one-device run matches
 # PyTorch (tests/train/compare_train.py).
 # Usage: same_numbers.sh MPCC WORKDIR "REF_ARGS" "MPCC_ARGS" "TRAIN_ARGS" "LAYOUTS"
-#   LAYOUTS: e.g. "2:gpipe 2:1f1b 4:zb 2:interleaved"
+#   LAYOUTS: e.g. "2:gpipe 2:1f1b 4:zb 2:interleaved 2:1f1b:all" (devices,
+#   schedule, and optionally --recompute)
 set -eu
 mpcc=$1 work=$2 ref_args=$3 mpcc_args=$4 train_args=$5 layouts=$6
 here=$(cd "$(dirname "$0")/../train" && pwd)
@@ -26,12 +27,16 @@ train() {   # name, then mpcc options
 train one -cpus 1
 /usr/bin/python3 "$here/compare_train.py" . one.losses one.safetensors
 for layout in $layouts; do
-    n=${layout%%:*} schedule=${layout#*:}
-    train "l${n}_$schedule" -cpus "$n" --schedule="$schedule"
+    n=${layout%%:*} rest=${layout#*:}
+    schedule=${rest%%:*} recompute=none
+    [ "$rest" != "$schedule" ] && recompute=${rest#*:}
+    name="l${n}_${schedule}_$recompute"
+    train "$name" -cpus "$n" --schedule="$schedule" --recompute="$recompute"
     # the trainer really spans n devices and runs that schedule
-    grep -q "^#define A$((n - 1)) (mprt_arenas\[$((n - 1))\])" "l${n}_$schedule.c"
-    grep -q "^ \* schedule: $schedule," "l${n}_$schedule.c"
-    cmp one.losses "l${n}_$schedule.losses"
-    cmp one.safetensors "l${n}_$schedule.safetensors"
-    echo "same numbers: $n devices, $schedule"
+    grep -q "^#define A$((n - 1)) (mprt_arenas\[$((n - 1))\])" "$name.c"
+    grep -q "^ \* schedule: $schedule," "$name.c"
+    [ "$recompute" = none ] || grep -q "the forward again (--recompute)" "$name.c"
+    cmp one.losses "$name.losses"
+    cmp one.safetensors "$name.safetensors"
+    echo "same numbers: $n devices, $schedule, recompute $recompute"
 done
