@@ -99,24 +99,15 @@ static bool run_touches(const Plan *p, const PlanOp *op, int buf, bool write)
     return false;
 }
 
-/* A recomputing backward writes its stage's forward values again. */
-static bool rewrites(const Plan *p, const PlanOp *op, int buf)
+/* A recomputing backward writes its stage's forward values again, and
+ * reads what its forward read. */
+static bool recompute_touches(const Plan *p, const PlanOp *op, int buf, bool write)
 {
     if (op->act.kind != ACT_BWD || !p->st->recompute[op->act.stage])
         return false;
     PlanOp fwd = *op;
     fwd.act.kind = ACT_FWD;
-    return run_touches(p, &fwd, buf, true);
-}
-
-/* ... and reads what its forward read. */
-static bool rereads(const Plan *p, const PlanOp *op, int buf)
-{
-    if (op->act.kind != ACT_BWD || !p->st->recompute[op->act.stage])
-        return false;
-    PlanOp fwd = *op;
-    fwd.act.kind = ACT_FWD;
-    return run_touches(p, &fwd, buf, false);
+    return run_touches(p, &fwd, buf, write);
 }
 
 static void check_copy(const VC *vc, int c)
@@ -138,12 +129,12 @@ static void check_copy(const VC *vc, int c)
             if (op->act.mb == cp->mb + src_slots && !before(vc, c, i))
                 fail(p, "a slot may be overwritten while a copy reads it", c, i);
         }
-        if (same_stage_src && op->act.mb == cp->mb && rewrites(p, op, cp->src) &&
+        if (same_stage_src && op->act.mb == cp->mb && recompute_touches(p, op, cp->src, true) &&
             !before(vc, c, i))
             fail(p, "a recomputation may rewrite a slot while a copy reads it", c, i);
         /* the destination: read for mb after the copy; the copy of mb must
          * wait for the readers of mb - slots */
-        if (same_stage_dst && (run_touches(p, op, cp->dst, false) || rereads(p, op, cp->dst))) {
+        if (same_stage_dst && (run_touches(p, op, cp->dst, false) || recompute_touches(p, op, cp->dst, false))) {
             if (op->act.mb == cp->mb && !before(vc, c, i))
                 fail(p, "an action may read a received buffer before the copy fills it",
                      c, i);

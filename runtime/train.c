@@ -582,6 +582,11 @@ static void mprt_start_devices(const MprtModel *m)
     }
     if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
+}
+
+/* Once the data and the weights are in: where the step will run. */
+static void mprt_report_devices(const MprtModel *m)
+{
     fprintf(stderr, "memory plan:");
     for (int d = 0; d < m->ndev; d++)
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)m->arena_bytes[d] / 1e6);
@@ -656,6 +661,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     int64_t *rows = malloc((size_t)in->shape[0] * sizeof *rows);
     if (!rows)
         mprt_die("out of memory");
+    mprt_report_devices(m);
     double t0 = mprt_now(), t_eval = 0, last_loss = 0;
     for (long s = start; s < start + steps; s++) {
         mprt_tracing = a.trace && s + 1 == start + steps;   /* time the last step */
