@@ -4,10 +4,12 @@
  *
  * The file is the trainer's JSON: {"format": "mpcc-profile", "model": ...,
  * "nodes": [{"name": ..., "phase": "forward"|"backward"|"update",
- * "seconds": mean per call, "calls": n}, ...]}. A small strict JSON reader
- * walks it; a node the profile does not name keeps its estimate.
+ * "seconds": mean per call, "calls": n}, ...]}, read with the runtime's
+ * strict JSON reader (mprt.c); a node the profile does not name keeps its
+ * estimate.
  */
 #include "mpcc.h"
+#include "mprt.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -24,85 +26,14 @@ struct Measured {
     int n;
 };
 
-typedef struct Reader {
-    Arena *a;
-    const char *path, *start, *p, *end;
-} Reader;
-
-static _Noreturn void bad(const Reader *r, const char *what)
+/* Every reader error exits through error_file with the reader's message. */
+static void ok(const char *path, int rc, const MprtJson *j)
 {
-    error_file(r->path, "not a profile from ./train --profile: %s at byte %ld", what,
-               (long)(r->p - r->start));
+    if (rc)
+        error_file(path, "%s", j->err + strlen(path) + 2);   /* the message names the file */
 }
 
-static void skip_ws(Reader *r)
-{
-    while (r->p < r->end && strchr(" \t\r\n", *r->p))
-        r->p++;
-}
-
-static bool take(Reader *r, char c)
-{
-    skip_ws(r);
-    if (r->p < r->end && *r->p == c) {
-        r->p++;
-        return true;
-    }
-    return false;
-}
-
-static void expect(Reader *r, char c)
-{
-    if (!take(r, c))
-        bad(r, arena_printf(r->a, "expected '%c'", c));
-}
-
-static const char *string(Reader *r)
-{
-    expect(r, '"');
-    char *out = arena_alloc(r->a, (size_t)(r->end - r->p) + 1), *w = out;
-    while (r->p < r->end && *r->p != '"') {
-        char c = *r->p++;
-        if (c != '\\') {
-            *w++ = c;
-            continue;
-        }
-        if (r->p >= r->end)
-            bad(r, "unterminated string");
-        c = *r->p++;
-        const char *simple = strchr("\"\\/bfnrt", c);
-        if (simple && c != 0) {
-            *w++ = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
-        } else if (c == 'u' && r->end - r->p >= 4) {
-            char hex[5] = {r->p[0], r->p[1], r->p[2], r->p[3], 0};
-            char *e;
-            long v = strtol(hex, &e, 16);
-            if (*e || v <= 0 || v > 0x7f)
-                bad(r, "an escape mpcc does not write");
-            *w++ = (char)v;
-            r->p += 4;
-        } else {
-            bad(r, "a bad escape");
-        }
-    }
-    if (!take(r, '"'))
-        bad(r, "unterminated string");
-    *w = 0;
-    return out;
-}
-
-static double number(Reader *r)
-{
-    skip_ws(r);
-    char *e;
-    double v = strtod(r->p, &e);
-    if (e == r->p || e > r->end)
-        bad(r, "expected a number");
-    r->p = e;
-    return v;
-}
-
-static int phase_of(const Reader *r, const char *s)
+static int phase_of(MprtJson *j, const char *s)
 {
     if (strcmp(s, "forward") == 0)
         return PH_FORWARD;
@@ -110,42 +41,48 @@ static int phase_of(const Reader *r, const char *s)
         return PH_BACKWARD;
     if (strcmp(s, "update") == 0)
         return PH_UPDATE;
-    bad(r, "a phase that is not forward, backward or update");
+    ok(j->path, mprt_json_bad(j, "a phase that is not forward, backward or update"), j);
+    return -1;
 }
 
-static void node(Reader *r, Entry *e)
+static void node(MprtJson *j, Entry *e)
 {
-    expect(r, '{');
+    ok(j->path, mprt_json_expect(j, '{'), j);
     e->name = NULL, e->phase = -1, e->seconds = -1;
     do {
-        const char *key = string(r);
-        expect(r, ':');
-        if (strcmp(key, "name") == 0)
-            e->name = string(r);
-        else if (strcmp(key, "phase") == 0)
-            e->phase = phase_of(r, string(r));
-        else if (strcmp(key, "seconds") == 0 || strcmp(key, "calls") == 0) {
-            double v = number(r);
+        const char *key, *text;
+        double v;
+        ok(j->path, mprt_json_string(j, &key), j);
+        ok(j->path, mprt_json_expect(j, ':'), j);
+        if (strcmp(key, "name") == 0 || strcmp(key, "phase") == 0) {
+            ok(j->path, mprt_json_string(j, &text), j);
+            if (key[0] == 'n')
+                e->name = text;
+            else
+                e->phase = phase_of(j, text);
+        } else if (strcmp(key, "seconds") == 0 || strcmp(key, "calls") == 0) {
+            ok(j->path, mprt_json_number(j, &v), j);
             if (key[0] == 's')
                 e->seconds = v;
-        } else
-            bad(r, "an unknown key in a node");
-    } while (take(r, ','));
-    expect(r, '}');
+        } else {
+            ok(j->path, mprt_json_bad(j, "an unknown key in a node"), j);
+        }
+    } while (mprt_json_eat(j, ','));
+    ok(j->path, mprt_json_expect(j, '}'), j);
     if (!e->name || e->phase < 0 || !(e->seconds >= 0))
-        bad(r, "a node without name, phase and seconds");
+        ok(j->path, mprt_json_bad(j, "a node without name, phase and seconds"), j);
 }
 
-static void nodes(Reader *r, Measured *m)
+static void nodes(Arena *a, MprtJson *j, Measured *m)
 {
-    expect(r, '[');
-    if (take(r, ']'))
+    ok(j->path, mprt_json_expect(j, '['), j);
+    if (mprt_json_eat(j, ']'))
         return;
     do {
-        m->e = arena_grow(r->a, m->e, (size_t)m->n, (size_t)m->n + 1, sizeof(Entry));
-        node(r, &m->e[m->n++]);
-    } while (take(r, ','));
-    expect(r, ']');
+        m->e = arena_grow(a, m->e, (size_t)m->n, (size_t)m->n + 1, sizeof(Entry));
+        node(j, &m->e[m->n++]);
+    } while (mprt_json_eat(j, ','));
+    ok(j->path, mprt_json_expect(j, ']'), j);
 }
 
 static int by_name(const void *x, const void *y)
@@ -184,36 +121,39 @@ static char *read_all(const char *path, size_t *n)
     return buf;
 }
 
-Measured *measured_load(Arena *a, const char *path, const Graph *g)
+Measured *measured_load(Arena *a, const char *path)
 {
-    (void)g;
     if (!path)
         return NULL;
     size_t n;
     char *text = read_all(path, &n);
     arena_defer(a, free, text);
-    if (strlen(text) != n)
-        error_file(path, "not a profile from ./train --profile: it holds a NUL byte");
-    Reader r = {a, path, text, text, text + n};
+    char *err = arena_alloc(a, 1024);
+    MprtJson j = {path, (const unsigned char *)text, (const unsigned char *)text,
+                  (const unsigned char *)text + n, arena_alloc(a, n + 1), 0, err, 1024,
+                  "profile", "give the file ./train --profile wrote"};
     Measured *m = arena_alloc(a, sizeof *m);
     bool format = false, have_nodes = false;
-    expect(&r, '{');
+    ok(path, mprt_json_expect(&j, '{'), &j);
     do {
-        const char *key = string(&r);
-        expect(&r, ':');
-        if (strcmp(key, "format") == 0)
-            format = strcmp(string(&r), "mpcc-profile") == 0;
-        else if (strcmp(key, "model") == 0)
-            string(&r);
-        else if (strcmp(key, "nodes") == 0)
-            nodes(&r, m), have_nodes = true;
-        else
-            bad(&r, "an unknown key");
-    } while (take(&r, ','));
-    expect(&r, '}');
-    skip_ws(&r);
-    if (r.p != r.end || !format || !have_nodes)
-        bad(&r, "not the trainer's profile format");
+        const char *key, *value;
+        ok(path, mprt_json_string(&j, &key), &j);
+        ok(path, mprt_json_expect(&j, ':'), &j);
+        if (strcmp(key, "nodes") == 0) {
+            nodes(a, &j, m);
+            have_nodes = true;
+            continue;
+        }
+        if (strcmp(key, "format") != 0 && strcmp(key, "model") != 0)
+            ok(path, mprt_json_bad(&j, "an unknown key"), &j);
+        ok(path, mprt_json_string(&j, &value), &j);
+        format |= key[0] == 'f' && strcmp(value, "mpcc-profile") == 0;
+    } while (mprt_json_eat(&j, ','));
+    ok(path, mprt_json_expect(&j, '}'), &j);
+    mprt_json_ws(&j);
+    if (j.p != j.end || !format || !have_nodes)
+        error_file(path, "not a profile from ./train --profile (no \"format\": "
+                   "\"mpcc-profile\" and \"nodes\"); give the file ./train --profile wrote");
     qsort(m->e, (size_t)m->n, sizeof *m->e, by_name);
     return m;
 }

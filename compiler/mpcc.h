@@ -401,7 +401,7 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
 /* -------------------------------------------------------------- measured.c */
 
 /* Per-node seconds from a trainer's --profile file; NULL path: none. */
-Measured *measured_load(Arena *a, const char *path, const Graph *g);
+Measured *measured_load(Arena *a, const char *path);
 double measured_time(const Measured *m, const char *node, int phase);  /* -1: not measured */
 
 /* ------------------------------------------------------------- partition.c */

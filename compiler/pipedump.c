@@ -3,6 +3,7 @@
  * Chrome trace (Perfetto) with one track per device stream, flow arrows
  * for copies and a memory counter per device. */
 #include "mpcc.h"
+#include "mprt.h"
 
 #include <errno.h>
 #include <string.h>
@@ -177,32 +178,19 @@ void dump_partition_dot(const Pipeline *pl, FILE *out)
 
 /* ---- --trace: Chrome trace event format ---- */
 
-/* Inside a JSON string: quotes, backslashes and control bytes escaped;
- * at most 60 bytes of a name. */
-static void json_text(FILE *f, const char *s)
-{
-    for (int i = 0; s[i] && i < 60; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-}
-
 static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
 {
     static const char *const kinds[] = {"forward", "backward", "wgrad", "update"};
+    const char *name;
     if (op->kind == OPK_RUN) {
-        fprintf(f, "\"%s s%d mb%d\"", kinds[op->act.kind], op->act.stage, op->act.mb);
-        return;
+        name = arena_printf(pl->g->arena, "%s s%d mb%d", kinds[op->act.kind], op->act.stage,
+                            op->act.mb);
+    } else {
+        const Buf *b = &pl->plan->bufs[op->dst];
+        name = arena_printf(pl->g->arena, "copy %s mb%d to s%d", pl->g->values[b->value].name,
+                            op->mb, b->stage);
     }
-    const Buf *b = &pl->plan->bufs[op->dst];
-    fputs("\"copy ", f);
-    json_text(f, pl->g->values[b->value].name);
-    fprintf(f, " mb%d to s%d\"", op->mb, b->stage);
+    mprt_json_fputs(f, name);
 }
 
 static void trace_meta(FILE *f, const Pipeline *pl)

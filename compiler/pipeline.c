@@ -44,7 +44,6 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
     pl->g = g;
     pl->opt = *o;
     pl->ds = *ds;
-    int stages = ds->n * (c.kind == SCHED_INTERLEAVED ? o->pipe.virt : 1);
     if (c.kind == SCHED_ZB && o->pipe.recompute != RECOMPUTE_NONE) {
         *why = "--recompute does not combine with the zb schedule";
         return NULL;
@@ -76,7 +75,6 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
                             (double)ds->d[worst].prof.memory / 1e6);
         return NULL;
     }
-    (void)stages;
     return pl;
 }
 
@@ -151,7 +149,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
 {
     Devices ds = devices_resolve(a, o);
     check_options(o, &ds);
-    const Measured *measured = measured_load(a, o->pipe.measured, NULL);
+    const Measured *measured = measured_load(a, o->pipe.measured);
     SchedKind kinds[4];
     int counts[16];
     int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, counts);

@@ -81,11 +81,10 @@ static _Noreturn void fail(const Plan *p, const char *what, int a, int b)
     mpcc_die(__FILE__, __LINE__, "plan: %s: %s and %s", what, plan_describe_op(p, a), plan_describe_op(p, b));
 }
 
-/* The op running the action that writes or reads buffer buf for mb, and
- * the copies: located by scanning (plans are small). */
+/* Whether an action's nodes write (or read) buffer buf: found by scanning
+ * (plans are small). */
 static bool run_touches(const Plan *p, const PlanOp *op, int buf, bool write)
 {
-    const Stages *st = p->st;
     size_t k = (size_t)op->act.stage * ACT_KINDS + op->act.kind;
     for (int j = 0; j < p->nnodes[k]; j++) {
         const Node *n = &p->g->nodes[p->nodes[k][j]];
@@ -95,7 +94,6 @@ static bool run_touches(const Plan *p, const PlanOp *op, int buf, bool write)
             if (vals[q] != NONE && plan_buf(p, vals[q], op->act.stage) == buf)
                 return true;
     }
-    (void)st;
     return false;
 }
 

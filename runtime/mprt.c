@@ -174,3 +174,222 @@ void mprt_out_abort(MprtOut *o)
     free(o->tmp);
     o->tmp = NULL;
 }
+
+// --- JSON: the strict reader and the string writer (see mprt.h) ---
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
+size_t mprt_utf8_len(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+    if (!len || len > n || s[0] > 0xf4)
+        return 0;
+    uint32_t cp = s[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+int mprt_json_bad(MprtJson *ps, const char *what)
+{
+    char near[48];
+    size_t k = 0;
+    const unsigned char *q = ps->p > ps->s + 16 ? ps->p - 16 : ps->s;
+    for (; q < ps->end && k < 40; q++)
+        near[k++] = (*q >= 0x20 && *q < 0x7f) ? (char)*q : '?';
+    near[k] = 0;
+    return mprt_errf(ps->err, ps->errlen, "%s: malformed %s: %s at byte %zu, near \"%s\"; %s",
+                     ps->path, ps->what, what, (size_t)(ps->p - ps->s), near, ps->hint);
+}
+
+void mprt_json_ws(MprtJson *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' ||
+                               *ps->p == '\r'))
+        ps->p++;
+}
+
+int mprt_json_eat(MprtJson *ps, char c)
+{
+    mprt_json_ws(ps);
+    if (ps->p < ps->end && *ps->p == (unsigned char)c) {
+        ps->p++;
+        return 1;
+    }
+    return 0;
+}
+
+int mprt_json_expect(MprtJson *ps, char c)
+{
+    if (mprt_json_eat(ps, c))
+        return 0;
+    char what[24];
+    snprintf(what, sizeof what, "expected '%c'", c);
+    return mprt_json_bad(ps, what);
+}
+
+static int mprt_json_hex4(MprtJson *ps, uint32_t *v)
+{
+    *v = 0;
+    if (ps->end - ps->p < 4)
+        return mprt_json_bad(ps, "truncated \\u escape");
+    for (int i = 0; i < 4; i++) {
+        int c = *ps->p++, d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                               : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return mprt_json_bad(ps, "bad hex digit in a \\u escape");
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* A \uXXXX escape (the "\u" already read), surrogate pairs joined, as
+ * UTF-8 appended to out. */
+static int mprt_json_unicode(MprtJson *ps, char *out, size_t *k)
+{
+    uint32_t cp, lo;
+    if (mprt_json_hex4(ps, &cp))
+        return 1;
+    if (cp >= 0xdc00 && cp <= 0xdfff)
+        return mprt_json_bad(ps, "lone low surrogate in a \\u escape");
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u')
+            return mprt_json_bad(ps, "high surrogate not followed by a low one");
+        ps->p += 2;
+        if (mprt_json_hex4(ps, &lo))
+            return 1;
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return mprt_json_bad(ps, "high surrogate not followed by a low one");
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    if (cp == 0)
+        return mprt_json_bad(ps, "\\u0000 in a string is not supported");
+    unsigned char *u = (unsigned char *)out + *k;
+    if (cp < 0x80) {
+        u[0] = (unsigned char)cp;
+        *k += 1;
+    } else if (cp < 0x800) {
+        u[0] = (unsigned char)(0xc0 | cp >> 6);
+        u[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        *k += 2;
+    } else if (cp < 0x10000) {
+        u[0] = (unsigned char)(0xe0 | cp >> 12);
+        u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        u[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        *k += 3;
+    } else {
+        u[0] = (unsigned char)(0xf0 | cp >> 18);
+        u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+        u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        u[3] = (unsigned char)(0x80 | (cp & 0x3f));
+        *k += 4;
+    }
+    return 0;
+}
+
+/* A JSON string, decoded into the pool (decoding never grows the text,
+ * and the closing quote leaves room for the NUL). */
+int mprt_json_string(MprtJson *ps, const char **out)
+{
+    mprt_json_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '"')
+        return mprt_json_bad(ps, "expected a string");
+    ps->p++;
+    char *s = ps->pool + ps->pooled;
+    size_t k = 0;
+    for (;;) {
+        if (ps->p >= ps->end)
+            return mprt_json_bad(ps, "unterminated string");
+        unsigned char c = *ps->p;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return mprt_json_bad(ps, "unescaped control character in a string");
+        if (c != '\\') {
+            size_t len = mprt_utf8_len(ps->p, (size_t)(ps->end - ps->p));
+            if (!len)
+                return mprt_json_bad(ps, "invalid UTF-8 in a string");
+            memcpy(s + k, ps->p, len);
+            k += len;
+            ps->p += len;
+            continue;
+        }
+        if (ps->end - ps->p < 2)
+            return mprt_json_bad(ps, "unterminated string");
+        c = ps->p[1];
+        ps->p += 2;
+        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+        const char *hit = c ? strchr(from, c) : NULL;
+        if (hit)
+            s[k++] = to[hit - from];
+        else if (c == 'u') {
+            if (mprt_json_unicode(ps, s, &k))
+                return 1;
+        } else {
+            ps->p -= 2;
+            return mprt_json_bad(ps, "bad escape in a string");
+        }
+    }
+    ps->p++;
+    s[k] = 0;
+    ps->pooled += k + 1;
+    *out = s;
+    return 0;
+}
+
+/* A JSON number (the grammar's characters, then strtod on a copy, so the
+ * document need not end in a NUL). */
+int mprt_json_number(MprtJson *j, double *v)
+{
+    mprt_json_ws(j);
+    char buf[64];
+    size_t k = 0;
+    while (j->p + k < j->end && k + 1 < sizeof buf && strchr("+-0123456789.eE", j->p[k]) &&
+           j->p[k])
+        k++;
+    memcpy(buf, j->p, k);
+    buf[k] = 0;
+    char *e;
+    *v = strtod(buf, &e);
+    if (k == 0 || *e)
+        return mprt_json_bad(j, "expected a number");
+    j->p += k;
+    return 0;
+}
+
+const char *mprt_json_escape(unsigned char c, char buf[8])
+{
+    if (c == '"' || c == '\\') {
+        buf[0] = '\\', buf[1] = (char)c, buf[2] = 0;
+        return buf;
+    }
+    if (c >= 0x20)
+        return NULL;
+    const char *named = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
+                      : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+    if (named)
+        return named;
+    snprintf(buf, 8, "\\u%04x", c);
+    return buf;
+}
+
+void mprt_json_fputs(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        char esc[8];
+        const char *e = mprt_json_escape((unsigned char)*s, esc);
+        if (e)
+            fputs(e, f);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}

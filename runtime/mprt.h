@@ -84,6 +84,34 @@ int mprt_out_write(MprtOut *o, const void *p, size_t n, char *err, size_t errlen
 int mprt_out_commit(MprtOut *o, char *err, size_t errlen);
 void mprt_out_abort(MprtOut *o);
 
+/* A strict JSON reader over bytes [s, end) for the small documents the
+ * runtime and mpcc read (a safetensors header, a trainer's profile):
+ * strings are decoded (escapes, surrogate pairs, UTF-8 checked) into pool,
+ * which must hold end - s bytes. Errors name path, the document (`what`,
+ * e.g. "safetensors header"), the byte offset and the text near it, and end
+ * with `hint`; they return non-zero with the message in err. */
+typedef struct {
+    const char *path;
+    const unsigned char *s, *p, *end;   /* document, cursor, end */
+    char *pool;
+    size_t pooled;
+    char *err;
+    size_t errlen;
+    const char *what, *hint;
+} MprtJson;
+
+size_t mprt_utf8_len(const unsigned char *s, size_t n);  /* valid sequence at s, or 0 */
+int mprt_json_bad(MprtJson *j, const char *what);
+void mprt_json_ws(MprtJson *j);
+int mprt_json_eat(MprtJson *j, char c);      /* 1 if the next token is c (consumed) */
+int mprt_json_expect(MprtJson *j, char c);
+int mprt_json_string(MprtJson *j, const char **out);
+int mprt_json_number(MprtJson *j, double *v);
+/* Writing: c's escape inside a JSON string ("\\\"", "\\n", "\\u0001"), or
+ * NULL when c stands as it is; and a whole string, quoted, to f. */
+const char *mprt_json_escape(unsigned char c, char buf[8]);
+void mprt_json_fputs(FILE *f, const char *s);
+
 // npy.c
 /* Loads a .npy file (format 1.0, 2.0 or 3.0; little-endian; C order; the
  * dtypes f4 f8 f2 i8 i4 i2 i1 u1 b1; rank <= 8) into out, whose data is

@@ -20,32 +20,12 @@ static const char *const st_dtype_names[] = {
 _Static_assert(sizeof st_dtype_names / sizeof st_dtype_names[0] == MPRT_DTYPE_COUNT,
                "st_dtype_names needs one row per MprtDType");
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t st_utf8_len(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
-    if (!len || len > n || s[0] > 0xf4)
-        return 0;
-    uint32_t cp = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 static int st_utf8_ok(const char *s)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t n = strlen(s);
     for (size_t i = 0, k; i < n; i += k)
-        if (!(k = st_utf8_len(u + i, n - i)))
+        if (!(k = mprt_utf8_len(u + i, n - i)))
             return 0;
     return 1;
 }
@@ -107,24 +87,12 @@ static void st_put_json(StBuf *b, const char *s)
 {
     st_put(b, "\"", 1);
     for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
         char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            st_put(b, esc, 2);
-        } else if (c < 0x20) {
-            const char *named = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
-                              : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-            if (named)
-                st_puts(b, named);
-            else {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                st_puts(b, esc);
-            }
-        } else {
-            st_put(b, (const char *)&c, 1);
-        }
+        const char *e = mprt_json_escape((unsigned char)*s, esc);
+        if (e)
+            st_puts(b, e);
+        else
+            st_put(b, s, 1);
     }
     st_put(b, "\"", 1);
 }
@@ -276,205 +244,48 @@ int mprt_st_save(const char *path, const MprtStEntry *entries, int n,
 
 // --- reading: a strict JSON reader for just the header's shape ---
 
-typedef struct {
-    const char *path;
-    const unsigned char *s, *p, *end;   /* header, cursor, end */
-    char *pool;                         /* decoded strings; never longer than the header */
-    size_t pooled;
-    char *err;
-    size_t errlen;
-} StParser;
-
-static int st_bad(StParser *ps, const char *what)
-{
-    char near[48];
-    size_t k = 0;
-    const unsigned char *q = ps->p > ps->s + 16 ? ps->p - 16 : ps->s;
-    for (; q < ps->end && k < 40; q++)
-        near[k++] = (*q >= 0x20 && *q < 0x7f) ? (char)*q : '?';
-    near[k] = 0;
-    return mprt_errf(ps->err, ps->errlen, "%s: malformed safetensors header: %s at byte %zu of "
-                     "the header, near \"%s\"; the file is corrupt or not a safetensors file",
-                     ps->path, what, (size_t)(ps->p - ps->s), near);
-}
-
-static void st_ws(StParser *ps)
-{
-    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' ||
-                               *ps->p == '\r'))
-        ps->p++;
-}
-
-static int st_eat(StParser *ps, char c)
-{
-    st_ws(ps);
-    if (ps->p < ps->end && *ps->p == (unsigned char)c) {
-        ps->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int st_expect(StParser *ps, char c)
-{
-    if (st_eat(ps, c))
-        return 0;
-    char what[24];
-    snprintf(what, sizeof what, "expected '%c'", c);
-    return st_bad(ps, what);
-}
-
-static int st_hex4(StParser *ps, uint32_t *v)
-{
-    *v = 0;
-    if (ps->end - ps->p < 4)
-        return st_bad(ps, "truncated \\u escape");
-    for (int i = 0; i < 4; i++) {
-        int c = *ps->p++, d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                               : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0)
-            return st_bad(ps, "bad hex digit in a \\u escape");
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
-}
-
-/* A \uXXXX escape (the "\u" already read), surrogate pairs joined, as
- * UTF-8 appended to out. */
-static int st_unicode(StParser *ps, char *out, size_t *k)
-{
-    uint32_t cp, lo;
-    if (st_hex4(ps, &cp))
-        return 1;
-    if (cp >= 0xdc00 && cp <= 0xdfff)
-        return st_bad(ps, "lone low surrogate in a \\u escape");
-    if (cp >= 0xd800 && cp <= 0xdbff) {
-        if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u')
-            return st_bad(ps, "high surrogate not followed by a low one");
-        ps->p += 2;
-        if (st_hex4(ps, &lo))
-            return 1;
-        if (lo < 0xdc00 || lo > 0xdfff)
-            return st_bad(ps, "high surrogate not followed by a low one");
-        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-    }
-    if (cp == 0)
-        return st_bad(ps, "\\u0000 in a string is not supported");
-    unsigned char *u = (unsigned char *)out + *k;
-    if (cp < 0x80) {
-        u[0] = (unsigned char)cp;
-        *k += 1;
-    } else if (cp < 0x800) {
-        u[0] = (unsigned char)(0xc0 | cp >> 6);
-        u[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        *k += 2;
-    } else if (cp < 0x10000) {
-        u[0] = (unsigned char)(0xe0 | cp >> 12);
-        u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-        u[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        *k += 3;
-    } else {
-        u[0] = (unsigned char)(0xf0 | cp >> 18);
-        u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
-        u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-        u[3] = (unsigned char)(0x80 | (cp & 0x3f));
-        *k += 4;
-    }
-    return 0;
-}
-
-/* A JSON string, decoded into the pool (decoding never grows the text,
- * and the closing quote leaves room for the NUL). */
-static int st_string(StParser *ps, const char **out)
-{
-    st_ws(ps);
-    if (ps->p >= ps->end || *ps->p != '"')
-        return st_bad(ps, "expected a string");
-    ps->p++;
-    char *s = ps->pool + ps->pooled;
-    size_t k = 0;
-    for (;;) {
-        if (ps->p >= ps->end)
-            return st_bad(ps, "unterminated string");
-        unsigned char c = *ps->p;
-        if (c == '"')
-            break;
-        if (c < 0x20)
-            return st_bad(ps, "unescaped control character in a string");
-        if (c != '\\') {
-            size_t len = st_utf8_len(ps->p, (size_t)(ps->end - ps->p));
-            if (!len)
-                return st_bad(ps, "invalid UTF-8 in a string");
-            memcpy(s + k, ps->p, len);
-            k += len;
-            ps->p += len;
-            continue;
-        }
-        if (ps->end - ps->p < 2)
-            return st_bad(ps, "unterminated string");
-        c = ps->p[1];
-        ps->p += 2;
-        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
-        const char *hit = c ? strchr(from, c) : NULL;
-        if (hit)
-            s[k++] = to[hit - from];
-        else if (c == 'u') {
-            if (st_unicode(ps, s, &k))
-                return 1;
-        } else {
-            ps->p -= 2;
-            return st_bad(ps, "bad escape in a string");
-        }
-    }
-    ps->p++;
-    s[k] = 0;
-    ps->pooled += k + 1;
-    *out = s;
-    return 0;
-}
-
 /* A JSON integer that must be >= 0 and <= max. */
-static int st_uint(StParser *ps, uint64_t max, uint64_t *v)
+static int st_uint(MprtJson *ps, uint64_t max, uint64_t *v)
 {
-    st_ws(ps);
+    mprt_json_ws(ps);
     if (ps->p < ps->end && *ps->p == '-')
-        return st_bad(ps, "negative number");
+        return mprt_json_bad(ps, "negative number");
     if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-        return st_bad(ps, "expected a non-negative integer");
+        return mprt_json_bad(ps, "expected a non-negative integer");
     if (*ps->p == '0' && ps->end - ps->p > 1 && ps->p[1] >= '0' && ps->p[1] <= '9')
-        return st_bad(ps, "leading zero in a number");
+        return mprt_json_bad(ps, "leading zero in a number");
     uint64_t x = 0;
     while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
         unsigned d = (unsigned)(*ps->p - '0');
         if (x > (max - d) / 10)
-            return st_bad(ps, "number too large");
+            return mprt_json_bad(ps, "number too large");
         x = x * 10 + d;
         ps->p++;
     }
     if (ps->p < ps->end && (*ps->p == '.' || *ps->p == 'e' || *ps->p == 'E'))
-        return st_bad(ps, "expected an integer, found a fraction or exponent");
+        return mprt_json_bad(ps, "expected an integer, found a fraction or exponent");
     *v = x;
     return 0;
 }
 
 /* "[" integers "]" into v (at most max of them); *n gets the count. */
-static int st_uint_array(StParser *ps, uint64_t *v, int max, int *n, const char *what)
+static int st_uint_array(MprtJson *ps, uint64_t *v, int max, int *n, const char *what)
 {
-    if (st_expect(ps, '['))
+    if (mprt_json_expect(ps, '['))
         return 1;
     *n = 0;
-    if (st_eat(ps, ']'))
+    if (mprt_json_eat(ps, ']'))
         return 0;
     do {
         if (*n == max)
-            return st_bad(ps, what);
+            return mprt_json_bad(ps, what);
         if (st_uint(ps, INT64_MAX, &v[(*n)++]))
             return 1;
-    } while (st_eat(ps, ','));
-    return st_expect(ps, ']');
+    } while (mprt_json_eat(ps, ','));
+    return mprt_json_expect(ps, ']');
 }
 
-static int st_dtype(StParser *ps, const char *name, MprtDType *t)
+static int st_dtype(MprtJson *ps, const char *name, MprtDType *t)
 {
     for (int i = 0; i < MPRT_DTYPE_COUNT; i++)
         if (!strcmp(name, st_dtype_names[i])) {
@@ -484,31 +295,31 @@ static int st_dtype(StParser *ps, const char *name, MprtDType *t)
     char shown[80], what[128];
     snprintf(what, sizeof what, "dtype '%s' is not supported (F32 F64 F16 BF16 I64 I32 I16 "
              "I8 U8 BOOL are)", st_shown(name, shown, sizeof shown));
-    return st_bad(ps, what);
+    return mprt_json_bad(ps, what);
 }
 
 /* {"dtype": .., "shape": [..], "data_offsets": [b, e]} in any order. */
-static int st_tensor(StParser *ps, MprtStTensor *t)
+static int st_tensor(MprtJson *ps, MprtStTensor *t)
 {
     int seen = 0;
     uint64_t v[MPRT_MAX_RANK];
-    if (st_expect(ps, '{'))
+    if (mprt_json_expect(ps, '{'))
         return 1;
     do {
         const char *key;
         int n, bit;
-        if (st_string(ps, &key) || st_expect(ps, ':'))
+        if (mprt_json_string(ps, &key) || mprt_json_expect(ps, ':'))
             return 1;
         bit = !strcmp(key, "dtype") ? 1 : !strcmp(key, "shape") ? 2
             : !strcmp(key, "data_offsets") ? 4 : 0;
         if (!bit)
-            return st_bad(ps, "unknown key in a tensor (dtype, shape, data_offsets expected)");
+            return mprt_json_bad(ps, "unknown key in a tensor (dtype, shape, data_offsets expected)");
         if (seen & bit)
-            return st_bad(ps, "duplicate key in a tensor");
+            return mprt_json_bad(ps, "duplicate key in a tensor");
         seen |= bit;
         if (bit == 1) {
             const char *dt;
-            if (st_string(ps, &dt) || st_dtype(ps, dt, &t->dtype))
+            if (mprt_json_string(ps, &dt) || st_dtype(ps, dt, &t->dtype))
                 return 1;
         } else if (bit == 2) {
             if (st_uint_array(ps, v, MPRT_MAX_RANK, &n, "more than 8 dimensions"))
@@ -520,15 +331,15 @@ static int st_tensor(StParser *ps, MprtStTensor *t)
             if (st_uint_array(ps, v, 2, &n, "data_offsets needs exactly 2 numbers"))
                 return 1;
             if (n != 2)
-                return st_bad(ps, "data_offsets needs exactly 2 numbers");
+                return mprt_json_bad(ps, "data_offsets needs exactly 2 numbers");
             t->begin = v[0];
             t->end = v[1];
         }
-    } while (st_eat(ps, ','));
-    if (st_expect(ps, '}'))
+    } while (mprt_json_eat(ps, ','));
+    if (mprt_json_expect(ps, '}'))
         return 1;
     if (seen != 7)
-        return st_bad(ps, "a tensor needs dtype, shape and data_offsets");
+        return mprt_json_bad(ps, "a tensor needs dtype, shape and data_offsets");
     return 0;
 }
 
@@ -545,59 +356,59 @@ static int st_grow(void **p, int *cap, int n, size_t size)
     return 0;
 }
 
-static int st_metadata(StParser *ps, MprtStFile *f, int *cap)
+static int st_metadata(MprtJson *ps, MprtStFile *f, int *cap)
 {
-    if (st_expect(ps, '{'))
+    if (mprt_json_expect(ps, '{'))
         return 1;
-    if (st_eat(ps, '}'))
+    if (mprt_json_eat(ps, '}'))
         return 0;
     do {
         MprtStMeta m;
-        if (st_string(ps, &m.key) || st_expect(ps, ':'))
+        if (mprt_json_string(ps, &m.key) || mprt_json_expect(ps, ':'))
             return 1;
-        st_ws(ps);
+        mprt_json_ws(ps);
         if (ps->p < ps->end && *ps->p != '"')
-            return st_bad(ps, "__metadata__ values must be strings");
-        if (st_string(ps, &m.value))
+            return mprt_json_bad(ps, "__metadata__ values must be strings");
+        if (mprt_json_string(ps, &m.value))
             return 1;
         if (st_grow((void **)&f->meta, cap, f->nmeta, sizeof m))
-            return st_bad(ps, "out of memory");
+            return mprt_json_bad(ps, "out of memory");
         f->meta[f->nmeta++] = m;
-    } while (st_eat(ps, ','));
-    return st_expect(ps, '}');
+    } while (mprt_json_eat(ps, ','));
+    return mprt_json_expect(ps, '}');
 }
 
-static int st_header(StParser *ps, MprtStFile *f)
+static int st_header(MprtJson *ps, MprtStFile *f)
 {
     int tcap = 0, mcap = 0, had_meta = 0;
-    if (st_expect(ps, '{'))
+    if (mprt_json_expect(ps, '{'))
         return 1;
-    if (!st_eat(ps, '}')) {
+    if (!mprt_json_eat(ps, '}')) {
         do {
             const char *key;
-            if (st_string(ps, &key) || st_expect(ps, ':'))
+            if (mprt_json_string(ps, &key) || mprt_json_expect(ps, ':'))
                 return 1;
             if (!strcmp(key, ST_METADATA)) {
                 if (had_meta++)
-                    return st_bad(ps, "__metadata__ given twice");
+                    return mprt_json_bad(ps, "__metadata__ given twice");
                 if (st_metadata(ps, f, &mcap))
                     return 1;
                 continue;
             }
             if (st_grow((void **)&f->tensors, &tcap, f->ntensors, sizeof *f->tensors))
-                return st_bad(ps, "out of memory");
+                return mprt_json_bad(ps, "out of memory");
             MprtStTensor *t = &f->tensors[f->ntensors++];
             memset(t, 0, sizeof *t);
             t->name = key;
             if (st_tensor(ps, t))
                 return 1;
-        } while (st_eat(ps, ','));
-        if (st_expect(ps, '}'))
+        } while (mprt_json_eat(ps, ','));
+        if (mprt_json_expect(ps, '}'))
             return 1;
     }
-    st_ws(ps);
+    mprt_json_ws(ps);
     if (ps->p != ps->end)
-        return st_bad(ps, "text after the header's object");
+        return mprt_json_bad(ps, "text after the header's object");
     return 0;
 }
 
@@ -749,7 +560,8 @@ int mprt_st_open(const char *path, MprtStFile *f, char *err, size_t errlen)
     else if (!(f->strings = malloc((size_t)n + 1)))
         rc = mprt_errf(err, errlen, "%s: out of memory for the header", path);
     if (!rc) {
-        StParser ps = {path, m + 8, m + 8, m + 8 + n, f->strings, 0, err, errlen};
+        MprtJson ps = {path, m + 8, m + 8, m + 8 + n, f->strings, 0, err, errlen,
+                       "safetensors header", "the file is corrupt or not a safetensors file"};
         rc = st_header(&ps, f) ||
              st_check_tensors(path, f, m + 8 + n, f->mapsize - 8 - n, err, errlen) ||
              st_index(path, f, err, errlen);

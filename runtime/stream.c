@@ -227,21 +227,6 @@ typedef struct MprtProfNode {
     const char *phase;     /* "forward", "backward" or "update" */
 } MprtProfNode;
 
-static void mprt_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* Mean seconds per call of every node that ran while profiling, as mpcc
  * --measured reads them. */
 MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
@@ -251,14 +236,14 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
     if (mprt_out_open(&out, path, err, errlen) != 0)
         return 1;
     fprintf(out.fp, "{\"format\": \"mpcc-profile\", \"model\": ");
-    mprt_json_string(out.fp, model_file);
+    mprt_json_fputs(out.fp, model_file);
     fprintf(out.fp, ",\n \"nodes\": [");
     int first = 1;
     for (int k = 0; k < n; k++) {
         if (!mprt_node_calls[k])
             continue;
         fprintf(out.fp, "%s\n  {\"name\": ", first ? "" : ",");
-        mprt_json_string(out.fp, nodes[k].name);
+        mprt_json_fputs(out.fp, nodes[k].name);
         fprintf(out.fp, ", \"phase\": \"%s\", \"seconds\": %.9g, \"calls\": %ld}", nodes[k].phase,
                 mprt_node_seconds[k] / (double)mprt_node_calls[k], mprt_node_calls[k]);
         first = 0;
