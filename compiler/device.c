@@ -282,6 +282,24 @@ NodeCost node_cost(const Graph *g, const Node *n)
     return c;
 }
 
+/* The scratch memory a node's kernel uses while it runs (the CPU
+ * convolutions' patch matrix: one image and group at a time, as
+ * runtime/cpu.c computes it). */
+int64_t node_workspace(const Graph *g, const Node *n)
+{
+    uint32_t w, y;
+    switch (n->op) {
+    case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
+    case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
+    default: return 0;
+    }
+    const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
+    if (ws->rank != 4 || ys->rank != 4)
+        return 0;
+    int64_t k = ws->d[1] * ws->d[2] * ws->d[3], p = ys->d[2] * ys->d[3];
+    return k * p * (int64_t)sizeof(float);
+}
+
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
 {
     if (m) {

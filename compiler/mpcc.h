@@ -397,6 +397,7 @@ double link_bandwidth(const Devices *ds, int a, int b);
 double link_latency(const Devices *ds, int a, int b);
 NodeCost node_cost(const Graph *g, const Node *n);
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m);
+int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs */
 
 /* -------------------------------------------------------------- measured.c */
 
@@ -422,9 +423,9 @@ double measured_time(const Measured *m, const char *node, int phase);  /* -1: no
  *           stage_dev[s], wherever the producer is, so t_s depends only on
  *           the stage's own range)
  * and a partition is feasible when every stage's memory
- *     fixed_mem of its units + inflight[s] * (act_mem of its units
- *                                            + bytes of the values it receives,
- *                                              each rounded up to whole bytes)
+ *     fixed_mem of its units + max work_mem of its units
+ *     + inflight[s] * (act_mem of its units
+ *                      + bytes of the values it receives, each rounded up)
  * is at most mem_cap[s], no cut falls where no_cut forbids it, and every
  * unit with pin[u] >= 0 is in stage pin[u]. */
 typedef struct PartValue {
@@ -438,7 +439,9 @@ typedef struct PartProblem {
     int n, nstages, ndev, M;
     const int *stage_dev;        /* [nstages] */
     const double *time;          /* [ndev * n]: seconds per micro-batch of unit u on device d */
-    const int64_t *fixed_mem;    /* [n]: weights, gradients, optimizer state, workspace */
+    const int64_t *fixed_mem;    /* [n]: weights, gradients, optimizer state */
+    const int64_t *work_mem;     /* [n] or NULL: scratch a unit's kernels use while they
+                                  * run; a stage holds the largest of its units' */
     const int64_t *act_mem;      /* [n]: bytes one micro-batch in flight holds */
     const int *inflight;         /* [nstages]: micro-batches in flight under the schedule */
     const int64_t *mem_cap;      /* [nstages]: the memory the stage may use */
@@ -566,6 +569,8 @@ typedef struct Plan {
     uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
     int *nnodes;
     size_t *arena_bytes;       /* [ndev]: the memory plan's peak per device */
+    size_t *work_offset;       /* [ndev]: the kernels' scratch, after the buffers */
+    size_t *work_bytes;        /* [ndev]: the most any node of the device needs */
     /* the simulator's prediction */
     double step_time, bubble;
     double *busy;              /* [ndev]: compute seconds per step */

@@ -65,6 +65,7 @@ typedef struct Stage {
     int count;
     double bytes;
     int64_t mem;
+    int64_t work;             /* the largest work_mem of its units */
 } Stage;
 
 /* The least sum and least max of stage times over the feasible ways to
@@ -175,7 +176,8 @@ static void check_stages(const PartProblem *p)
 static void check_units(const PartProblem *p)
 {
     for (int u = 0; u < p->n; u++) {
-        MPCC_ASSERT(p->fixed_mem[u] >= 0 && p->act_mem[u] >= 0);
+        MPCC_ASSERT(p->fixed_mem[u] >= 0 && p->act_mem[u] >= 0 &&
+                    (!p->work_mem || p->work_mem[u] >= 0));
         MPCC_ASSERT(!p->pin || p->pin[u] >= -1);
         for (int d = 0; d < p->ndev; d++)
             MPCC_ASSERT(finite_nonneg(p->time[d * p->n + u]));
@@ -200,6 +202,7 @@ static void check_memory_range(const PartProblem *p)
     int64_t fixed = 0, held = 0, x;
     for (int u = 0; u < p->n; u++)
         MPCC_ASSERT(!add_overflows(fixed, p->fixed_mem[u], &fixed) &&
+                    !add_overflows(fixed, p->work_mem ? p->work_mem[u] : 0, &fixed) &&
                     !add_overflows(held, p->act_mem[u], &held));
     for (int v = 0; v < p->nvalues; v++)
         MPCC_ASSERT(!add_overflows(held, (int64_t)ceil(p->values[v].bytes), &held));
@@ -357,6 +360,8 @@ static inline void grow(Stage *st)
     const Solver *sv = st->sv;
     int stop = sv->ev_at[st->i + 1];
     st->j++;
+    if (sv->p->work_mem && sv->p->work_mem[st->j - 1] > st->work)
+        st->work = sv->p->work_mem[st->j - 1];
     for (; st->ev < stop && sv->ev[st->ev].end <= st->j; st->ev++) {
         st->count++;
         st->bytes += sv->ev[st->ev].bytes;
@@ -375,7 +380,7 @@ static inline int64_t stage_mem(const Stage *st)
 {
     const Solver *sv = st->sv;
     int64_t held = sv->pact[st->j] - sv->pact[st->i] + st->mem;
-    return sv->pfixed[st->j] - sv->pfixed[st->i] + sv->p->inflight[st->s] * held;
+    return sv->pfixed[st->j] - sv->pfixed[st->i] + st->work + sv->p->inflight[st->s] * held;
 }
 
 static inline bool fits(const Stage *st)
@@ -841,11 +846,15 @@ static void add_units(const PartProblem *p, const int *first, PartResult *r, int
 {
     for (int s = 0; s < p->nstages; s++) {
         const double *t = &p->time[p->stage_dev[s] * p->n];
+        int64_t work = 0;
         for (int u = first[s]; u < first[s + 1]; u++) {
             r->stage_time[s] += t[u];
             r->stage_mem[s] += p->fixed_mem[u];
             held[s] += p->act_mem[u];
+            if (p->work_mem && p->work_mem[u] > work)
+                work = p->work_mem[u];
         }
+        r->stage_mem[s] += work;
     }
 }
 

@@ -17,22 +17,31 @@ static const char *node_name(const Graph *g, uint32_t id)
 
 /* ---- --dump=partition ---- */
 
+/* Its buffers, and the scratch its largest kernel needs. */
 static int64_t stage_memory(const Plan *p, int s)
 {
-    int64_t m = 0;
+    int64_t m = 0, work = 0;
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].stage == s)
             m += (int64_t)(p->bufs[b].bytes * (size_t)p->bufs[b].slots);
-    return m;
+    for (uint32_t i = 0; i < p->g->norder; i++) {
+        uint32_t id = p->g->order[i];
+        int64_t w = node_workspace(p->g, &p->g->nodes[id]);
+        if (p->st->stage[id] == s && w > work)
+            work = w;
+    }
+    return m + work;
 }
 
 void dump_partition(const Pipeline *pl, FILE *out)
 {
     const Stages *st = pl->st;
     const Plan *p = pl->plan;
-    fprintf(out, "# partition: %d stage(s) on %d device(s), %s schedule, %d micro-batch(es) "
-            "of %lld\n", st->n, pl->ds.n, schedule_name(pl->sc->kind), pl->sc->M,
-            (long long)pl->opt.batch);
+    fprintf(out, "# partition: %d stage(s) on %d device(s), %s schedule, %d micro-batch(es)",
+            st->n, pl->ds.n, schedule_name(pl->sc->kind), pl->sc->M);
+    if (pl->opt.batch)
+        fprintf(out, " of %lld", (long long)pl->opt.batch);
+    fputc('\n', out);
     fprintf(out, "%-5s %-8s %6s %12s %10s %10s %10s %10s %10s  %s\n", "stage", "device", "nodes",
             "params", "MFLOP/mb", "fwd ms", "bwd ms", "upd ms", "memory MB", "first .. last");
     for (int s = 0; s < st->n; s++) {

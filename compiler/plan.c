@@ -261,6 +261,28 @@ static void choose_slots(PB *b)
     }
 }
 
+/* One scratch area per device: its kernels run one at a time, on the
+ * compute stream. */
+static void place_workspace(PB *b)
+{
+    Plan *p = b->p;
+    int ndev = b->sc->ndev;
+    p->work_offset = arena_array(b->a, (size_t)ndev, sizeof(size_t));
+    p->work_bytes = arena_array(b->a, (size_t)ndev, sizeof(size_t));
+    for (uint32_t i = 0; i < b->g->norder; i++) {
+        uint32_t id = b->g->order[i];
+        if (b->st->stage[id] < 0)
+            continue;
+        int d = b->st->dev[b->st->stage[id]];
+        size_t w = round64((size_t)node_workspace(b->g, &b->g->nodes[id]));
+        p->work_bytes[d] = w > p->work_bytes[d] ? w : p->work_bytes[d];
+    }
+    for (int d = 0; d < ndev; d++) {
+        p->work_offset[d] = p->arena_bytes[d];
+        p->arena_bytes[d] += p->work_bytes[d];
+    }
+}
+
 static void place_bufs(PB *b)
 {
     Plan *p = b->p;
@@ -270,6 +292,7 @@ static void place_bufs(PB *b)
         buf->offset = p->arena_bytes[buf->dev];
         p->arena_bytes[buf->dev] += buf->bytes * (size_t)buf->slots;
     }
+    place_workspace(b);
 }
 
 /* ---- operations ---- */

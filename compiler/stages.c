@@ -197,6 +197,7 @@ static void unit_costs(Build *b, PartProblem *p, const int *first)
     double *time = arena_array(g->arena, (size_t)p->ndev * n, sizeof(double));
     int64_t *fixed = arena_array(g->arena, (size_t)n, sizeof(int64_t));
     int64_t *act = arena_array(g->arena, (size_t)n, sizeof(int64_t));
+    int64_t *work = arena_array(g->arena, (size_t)n, sizeof(int64_t));
     for (uint32_t i = 0; i < g->norder; i++) {
         const Node *node = &g->nodes[g->order[i]];
         int u = b->unit[g->order[i]];
@@ -204,6 +205,8 @@ static void unit_costs(Build *b, PartProblem *p, const int *first)
             continue;
         for (int d = 0; d < p->ndev; d++)
             time[d * n + u] += node_time(g, node, &b->ds->d[d].prof, b->m);
+        int64_t w = node_workspace(g, node);
+        work[u] = w > work[u] ? w : work[u];
         if (node->phase == PH_FORWARD)
             for (uint32_t k = 0; k < node->nout; k++)
                 if (node->out[k] != NONE)
@@ -216,6 +219,7 @@ static void unit_costs(Build *b, PartProblem *p, const int *first)
     p->time = time;
     p->fixed_mem = fixed;
     p->act_mem = act;
+    p->work_mem = work;
 }
 
 /* Activations and inputs read by forward units: what a cut may send. */

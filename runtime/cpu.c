@@ -16,8 +16,10 @@
  * running statistics, left as they are, in inference; Dropout is the
  * identity in inference. The trainer's evaluation (train.c) clears it
  * around its forward passes. The runtime's other mutable globals are the
- * arena, the kernels' scratch buffer (below) and Dropout's seed and
- * micro-batch counter (cpu_math.c), all set by the training loop. */
+ * arenas and Dropout's seed and micro-batch counter (cpu_math.c), all set
+ * by the training loop. Kernels that need scratch memory (the
+ * convolutions' patch matrix) are handed it: the memory plan keeps one
+ * scratch area per device, after its buffers. */
 static int mprt_training = 1;
 
 /* A program uses only the kernels its model needs. */
@@ -378,34 +380,15 @@ MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, flo
             }
 }
 
-/* The kernels' scratch space (convolution patches): one buffer, grown
- * when a kernel needs more and kept, so no step allocates. */
-static _Thread_local float *mprt_scratch;   /* one per device thread */
-static _Thread_local size_t mprt_scratch_size;
-
-static float *mprt_workspace(size_t n, const char *what)
-{
-    if (n > mprt_scratch_size) {
-        free(mprt_scratch);
-        mprt_scratch = malloc(n * sizeof *mprt_scratch);
-        mprt_scratch_size = mprt_scratch ? n : 0;
-        if (!mprt_scratch) {
-            fprintf(stderr, "train: error: out of memory for a %s (%zu bytes)\n", what,
-                    n * sizeof *mprt_scratch);
-            exit(1);
-        }
-    }
-    return mprt_scratch;
-}
-
-/* Convolution as im2col + one GEMM per image and group. (GEMMs over
+/* Convolution as im2col + one GEMM per image and group, the patches in
+ * col (K x P floats, from the device's scratch). (GEMMs over
  * several images at once, patches side by side, measured slower on the
  * benchmark CNN: the copies in and out cost more than the larger GEMMs
  * gain.) */
-MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, const float *b, float *y)
+MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, const float *b,
+                           float *y, float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
-    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
             mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
@@ -419,10 +402,10 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
         }
 }
 
-MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const float *w, float *dx)
+MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const float *w, float *dx,
+                                  float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
-    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     memset(dx, 0, (size_t)p->N * p->C * p->H * p->W * sizeof *dx);
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
@@ -433,10 +416,10 @@ MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const floa
         }
 }
 
-MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const float *x, float *dw)
+MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const float *x, float *dw,
+                                  float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
-    float *col = mprt_workspace((size_t)K * P, "convolution workspace");
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
             mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);

@@ -56,7 +56,7 @@ typedef struct Inst {
     PartProblem p;
     int *stage_dev, *inflight, *pin;
     double *time, *bw, *lat;
-    int64_t *fixed, *act, *cap;
+    int64_t *fixed, *act, *work, *cap;
     PartValue *values;
     bool *no_cut;
     int maxvalues;
@@ -73,6 +73,7 @@ static Inst *inst_new(Arena *a, int n, int S, int ndev, int M, int maxvalues)
     in->lat = arena_array(a, (size_t)(ndev * ndev), sizeof(double));
     in->fixed = arena_array(a, (size_t)n, sizeof(int64_t));
     in->act = arena_array(a, (size_t)n, sizeof(int64_t));
+    in->work = arena_array(a, (size_t)n, sizeof(int64_t));
     in->values = arena_array(a, (size_t)maxvalues, sizeof(PartValue));
     in->maxvalues = maxvalues;
     for (int s = 0; s < S; s++) {
@@ -84,7 +85,7 @@ static Inst *inst_new(Arena *a, int n, int S, int ndev, int M, int maxvalues)
     in->p = (PartProblem){
         .n = n, .nstages = S, .ndev = ndev, .M = M, .stage_dev = in->stage_dev,
         .time = in->time, .fixed_mem = in->fixed, .act_mem = in->act,
-        .inflight = in->inflight, .mem_cap = in->cap, .link_bw = in->bw,
+        .work_mem = in->work, .inflight = in->inflight, .mem_cap = in->cap, .link_bw = in->bw,
         .link_latency = in->lat, .values = in->values,
     };
     return in;
@@ -216,6 +217,7 @@ static Inst *random_problem(Arena *a, Rng *r, int n, int S, int M, Gen g)
     for (int u = 0; u < n; u++) {
         in->fixed[u] = irand(r, 0, 100);
         in->act[u] = irand(r, 0, 50);
+        in->work[u] = chance(r, 0.3) ? irand(r, 0, 200) : 0;
     }
     random_values(a, r, in, g.dag);
     if (g.constrained)
@@ -246,13 +248,15 @@ static bool read_in(const PartValue *v, int lo, int hi)
 static void ref_stage(const PartProblem *p, int s, int lo, int hi, double *t, int64_t *mem)
 {
     int d = p->stage_dev[s];
-    int64_t fixed = 0, held = 0;
+    int64_t fixed = 0, held = 0, work = 0;
     *t = 0;
     for (int u = lo; u < hi; u++) {
         *t += p->time[d * p->n + u];
         fixed += p->fixed_mem[u];
         held += p->act_mem[u];
+        work = p->work_mem[u] > work ? p->work_mem[u] : work;
     }
+    fixed += work;
     for (int v = 0; v < p->nvalues; v++) {
         const PartValue *pv = &p->values[v];
         if (pv->producer < 0 || pv->producer >= lo || !read_in(pv, lo, hi))

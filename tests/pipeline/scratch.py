@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""The kernels' scratch memory is part of the memory plan.
+
+The CPU convolutions build their patch matrix (C/group * KH * KW rows, one
+column per output pixel) in scratch memory. For ResNet-50 at 64x64 (micro-batches of 2), the
+largest such matrix is found here from ONNX's own shape inference; the
+trainer mpcc writes for 1 and 2 CPU devices must reserve exactly that (the
+device holding the largest convolution) at the end of the device's arena.
+The 2-device trainer is then built with ASan+UBSan and trains two steps: a
+scratch area smaller than what a kernel writes would run past the arena's
+allocation and be reported.
+
+    /usr/bin/python3 tests/pipeline/scratch.py MPCC MODEL WORKDIR
+"""
+import os
+import re
+import subprocess
+import sys
+
+import onnx
+from onnx import shape_inference
+
+
+def largest_patches(model_path, shape):
+    m = onnx.load(model_path)
+    inp = m.graph.input[0]
+    for d, n in zip(inp.type.tensor_type.shape.dim, shape):
+        d.dim_value = n
+    m = shape_inference.infer_shapes(m)
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input)}
+    for t in m.graph.initializer:
+        dims[t.name] = list(t.dims)
+    best = 0
+    for n in m.graph.node:
+        if n.op_type != "Conv":
+            continue
+        w, y = dims[n.input[1]], dims[n.output[0]]
+        best = max(best, w[1] * w[2] * w[3] * y[2] * y[3] * 4)
+    return (best + 63) // 64 * 64
+
+
+def scratch_of(code):
+    return {int(d): int(b) for d, b in
+            re.findall(r"^#define W(\d+) \(\(float \*\)\(A\d+ \+ \d+\)\)   /\* scratch, (\d+) bytes",
+                       code, re.M)}
+
+
+def arena_ends(code):
+    """Each scratch area ends its device's arena."""
+    sizes = [int(x) for x in re.search(r"arena_bytes\[\] = \{([^}]*)\}", code).group(1).split(",")]
+    for d, off in re.findall(r"^#define W(\d+) \(\(float \*\)\(A\d+ \+ (\d+)\)\)", code, re.M):
+        b = scratch_of(code)[int(d)]
+        assert int(off) + b == sizes[int(d)], (d, off, b, sizes)
+
+
+def main():
+    mpcc, model, work = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+    os.makedirs(work, exist_ok=True)
+    want = largest_patches(model, [2, 3, 64, 64])   # a micro-batch
+    env = dict(os.environ, MPCC_CPU_PROFILE="2e10,1e10", OPENBLAS_NUM_THREADS="1")
+    for n in (1, 2):
+        subprocess.run([mpcc, model, "-batch", "4", "--microbatches=2", "-cpus", str(n),
+                        "--schedule=1f1b", "-o", f"train{n}.c"], cwd=work, env=env, check=True,
+                       stderr=subprocess.DEVNULL)
+        with open(os.path.join(work, f"train{n}.c")) as f:
+            code = f.read()
+        got = scratch_of(code)
+        assert max(got.values()) == want, (n, got, want)
+        assert n == 1 or len(got) == 2, got
+        arena_ends(code)
+        print(f"{n} device(s): scratch {got}, largest patch matrix {want} bytes")
+    subprocess.run(["cc", "-O0", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "train2.c", "-o", "train2", "-lopenblas", "-lm", "-pthread"],
+                   cwd=work, check=True)
+    subprocess.run(["./train2", "--synthetic", "--steps", "2"], cwd=work, env=env, check=True,
+                   stderr=subprocess.DEVNULL)
+    print("2 devices trained under ASan+UBSan within their arenas")
+
+
+if __name__ == "__main__":
+    main()
