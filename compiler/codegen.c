@@ -1036,15 +1036,48 @@ static void emit_accumulate(CG *cg, int kind)
     }
 }
 
-static void emit_clip(CG *cg, const uint32_t *nodes, int n)
+/* --clip-norm: a parameter's place in the table of squared gradient norms
+ * (the order of the updates), -1 if it has no update; with NONE, the
+ * table's size. Every layout sums the table in this order, so the norm is
+ * the same bit for bit. */
+static int clip_slot(CG *cg, uint32_t param)
 {
-    emit(cg, "    double norm;\n    scale *= mprt_clip_scale(%d, (const float *const[]){", n);
-    for (int i = 0; i < n; i++)
-        emit(cg, "%s%s", i ? ", " : "", grad_buf(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "}, (const long[]){");
-    for (int i = 0; i < n; i++)
-        emit(cg, "%s%ld", i ? ", " : "", numel(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "}, scale, (float)%.9g, &norm);\n", cg->o->train.clip_norm);
+    int k = 0;
+    for (uint32_t i = 0; i < cg->g->norder; i++) {
+        const Node *n = &cg->g->nodes[cg->g->order[i]];
+        if (n->op != OP_SGD && n->op != OP_ADAMW)
+            continue;
+        if (n->in[0] == param)
+            return k;
+        k++;
+    }
+    return param == NONE ? k : -1;
+}
+
+static void emit_clip_table(CG *cg)
+{
+    if (cg->o->train.clip_norm > 0)
+        emit(cg, "\n/* --clip-norm: each parameter's squared gradient norm, filled by the "
+             "action\n * finishing its gradient, summed in this order by every update. */\n"
+             "static double clip_sq[%d];\n", clip_slot(cg, NONE));
+}
+
+/* After the last micro-batch's action finishing a gradient: its squared norm. */
+static void emit_clip_partials(CG *cg, int kind)
+{
+    Graph *g = cg->g;
+    if (cg->o->train.clip_norm <= 0)
+        return;
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        int k = val->trainable ? clip_slot(cg, v) : -1;
+        if (k < 0 || cg->plan->st->home[v] != cg->stage ||
+            cg->plan->st->act[g->values[val->grad].producer] != kind)
+            continue;
+        emit(cg, "    if (mb == %d)  /* the squared norm of the gradient of '%s' */\n"
+             "        clip_sq[%d] = mprt_sq_norm(%ld, %s, 1.0f / %d);\n", cg->plan->sc->M - 1,
+             comment_text(cg, val->name), k, numel(cg, v), grad_buf(cg, v), cg->plan->sc->M);
+    }
 }
 
 static void emit_update_node(CG *cg, const Node *n)
@@ -1068,7 +1101,8 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
     emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
          "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
     if (cg->o->train.clip_norm > 0)
-        emit_clip(cg, nodes, n);
+        emit(cg, "    scale *= mprt_clip_scale(%d, clip_sq, (float)%.9g);   /* every stage's "
+             "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++) {
         emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");
         emit_update_node(cg, &cg->g->nodes[nodes[i]]);
@@ -1110,13 +1144,16 @@ static void emit_action(CG *cg, int stage, int kind)
         if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
             emit(cg, "    mprt_losses[mb] = %s[0];\n", buf(cg, cg->g->loss));
     }
-    if (kind != ACT_FWD)
+    if (kind != ACT_FWD) {
         emit_accumulate(cg, kind);
+        emit_clip_partials(cg, kind);
+    }
     emit(cg, "}\n");
 }
 
 static void emit_actions(CG *cg)
 {
+    emit_clip_table(cg);
     for (int s = 0; s < cg->plan->st->n; s++)
         for (int k = 0; k < ACT_KINDS; k++)
             if (k != ACT_WGRAD || cg->plan->sc->kind == SCHED_ZB)

@@ -560,6 +560,7 @@ typedef struct Plan {
     const Schedule *sc;
     const Devices *ds;
     int nstreams;
+    bool global_norm;          /* --clip-norm: every update reads every stage's gradients */
     PlanOp *ops;               /* in host issue order: a topological order */
     int nops, nevents;
     Buf *bufs;
@@ -578,7 +579,8 @@ typedef struct Plan {
 
 /* Buffers, copies and events for a schedule; their memory plan; the
  * simulation that orders them; and the static checks. */
-Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds);
+Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                 bool global_norm);   /* --clip-norm: updates wait for every stage */
 int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has none */
 
 /* ------------------------------------------------------------------- sim.c */

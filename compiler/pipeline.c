@@ -60,13 +60,13 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
     if (o->pipe.recompute == RECOMPUTE_ALL)
         for (int s = 0; s < st->n; s++)
             set_recompute(st, s);
-    pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds);   /* keeps &pl->ds */
+    pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o->train.clip_norm > 0);   /* keeps &pl->ds */
     int worst;
     if (!fits(pl->plan, ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
         for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
             if ((int64_t)pl->plan->arena_bytes[st->dev[s]] > ds->d[st->dev[s]].prof.memory)
                 set_recompute(st, s);
-        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds);
+        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o->train.clip_norm > 0);
     }
     if (!fits(pl->plan, ds, &worst)) {
         *why = arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
@@ -119,14 +119,11 @@ static int candidate_kinds(const Options *o, int ndev, SchedKind *out)
     return 4;
 }
 
-static void check_options(const Options *o, const Devices *ds)
+static void check_options(const Options *o)
 {
     if (o->train.microbatches > 1 && (!o->batch || o->batch % o->train.microbatches))
         error_file(o->input, "--microbatches=%d needs -batch N with N a multiple of it",
                    o->train.microbatches);
-    if (o->train.clip_norm > 0 && ds->n > 1)
-        error_file(o->input, "--clip-norm across %d devices is not supported yet; train on "
-                   "one device or drop --clip-norm", ds->n);
     if (o->pipe.recompute != RECOMPUTE_NONE && o->pipe.schedule == SCHED_ZB)
         error_file(o->input, "--recompute does not combine with --schedule=zb (its weight "
                    "gradients run after the backward that recomputes); choose another schedule");
@@ -148,7 +145,7 @@ static void report(const Pipeline *pl)
 Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
 {
     Devices ds = devices_resolve(a, o);
-    check_options(o, &ds);
+    check_options(o);
     const Measured *measured = measured_load(a, o->pipe.measured);
     SchedKind kinds[4];
     int counts[16];

@@ -479,15 +479,30 @@ static void run_deps(PB *b, int op)
     }
 }
 
+/* --clip-norm: the gradient norm is global, so each update waits for the
+ * last micro-batch's backward (and weight gradients) of every stage. */
+static void norm_deps(PB *b, int op)
+{
+    for (int s = 0; s < b->S; s++) {
+        add_dep(b, op, b->run_op[act_key(b, ACT_BWD, s, b->M - 1)]);
+        if (b->sc->kind == SCHED_ZB)
+            add_dep(b, op, b->run_op[act_key(b, ACT_WGRAD, s, b->M - 1)]);
+    }
+}
+
 static void add_deps(PB *b)
 {
     Plan *p = b->p;
     for (int r = 0; r < p->nbufs; r++)
         if (p->bufs[r].received)
             copy_deps(b, r);
-    for (int i = 0; i < p->nops; i++)
-        if (p->ops[i].kind == OPK_RUN)
-            run_deps(b, i);
+    for (int i = 0; i < p->nops; i++) {
+        if (p->ops[i].kind != OPK_RUN)
+            continue;
+        run_deps(b, i);
+        if (p->global_norm && p->ops[i].act.kind == ACT_UPDATE)
+            norm_deps(b, i);
+    }
 }
 
 /* ---- issue order and events ---- */
@@ -556,10 +571,11 @@ static void issue_order(PB *b)
  * behind it are what frees it), the transfer buffers get a slot for every
  * micro-batch instead, and nothing waits for a slot. */
 static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                   bool own_slots, const char **stuck)
+                   bool global_norm, bool own_slots, const char **stuck)
 {
     Plan *p = arena_alloc(g->arena, sizeof *p);
-    *p = (Plan){.g = g, .st = st, .sc = sc, .ds = ds, .nstreams = sc->ndev * STREAMS_PER_DEV};
+    *p = (Plan){.g = g, .st = st, .sc = sc, .ds = ds, .nstreams = sc->ndev * STREAMS_PER_DEV,
+                .global_norm = global_norm};
     PB b = {.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
             .own_slots = own_slots};
     collect_nodes(&b);
@@ -576,12 +592,13 @@ static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices
     return p;
 }
 
-Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds)
+Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                 bool global_norm)
 {
     const char *stuck;
-    Plan *p = build(g, st, sc, ds, false, &stuck);
+    Plan *p = build(g, st, sc, ds, global_norm, false, &stuck);
     if (!p)
-        p = build(g, st, sc, ds, true, &stuck);
+        p = build(g, st, sc, ds, global_norm, true, &stuck);
     if (!p)
         mpcc_die(__FILE__, __LINE__, "the %s schedule deadlocks%s", schedule_name(sc->kind),
                  stuck);

@@ -8,7 +8,9 @@
  *     the copy that filled it for mb;
  *   - a copy's source slot is not written again (by the producer of the
  *     slot's next micro-batch) before the copy has ended, and its
- *     destination slot is not refilled before its readers are done.
+ *     destination slot is not refilled before its readers are done;
+ *   - with --clip-norm, every update happens after every action that
+ *     finishes a gradient (the norm reads them all).
  * A failure is a bug in mpcc, reported as an internal error naming the
  * operations.
  */
@@ -142,11 +144,27 @@ static void check_copy(const VC *vc, int c)
     }
 }
 
+/* The global norm: an update after the last backward and weight-gradient
+ * action of every stage. */
+static void check_norm(const VC *vc, int u)
+{
+    const Plan *p = vc->p;
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->kind == OPK_RUN && op->act.mb == p->sc->M - 1 &&
+            (op->act.kind == ACT_BWD || op->act.kind == ACT_WGRAD) && !before(vc, i, u))
+            fail(p, "an update may read gradients not yet finished", i, u);
+    }
+}
+
 void plan_verify(const Plan *p)
 {
     VC vc = {.p = p};
     build_clocks(&vc);
-    for (int i = 0; i < p->nops; i++)
+    for (int i = 0; i < p->nops; i++) {
         if (p->ops[i].kind == OPK_COPY)
             check_copy(&vc, i);
+        else if (p->global_norm && p->ops[i].act.kind == ACT_UPDATE)
+            check_norm(&vc, i);
+    }
 }

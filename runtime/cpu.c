@@ -644,17 +644,24 @@ MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v
     }
 }
 
-/* Scale that clips the gradients to a global L2 norm, as
- * torch.nn.utils.clip_grad_norm_. */
-MPRT_KERNEL float mprt_clip_scale(int k, const float *const *g, const long *n, float scale,
-                             float max_norm, double *norm_out)
+/* One parameter's share of the global norm: the sum of squares of its
+ * gradient times scale (1/M), in double. */
+MPRT_KERNEL double mprt_sq_norm(long n, const float *g, float scale)
+{
+    double s = 0;
+    for (long i = 0; i < n; i++)
+        s += (double)(g[i] * scale) * (g[i] * scale);
+    return s;
+}
+
+/* The factor that clips the gradients to a global L2 norm, as
+ * torch.nn.utils.clip_grad_norm_, from every parameter's share (summed in
+ * the table's order, the same on every layout). */
+MPRT_KERNEL float mprt_clip_scale(int k, const double *sq, float max_norm)
 {
     double s = 0;
     for (int j = 0; j < k; j++)
-        for (long i = 0; i < n[j]; i++)
-            s += (double)(g[j][i] * scale) * (g[j][i] * scale);
-    double norm = sqrt(s);
-    *norm_out = norm;
-    double c = max_norm / (norm + 1e-6);
+        s += sq[j];
+    double c = max_norm / (sqrt(s) + 1e-6);
     return c < 1.0 ? (float)c : 1.0f;
 }
