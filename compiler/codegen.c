@@ -31,6 +31,7 @@ typedef struct CG {
     uint32_t *profiled;   /* the nodes in the order of their --profile slots */
     int nprofiled;
     bool recomputing;     /* writing a forward node again inside a backward */
+    bool cuda;            /* the devices are CUDA devices */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -120,6 +121,15 @@ static const Shape *shape_of(CG *cg, uint32_t v)
 
 /* ---- kernels, one call per node ---- */
 
+/* The kernel a node calls: mprt_NAME on a CPU device, mprt_cu_NAME (the
+ * same arguments, device pointers) on a CUDA device. */
+static const char *kernel(CG *cg, const char *name)
+{
+    const Plan *p = cg->plan;
+    bool cuda = p->ds->d[p->st->dev[cg->stage]].kind == DEV_CUDA;
+    return arena_printf(cg->g->arena, "mprt_%s%s", cuda ? "cu_" : "", name);
+}
+
 /* Optional input or output k of a node: its buffer, or NULL. */
 static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
 {
@@ -146,7 +156,7 @@ static void emit_gemm(CG *cg, const Node *n)
         cr = c->rank == 2 ? c->d[0] : 1;
         cc = c->rank >= 1 ? c->d[c->rank - 1] : 1;
     }
-    emit(cg, "    mprt_gemm(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, %s, %ld, %ld, %s);\n",
+    emit(cg, "    %s(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, %s, %ld, %ld, %s);\n", kernel(cg, "gemm"),
          ta, tb, (long long)y->d[0], (long long)y->d[1], K, attr_float(n, "alpha", 1.0),
          buf(cg, n->in[0]), buf(cg, n->in[1]), attr_float(n, "beta", 1.0),
          has_c ? buf(cg, n->in[2]) : "NULL", cr, cc, buf(cg, n->out[0]));
@@ -182,7 +192,7 @@ static void emit_binary(CG *cg, const Node *n)
         shape[d] = (long)y->d[d];
     bcast_strides(y, shape_of(cg, n->in[0]), sa);
     bcast_strides(y, shape_of(cg, n->in[1]), sb);
-    emit(cg, "    mprt_binary(%s, %d, ", ops[n->op], y->rank);
+    emit(cg, "    %s(%s, %d, ", kernel(cg, "binary"), ops[n->op], y->rank);
     emit_longs(cg, shape, y->rank);
     emit(cg, ", %s, ", buf(cg, n->in[0]));
     emit_longs(cg, sa, y->rank);
@@ -200,7 +210,7 @@ static void emit_sum_to(CG *cg, const Node *n)
         shape[d] = (long)x->d[d];
         keep[d] = j >= 0 && y->d[j] == x->d[d];
     }
-    emit(cg, "    mprt_sum_to(%d, ", x->rank);
+    emit(cg, "    %s(%d, ", kernel(cg, "sum_to"), x->rank);
     emit_longs(cg, shape, x->rank);
     emit(cg, ", (const int[]){");
     for (int d = 0; d < x->rank; d++)
@@ -211,7 +221,7 @@ static void emit_sum_to(CG *cg, const Node *n)
 
 static void emit_sum(CG *cg, const Node *n)
 {
-    emit(cg, "    mprt_sum(%ld, %u, (const float *const[]){", numel(cg, n->out[0]), n->nin);
+    emit(cg, "    %s(%ld, %u, (const float *const[]){", kernel(cg, "sum"), numel(cg, n->out[0]), n->nin);
     for (uint32_t k = 0; k < n->nin; k++)
         emit(cg, "%s%s", k ? ", " : "", buf(cg, n->in[k]));
     emit(cg, "}, %s);\n", buf(cg, n->out[0]));
@@ -237,11 +247,11 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         unsupported(cg, n, "a reduction other than mean");
     long long ignore = (long long)attr_int(n, "ignore_index", -100);
     if (!grad)
-        emit(cg, "    mprt_sce(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", kernel(cg, "sce"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
              buf(cg, n->out[1]));
     else
-        emit(cg, "    mprt_sce_grad(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s);\n", N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s);\n", kernel(cg, "sce_grad"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), ignore,
              buf(cg, n->out[0]));
 }
@@ -259,11 +269,11 @@ static void emit_nll(CG *cg, const Node *n)
         unsupported(cg, n, "a reduction other than mean");
     long long ignore = (long long)attr_int(n, "ignore_index", -100);
     if (!grad)
-        emit(cg, "    mprt_nll(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", kernel(cg, "nll"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
              c_string(cg, n->name));
     else
-        emit(cg, "    mprt_nll_grad(%ld, %ld, %ld, %s, %s, %lldLL, %s);\n", N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s);\n", kernel(cg, "nll_grad"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]));
 }
 
@@ -319,20 +329,20 @@ static void emit_conv(CG *cg, const Node *n)
 {
     switch (n->op) {
     case OP_CONV:
-        emit(cg, "    mprt_conv(");
+        emit(cg, "    %s(", kernel(cg, "conv"));
         conv_params(cg, n, n->in[0], n->in[1], n->out[0]);
         emit(cg, ", %s, %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
              n->nin > 2 && n->in[2] != NONE ? buf(cg, n->in[2]) : "NULL", buf(cg, n->out[0]),
              workspace(cg));
         break;
     case OP_CONV_GRAD_X:
-        emit(cg, "    mprt_conv_grad_x(");
+        emit(cg, "    %s(", kernel(cg, "conv_grad_x"));
         conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
         emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
              buf(cg, n->out[0]), workspace(cg));
         break;
     default:
-        emit(cg, "    mprt_conv_grad_w(");
+        emit(cg, "    %s(", kernel(cg, "conv_grad_w"));
         conv_params(cg, n, n->in[1], n->out[0], n->in[0]);
         emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
              buf(cg, n->out[0]), workspace(cg));
@@ -359,7 +369,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
-    emit(cg, "    mprt_bn_train(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", N, C,
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
          attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
@@ -388,12 +398,12 @@ static void emit_pool(CG *cg, const Node *n)
     if (n->op == OP_MAX_POOL) {
         if (attr_int(n, "storage_order", 0) != 0)
             unsupported(cg, n, "MaxPool with storage_order 1");
-        emit(cg, "    mprt_maxpool(");
+        emit(cg, "    %s(", kernel(cg, "maxpool"));
         pool_params(cg, n, n->in[0], n->out[0]);
         emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
              opt_buf(cg, n, 1, true));
     } else {
-        emit(cg, "    mprt_maxpool_grad(%ld, %ld, %s, %s, %s);\n", numel(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %ld, %s, %s, %s);\n", kernel(cg, "maxpool_grad"), numel(cg, n->in[0]),
              numel(cg, n->out[0]), buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
     }
 }
@@ -421,10 +431,10 @@ static void emit_unary(CG *cg, const Node *n)
     if (n->op == OP_UNARY_GRAD) {
         const char *code = unary_code((Op)attr_int(n, "op", OP_UNKNOWN));
         MPCC_ASSERT(code);
-        emit(cg, "    mprt_unary_grad(%s, %ld, %s, %s, %s, %s);\n", code, numel(cg, n->out[0]),
+        emit(cg, "    %s(%s, %ld, %s, %s, %s, %s);\n", kernel(cg, "unary_grad"), code, numel(cg, n->out[0]),
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
     } else {
-        emit(cg, "    mprt_unary(%s, %ld, %s, %s);\n", unary_code(n->op), numel(cg, n->out[0]),
+        emit(cg, "    %s(%s, %ld, %s, %s);\n", kernel(cg, "unary"), unary_code(n->op), numel(cg, n->out[0]),
              buf(cg, n->in[0]), buf(cg, n->out[0]));
     }
 }
@@ -447,7 +457,7 @@ static void emit_bcast(CG *cg, uint32_t out, const uint32_t *ins, int k)
 
 static void emit_pow_grad(CG *cg, const Node *n)
 {
-    emit(cg, "    mprt_pow_grad(%d, ", (int)attr_int(n, "wrt", 0));
+    emit(cg, "    %s(%d, ", kernel(cg, "pow_grad"), (int)attr_int(n, "wrt", 0));
     /* dy and y have the output's shape; a and b are broadcast into it */
     const Shape *y = shape_of(cg, n->out[0]);
     long shape[MAX_RANK];
@@ -506,7 +516,7 @@ static void emit_matmul(CG *cg, const Node *n)
     matrix_strides(y, my, r, sy);
     if (y->rank - my > r)
         unsupported(cg, n, "a MatMul output with more batch dims than its operands");
-    emit(cg, "    mprt_bmm(%d, ", r);
+    emit(cg, "    %s(%d, ", kernel(cg, "bmm"), r);
     emit_longs(cg, shape, r);
     emit(cg, ", ");
     emit_longs(cg, sa, r);
@@ -544,10 +554,12 @@ static void emit_softmax(CG *cg, const Node *n)
     softmax_dims(cg, n, n->out[0], &outer, &C, &inner);
     bool log = n->op == OP_LOG_SOFTMAX || n->op == OP_LOG_SOFTMAX_GRAD;
     if (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX)
-        emit(cg, "    mprt_%ssoftmax(%ld, %ld, %ld, %s, %s);\n", log ? "log_" : "", outer, C,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n", kernel(cg, log ? "log_softmax" : "softmax"),
+             outer, C,
              inner, buf(cg, n->in[0]), buf(cg, n->out[0]));
     else
-        emit(cg, "    mprt_%ssoftmax_grad(%ld, %ld, %ld, %s, %s, %s);\n", log ? "log_" : "", outer,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s);\n",
+             kernel(cg, log ? "log_softmax_grad" : "softmax_grad"), outer,
              C, inner, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
 }
 
@@ -570,13 +582,13 @@ static void emit_layer_norm(CG *cg, const Node *n)
     long rows, D;
     if (n->op == OP_LAYER_NORM) {
         layer_norm_dims(cg, n, n->in[0], n->in[1], &rows, &D);
-        emit(cg, "    mprt_layernorm(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", rows, D,
+        emit(cg, "    %s(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "layernorm"), rows, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
              attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), opt_buf(cg, n, 1, true),
              opt_buf(cg, n, 2, true));
     } else {
         layer_norm_dims(cg, n, n->in[1], n->in[2], &rows, &D);
-        emit(cg, "    mprt_layernorm_grad(%ld, %ld, %s, %s, %s, %s, %s, %s, %s, %s);\n", rows, D,
+        emit(cg, "    %s(%ld, %ld, %s, %s, %s, %s, %s, %s, %s, %s);\n", kernel(cg, "layernorm_grad"), rows, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
              buf(cg, n->in[4]), buf(cg, n->out[0]), buf(cg, n->out[1]),
              opt_buf(cg, n, 2, true));
@@ -586,11 +598,11 @@ static void emit_layer_norm(CG *cg, const Node *n)
 static void emit_dropout(CG *cg, const Node *n)
 {
     if (n->op == OP_DROPOUT)
-        emit(cg, "    mprt_dropout(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n",
+        emit(cg, "    %s(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n", kernel(cg, "dropout"),
              numel(cg, n->out[0]), (unsigned)(n - cg->g->nodes), dropout_ratio(cg->g, n),
              buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true));
     else
-        emit(cg, "    mprt_dropout_grad(%ld, %u, (float)%.9g, %s, %s);\n", numel(cg, n->out[0]),
+        emit(cg, "    %s(%ld, %u, (float)%.9g, %s, %s);\n", kernel(cg, "dropout_grad"), numel(cg, n->out[0]),
              (unsigned)attr_int(n, "node", 0), attr_float(n, "ratio", 0), buf(cg, n->in[0]),
              buf(cg, n->out[0]));
 }
@@ -622,7 +634,7 @@ static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, lo
     long shape[MAX_RANK];
     for (int d = 0; d < s->rank; d++)
         shape[d] = (long)s->d[d];
-    emit(cg, "    mprt_strided(%d, %d, ", back, s->rank);
+    emit(cg, "    %s(%d, %d, ", kernel(cg, "strided"), back, s->rank);
     emit_longs(cg, shape, s->rank);
     emit(cg, ", ");
     emit_longs(cg, stride, s->rank);
@@ -702,7 +714,7 @@ static void emit_concat(CG *cg, const Node *n)
     long *len = arena_array(cg->g->arena, k, sizeof(long));
     for (uint32_t j = 0; j < k; j++)
         len[j] = parts[j] != NONE ? (long)shape_of(cg, parts[j])->d[axis] : 0;
-    emit(cg, "    mprt_concat(%d, %ld, %ld, %u, ", split, outer, inner, k);
+    emit(cg, "    %s(%d, %ld, %ld, %u, ", kernel(cg, "concat"), split, outer, inner, k);
     emit_longs(cg, len, (int)k);
     emit(cg, ", (float *const[]){");
     for (uint32_t j = 0; j < k; j++)
@@ -722,7 +734,8 @@ static void emit_gather(CG *cg, const Node *n)
     int axis = norm_axis_of(n, s->rank);
     long outer, inner;
     around_axis(s, axis, &outer, &inner);
-    emit(cg, "    mprt_gather%s(%ld, %lld, %ld, %ld, %s, %s, %s, %s);\n", grad ? "_grad" : "",
+    emit(cg, "    %s(%ld, %lld, %ld, %ld, %s, %s, %s, %s);\n",
+         kernel(cg, grad ? "gather_grad" : "gather"),
          outer, (long long)s->d[axis], inner, numel(cg, idx), buf(cg, idx),
          buf(cg, n->in[0]), buf(cg, n->out[0]), c_string(cg, n->name));
 }
@@ -732,7 +745,7 @@ static void emit_where(CG *cg, const Node *n)
     float_only(cg, n, n->out[0]);
     if (cg->g->values[n->in[0]].dtype != DT_BOOL)
         unsupported(cg, n, "a Where condition that is not bool");
-    emit(cg, "    mprt_where(");
+    emit(cg, "    %s(", kernel(cg, "where"));
     emit_bcast(cg, n->out[0], n->in, 3);
     emit(cg, ", %s);\n", buf(cg, n->out[0]));
 }
@@ -752,7 +765,7 @@ static const char *cast_code(CG *cg, const Node *n, DType t)
 static void emit_cast(CG *cg, const Node *n)
 {
     DType from = cg->g->values[n->in[0]].dtype, to = cg->g->values[n->out[0]].dtype;
-    emit(cg, "    mprt_cast(%ld, %s, %s, %s, %s);\n", numel(cg, n->out[0]), cast_code(cg, n, from),
+    emit(cg, "    %s(%ld, %s, %s, %s, %s);\n", kernel(cg, "cast"), numel(cg, n->out[0]), cast_code(cg, n, from),
          cast_code(cg, n, to), buf(cg, n->in[0]), buf(cg, n->out[0]));
 }
 
@@ -793,8 +806,8 @@ static void emit_resize(CG *cg, const Node *n)
     double scale[2] = {attr_float(n, "scale_h", 0), attr_float(n, "scale_w", 0)};
     if (!back)
         resize_scales(cg->g, n, scale);
-    emit(cg, "    mprt_resize(%d, &(MprtResize){%lld, %lld, %lld, %lld, %lld, %s, %s, "
-         "(float)%.9g, (float)%.9g}, %s, %s);\n", back, (long long)(xs->d[0] * xs->d[1]),
+    emit(cg, "    %s(%d, &(MprtResize){%lld, %lld, %lld, %lld, %lld, %s, %s, "
+         "(float)%.9g, (float)%.9g}, %s, %s);\n", kernel(cg, "resize"), back, (long long)(xs->d[0] * xs->d[1]),
          (long long)xs->d[2], (long long)xs->d[3], (long long)ys->d[2], (long long)ys->d[3],
          resize_coord(cg, n), resize_mode(cg, n), scale[0], scale[1], buf(cg, x), buf(cg, y));
 }
@@ -805,15 +818,15 @@ static void emit_node(CG *cg, const Node *n)
     switch (n->op) {
     case OP_GEMM: emit_gemm(cg, n); break;
     case OP_RELU:
-        emit(cg, "    mprt_relu(%ld, %s, %s);\n", numel(cg, n->out[0]), buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "relu"), numel(cg, n->out[0]), buf(cg, n->in[0]),
              buf(cg, n->out[0]));
         break;
     case OP_RELU_GRAD:
-        emit(cg, "    mprt_relu_grad(%ld, %s, %s, %s);\n", numel(cg, n->out[0]),
+        emit(cg, "    %s(%ld, %s, %s, %s);\n", kernel(cg, "relu_grad"), numel(cg, n->out[0]),
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
         break;
     case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_IDENTITY:
-        emit(cg, "    mprt_copy(%ld, %s, %s);\n", numel(cg, n->out[0]), buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "copy"), numel(cg, n->out[0]), buf(cg, n->in[0]),
              buf(cg, n->out[0]));
         break;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: emit_binary(cg, n); break;
@@ -822,18 +835,18 @@ static void emit_node(CG *cg, const Node *n)
     case OP_SOFTMAX_CE: emit_sce(cg, n, false); break;
     case OP_SCE_GRAD: emit_sce(cg, n, true); break;
     case OP_MSE_LOSS:
-        emit(cg, "    mprt_mse(%ld, %s, %s, %s);\n", numel(cg, n->in[0]), buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %s, %s, %s);\n", kernel(cg, "mse"), numel(cg, n->in[0]), buf(cg, n->in[0]),
              buf(cg, n->in[1]), buf(cg, n->out[0]));
         break;
     case OP_MSE_GRAD:
-        emit(cg, "    mprt_mse_grad(%ld, %s, %s, %s, %s);\n", numel(cg, n->in[1]),
+        emit(cg, "    %s(%ld, %s, %s, %s, %s);\n", kernel(cg, "mse_grad"), numel(cg, n->in[1]),
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
         break;
     case OP_CONV: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: emit_conv(cg, n); break;
     case OP_CONV_GRAD_B: {
         long N, C, P;
         channel_dims(cg, n->in[0], &N, &C, &P);
-        emit(cg, "    mprt_channel_sum(%ld, %ld, %ld, %s, %s);\n", N, C, P, buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n", kernel(cg, "channel_sum"), N, C, P, buf(cg, n->in[0]),
              buf(cg, n->out[0]));
         break;
     }
@@ -841,7 +854,7 @@ static void emit_node(CG *cg, const Node *n)
     case OP_BN_GRAD: {
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);
-        emit(cg, "    mprt_bn_grad(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", N, C, P,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "bn_grad"), N, C, P,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
              attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));
@@ -872,10 +885,10 @@ static void emit_node(CG *cg, const Node *n)
         long N, C, P;
         channel_dims(cg, n->op == OP_GAP_GRAD ? n->in[1] : n->in[0], &N, &C, &P);
         if (n->op == OP_GLOBAL_AVG_POOL)
-            emit(cg, "    mprt_gap(%ld, %ld, %s, %s);\n", N * C, P, buf(cg, n->in[0]),
+            emit(cg, "    %s(%ld, %ld, %s, %s);\n", kernel(cg, "gap"), N * C, P, buf(cg, n->in[0]),
                  buf(cg, n->out[0]));
         else
-            emit(cg, "    mprt_gap_grad(%ld, %ld, %s, %s);\n", N * C, P, buf(cg, n->in[0]),
+            emit(cg, "    %s(%ld, %ld, %s, %s);\n", kernel(cg, "gap_grad"), N * C, P, buf(cg, n->in[0]),
                  buf(cg, n->out[0]));
         break;
     }
@@ -887,6 +900,18 @@ static void emit_node(CG *cg, const Node *n)
 /* ---- the program ---- */
 
 static const char *const act_names[] = {"forward", "backward", "wgrad", "update"};
+
+/* The line that builds the program, as the header and mpcc print it. */
+static const char *build_line(CG *cg)
+{
+    const char *out = comment_text(cg, cg->o->output);
+    if (cg->cuda)
+        return arena_printf(cg->g->arena, "cc -O2 %s -o train -I" MPCC_CUDA_HOME "/include -L"
+                            MPCC_CUDA_HOME "/lib64 -L" MPCC_CUDA_HOME "/lib64/stubs -Wl,-rpath,"
+                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart -lcuda -lm "
+                            "-pthread", out);
+    return arena_printf(cg->g->arena, "cc -O2 %s -o train -lopenblas -lm -pthread", out);
+}
 
 static void emit_header(CG *cg, const char *hash)
 {
@@ -912,16 +937,47 @@ static void emit_header(CG *cg, const char *hash)
             emit(cg, " (%zu of them kernel scratch)", p->work_bytes[d]);
         emit(cg, "\n");
     }
-    emit(cg, " * build:    cc -O2 %s -o train -lopenblas -lm -pthread\n */\n",
-         comment_text(cg, cg->o->output));
+    emit(cg, " * build:    %s\n */\n", build_line(cg));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
 }
 
+static const EmbeddedFile *embedded(const char *name)
+{
+    for (const EmbeddedFile *f = embedded_files; f->name; f++)
+        if (strcmp(f->name, name) == 0)
+            return f;
+    mpcc_die(__FILE__, __LINE__, "runtime file %s is not embedded", name);
+}
+
+/* templates/kernels.cu as one C string, for NVRTC at start-up. */
+static void emit_kernel_source(CG *cg)
+{
+    const char *p = embedded("kernels_cu")->text;
+    emit(cg, "\n/* ---- templates/kernels.cu, compiled by NVRTC at start-up ---- */\n"
+         "static const char mprt_cu_kernels[] =\n");
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        char *line = arena_alloc(cg->g->arena, len + 1);
+        memcpy(line, p, len);
+        line[len] = 0;
+        emit(cg, "    %s\n", c_string(cg, line));
+        p += len;
+    }
+    emit(cg, "    \"\";\n");
+}
+
+/* The runtime files, in order: CPU devices' kernels and worker threads, or
+ * CUDA devices' calls and their kernels. */
 static void emit_runtime(CG *cg)
 {
-    static const char *order[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "cpu_c",
-                                  "cpu_move_c", "cpu_math_c", "stream_c", "train_c"};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+    static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
+                                "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c",
+                                "train_c", NULL};
+    static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
+                                 "timeline_c", "cuda_c", "cuda_ops_c", "train_c", NULL};
+    const char *const *order = cg->cuda ? cuda : cpu;
+    for (size_t i = 0; order[i]; i++)
         for (const EmbeddedFile *f = embedded_files; f->name; f++) {
             if (strcmp(f->name, order[i]) != 0)
                 continue;
@@ -963,7 +1019,8 @@ static void emit_const(CG *cg, int b)
     const Value *val = &cg->g->values[bf->value];
     emit(cg, "    /* const '%s' */\n", comment_text(cg, val->name));
     if (all_zero(val->data)) {
-        emit(cg, "    memset(A%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
+        emit(cg, "    mprt_dev_zero(%d, A%d + %zu, %zu);\n", bf->dev, bf->dev, bf->offset,
+             value_bytes(val));
         return;
     }
     if (!ctype(val->dtype) || value_bytes(val) > (1 << 20)) {
@@ -971,7 +1028,8 @@ static void emit_const(CG *cg, int b)
         error_at(&loc, "the CPU trainer does not support constants of type %s over 1 MB yet "
                  "(this one is %zu bytes)", dtype_name(val->dtype), value_bytes(val));
     }
-    emit(cg, "    memcpy(A%d + %zu, (const %s[]){", bf->dev, bf->offset, ctype(val->dtype));
+    emit(cg, "    mprt_dev_write(%d, A%d + %zu, (const %s[]){", bf->dev, bf->dev, bf->offset,
+         ctype(val->dtype));
     for (int64_t i = 0; i < shape_numel(&val->shape); i++) {
         emit(cg, "%s", i ? ", " : "");
         if (val->dtype == DT_F32)
@@ -1002,7 +1060,8 @@ static void emit_constants(CG *cg)
         const Buf *bf = &cg->plan->bufs[b];
         const Value *val = &cg->g->values[bf->value];
         if (val->kind == VK_STATE && !bf->acc)
-            emit(cg, "    memset(A%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
+            emit(cg, "    mprt_dev_zero(%d, A%d + %zu, %zu);\n", bf->dev, bf->dev, bf->offset,
+                 value_bytes(val));
         if (val->kind == VK_CONST)
             emit_const(cg, b);
     }
@@ -1029,10 +1088,9 @@ static void emit_accumulate(CG *cg, int kind)
         uint32_t pn = g->values[val->grad].producer;
         if (cg->plan->st->act[pn] != kind)
             continue;
-        emit(cg, "    for (long i = 0; i < %ld; i++)  /* sum of the gradients of '%s' */\n"
-             "        %s[i] = (mb ? %s[i] : 0.0f) + %s[i];\n", numel(cg, v),
-             comment_text(cg, val->name), grad_buf(cg, v), grad_buf(cg, v),
-             buf(cg, val->grad));
+        emit(cg, "    %s(%ld, %s, %s, mb == 0);  /* sum of the gradients of '%s' */\n",
+             kernel(cg, "accumulate"), numel(cg, v), grad_buf(cg, v), buf(cg, val->grad),
+             comment_text(cg, val->name));
     }
 }
 
@@ -1084,13 +1142,13 @@ static void emit_update_node(CG *cg, const Node *n)
 {
     emit(cg, "    /* %s */\n", comment_text(cg, n->name));
     if (n->op == OP_SGD)
-        emit(cg, "    mprt_sgd(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n",
+        emit(cg, "    %s(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n", kernel(cg, "sgd"),
              numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
              n->nin > 2 ? buf(cg, n->in[2]) : "NULL", attr_float(n, "momentum", 0),
              attr_float(n, "weight_decay", 0), (int)attr_int(n, "nesterov", 0));
     else
-        emit(cg, "    mprt_adamw(%ld, %s, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, "
-             "(float)%.9g, (float)%.9g, step);\n", numel(cg, n->in[0]), buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %s, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, "
+             "(float)%.9g, (float)%.9g, step);\n", kernel(cg, "adamw"), numel(cg, n->in[0]), buf(cg, n->in[0]),
              grad_buf(cg, n->in[0]), buf(cg, n->in[2]), buf(cg, n->in[3]),
              attr_float(n, "beta1", 0.9), attr_float(n, "beta2", 0.999),
              attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
@@ -1142,7 +1200,7 @@ static void emit_action(CG *cg, int stage, int kind)
         emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
         cg->profiled[cg->nprofiled++] = p->nodes[k][i];
         if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
-            emit(cg, "    mprt_losses[mb] = %s[0];\n", buf(cg, cg->g->loss));
+            emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
     }
     if (kind != ACT_FWD) {
         emit_accumulate(cg, kind);
@@ -1246,7 +1304,7 @@ static void emit_eval(CG *cg)
             if (!bf->received || p->st->home[v] != s ||
                 (pn != NONE && cg->g->nodes[pn].phase != PH_FORWARD))
                 continue;
-            emit(cg, "    memcpy(%s, %s, %zu);\n", addr(cg, r, "0"),
+            emit(cg, "    mprt_dev_copy(%s, %s, %zu);\n", addr(cg, r, "0"),
                  addr(cg, plan_buf(p, v, s), "0"), bf->bytes);
         }
     }
@@ -1323,6 +1381,12 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "};\n\nstatic const size_t arena_bytes[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%zu", d ? ", " : "", p->arena_bytes[d]);
+    emit(cg, "};\nstatic const size_t work_offset[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%zu", d ? ", " : "", p->work_offset[d]);
+    emit(cg, "};\nstatic const size_t work_bytes[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%zu", d ? ", " : "", p->work_bytes[d]);
     emit(cg, "};\nstatic const char *const device_names[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%s", d ? ", " : "", c_string(cg, p->ds->d[d].name));
@@ -1331,6 +1395,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
          "    .batch = %lld, .microbatches = %d, .lr = %.9g,\n"
          "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
+         "    .work_offset = work_offset, .work_bytes = work_bytes,\n"
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),
@@ -1339,7 +1404,10 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit_loss_fields(cg);
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
-         "};\n\nint main(int argc, char **argv)\n{\n    return mprt_train_main(&model, argc, argv);\n}\n");
+         "};\n\nint main(int argc, char **argv)\n{\n");
+    if (cg->cuda)
+        emit(cg, "    mprt_cu_source = mprt_cu_kernels;\n");
+    emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 
 /* The initial weights: every floating-point initializer, by ONNX name. */
@@ -1371,9 +1439,24 @@ static const char *weights_path(Arena *a, const char *out)
     return arena_printf(a, "%.*s.weights.safetensors", (int)n, out);
 }
 
-void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
+/* All CUDA devices or all CPU devices: one runtime per program. */
+static bool cuda_program(const Graph *g, const Options *o, const Plan *plan)
 {
-    CG cg = {.g = g, .o = o, .plan = plan};
+    int ncuda = 0;
+    for (int d = 0; d < plan->ds->n; d++)
+        ncuda += plan->ds->d[d].kind == DEV_CUDA;
+    if (ncuda && ncuda < plan->ds->n)
+        error_file(g->file, "CPU and CUDA devices in one trainer are not supported yet; use "
+                   "-cpus N or -gpus N");
+    if (ncuda && o->train.clip_norm > 0)
+        error_file(g->file, "--clip-norm on CUDA devices is not supported yet; drop it or "
+                   "train on CPU devices");
+    return ncuda > 0;
+}
+
+void codegen(Graph *g, const Options *o, const Plan *plan)
+{
+    CG cg = {.g = g, .o = o, .plan = plan, .cuda = cuda_program(g, o, plan)};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
@@ -1385,6 +1468,8 @@ void codegen_cpu(Graph *g, const Options *o, const Plan *plan)
         error_file(o->output, "cannot open for writing: %s", strerror(errno));
     emit_header(&cg, hash);
     emit_runtime(&cg);
+    if (cg.cuda)
+        emit_kernel_source(&cg);
     emit(&cg, "\n/* ==== the model ==== */\n\n");
     emit_devices(&cg);
     emit_constants(&cg);

@@ -116,9 +116,6 @@ int main(int argc, char **argv)
     if (opt.emit_onnx)
         return emit_onnx(arena, &opt);
 
-    if (opt.gpus > 0 || (opt.pipe.devices && strstr(opt.pipe.devices, "cuda")))
-        error_file(opt.input, "the CUDA target is not part of this version yet; use CPU "
-                   "devices (-cpus N)");
     if (opt.dump_partition || opt.dump_schedule || opt.dump_dot || opt.output) {
         if (!opt.output && !opt.dump_partition && !opt.dump_schedule && !opt.dump_dot)
             error_file(opt.input, "give -o train.c");
@@ -129,7 +126,7 @@ int main(int argc, char **argv)
             if (opt.dump_partition || opt.dump_schedule || opt.dump_dot)
                 dump_plan(&opt, pl);
             else
-                codegen_cpu(pl->g, &pl->opt, pl->plan);
+                codegen(pl->g, &pl->opt, pl->plan);
             arena_free(arena);
             return 0;
         }

@@ -15,6 +15,9 @@
 #include <stdio.h>
 
 #define MPCC_VERSION "0.1.0"
+#ifndef MPCC_CUDA_HOME
+#define MPCC_CUDA_HOME "/usr/local/cuda"   /* where generated CUDA trainers find the toolkit */
+#endif
 
 #if defined(__GNUC__)
 #define FMT(a, b) __attribute__((format(printf, a, b)))
@@ -626,7 +629,7 @@ void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trac
 
 /* --------------------------------------------------------------- codegen.c */
 
-void codegen_cpu(Graph *g, const Options *o, const Plan *plan);  /* train.c + weights */
+void codegen(Graph *g, const Options *o, const Plan *plan);  /* train.c + weights */
 
 /* ---------------------------------------------------------------- sha256.c */
 

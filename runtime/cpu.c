@@ -10,24 +10,10 @@
 #include <cblas.h>
 #include <math.h>
 
-/* Training (1) or inference (0). Kernels whose behaviour depends on the
- * mode read this flag: BatchNormalization normalises with the batch's
- * statistics and updates the running ones in training, and with the
- * running statistics, left as they are, in inference; Dropout is the
- * identity in inference. The trainer's evaluation (train.c) clears it
- * around its forward passes. The runtime's other mutable globals are the
- * arenas and Dropout's seed and micro-batch counter (cpu_math.c), all set
- * by the training loop. Kernels that need scratch memory (the
- * convolutions' patch matrix) are handed it: the memory plan keeps one
- * scratch area per device, after its buffers. */
-static int mprt_training = 1;
+/* The mode flag and Dropout's generator are in state.c. Kernels that need
+ * scratch memory (the convolutions' patch matrix) are handed it: the
+ * memory plan keeps one scratch area per device, after its buffers. */
 
-/* A program uses only the kernels its model needs. */
-#if defined(__GNUC__) || defined(__clang__)
-#define MPRT_KERNEL static __attribute__((unused))
-#else
-#define MPRT_KERNEL static
-#endif
 
 /* ---- matrix multiply ---- */
 
@@ -642,6 +628,14 @@ MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         w[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2s + eps);
     }
+}
+
+/* A parameter's gradient summed over micro-batches: sum = g for the
+ * first, sum += g after. */
+MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first)
+{
+    for (long i = 0; i < n; i++)
+        sum[i] = (first ? 0.0f : sum[i]) + g[i];
 }
 
 /* One parameter's share of the global norm: the sum of squares of its

@@ -226,28 +226,7 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
     free(acc);
 }
 
-/* ---- dropout with a counter-based generator ---- */
-
-/* The training loop sets these before every micro-batch: a dropout mask is
- * a function of (seed, node, global micro-batch number, element) only, so
- * it does not depend on where or in which order the op runs, and the
- * backward pass regenerates it instead of storing it. */
-static uint64_t mprt_dropout_seed;
-static _Thread_local long mprt_dropout_mb;   /* set by each stage action */
-
-static inline uint64_t mprt_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t mprt_dropout_key(uint64_t node)
-{
-    uint64_t k = mprt_mix64(mprt_dropout_seed + 0x9e3779b97f4a7c15ULL);
-    k = mprt_mix64(k ^ (node * 0xd1b54a32d192ed03ULL));
-    return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
-}
+/* ---- dropout (the mask generator is in state.c) ---- */
 
 /* 1 if element i is kept: a uniform 24-bit draw at or above the ratio. */
 static inline int mprt_dropout_keep(uint64_t key, long i, float ratio)

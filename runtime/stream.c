@@ -37,16 +37,6 @@ static MprtStream *mprt_streams;
 static int mprt_nstreams;
 static unsigned char *mprt_events;
 static int mprt_nevents;
-static int mprt_tracing;               /* record op times by label */
-static double *mprt_op_start, *mprt_op_end;
-static double mprt_clock0;
-
-static double mprt_clock(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9 - mprt_clock0;
-}
 
 static void mprt_execute(const MprtOp *op)
 {
@@ -156,62 +146,6 @@ static void mprt_sync(void)
     pthread_mutex_unlock(&mprt_mu);
 }
 
-/* ---- the measured timeline ---- */
-
-/* One operation of the step, as the generated program describes it. */
-typedef struct MprtOpInfo {
-    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
-    const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
-    int dst_dev;           /* copies: the receiving device; -1 otherwise */
-} MprtOpInfo;
-
-/* Writes the last traced step in Chrome trace format, as mpcc --trace
- * writes the predicted one: a process per device, a thread per stream,
- * complete events, flow arrows for copies, a memory counter per device. */
-MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int nops,
-                                 const char *const *devices, const size_t *arena_bytes,
-                                 int ndev, char *err, size_t errlen)
-{
-    static const char *const kinds[] = {"compute", "send", "send-back"};
-    MprtOut out;
-    if (mprt_out_open(&out, path, err, errlen) != 0)
-        return 1;
-    double t0 = 1e300;
-    for (int i = 0; i < nops; i++)
-        if (mprt_op_start[i] < t0)
-            t0 = mprt_op_start[i];
-    fprintf(out.fp, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    for (int d = 0; d < ndev; d++) {
-        fprintf(out.fp, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":"
-                "{\"name\":\"%s\"}},\n", d, devices[d]);
-        for (int k = 0; k < 3; k++)
-            fprintf(out.fp, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                    "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
-        fprintf(out.fp, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":"
-                "{\"bytes\":%zu}},\n", d, arena_bytes[d]);
-    }
-    for (int i = 0; i < nops; i++) {
-        double ts = (mprt_op_start[i] - t0) * 1e6, te = (mprt_op_end[i] - t0) * 1e6;
-        int pid = ops[i].stream / 3, tid = ops[i].stream % 3;
-        fprintf(out.fp, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-                "\"ts\":%.3f,\"dur\":%.3f},\n", ops[i].name, ops[i].dst_dev < 0 ? "compute" :
-                "copy", pid, tid, ts, te - ts);
-        if (ops[i].dst_dev >= 0)
-            fprintf(out.fp, "{\"name\":\"copy\",\"cat\":\"copy\",\"ph\":\"s\",\"id\":%d,"
-                    "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n{\"name\":\"copy\",\"cat\":\"copy\","
-                    "\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n",
-                    i, pid, tid, ts, i, ops[i].dst_dev, te);
-    }
-    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
-    return mprt_out_commit(&out, err, errlen);
-}
-
-/* ---- per-node times (--profile) ---- */
-
-static int mprt_profiling;
-static double *mprt_node_seconds;
-static long *mprt_node_calls;
-
 /* Around each node of a stage action: its time, when profiling. */
 #define MPRT_PROF_BEGIN double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
 #define MPRT_PROF_END(k)                                    \
@@ -222,32 +156,101 @@ static long *mprt_node_calls;
         }                                                   \
     } while (0)
 
-typedef struct MprtProfNode {
-    const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
-    const char *phase;     /* "forward", "backward" or "update" */
-} MprtProfNode;
+/* ---- device memory: a CPU device's is the host's ---- */
 
-/* Mean seconds per call of every node that ran while profiling, as mpcc
- * --measured reads them. */
-MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
-                                   const MprtProfNode *nodes, int n, char *err, size_t errlen)
+static void mprt_devices_open(int ndev, const char *const *names)
 {
-    MprtOut out;
-    if (mprt_out_open(&out, path, err, errlen) != 0)
-        return 1;
-    fprintf(out.fp, "{\"format\": \"mpcc-profile\", \"model\": ");
-    mprt_json_fputs(out.fp, model_file);
-    fprintf(out.fp, ",\n \"nodes\": [");
-    int first = 1;
-    for (int k = 0; k < n; k++) {
-        if (!mprt_node_calls[k])
-            continue;
-        fprintf(out.fp, "%s\n  {\"name\": ", first ? "" : ",");
-        mprt_json_fputs(out.fp, nodes[k].name);
-        fprintf(out.fp, ", \"phase\": \"%s\", \"seconds\": %.9g, \"calls\": %ld}", nodes[k].phase,
-                mprt_node_seconds[k] / (double)mprt_node_calls[k], mprt_node_calls[k]);
-        first = 0;
+    (void)ndev, (void)names;
+}
+
+/* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
+static void mprt_dev_scratch(int dev, void *p, size_t n)
+{
+    (void)dev, (void)p, (void)n;
+}
+
+static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+{
+    (void)dev;
+    unsigned char *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "train: error: out of memory: %s needs %zu bytes (the memory plan's "
+                "peak); try mpcc --recompute=auto, more devices or a smaller -batch\n", name, n);
+        exit(1);
     }
-    fprintf(out.fp, "\n]}\n");
-    return mprt_out_commit(&out, err, errlen);
+    return p;
+}
+
+static void mprt_arena_free(int dev, unsigned char *p)
+{
+    (void)dev;
+    free(p);
+}
+
+/* Host data into a device buffer, and back; a device's bytes to zero. */
+static void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+{
+    (void)dev;
+    memcpy(dst, src, n);
+}
+
+/* The host's view of n device bytes at src (k: which staging area, so
+ * that several views can be alive; CPU devices need none). */
+static const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+{
+    (void)dev, (void)n, (void)k;
+    return src;
+}
+
+/* A host copy of n device bytes that stays until mprt_dev_unhold. */
+static const void *mprt_dev_hold(int dev, const void *src, size_t n)
+{
+    (void)dev, (void)n;
+    return src;
+}
+
+static void mprt_dev_unhold(const void *host, const void *src)
+{
+    (void)host, (void)src;
+}
+
+/* Where the host writes n bytes bound for dst, then mprt_dev_commit. */
+static void *mprt_dev_stage(int dev, void *dst, size_t n)
+{
+    (void)dev, (void)n;
+    return dst;
+}
+
+static void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+{
+    (void)dev, (void)dst, (void)staged, (void)n;
+}
+
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n)
+{
+    (void)dev;
+    memset(dst, 0, n);
+}
+
+/* Outside the step (evaluation): bytes between any two devices. */
+MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+static float *mprt_losses;            /* the loss of each micro-batch of the step */
+
+/* In a stage's forward: keep the loss of micro-batch mb for the host. */
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
+{
+    mprt_losses[mb] = loss[0];
+}
+
+static void mprt_losses_alloc(int n)
+{
+    mprt_losses = calloc((size_t)n, sizeof *mprt_losses);
+    if (!mprt_losses) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
 }

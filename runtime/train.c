@@ -37,6 +37,8 @@ typedef struct MprtModel {
     double lr;
     int ndev;
     const size_t *arena_bytes;          /* [ndev] */
+    const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
+    const size_t *work_bytes;           /* [ndev] */
     const char *const *device_names;    /* [ndev] */
     int nstreams, nevents, nops;
     const MprtOpInfo *ops;              /* [nops]: for --trace */
@@ -54,7 +56,6 @@ typedef struct MprtModel {
 } MprtModel;
 
 static unsigned char **mprt_arenas;   /* one per device */
-static float *mprt_losses;            /* the loss of each micro-batch of the step */
 static long mprt_step_no;             /* the step being run, from 0 */
 static float mprt_lr;                 /* its learning rate */
 
@@ -404,7 +405,7 @@ static void mprt_fill(const MprtBuffer *b, const MprtArray *a, const int64_t *ro
                       int64_t pad, int mb)
 {
     size_t row = b->nbytes / (size_t)b->shape[0];
-    unsigned char *dst = mprt_slot(b, mb);
+    unsigned char *dst = mprt_dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
     for (int64_t r = 0; r < n; r++)
         memcpy(dst + (size_t)r * row, (char *)a->data + (size_t)rows[r] * row, row);
     size_t used = (size_t)n * row;
@@ -413,6 +414,7 @@ static void mprt_fill(const MprtBuffer *b, const MprtArray *a, const int64_t *ro
             ((int64_t *)dst)[i] = pad;
     else
         memset(dst + used, 0, b->nbytes - used);
+    mprt_dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
 }
 
 /* ---- evaluation ---- */
@@ -426,18 +428,19 @@ typedef struct MprtScore {
 static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
                        int64_t n, MprtScore *sc)
 {
-    const float *x = (const float *)mprt_slot(out, 0);
+    const float *x = mprt_dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
     int64_t per_row = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype) / (size_t)lb->shape[0]);
     if (m->loss_kind == MPRT_LOSS_MSE) {
-        const float *t = (const float *)mprt_slot(lb, 0);
+        const float *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
         for (int64_t i = 0; i < n * per_row; i++)
             sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
         sc->count += n * per_row;
         return;
     }
     /* scores (n, C, D...) and labels (n, D...): D positions per row */
-    const float *lp = (const float *)(mprt_arenas[m->log_prob_dev] + m->log_prob_offset);
-    const int64_t *t = (const int64_t *)mprt_slot(lb, 0);
+    const float *lp = mprt_dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
+                                    m->log_prob_offset, out->nbytes, 2);
+    const int64_t *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
     int64_t C = out->shape[1], D = per_row;
     for (int64_t r = 0; r < n; r++)
         for (int64_t d = 0; d < D; d++) {
@@ -512,7 +515,7 @@ static void mprt_load_tensors(const MprtModel *m, const char *path, int with_sta
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        memcpy(mprt_slot(b, 0), t->data, b->nbytes);
+        mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");
@@ -544,14 +547,19 @@ static void mprt_save(const MprtModel *m, const char *path, long step)
         const MprtBuffer *b = &m->buffers[i];
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
-        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, mprt_slot(b, 0),
-                               b->nbytes};
+        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape,
+                               mprt_dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
     }
     char steps[32], err[512];
     snprintf(steps, sizeof steps, "%ld", step);
     const char *meta[] = {"step", steps, "format", "mpcc-checkpoint", "mpcc_version",
                           m->mpcc_version, "model_sha256", m->model_hash};
     int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
+    for (int i = 0, k = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if (b->kind == MPRT_PARAM || b->kind == MPRT_STATE)
+            mprt_dev_unhold(e[k++].data, mprt_slot(b, 0));
+    }
     free(e);
     if (rc != 0)
         mprt_die("%s", err);
@@ -571,14 +579,13 @@ static void mprt_start_devices(const MprtModel *m)
 {
     char err[256];
     mprt_arenas = calloc((size_t)m->ndev, sizeof *mprt_arenas);
-    mprt_losses = calloc((size_t)m->microbatches, sizeof *mprt_losses);
-    if (!mprt_arenas || !mprt_losses)
+    if (!mprt_arenas)
         mprt_die("out of memory");
+    mprt_devices_open(m->ndev, m->device_names);
+    mprt_losses_alloc(m->microbatches);
     for (int d = 0; d < m->ndev; d++) {
-        mprt_arenas[d] = calloc(1, m->arena_bytes[d] ? m->arena_bytes[d] : 1);
-        if (!mprt_arenas[d])
-            mprt_die("out of memory: %s needs %zu bytes (the memory plan's peak)",
-                     m->device_names[d], m->arena_bytes[d]);
+        mprt_arenas[d] = mprt_arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
+        mprt_dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
     }
     if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
@@ -713,8 +720,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(order.perm);
     free(rows);
     for (int d = 0; d < m->ndev; d++)
-        free(mprt_arenas[d]);
+        mprt_arena_free(d, mprt_arenas[d]);
     free(mprt_arenas);
-    free(mprt_losses);
     return 0;
 }

@@ -1,0 +1,533 @@
+/* cuda.c — CUDA devices: the stream, event and memory calls of stream.c,
+ * on GPUs, driven by one host thread.
+ *
+ * The host runs the step's operations in the generated order, which is a
+ * topological order of the schedule, so every cudaStreamWaitEvent names an
+ * event already recorded. An action (mprt_launch) is a function that
+ * enqueues its kernels on its device's compute stream and returns: the
+ * host never waits inside a step. Copies go on the sender's copy streams
+ * (cudaMemcpyPeerAsync; with peer access they are direct, without it the
+ * driver stages them through host memory).
+ *
+ * Logical devices map onto the GPUs present: cuda:k runs on GPU k modulo
+ * their count (with a warning when several share one), each keeping its
+ * own streams, cuBLAS and cuDNN handles and arena, so a multi-device
+ * program runs, and can be debugged, on one GPU.
+ *
+ * Kernels: templates/kernels.cu, specialised by nothing but their
+ * arguments, compiled by NVRTC once per GPU architecture and cached on
+ * disk under $MPCC_CACHE (default $XDG_CACHE_HOME/mpcc or ~/.cache/mpcc),
+ * keyed by a hash of the source, the architecture and the NVRTC version.
+ *
+ * Errors: no driver or no GPU is one line and exit status 2; every other
+ * failing call is one line naming the call, the node being issued and the
+ * error, and exit status 1.
+ */
+#include "mprt.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+#include <nvrtc.h>
+#ifdef MPCC_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+typedef struct MprtCuDevice {
+    int ordinal;                 /* the physical GPU */
+    cudaStream_t compute;        /* kernels, cuBLAS and cuDNN run here */
+    cublasHandle_t blas;         /* bound to compute */
+    cudnnHandle_t dnn;           /* bound to compute */
+    void *scratch;               /* the memory plan's kernel scratch on this device */
+    size_t scratch_bytes;
+} MprtCuDevice;
+
+static MprtCuDevice *mprt_cu;        /* the device whose action is being issued */
+static const char *mprt_cu_node;     /* the node being issued, for error messages */
+
+static MprtCuDevice *mprt_cu_devs;   /* [ndev] */
+static int mprt_cu_ndev;
+static cudaStream_t *mprt_cu_streams;    /* [ndev * 3]: compute, send, send-back */
+static cudaEvent_t *mprt_cu_events;      /* created on first record, on its device */
+static int mprt_cu_nevents;
+static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's device */
+static size_t *mprt_cu_arena_size;
+static const char *mprt_cu_source;   /* templates/kernels.cu, set by the generated program */
+
+static void mprt_cu_die(int status, const char *call, const char *what)
+{
+    fprintf(stderr, "train: error: %s%s%s failed: %s\n", mprt_cu_node ? mprt_cu_node : "",
+            mprt_cu_node ? ": " : "", call, what);
+    exit(status);
+}
+
+#define MPRT_CUDA(call)                                                \
+    do {                                                               \
+        cudaError_t e_ = (call);                                       \
+        if (e_ != cudaSuccess)                                         \
+            mprt_cu_die(1, #call, cudaGetErrorString(e_));             \
+    } while (0)
+#define MPRT_CUBLAS(call)                                              \
+    do {                                                               \
+        cublasStatus_t e_ = (call);                                    \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                               \
+            mprt_cu_die(1, #call, cublasGetStatusString(e_));          \
+    } while (0)
+#define MPRT_CUDNN(call)                                               \
+    do {                                                               \
+        cudnnStatus_t e_ = (call);                                     \
+        if (e_ != CUDNN_STATUS_SUCCESS)                                \
+            mprt_cu_die(1, #call, cudnnGetErrorString(e_));            \
+    } while (0)
+#define MPRT_CU(call)                                                  \
+    do {                                                               \
+        CUresult e_ = (call);                                          \
+        if (e_ != CUDA_SUCCESS) {                                      \
+            const char *s_ = NULL;                                     \
+            cuGetErrorString(e_, &s_);                                 \
+            mprt_cu_die(1, #call, s_ ? s_ : "unknown driver error");   \
+        }                                                              \
+    } while (0)
+#define MPRT_NVRTC(call)                                               \
+    do {                                                               \
+        nvrtcResult e_ = (call);                                       \
+        if (e_ != NVRTC_SUCCESS)                                       \
+            mprt_cu_die(1, #call, nvrtcGetErrorString(e_));            \
+    } while (0)
+
+/* ---- kernels: NVRTC, the on-disk cache, the modules ---- */
+
+typedef struct MprtCuModule {
+    int arch;                    /* 10 * major + minor */
+    CUmodule module;
+    const char **names;          /* kernels looked up so far */
+    CUfunction *fns;
+    int n, cap;
+} MprtCuModule;
+
+static MprtCuModule *mprt_cu_modules;   /* [physical GPUs] */
+
+static uint64_t mprt_fnv1a(const char *s, uint64_t h)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+static void mprt_cu_cache_dir(char *dir, size_t n)
+{
+    const char *c = getenv("MPCC_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (c && *c)
+        snprintf(dir, n, "%s", c);
+    else if (x && *x)
+        snprintf(dir, n, "%s/mpcc", x);
+    else
+        snprintf(dir, n, "%s/.cache/mpcc", h && *h ? h : "/tmp");
+}
+
+/* The cubin of the kernels for arch: from the cache, or compiled now. */
+static char *mprt_cu_cubin(int arch, size_t *size)
+{
+    int major, minor;
+    MPRT_NVRTC(nvrtcVersion(&major, &minor));
+    char dir[1024], path[1200], err[512];
+    mprt_cu_cache_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/kernels-%016llx-sm%d-nvrtc%d.%d.cubin", dir,
+             (unsigned long long)mprt_fnv1a(mprt_cu_source, 0xcbf29ce484222325ULL), arch,
+             major, minor);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *bin = len > 0 ? malloc((size_t)len) : NULL;
+        if (bin && fread(bin, 1, (size_t)len, f) == (size_t)len) {
+            fclose(f);
+            *size = (size_t)len;
+            return bin;
+        }
+        free(bin);
+        fclose(f);
+    }
+    fprintf(stderr, "compiling CUDA kernels for sm_%d with NVRTC %d.%d (cached in %s)\n", arch,
+            major, minor, dir);
+    nvrtcProgram prog;
+    MPRT_NVRTC(nvrtcCreateProgram(&prog, mprt_cu_source, "templates/kernels.cu", 0, NULL, NULL));
+    char opt_arch[64];
+    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=sm_%d", arch);
+    const char *opts[] = {opt_arch, "--std=c++17", "-default-device"};
+    if (nvrtcCompileProgram(prog, 3, opts) != NVRTC_SUCCESS) {
+        size_t n = 0;
+        nvrtcGetProgramLogSize(prog, &n);
+        char *log = malloc(n + 1);
+        if (log && nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS)
+            fprintf(stderr, "%s\n", log);
+        fprintf(stderr, "train: error: NVRTC could not compile the kernels for sm_%d (the log "
+                "above names the lines of templates/kernels.cu)\n", arch);
+        exit(1);
+    }
+    MPRT_NVRTC(nvrtcGetCUBINSize(prog, size));
+    char *bin = malloc(*size);
+    if (!bin)
+        mprt_cu_die(1, "malloc", "out of memory for the kernels");
+    MPRT_NVRTC(nvrtcGetCUBIN(prog, bin));
+    nvrtcDestroyProgram(&prog);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s", dir);   /* mkdir -p */
+    for (char *p = cmd + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(cmd, 0755);
+            *p = '/';
+        }
+    mkdir(cmd, 0755);
+    MprtOut out;
+    if (mprt_out_open(&out, path, err, sizeof err) == 0) {
+        fwrite(bin, 1, *size, out.fp);
+        if (mprt_out_commit(&out, err, sizeof err) != 0)
+            fprintf(stderr, "train: warning: %s (the kernels are compiled again next time)\n",
+                    err);
+    }
+    return bin;
+}
+
+static MprtCuModule *mprt_cu_module(int ordinal)
+{
+    MprtCuModule *m = &mprt_cu_modules[ordinal];
+    if (m->module)
+        return m;
+    int major, minor;
+    MPRT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
+    MPRT_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal));
+    m->arch = 10 * major + minor;
+    size_t size;
+    char *bin = mprt_cu_cubin(m->arch, &size);
+    MPRT_CU(cuModuleLoadData(&m->module, bin));
+    free(bin);
+    return m;
+}
+
+static CUfunction mprt_cu_function(const char *name)
+{
+    MprtCuModule *m = mprt_cu_module(mprt_cu->ordinal);
+    for (int i = 0; i < m->n; i++)
+        if (m->names[i] == name || strcmp(m->names[i], name) == 0)
+            return m->fns[i];
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->names = realloc(m->names, (size_t)m->cap * sizeof *m->names);
+        m->fns = realloc(m->fns, (size_t)m->cap * sizeof *m->fns);
+        if (!m->names || !m->fns)
+            mprt_cu_die(1, "realloc", "out of memory");
+    }
+    char full[256];
+    snprintf(full, sizeof full, "mprt_k_%s", name);
+    MPRT_CU(cuModuleGetFunction(&m->fns[m->n], m->module, full));
+    m->names[m->n] = name;
+    return m->fns[m->n++];
+}
+
+/* Launches kernel mprt_k_<name> on the current device's compute stream. */
+static void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size_t shmem,
+                           void **args)
+{
+    CUfunction f = mprt_cu_function(name);
+    MPRT_CU(cuLaunchKernel(f, grid ? grid : 1, 1, 1, block, 1, 1, (unsigned)shmem,
+                           (CUstream)mprt_cu->compute, args, NULL));
+}
+
+/* A 1-D grid for n elements, capped: kernels loop with a grid stride. */
+static unsigned mprt_cu_blocks(long n, unsigned block)
+{
+    long b = (n + block - 1) / block;
+    return b < 1 ? 1u : b > 65535 ? 65535u : (unsigned)b;
+}
+
+/* ---- devices and streams ---- */
+
+static int mprt_cu_count(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        fprintf(stderr, "train: error: no CUDA device (%s); this trainer was compiled for GPUs "
+                "(mpcc -gpus N); compile with mpcc -cpus N to train on this machine's CPU\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        exit(2);
+    }
+    return n;
+}
+
+/* Logical device d (names[d] = "cuda:K") onto the GPUs present. */
+static void mprt_devices_open(int ndev, const char *const *names)
+{
+    int gpus = mprt_cu_count();
+    mprt_cu_ndev = ndev;
+    mprt_cu_devs = calloc((size_t)ndev, sizeof *mprt_cu_devs);
+    mprt_cu_streams = calloc((size_t)ndev * 3, sizeof *mprt_cu_streams);
+    mprt_cu_modules = calloc((size_t)gpus, sizeof *mprt_cu_modules);
+    mprt_cu_arena_base = calloc((size_t)ndev, sizeof *mprt_cu_arena_base);
+    mprt_cu_arena_size = calloc((size_t)ndev, sizeof *mprt_cu_arena_size);
+    if (!mprt_cu_devs || !mprt_cu_streams || !mprt_cu_modules || !mprt_cu_arena_base ||
+        !mprt_cu_arena_size)
+        mprt_cu_die(1, "calloc", "out of memory");
+    int shared = 0;
+    for (int d = 0; d < ndev; d++) {
+        MprtCuDevice *c = &mprt_cu_devs[d];
+        int k = strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5) : d;
+        c->ordinal = k % gpus;
+        shared |= k >= gpus;
+        MPRT_CUDA(cudaSetDevice(c->ordinal));
+        for (int k = 0; k < 3; k++)
+            MPRT_CUDA(cudaStreamCreateWithFlags(&mprt_cu_streams[d * 3 + k],
+                                                cudaStreamNonBlocking));
+        c->compute = mprt_cu_streams[d * 3];
+        MPRT_CUBLAS(cublasCreate(&c->blas));
+        MPRT_CUBLAS(cublasSetStream(c->blas, c->compute));
+        MPRT_CUDNN(cudnnCreate(&c->dnn));
+        MPRT_CUDNN(cudnnSetStream(c->dnn, c->compute));
+    }
+    if (shared) {
+        fprintf(stderr, "train: warning: %d logical device(s) on %d GPU(s):", ndev, gpus);
+        for (int d = 0; d < ndev; d++)
+            fprintf(stderr, " %s->GPU %d", names[d], mprt_cu_devs[d].ordinal);
+        fprintf(stderr, " (each keeps its own streams; copies between them stay on the GPU)\n");
+    }
+    for (int a = 0; a < ndev; a++)   /* direct copies where the GPUs allow them */
+        for (int b = 0; b < ndev; b++) {
+            int x = mprt_cu_devs[a].ordinal, y = mprt_cu_devs[b].ordinal, ok = 0;
+            if (x == y || cudaDeviceCanAccessPeer(&ok, x, y) != cudaSuccess || !ok)
+                continue;
+            MPRT_CUDA(cudaSetDevice(x));
+            cudaError_t e = cudaDeviceEnablePeerAccess(y, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                mprt_cu_die(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
+            cudaGetLastError();
+        }
+}
+
+static int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+{
+    (void)nstreams;
+    mprt_clock0 = 0;
+    mprt_clock0 = mprt_clock();
+    mprt_cu_events = calloc((size_t)nevents + 1, sizeof *mprt_cu_events);
+    mprt_cu_nevents = nevents;
+    mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
+    mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
+    if (!mprt_cu_events || !mprt_op_start || !mprt_op_end)
+        return mprt_errf(err, errlen, "out of memory starting the streams");
+    return 0;
+}
+
+static void mprt_cu_use(int dev)
+{
+    mprt_cu = &mprt_cu_devs[dev];
+    MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
+}
+
+/* With --trace, the host waits for each operation: the timeline is then
+ * the GPU's, at the cost of the overlap between host and devices. */
+static void mprt_cu_traced(int stream, int label, double t0)
+{
+    if (!mprt_tracing || label < 0)
+        return;
+    MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[stream]));
+    mprt_op_start[label] = t0;
+    mprt_op_end[label] = mprt_clock();
+}
+
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
+{
+    double t0 = mprt_tracing ? mprt_clock() : 0;
+    mprt_cu_use(stream / 3);
+#ifdef MPCC_NVTX
+    char range[64];
+    snprintf(range, sizeof range, "stream %d mb %d op %d", stream, mb, label);
+    nvtxRangePushA(range);
+#endif
+    fn(mb);
+#ifdef MPCC_NVTX
+    nvtxRangePop();
+#endif
+    mprt_cu_node = NULL;
+    mprt_cu_traced(stream, label, t0);
+}
+
+static int mprt_cu_owner(const void *p)
+{
+    for (int d = 0; d < mprt_cu_ndev; d++)
+        if ((const unsigned char *)p >= mprt_cu_arena_base[d] &&
+            (const unsigned char *)p < mprt_cu_arena_base[d] + mprt_cu_arena_size[d])
+            return d;
+    mprt_cu_die(1, "mprt_memcpy_async", "a pointer outside every arena (a bug in mpcc)");
+    return -1;
+}
+
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
+{
+    double t0 = mprt_tracing ? mprt_clock() : 0;
+    int to = mprt_cu_owner(dst), from = stream / 3;
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
+    MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
+                                  mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
+    mprt_cu_traced(stream, label, t0);
+}
+
+MPRT_KERNEL void mprt_wait_event(int stream, int ev)
+{
+    MPRT_CUDA(cudaStreamWaitEvent(mprt_cu_streams[stream], mprt_cu_events[ev], 0));
+}
+
+MPRT_KERNEL void mprt_record_event(int stream, int ev)
+{
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
+    if (!mprt_cu_events[ev])
+        MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_events[ev], cudaEventDisableTiming));
+    MPRT_CUDA(cudaEventRecord(mprt_cu_events[ev], mprt_cu_streams[stream]));
+}
+
+/* The end of a step: every stream drained (a kernel's failure surfaces
+ * here, named as the step's). */
+static void mprt_sync(void)
+{
+    mprt_cu_node = "the step";
+    for (int s = 0; s < 3 * mprt_cu_ndev; s++) {
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
+        MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
+    }
+    mprt_cu_node = NULL;
+}
+
+/* Around each node of a stage action, when profiling: the host waits for
+ * the node, so its time is the GPU's (profiling runs are measurements). */
+#define MPRT_PROF_BEGIN double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
+#define MPRT_PROF_END(k)                                            \
+    do {                                                            \
+        if (mprt_profiling) {                                       \
+            MPRT_CUDA(cudaStreamSynchronize(mprt_cu->compute));     \
+            mprt_node_seconds[k] += mprt_clock() - mprt_t0_;        \
+            mprt_node_calls[k]++;                                   \
+        }                                                           \
+    } while (0)
+
+/* ---- device memory ---- */
+
+static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+{
+    void *p = NULL;
+    mprt_cu_use(dev);
+    cudaError_t e = cudaMalloc(&p, n ? n : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        fprintf(stderr, "train: error: out of memory on %s (GPU %d): its arena, every buffer "
+                "of its stages, needs %.1f MB (the memory plan's peak) and %.1f MB of %.1f MB "
+                "are free; try mpcc --recompute=auto, more devices (-gpus N) or a smaller "
+                "-batch\n", name, mprt_cu->ordinal, (double)n / 1e6, (double)free_b / 1e6,
+                (double)total / 1e6);
+        exit(1);
+    }
+    MPRT_CUDA(cudaMemset(p, 0, n ? n : 1));
+    mprt_cu_arena_base[dev] = p;
+    mprt_cu_arena_size[dev] = n;
+    return p;
+}
+
+/* The memory plan's kernel scratch of a device (cuDNN's workspace). */
+static void mprt_dev_scratch(int dev, void *p, size_t n)
+{
+    mprt_cu_devs[dev].scratch = p;
+    mprt_cu_devs[dev].scratch_bytes = n;
+}
+
+static void mprt_arena_free(int dev, unsigned char *p)
+{
+    mprt_cu_use(dev);
+    cudaFree(p);
+}
+
+static void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+{
+    mprt_cu_use(dev);
+    MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+}
+
+/* Host staging areas: k selects one, so that several views can be alive. */
+static void *mprt_cu_staging(int k, size_t n)
+{
+    static void *area[4];
+    static size_t size[4];
+    if (n > size[k]) {
+        free(area[k]);
+        area[k] = malloc(n);
+        size[k] = area[k] ? n : 0;
+        if (!area[k])
+            mprt_cu_die(1, "malloc", "out of host memory for a staging buffer");
+    }
+    return area[k];
+}
+
+static const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+{
+    void *h = mprt_cu_staging(k, n);
+    mprt_cu_use(dev);
+    MPRT_CUDA(cudaMemcpy(h, src, n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static const void *mprt_dev_hold(int dev, const void *src, size_t n)
+{
+    void *h = malloc(n ? n : 1);
+    if (!h)
+        mprt_cu_die(1, "malloc", "out of host memory for a checkpoint");
+    mprt_cu_use(dev);
+    MPRT_CUDA(cudaMemcpy(h, src, n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void mprt_dev_unhold(const void *host, const void *src)
+{
+    (void)src;
+    free((void *)host);
+}
+
+static void *mprt_dev_stage(int dev, void *dst, size_t n)
+{
+    (void)dev, (void)dst;
+    return mprt_cu_staging(3, n);
+}
+
+static void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+{
+    mprt_dev_write(dev, dst, staged, n);
+}
+
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n)
+{
+    mprt_cu_use(dev);
+    MPRT_CUDA(cudaMemset(dst, 0, n));
+}
+
+MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
+{
+    MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+}
+
+static float *mprt_losses;            /* pinned: written by the devices' streams */
+
+/* In a stage's forward: the loss of micro-batch mb, copied to the host on
+ * the compute stream; read after mprt_sync. */
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
+{
+    MPRT_CUDA(cudaMemcpyAsync(&mprt_losses[mb], loss, sizeof(float), cudaMemcpyDeviceToHost,
+                              mprt_cu->compute));
+}
+
+static void mprt_losses_alloc(int n)
+{
+    MPRT_CUDA(cudaHostAlloc((void **)&mprt_losses, (size_t)n * sizeof *mprt_losses,
+                            cudaHostAllocPortable));
+    memset(mprt_losses, 0, (size_t)n * sizeof *mprt_losses);
+}

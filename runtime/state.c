@@ -1,0 +1,43 @@
+/* state.c — the trainer's state that kernels read, on any device.
+ *
+ * Training (1) or inference (0): kernels whose behaviour depends on the
+ * mode read mprt_training: BatchNormalization normalises with the batch's
+ * statistics and updates the running ones in training, and with the
+ * running statistics, left as they are, in inference; Dropout is the
+ * identity in inference. The trainer's evaluation (train.c) clears it
+ * around its forward passes.
+ */
+#include "mprt.h"
+
+/* A program uses only the kernels its model needs. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MPRT_KERNEL static __attribute__((unused))
+#else
+#define MPRT_KERNEL static
+#endif
+
+static int mprt_training = 1;
+
+/* ---- Dropout's counter-based generator ---- */
+
+/* The training loop sets these before every micro-batch: a dropout mask is
+ * a function of (seed, node, global micro-batch number, element) only, so
+ * it does not depend on where or in which order the op runs, and the
+ * backward pass regenerates it instead of storing it. */
+static uint64_t mprt_dropout_seed;
+static _Thread_local long mprt_dropout_mb;   /* set by each stage action */
+
+static inline uint64_t mprt_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
+{
+    uint64_t k = mprt_mix64(mprt_dropout_seed + 0x9e3779b97f4a7c15ULL);
+    k = mprt_mix64(k ^ (node * 0xd1b54a32d192ed03ULL));
+    return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
+}
+

@@ -1,0 +1,105 @@
+/* timeline.c — what the trainer measured: the last step's timeline
+ * (--trace) and per-node times (--profile), written in the formats mpcc
+ * reads and Perfetto opens. The devices' runtime (stream.c for CPU devices,
+ * cuda.c for CUDA devices) fills mprt_op_start/end and the node times.
+ */
+#include "mprt.h"
+
+#include <time.h>
+
+static int mprt_tracing;               /* record op times by label */
+static double *mprt_op_start, *mprt_op_end;
+static double mprt_clock0;
+
+static double mprt_clock(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9 - mprt_clock0;
+}
+
+/* ---- the measured timeline ---- */
+
+/* One operation of the step, as the generated program describes it. */
+typedef struct MprtOpInfo {
+    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
+    const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
+    int dst_dev;           /* copies: the receiving device; -1 otherwise */
+} MprtOpInfo;
+
+/* Writes the last traced step in Chrome trace format, as mpcc --trace
+ * writes the predicted one: a process per device, a thread per stream,
+ * complete events, flow arrows for copies, a memory counter per device. */
+MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int nops,
+                                 const char *const *devices, const size_t *arena_bytes,
+                                 int ndev, char *err, size_t errlen)
+{
+    static const char *const kinds[] = {"compute", "send", "send-back"};
+    MprtOut out;
+    if (mprt_out_open(&out, path, err, errlen) != 0)
+        return 1;
+    double t0 = 1e300;
+    for (int i = 0; i < nops; i++)
+        if (mprt_op_start[i] < t0)
+            t0 = mprt_op_start[i];
+    fprintf(out.fp, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (int d = 0; d < ndev; d++) {
+        fprintf(out.fp, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":"
+                "{\"name\":\"%s\"}},\n", d, devices[d]);
+        for (int k = 0; k < 3; k++)
+            fprintf(out.fp, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
+        fprintf(out.fp, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":"
+                "{\"bytes\":%zu}},\n", d, arena_bytes[d]);
+    }
+    for (int i = 0; i < nops; i++) {
+        double ts = (mprt_op_start[i] - t0) * 1e6, te = (mprt_op_end[i] - t0) * 1e6;
+        int pid = ops[i].stream / 3, tid = ops[i].stream % 3;
+        fprintf(out.fp, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+                "\"ts\":%.3f,\"dur\":%.3f},\n", ops[i].name, ops[i].dst_dev < 0 ? "compute" :
+                "copy", pid, tid, ts, te - ts);
+        if (ops[i].dst_dev >= 0)
+            fprintf(out.fp, "{\"name\":\"copy\",\"cat\":\"copy\",\"ph\":\"s\",\"id\":%d,"
+                    "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n{\"name\":\"copy\",\"cat\":\"copy\","
+                    "\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n",
+                    i, pid, tid, ts, i, ops[i].dst_dev, te);
+    }
+    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
+    return mprt_out_commit(&out, err, errlen);
+}
+
+/* ---- per-node times (--profile) ---- */
+
+static int mprt_profiling;
+static double *mprt_node_seconds;
+static long *mprt_node_calls;
+
+typedef struct MprtProfNode {
+    const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
+    const char *phase;     /* "forward", "backward" or "update" */
+} MprtProfNode;
+
+/* Mean seconds per call of every node that ran while profiling, as mpcc
+ * --measured reads them. */
+MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
+                                   const MprtProfNode *nodes, int n, char *err, size_t errlen)
+{
+    MprtOut out;
+    if (mprt_out_open(&out, path, err, errlen) != 0)
+        return 1;
+    fprintf(out.fp, "{\"format\": \"mpcc-profile\", \"model\": ");
+    mprt_json_fputs(out.fp, model_file);
+    fprintf(out.fp, ",\n \"nodes\": [");
+    int first = 1;
+    for (int k = 0; k < n; k++) {
+        if (!mprt_node_calls[k])
+            continue;
+        fprintf(out.fp, "%s\n  {\"name\": ", first ? "" : ",");
+        mprt_json_fputs(out.fp, nodes[k].name);
+        fprintf(out.fp, ", \"phase\": \"%s\", \"seconds\": %.9g, \"calls\": %ld}", nodes[k].phase,
+                mprt_node_seconds[k] / (double)mprt_node_calls[k], mprt_node_calls[k]);
+        first = 0;
+    }
+    fprintf(out.fp, "\n]}\n");
+    return mprt_out_commit(&out, err, errlen);
+}
