@@ -247,9 +247,9 @@ MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x
             double sum = 0;
             for (long c = 0; c < C; c++)
                 sum += exp((double)xs[c * inner] - mx);
-            float lse = (float)(mx + log(sum));
+            double l = log(sum);   /* (x - max) - log(sum), in double: x may be large */
             for (long c = 0; c < C; c++)
-                ys[c * inner] = xs[c * inner] - lse;
+                ys[c * inner] = (float)(((double)xs[c * inner] - mx) - l);
         }
 }
 
