@@ -7,6 +7,7 @@
  * input depends on a weight, so the loss's gradient flows through it. Only
  * live nodes count: shape subgraphs that were folded away at compile time
  * need no kernel, and integer or constant side paths need no gradient.
+ * With --infer, nothing needs a gradient: a CPU forward kernel is enough.
  */
 #include "mpcc.h"
 
@@ -71,10 +72,12 @@ static bool *gradient_path(Graph *g)
     return need;
 }
 
-static uint32_t count_ops(Graph *g, OpCount *counts)
+static uint32_t count_ops(Graph *g, OpCount *counts, bool forward_only)
 {
     uint32_t n = 0;
     bool *need = gradient_path(g);
+    if (forward_only)
+        memset(need, 0, (g->nnodes + 1) * sizeof *need);
     for (uint32_t i = 0; i < g->nnodes; i++) {
         const Node *node = &g->nodes[i];
         if (node->dead)
@@ -114,10 +117,10 @@ static void put_node_names(Graph *g, const OpCount *c, FILE *out)
         fprintf(out, " and %u more", c->count - NAMES_SHOWN);
 }
 
-int check_ops(Graph *g, FILE *out)
+int check_ops(Graph *g, FILE *out, bool forward_only)
 {
     OpCount *counts = arena_array(g->arena, g->nnodes + 1, sizeof *counts);
-    uint32_t n = count_ops(g, counts), live = 0, problems = 0, bad_nodes = 0;
+    uint32_t n = count_ops(g, counts, forward_only), live = 0, problems = 0, bad_nodes = 0;
     for (uint32_t k = 0; k < n; k++)
         live += counts[k].live;
     fprintf(out, "mpcc --check: ");
@@ -143,8 +146,9 @@ int check_ops(Graph *g, FILE *out)
     }
     if (problems) {
         Loc loc = {.file = g->file, .index = -1};
-        report_at(&loc, "%u of %u op types (%u nodes) cannot be compiled for training "
-                "yet; docs/ops.md lists what mpcc supports", problems, n, bad_nodes);
+        report_at(&loc, "%u of %u op types (%u nodes) cannot be compiled for %s yet; "
+                  "docs/ops.md lists what mpcc supports", problems, n, bad_nodes,
+                  forward_only ? "inference (--infer)" : "training");
     } else {
         fprintf(out, "every op is supported\n");
     }

@@ -62,6 +62,11 @@ static const char help_text[] =
 "\n"
 "Output:\n"
 "  -o FILE                  where to write the output (default: stdout for dumps)\n"
+"  --infer                  write a forward-only program instead of a trainer: no\n"
+"                           loss, no gradients, one CPU device; it reads every graph\n"
+"                           input from .npy and writes the outputs as .npy\n"
+"                           (./infer --input NAME=x.npy --output NAME=y.npy;\n"
+"                           docs/infer.md)\n"
 "  --emit-onnx              write the model (a .mp file in the DSL, docs/dsl.md) with\n"
 "                           its initial weights as ONNX to -o model.onnx, and stop\n"
 "\n"
@@ -83,6 +88,7 @@ static const char help_text[] =
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
 "                           with counts and node names; exit 1 if there is any\n"
+"                           (with --infer: for the forward-only program)\n"
 "  --list-ops               print the op support table (docs/ops.md) and exit\n"
 "\n"
 "Information:\n"
@@ -171,7 +177,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
-               OPT_TRACE, OPT_EMIT_ONNX, OPT_COUNT } OptId;
+               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -179,6 +185,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"batch", OPT_BATCH, true},  {"shapes", OPT_SHAPES, true},
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
+    {"infer", OPT_INFER, false},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -295,6 +302,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_DUMP: parse_dump(a, val, o); break;
     case OPT_CHECK: o->check = true; break;
     case OPT_EMIT_ONNX: o->emit_onnx = true; break;
+    case OPT_INFER: o->infer = true; break;
     case OPT_LIST_OPS: list_ops(stdout); exit(0);
     default: apply_pipeline(id, opt, val, o); break;
     case OPT_HELP: fputs(help_text, stdout); exit(0);

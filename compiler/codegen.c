@@ -1,7 +1,9 @@
 /* codegen.c — writes the standalone trainer for CPU devices: train.c (the
  * runtime pasted in, then the model: one function per stage and action,
  * and the step as the plan's operations on each device's streams) and the
- * initial weights as safetensors under the ONNX initializer names.
+ * initial weights as safetensors under the ONNX initializer names. With
+ * --infer, the same kernels and buffers make a forward-only program
+ * (infer.c: the forward function and runtime/infer.c's main).
  *
  * Every buffer lives at the static offset the plan gave it in its device's
  * arena (An), micro-batch mb in slot mb % slots. Every kernel call is
@@ -130,6 +132,14 @@ static const char *kernel(CG *cg, const char *name)
     return arena_printf(cg->g->arena, "mprt_%s%s", cuda ? "cu_" : "", name);
 }
 
+/* The scratch of the device running the stage being written. */
+static const char *workspace(CG *cg)
+{
+    char *s = arena_alloc(cg->g->arena, 16);
+    snprintf(s, 16, "W%d", cg->plan->st->dev[cg->stage]);
+    return s;
+}
+
 /* Optional input or output k of a node: its buffer, or NULL. */
 static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
 {
@@ -237,9 +247,44 @@ static void loss_dims(CG *cg, uint32_t scores, long *N, long *C, long *D)
         *D *= (long)s->d[i];
 }
 
+/* --infer: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss with
+ * class weights and every reduction (the trainer's loss kernels do the
+ * mean without weights, which is what their gradients follow). */
+static void emit_loss_forward(CG *cg, const Node *n)
+{
+    long N, C, D;
+    loss_dims(cg, n->in[0], &N, &C, &D);
+    if (cg->g->values[n->in[1]].dtype != DT_I64)
+        unsupported(cg, n, "labels that are not int64");
+    const char *red = attr_str(n, "reduction", "mean");
+    int reduction = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : 2;
+    if (reduction == 2 && strcmp(red, "mean") != 0)
+        unsupported(cg, n, arena_printf(cg->g->arena, "the reduction '%s'",
+                                        str_escaped(cg->g->arena, red, 40)));
+    const char *logp = buf(cg, n->in[0]);
+    if (n->op == OP_SOFTMAX_CE) {
+        logp = has_buf(cg, n->nout > 1 ? n->out[1] : NONE)
+                   ? buf(cg, n->out[1])
+                   : workspace(cg);   /* node_workspace counts it */
+        emit(cg, "    {\n    float *logp = %s;\n    mprt_log_softmax(%ld, %ld, %ld, %s, logp);\n",
+             logp, N, C, D, buf(cg, n->in[0]));
+        logp = "logp";
+    }
+    emit(cg, "    mprt_nll_forward(%ld, %ld, %ld, %s, %s, %s, %lldLL, %d, %s, %s);\n", N, C, D,
+         logp, buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
+         (long long)attr_int(n, "ignore_index", -100), reduction, buf(cg, n->out[0]),
+         c_string(cg, n->name));
+    if (n->op == OP_SOFTMAX_CE)
+        emit(cg, "    }\n");
+}
+
 static void emit_sce(CG *cg, const Node *n, bool grad)
 {
     long N, C, D;
+    if (cg->o->infer) {
+        emit_loss_forward(cg, n);
+        return;
+    }
     loss_dims(cg, n->in[grad ? 1 : 0], &N, &C, &D);
     if (n->nin > (grad ? 3u : 2u))
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
@@ -262,6 +307,10 @@ static void emit_nll(CG *cg, const Node *n)
 {
     bool grad = n->op == OP_NLL_GRAD;
     long N, C, D;
+    if (cg->o->infer) {
+        emit_loss_forward(cg, n);
+        return;
+    }
     loss_dims(cg, grad ? n->out[0] : n->in[0], &N, &C, &D);
     if (!grad && n->nin > 2 && n->in[2] != NONE)
         unsupported(cg, n, "class weights in NegativeLogLikelihoodLoss");
@@ -277,52 +326,71 @@ static void emit_nll(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]));
 }
 
-/* Strides, dilations and pads (begins, then ends) of a 2-D window op. */
-static void window_2d(const Node *n, int64_t st[2], int64_t dl[2], int64_t pd[4])
+/* A window op's dims as 2-D ones: (N, C, L) is (N, C, 1, L), so 1-D
+ * convolution and pooling run as 2-D ones of height 1. */
+static void dims_2d(const Shape *s, int64_t d[4])
 {
+    d[0] = s->d[0];
+    d[1] = s->d[1];
+    d[2] = s->rank == 4 ? s->d[2] : 1;
+    d[3] = s->d[s->rank - 1];
+}
+
+/* Strides, dilations and pads (begins, then ends) of a 1-D or 2-D window
+ * op over input x (N, C, spatial..) with output y and kernel k (kh, kw),
+ * as 2-D; auto_pad SAME_* pads as ONNX says (the extra one at the end for
+ * SAME_UPPER, at the beginning for SAME_LOWER). */
+static void window_2d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64_t k[2],
+                      int64_t st[2], int64_t dl[2], int64_t pd[4])
+{
+    const Shape *xs = shape_of(cg, x);
+    if (xs->rank != 3 && xs->rank != 4)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s over %d spatial dimensions",
+                                        comment_text(cg, n->op_type), xs->rank - 2));
     uint32_t c;
     const int64_t *v;
+    int sp = xs->rank - 2, o = 2 - sp;
     st[0] = st[1] = dl[0] = dl[1] = 1;
     pd[0] = pd[1] = pd[2] = pd[3] = 0;
-    if ((v = attr_ints(n, "strides", &c)) && c == 2)
-        st[0] = v[0], st[1] = v[1];
-    if ((v = attr_ints(n, "dilations", &c)) && c == 2)
-        dl[0] = v[0], dl[1] = v[1];
-    if ((v = attr_ints(n, "pads", &c)) && c == 4)
-        memcpy(pd, v, 4 * sizeof *pd);
-}
-
-/* Conv and its gradients: 2-D only for now. */
-static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
-{
-    const Shape *xs = shape_of(cg, x), *ws = shape_of(cg, w), *ys = shape_of(cg, y);
-    if (xs->rank != 4)
-        unsupported(cg, n, "convolutions that are not 2-D");
-    int64_t st[2], dl[2], pd[4];
-    window_2d(n, st, dl, pd);
+    if ((v = attr_ints(n, "strides", &c)) && (int)c == sp)
+        for (int i = 0; i < sp; i++)
+            st[o + i] = v[i];
+    if ((v = attr_ints(n, "dilations", &c)) && (int)c == sp)
+        for (int i = 0; i < sp; i++)
+            dl[o + i] = v[i];
+    if ((v = attr_ints(n, "pads", &c)) && (int)c == 2 * sp)
+        for (int i = 0; i < sp; i++)
+            pd[o + i] = v[i], pd[2 + o + i] = v[sp + i];
     const char *ap = attr_str(n, "auto_pad", "NOTSET");
+    int64_t xd[4], yd[4];
+    dims_2d(xs, xd);
+    dims_2d(shape_of(cg, y), yd);
     if (strncmp(ap, "SAME", 4) == 0)
         for (int i = 0; i < 2; i++) {
-            int64_t total = (ys->d[2 + i] - 1) * st[i] + (ws->d[2 + i] - 1) * dl[i] + 1 -
-                            xs->d[2 + i];
+            int64_t total = (yd[2 + i] - 1) * st[i] + (k[i] - 1) * dl[i] + 1 - xd[2 + i];
             total = total < 0 ? 0 : total;
             pd[i] = strcmp(ap, "SAME_LOWER") == 0 ? (total + 1) / 2 : total / 2;
+            pd[2 + i] = total - pd[i];
         }
-    emit(cg, "&(MprtConv){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld, %lld, %lld, %lld}",
-         (long long)xs->d[0], (long long)xs->d[1], (long long)xs->d[2], (long long)xs->d[3],
-         (long long)ws->d[0], (long long)ws->d[2], (long long)ws->d[3], (long long)ys->d[2],
-         (long long)ys->d[3], (long long)attr_int(n, "group", 1), (long long)st[0],
-         (long long)st[1], (long long)dl[0], (long long)dl[1], (long long)pd[0],
-         (long long)pd[1]);
+    else if (strcmp(ap, "VALID") == 0)
+        pd[0] = pd[1] = pd[2] = pd[3] = 0;
 }
 
-/* The scratch of the device running the stage being written. */
-static const char *workspace(CG *cg)
+/* Conv and its gradients: 1-D and 2-D. */
+static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
 {
-    char *s = arena_alloc(cg->g->arena, 16);
-    snprintf(s, 16, "W%d", cg->plan->st->dev[cg->stage]);
-    return s;
+    int64_t xd[4], wd[4], yd[4], st[2], dl[2], pd[4];
+    dims_2d(shape_of(cg, x), xd);
+    dims_2d(shape_of(cg, w), wd);
+    dims_2d(shape_of(cg, y), yd);
+    window_2d(cg, n, x, y, wd + 2, st, dl, pd);
+    emit(cg, "&(MprtConv){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+         "%lld, %lld, %lld, %lld, %lld, %lld}",
+         (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
+         (long long)wd[0], (long long)wd[2], (long long)wd[3], (long long)yd[2],
+         (long long)yd[3], (long long)attr_int(n, "group", 1), (long long)st[0],
+         (long long)st[1], (long long)dl[0], (long long)dl[1], (long long)pd[0],
+         (long long)pd[1]);
 }
 
 static void emit_conv(CG *cg, const Node *n)
@@ -366,6 +434,12 @@ static void emit_batch_norm(CG *cg, const Node *n)
     channel_dims(cg, n->in[0], &N, &C, &P);
     bool training = ir_attr(n, "training_mode") ? attr_int(n, "training_mode", 0) != 0
                                                 : cg->g->opset < 14 && n->nout > 1;
+    if (!training && cg->o->infer) {
+        emit(cg, "    mprt_bn_infer(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", N, C,
+             P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
+             buf(cg, n->in[4]), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+        return;
+    }
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
@@ -377,18 +451,22 @@ static void emit_batch_norm(CG *cg, const Node *n)
 
 static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
 {
-    const Shape *xs = shape_of(cg, x), *ys = shape_of(cg, y);
-    if (xs->rank != 4)
-        unsupported(cg, n, "pooling that is not 2-D");
+    int64_t xd[4], yd[4], k[2] = {1, 1}, st[2], dl[2], pd[4];
+    dims_2d(shape_of(cg, x), xd);
+    dims_2d(shape_of(cg, y), yd);
     uint32_t c;
-    const int64_t *k = attr_ints(n, "kernel_shape", &c);
-    int64_t st[2], dl[2], pd[4];
-    window_2d(n, st, dl, pd);
-    if (strcmp(attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
-        unsupported(cg, n, "auto_pad in pooling");
+    const int64_t *ks = attr_ints(n, "kernel_shape", &c);
+    if (shape_of(cg, x)->rank != 3 && shape_of(cg, x)->rank != 4)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s over %d spatial dimensions",
+                                        comment_text(cg, n->op_type), shape_of(cg, x)->rank - 2));
+    if (!ks || (int)c != shape_of(cg, x)->rank - 2)
+        unsupported(cg, n, "a kernel_shape that does not match the input's rank");
+    for (uint32_t i = 0; i < c && i < 2; i++)
+        k[2 - c + i] = ks[i];
+    window_2d(cg, n, x, y, k, st, dl, pd);
     emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld}", (long long)xs->d[0], (long long)xs->d[1], (long long)xs->d[2],
-         (long long)xs->d[3], (long long)ys->d[2], (long long)ys->d[3], (long long)k[0],
+         "%lld, %lld, %lld}", (long long)xd[0], (long long)xd[1], (long long)xd[2],
+         (long long)xd[3], (long long)yd[2], (long long)yd[3], (long long)k[0],
          (long long)k[1], (long long)st[0], (long long)st[1], (long long)dl[0],
          (long long)dl[1], (long long)pd[0], (long long)pd[1]);
 }
@@ -597,9 +675,11 @@ static void emit_layer_norm(CG *cg, const Node *n)
 
 static void emit_dropout(CG *cg, const Node *n)
 {
+    /* --infer: before opset 12 Dropout has no training mode: the identity */
+    double ratio = cg->o->infer && cg->g->opset < 12 ? 0 : dropout_ratio(cg->g, n);
     if (n->op == OP_DROPOUT)
         emit(cg, "    %s(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n", kernel(cg, "dropout"),
-             numel(cg, n->out[0]), (unsigned)(n - cg->g->nodes), dropout_ratio(cg->g, n),
+             numel(cg, n->out[0]), (unsigned)(n - cg->g->nodes), ratio,
              buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true));
     else
         emit(cg, "    %s(%ld, %u, (float)%.9g, %s, %s);\n", kernel(cg, "dropout_grad"), numel(cg, n->out[0]),
@@ -812,9 +892,44 @@ static void emit_resize(CG *cg, const Node *n)
          resize_coord(cg, n), resize_mode(cg, n), scale[0], scale[1], buf(cg, x), buf(cg, y));
 }
 
+static void float_only(CG *cg, const Node *n, uint32_t v);
+
+/* The float32 kernels: the first k inputs and the first output must be
+ * float32 (integer and float64 tensors are refused here rather than read
+ * as floats). */
+static void float_kernel(CG *cg, const Node *n, uint32_t k)
+{
+    for (uint32_t j = 0; j < k && j < n->nin; j++)
+        if (n->in[j] != NONE)
+            float_only(cg, n, n->in[j]);
+    if (n->nout && n->out[0] != NONE)
+        float_only(cg, n, n->out[0]);
+}
+
+/* How many leading inputs each float32 kernel reads as float32; 0 for the
+ * kernels that take other element types (copies, Cast, Gather, ...). */
+static uint32_t float_inputs(const Node *n)
+{
+    switch (n->op) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW: case OP_MATMUL:
+    case OP_GEMM: case OP_CONV:
+        return n->nin;
+    case OP_SUM: return n->nin;
+    case OP_RELU: case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG:
+    case OP_NEG: case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX: case OP_MAX_POOL: case OP_GLOBAL_AVG_POOL: case OP_DROPOUT:
+        return 1;
+    case OP_BATCH_NORM: return 5;
+    case OP_LAYER_NORM: return n->nin;
+    default: return 0;
+    }
+}
+
 static void emit_node(CG *cg, const Node *n)
 {
     emit(cg, "    /* node '%s' (%s) */\n", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    if (float_inputs(n))
+        float_kernel(cg, n, float_inputs(n));
     switch (n->op) {
     case OP_GEMM: emit_gemm(cg, n); break;
     case OP_RELU:
@@ -826,8 +941,12 @@ static void emit_node(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
         break;
     case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_IDENTITY:
-        emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "copy"), numel(cg, n->out[0]), buf(cg, n->in[0]),
-             buf(cg, n->out[0]));
+        if (cg->g->values[n->out[0]].dtype == DT_F32)
+            emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "copy"), numel(cg, n->out[0]),
+                 buf(cg, n->in[0]), buf(cg, n->out[0]));
+        else   /* any element type: the bytes */
+            emit(cg, "    %s(%zu, %s, %s);\n", kernel(cg, "copy_bytes"),
+                 value_bytes(&cg->g->values[n->out[0]]), buf(cg, n->in[0]), buf(cg, n->out[0]));
         break;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: emit_binary(cg, n); break;
     case OP_SUM: emit_sum(cg, n); break;
@@ -913,9 +1032,38 @@ static const char *build_line(CG *cg)
     return arena_printf(cg->g->arena, "cc -O2 %s -o train -lopenblas -lm -pthread", out);
 }
 
+/* The program's name: the output file's, without folder and ".c". */
+static const char *program_name(CG *cg)
+{
+    const char *out = cg->o->output, *slash = strrchr(out, '/');
+    const char *base = slash ? slash + 1 : out;
+    size_t n = strlen(base);
+    if (n > 2 && strcmp(base + n - 2, ".c") == 0)
+        n -= 2;
+    return arena_strndup(cg->g->arena, base, n);
+}
+
+static void emit_infer_header(CG *cg, const char *hash)
+{
+    emit(cg, "/* Generated by mpcc %s. Do not edit: regenerate with the command below.\n"
+         " *\n *   %s\n *\n", MPCC_VERSION, comment_text(cg, cg->o->cmdline));
+    emit(cg, " * model:    %s (sha256 %s)\n", comment_text(cg, cg->g->file), hash);
+    emit(cg, " * forward only (--infer) on cpu:0; memory plan %zu bytes\n",
+         cg->plan->arena_bytes[0]);
+    emit(cg, " * build:    cc -O2 %s -o %s -lopenblas -lm -pthread\n",
+         comment_text(cg, cg->o->output), comment_text(cg, program_name(cg)));
+    emit(cg, " * run:      ./%s --input NAME=FILE.npy ... --output NAME=FILE.npy ...\n */\n",
+         comment_text(cg, program_name(cg)));
+    emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
+}
+
 static void emit_header(CG *cg, const char *hash)
 {
     const Plan *p = cg->plan;
+    if (cg->o->infer) {
+        emit_infer_header(cg, hash);
+        return;
+    }
     emit(cg, "/* Generated by mpcc %s. Do not edit: regenerate with the command below.\n"
          " *\n *   %s\n *\n", MPCC_VERSION, comment_text(cg, cg->o->cmdline));
     emit(cg, " * model:    %s (sha256 %s)\n", comment_text(cg, cg->g->file), hash);
@@ -973,10 +1121,14 @@ static void emit_runtime(CG *cg)
 {
     static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                 "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c",
-                                "train_c", NULL};
+                                "program_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                 "timeline_c", "cuda_c", "cuda_ops_c", "train_c", NULL};
-    const char *const *order = cg->cuda ? cuda : cpu;
+                                 "timeline_c", "cuda_c", "cuda_ops_c", "program_c", "train_c",
+                                 NULL};
+    static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
+                                  "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
+                                  "stream_c", "program_c", "infer_c", NULL};
+    const char *const *order = cg->o->infer ? infer : cg->cuda ? cuda : cpu;
     for (size_t i = 0; order[i]; i++)
         for (const EmbeddedFile *f = embedded_files; f->name; f++) {
             if (strcmp(f->name, order[i]) != 0)
@@ -1331,16 +1483,47 @@ static const char *c_string(CG *cg, const char *s)
     return r;
 }
 
-static void emit_buffer(CG *cg, uint32_t v, const char *kind)
+/* The runtime's name for an element type (MprtDType). */
+static const char *mprt_dtype(CG *cg, uint32_t v)
+{
+    switch (cg->g->values[v].dtype) {
+    case DT_F32: return "MPRT_F32";
+    case DT_F64: return "MPRT_F64";
+    case DT_I64: return "MPRT_I64";
+    case DT_I32: return "MPRT_I32";
+    case DT_U8: return "MPRT_U8";
+    case DT_BOOL: return "MPRT_BOOL";
+    case DT_F16: return "MPRT_F16";
+    case DT_BF16: return "MPRT_BF16";
+    case DT_I16: return "MPRT_I16";
+    case DT_I8: return "MPRT_I8";
+    default: {
+        Loc loc = value_loc(cg->g, v);
+        error_at(&loc, "element type %s is not supported by the CPU programs yet",
+                 dtype_name(cg->g->values[v].dtype));
+    }
+    }
+}
+
+/* A row of the buffer table; `name` is what the program calls it. A value
+ * nothing reads has no buffer (device -1: the forward-only program checks
+ * such an input's file and keeps nothing). */
+static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)
 {
     const Value *val = &cg->g->values[v];
-    const Buf *bf = &cg->plan->bufs[plan_buf(cg->plan, v, cg->plan->st->home[v])];
-    emit(cg, "    {%s, %s, MPRT_%s, %d, {", c_string(cg, val->name), kind,
-         val->dtype == DT_F32 ? "F32" : val->dtype == DT_I64 ? "I64" : "U8", val->shape.rank);
+    int home = cg->plan->st->home[v];
+    const Buf *bf = home >= 0 ? &cg->plan->bufs[plan_buf(cg->plan, v, home)] : NULL;
+    emit(cg, "    {%s, %s, %s, %d, {", c_string(cg, name), kind, mprt_dtype(cg, v),
+         val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
-    emit(cg, "%s}, %d, %zu, %d, %zu, %zu},\n", val->shape.rank ? "" : "0", bf->dev, bf->offset,
-         bf->slots, bf->bytes, value_bytes(val));
+    emit(cg, "%s}, %d, %zu, %d, %zu, %zu},\n", val->shape.rank ? "" : "0", bf ? bf->dev : -1,
+         bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0, value_bytes(val));
+}
+
+static void emit_buffer(CG *cg, uint32_t v, const char *kind)
+{
+    emit_named_buffer(cg, v, cg->g->values[v].name, kind);
 }
 
 /* What evaluation needs besides the output buffer (the loss's first input:
@@ -1410,6 +1593,49 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 
+/* --infer: each stage's forward, node after node. */
+static void emit_forward_only(CG *cg)
+{
+    const Plan *p = cg->plan;
+    for (int s = 0; s < p->st->n; s++) {
+        size_t k = (size_t)s * ACT_KINDS + ACT_FWD;
+        cg->stage = s;
+        emit(cg, "\n/* --- the forward on %s --- */\nstatic void s%d_forward(int mb)\n{\n"
+             "    (void)mb;\n", p->ds->d[p->st->dev[s]].name, s);
+        for (int i = 0; i < p->nnodes[k]; i++)
+            emit_node(cg, &cg->g->nodes[p->nodes[k][i]]);
+        emit(cg, "}\n");
+    }
+}
+
+/* --infer: the parameters, every graph input and every graph output (by
+ * its ONNX name), and main. */
+static void emit_infer_model(CG *cg, const char *hash, const char *weights)
+{
+    Graph *g = cg->g;
+    const Plan *p = cg->plan;
+    emit(cg, "\nstatic const MprtBuffer buffers[] = {\n");
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == VK_PARAM && p->st->home[v] >= 0)
+            emit_buffer(cg, v, "MPRT_PARAM");
+    for (uint32_t i = 0; i < g->ninputs; i++)
+        emit_buffer(cg, g->inputs[i], "MPRT_INPUT");
+    for (uint32_t i = 0; i < g->noutputs; i++)
+        emit_named_buffer(cg, g->outputs[i], g->output_names[i], "MPRT_OUTPUT");
+    emit(cg, "};\n\nstatic const size_t arena_bytes[] = {%zu};\n"
+         "static const char *const device_names[] = {%s};\n\n"
+         "static const MprtInferModel model = {\n"
+         "    .program = %s, .mpcc_version = \"%s\",\n"
+         "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
+         "    .ndev = 1, .arena_bytes = arena_bytes, .device_names = device_names,\n"
+         "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n"
+         "    .zero_state = zero_state, .forward = eval_forward,\n"
+         "};\n\nint main(int argc, char **argv)\n{\n"
+         "    return mprt_infer_main(&model, argc, argv);\n}\n",
+         p->arena_bytes[0], c_string(cg, p->ds->d[0].name), c_string(cg, program_name(cg)),
+         MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights));
+}
+
 /* The initial weights: every floating-point initializer, by ONNX name. */
 static void write_weights(CG *cg, const char *path)
 {
@@ -1473,12 +1699,18 @@ void codegen(Graph *g, const Options *o, const Plan *plan)
     emit(&cg, "\n/* ==== the model ==== */\n\n");
     emit_devices(&cg);
     emit_constants(&cg);
-    emit_actions(&cg);
-    emit_step(&cg);
-    emit_prof_table(&cg);
-    emit_op_table(&cg);
-    emit_eval(&cg);
-    emit_model(&cg, hash, slash ? slash + 1 : weights);
+    if (o->infer) {
+        emit_forward_only(&cg);
+        emit_eval(&cg);
+        emit_infer_model(&cg, hash, slash ? slash + 1 : weights);
+    } else {
+        emit_actions(&cg);
+        emit_step(&cg);
+        emit_prof_table(&cg);
+        emit_op_table(&cg);
+        emit_eval(&cg);
+        emit_model(&cg, hash, slash ? slash + 1 : weights);
+    }
     if (fclose(cg.out) != 0 || rename(tmp, o->output) != 0)
         error_file(o->output, "write failed: %s", strerror(errno));
     write_weights(&cg, weights);

@@ -282,21 +282,27 @@ NodeCost node_cost(const Graph *g, const Node *n)
     return c;
 }
 
-/* The scratch memory a node's kernel uses while it runs (the CPU
- * convolutions' patch matrix: one image and group at a time, as
- * runtime/cpu.c computes it). */
+/* The scratch memory a node's kernel uses while it runs: the CPU
+ * convolutions' patch matrix (one image and group at a time, as
+ * runtime/cpu.c computes it), a cross-entropy's log-probabilities. */
 int64_t node_workspace(const Graph *g, const Node *n)
 {
     uint32_t w, y;
     switch (n->op) {
     case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
     case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
+    case OP_SOFTMAX_CE:   /* the log-probabilities, when no output keeps them */
+        if (n->nout > 1 && n->out[1] != NONE)
+            return 0;
+        return (int64_t)shape_numel(&g->values[n->in[0]].shape) * (int64_t)sizeof(float);
     default: return 0;
     }
     const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
-    if (ws->rank != 4 || ys->rank != 4)
-        return 0;
-    int64_t k = ws->d[1] * ws->d[2] * ws->d[3], p = ys->d[2] * ys->d[3];
+    int64_t k = 1, p = 1;   /* patch rows C/group * KH * KW, columns OH * OW (1-D: OW) */
+    for (int i = 1; i < ws->rank; i++)
+        k *= ws->d[i];
+    for (int i = 2; i < ys->rank; i++)
+        p *= ys->d[i];
     return k * p * (int64_t)sizeof(float);
 }
 

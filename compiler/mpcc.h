@@ -223,6 +223,8 @@ typedef struct Graph {
     uint32_t *order, norder, cap_order;  /* live nodes in topological order */
     NameMap *names;
     uint32_t loss, labels; /* training: the loss and the labels input, or NONE */
+    const char **output_names;  /* --infer: each output's ONNX name (forward.c may have
+                                   given the output a copy of its own), else NULL */
     uint32_t cur_origin;   /* autodiff: the forward node being differentiated */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
@@ -341,6 +343,7 @@ typedef struct Options {
     bool dump_partition, dump_schedule, dump_dot;   /* the pipeline plan, then stop */
     PipeOptions pipe;
     bool check;
+    bool infer;                /* --infer: a forward-only program, no training graph */
     bool list_ops;
     bool emit_onnx;            /* --emit-onnx: write the model as ONNX to -o */
     TrainOptions train;
@@ -350,6 +353,13 @@ typedef struct Options {
 /* Fixes input shapes; with require, a symbolic dimension left is an error,
  * otherwise the result says whether every input is static. */
 bool bind_shapes(Graph *g, const Options *o, bool require);
+
+/* --------------------------------------------------------------- forward.c */
+
+/* --infer: every graph output becomes the output of a node of its own (a
+ * copy when it is a graph input, a constant or another output), so that
+ * the program has a buffer to write it from. Sets g->output_names. */
+void forward_outputs(Graph *g);
 
 /* ------------------------------------------------------------------ loss.c */
 
@@ -637,7 +647,9 @@ void sha256_hex(const void *data, size_t n, char out[65]);
 
 /* ----------------------------------------------------------------- check.c */
 
-int check_ops(Graph *g, FILE *out);   /* returns the number of problem op types */
+/* Returns the number of problem op types; forward_only (--infer): only a
+ * CPU forward kernel is needed, never a gradient. */
+int check_ops(Graph *g, FILE *out, bool forward_only);
 void list_ops(FILE *out);             /* the op table as Markdown */
 
 /* ---------------------------------------------------------------- shapes.c */

@@ -235,9 +235,9 @@ MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x
             double sum = 0;
             for (long c = 0; c < C; c++)
                 sum += exp((double)xs[c * inner] - mx);
-            float lse = (float)(mx + log(sum));
+            double l = log(sum);   /* (x - max) - log(sum), in double: x may be large */
             for (long c = 0; c < C; c++)
-                ys[c * inner] = xs[c * inner] - lse;
+                ys[c * inner] = (float)(((double)xs[c * inner] - mx) - l);
         }
 }
 
@@ -628,6 +628,12 @@ MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         w[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2s + eps);
     }
+}
+
+/* A copy of any element type. */
+MPRT_KERNEL void mprt_copy_bytes(size_t n, const void *x, void *y)
+{
+    memcpy(y, x, n);
 }
 
 /* A parameter's gradient summed over micro-batches: sum = g for the

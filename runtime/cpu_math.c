@@ -305,6 +305,41 @@ MPRT_KERNEL void mprt_nll(int N, int C, long D, const float *x, const int64_t *l
     *loss = count ? (float)(total / count) : 0.0f;
 }
 
+/* NegativeLogLikelihoodLoss's forward with every option: class weights
+ * (or NULL) and reduction 0 none (loss is (N, D), 0 where ignored), 1 sum,
+ * 2 mean (the sum divided by the weights of the labels counted). */
+MPRT_KERNEL void mprt_nll_forward(int N, int C, long D, const float *x, const int64_t *labels,
+                                  const float *weight, int64_t ignore, int reduction,
+                                  float *loss, const char *node)
+{
+    double total = 0, wsum = 0;
+    for (int n = 0; n < N; n++)
+        for (long d = 0; d < D; d++) {
+            size_t i = (size_t)n * D + d;
+            int64_t t = labels[i];
+            if (t == ignore) {
+                if (reduction == 0)
+                    loss[i] = 0.0f;
+                continue;
+            }
+            if (t < 0 || t >= C) {
+                fprintf(stderr, "error: node '%s': label %lld is not a class in [0, %d) nor "
+                        "the ignore_index %lld; check the labels\n", node, (long long)t, C,
+                        (long long)ignore);
+                exit(1);
+            }
+            double w = weight ? weight[t] : 1.0, l = -w * x[((size_t)n * C + t) * D + d];
+            if (reduction == 0)
+                loss[i] = (float)l;
+            total += l;
+            wsum += w;
+        }
+    if (reduction == 1)
+        *loss = (float)total;
+    else if (reduction == 2)
+        *loss = (float)(total / wsum);
+}
+
 MPRT_KERNEL void mprt_nll_grad(int N, int C, long D, const float *dloss, const int64_t *labels,
                                int64_t ignore, float *dx)
 {

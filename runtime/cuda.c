@@ -55,7 +55,7 @@ static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's devi
 static size_t *mprt_cu_arena_size;
 static const char *mprt_cu_source;   /* templates/kernels.cu, set by the generated program */
 
-static void mprt_cu_die(int status, const char *call, const char *what)
+static _Noreturn void mprt_cu_die(int status, const char *call, const char *what)
 {
     fprintf(stderr, "train: error: %s%s%s failed: %s\n", mprt_cu_node ? mprt_cu_node : "",
             mprt_cu_node ? ": " : "", call, what);
@@ -106,16 +106,16 @@ typedef struct MprtCuModule {
     int n, cap;
 } MprtCuModule;
 
-static MprtCuModule *mprt_cu_modules;   /* [physical GPUs] */
+MPRT_KERNEL MprtCuModule *mprt_cu_modules;   /* [physical GPUs] */
 
-static uint64_t mprt_fnv1a(const char *s, uint64_t h)
+MPRT_KERNEL uint64_t mprt_fnv1a(const char *s, uint64_t h)
 {
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
     return h;
 }
 
-static void mprt_cu_cache_dir(char *dir, size_t n)
+MPRT_KERNEL void mprt_cu_cache_dir(char *dir, size_t n)
 {
     const char *c = getenv("MPCC_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     if (c && *c)
@@ -127,7 +127,7 @@ static void mprt_cu_cache_dir(char *dir, size_t n)
 }
 
 /* The cubin of the kernels for arch: from the cache, or compiled now. */
-static char *mprt_cu_cubin(int arch, size_t *size)
+MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
 {
     int major, minor;
     MPRT_NVRTC(nvrtcVersion(&major, &minor));
@@ -192,7 +192,7 @@ static char *mprt_cu_cubin(int arch, size_t *size)
     return bin;
 }
 
-static MprtCuModule *mprt_cu_module(int ordinal)
+MPRT_KERNEL MprtCuModule *mprt_cu_module(int ordinal)
 {
     MprtCuModule *m = &mprt_cu_modules[ordinal];
     if (m->module)
@@ -208,7 +208,7 @@ static MprtCuModule *mprt_cu_module(int ordinal)
     return m;
 }
 
-static CUfunction mprt_cu_function(const char *name)
+MPRT_KERNEL CUfunction mprt_cu_function(const char *name)
 {
     MprtCuModule *m = mprt_cu_module(mprt_cu->ordinal);
     for (int i = 0; i < m->n; i++)
@@ -229,7 +229,7 @@ static CUfunction mprt_cu_function(const char *name)
 }
 
 /* Launches kernel mprt_k_<name> on the current device's compute stream. */
-static void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size_t shmem,
+MPRT_KERNEL void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size_t shmem,
                            void **args)
 {
     CUfunction f = mprt_cu_function(name);
@@ -238,7 +238,7 @@ static void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size
 }
 
 /* A 1-D grid for n elements, capped: kernels loop with a grid stride. */
-static unsigned mprt_cu_blocks(long n, unsigned block)
+MPRT_KERNEL unsigned mprt_cu_blocks(long n, unsigned block)
 {
     long b = (n + block - 1) / block;
     return b < 1 ? 1u : b > 65535 ? 65535u : (unsigned)b;
@@ -246,7 +246,7 @@ static unsigned mprt_cu_blocks(long n, unsigned block)
 
 /* ---- devices and streams ---- */
 
-static int mprt_cu_count(void)
+MPRT_KERNEL int mprt_cu_count(void)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -260,7 +260,7 @@ static int mprt_cu_count(void)
 }
 
 /* Logical device d (names[d] = "cuda:K") onto the GPUs present. */
-static void mprt_devices_open(int ndev, const char *const *names)
+MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
 {
     int gpus = mprt_cu_count();
     mprt_cu_ndev = ndev;
@@ -307,7 +307,7 @@ static void mprt_devices_open(int ndev, const char *const *names)
         }
 }
 
-static int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     (void)nstreams;
     mprt_clock0 = 0;
@@ -321,7 +321,7 @@ static int mprt_streams_start(int nstreams, int nevents, int nops, char *err, si
     return 0;
 }
 
-static void mprt_cu_use(int dev)
+MPRT_KERNEL void mprt_cu_use(int dev)
 {
     mprt_cu = &mprt_cu_devs[dev];
     MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
@@ -329,7 +329,7 @@ static void mprt_cu_use(int dev)
 
 /* With --trace, the host waits for each operation: the timeline is then
  * the GPU's, at the cost of the overlap between host and devices. */
-static void mprt_cu_traced(int stream, int label, double t0)
+MPRT_KERNEL void mprt_cu_traced(int stream, int label, double t0)
 {
     if (!mprt_tracing || label < 0)
         return;
@@ -355,7 +355,7 @@ MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
     mprt_cu_traced(stream, label, t0);
 }
 
-static int mprt_cu_owner(const void *p)
+MPRT_KERNEL int mprt_cu_owner(const void *p)
 {
     for (int d = 0; d < mprt_cu_ndev; d++)
         if ((const unsigned char *)p >= mprt_cu_arena_base[d] &&
@@ -390,7 +390,7 @@ MPRT_KERNEL void mprt_record_event(int stream, int ev)
 
 /* The end of a step: every stream drained (a kernel's failure surfaces
  * here, named as the step's). */
-static void mprt_sync(void)
+MPRT_KERNEL void mprt_sync(void)
 {
     mprt_cu_node = "the step";
     for (int s = 0; s < 3 * mprt_cu_ndev; s++) {
@@ -414,7 +414,7 @@ static void mprt_sync(void)
 
 /* ---- device memory ---- */
 
-static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
 {
     void *p = NULL;
     mprt_cu_use(dev);
@@ -436,26 +436,26 @@ static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
 }
 
 /* The memory plan's kernel scratch of a device (cuDNN's workspace). */
-static void mprt_dev_scratch(int dev, void *p, size_t n)
+MPRT_KERNEL void mprt_dev_scratch(int dev, void *p, size_t n)
 {
     mprt_cu_devs[dev].scratch = p;
     mprt_cu_devs[dev].scratch_bytes = n;
 }
 
-static void mprt_arena_free(int dev, unsigned char *p)
+MPRT_KERNEL void mprt_arena_free(int dev, unsigned char *p)
 {
     mprt_cu_use(dev);
     cudaFree(p);
 }
 
-static void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
 {
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
 }
 
 /* Host staging areas: k selects one, so that several views can be alive. */
-static void *mprt_cu_staging(int k, size_t n)
+MPRT_KERNEL void *mprt_cu_staging(int k, size_t n)
 {
     static void *area[4];
     static size_t size[4];
@@ -469,7 +469,7 @@ static void *mprt_cu_staging(int k, size_t n)
     return area[k];
 }
 
-static const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
 {
     void *h = mprt_cu_staging(k, n);
     mprt_cu_use(dev);
@@ -477,7 +477,7 @@ static const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
     return h;
 }
 
-static const void *mprt_dev_hold(int dev, const void *src, size_t n)
+MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
 {
     void *h = malloc(n ? n : 1);
     if (!h)
@@ -487,19 +487,19 @@ static const void *mprt_dev_hold(int dev, const void *src, size_t n)
     return h;
 }
 
-static void mprt_dev_unhold(const void *host, const void *src)
+MPRT_KERNEL void mprt_dev_unhold(const void *host, const void *src)
 {
     (void)src;
     free((void *)host);
 }
 
-static void *mprt_dev_stage(int dev, void *dst, size_t n)
+MPRT_KERNEL void *mprt_dev_stage(int dev, void *dst, size_t n)
 {
     (void)dev, (void)dst;
     return mprt_cu_staging(3, n);
 }
 
-static void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+MPRT_KERNEL void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
     mprt_dev_write(dev, dst, staged, n);
 }
@@ -525,7 +525,7 @@ MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
                               mprt_cu->compute));
 }
 
-static void mprt_losses_alloc(int n)
+MPRT_KERNEL void mprt_losses_alloc(int n)
 {
     MPRT_CUDA(cudaHostAlloc((void **)&mprt_losses, (size_t)n * sizeof *mprt_losses,
                             cudaHostAllocPortable));

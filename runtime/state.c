@@ -15,8 +15,14 @@
 #else
 #define MPRT_KERNEL static
 #endif
+/* And of the runtime's globals. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MPRT_GLOBAL static __attribute__((unused))
+#else
+#define MPRT_GLOBAL static
+#endif
 
-static int mprt_training = 1;
+MPRT_GLOBAL int mprt_training = 1;
 
 /* ---- Dropout's counter-based generator ---- */
 
@@ -24,8 +30,8 @@ static int mprt_training = 1;
  * a function of (seed, node, global micro-batch number, element) only, so
  * it does not depend on where or in which order the op runs, and the
  * backward pass regenerates it instead of storing it. */
-static uint64_t mprt_dropout_seed;
-static _Thread_local long mprt_dropout_mb;   /* set by each stage action */
+MPRT_GLOBAL uint64_t mprt_dropout_seed;
+MPRT_GLOBAL _Thread_local long mprt_dropout_mb;   /* set by each stage action */
 
 static inline uint64_t mprt_mix64(uint64_t z)
 {

@@ -31,14 +31,14 @@ typedef struct MprtStream {
     int cap, head, tail, busy, index;
 } MprtStream;
 
-static pthread_mutex_t mprt_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t mprt_cv = PTHREAD_COND_INITIALIZER;
-static MprtStream *mprt_streams;
-static int mprt_nstreams;
-static unsigned char *mprt_events;
-static int mprt_nevents;
+MPRT_GLOBAL pthread_mutex_t mprt_mu = PTHREAD_MUTEX_INITIALIZER;
+MPRT_GLOBAL pthread_cond_t mprt_cv = PTHREAD_COND_INITIALIZER;
+MPRT_GLOBAL MprtStream *mprt_streams;
+MPRT_GLOBAL int mprt_nstreams;
+MPRT_GLOBAL unsigned char *mprt_events;
+MPRT_GLOBAL int mprt_nevents;
 
-static void mprt_execute(const MprtOp *op)
+MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
     double t0 = mprt_tracing ? mprt_clock() : 0;
     if (op->kind == MPRT_OP_RUN)
@@ -51,7 +51,7 @@ static void mprt_execute(const MprtOp *op)
     }
 }
 
-static void *mprt_stream_main(void *arg)
+MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
     pthread_mutex_lock(&mprt_mu);
@@ -78,7 +78,7 @@ static void *mprt_stream_main(void *arg)
 }
 
 /* Starts nstreams worker threads; nops bounds the operations of one step. */
-static int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     mprt_clock0 = 0;
     mprt_clock0 = mprt_clock();
@@ -105,7 +105,7 @@ static int mprt_streams_start(int nstreams, int nevents, int nops, char *err, si
     return 0;
 }
 
-static void mprt_enqueue(int stream, MprtOp op)
+MPRT_KERNEL void mprt_enqueue(int stream, MprtOp op)
 {
     MprtStream *s = &mprt_streams[stream];
     pthread_mutex_lock(&mprt_mu);
@@ -136,7 +136,7 @@ MPRT_KERNEL void mprt_record_event(int stream, int ev)
 
 /* Waits until every stream has run everything enqueued, then clears the
  * events for the next step. */
-static void mprt_sync(void)
+MPRT_KERNEL void mprt_sync(void)
 {
     pthread_mutex_lock(&mprt_mu);
     for (int i = 0; i < mprt_nstreams; i++)
@@ -158,18 +158,18 @@ static void mprt_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-static void mprt_devices_open(int ndev, const char *const *names)
+MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
 {
     (void)ndev, (void)names;
 }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
-static void mprt_dev_scratch(int dev, void *p, size_t n)
+MPRT_KERNEL void mprt_dev_scratch(int dev, void *p, size_t n)
 {
     (void)dev, (void)p, (void)n;
 }
 
-static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
 {
     (void)dev;
     unsigned char *p = calloc(1, n ? n : 1);
@@ -181,14 +181,14 @@ static unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
     return p;
 }
 
-static void mprt_arena_free(int dev, unsigned char *p)
+MPRT_KERNEL void mprt_arena_free(int dev, unsigned char *p)
 {
     (void)dev;
     free(p);
 }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
-static void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
 {
     (void)dev;
     memcpy(dst, src, n);
@@ -196,32 +196,32 @@ static void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
 
 /* The host's view of n device bytes at src (k: which staging area, so
  * that several views can be alive; CPU devices need none). */
-static const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
 {
     (void)dev, (void)n, (void)k;
     return src;
 }
 
 /* A host copy of n device bytes that stays until mprt_dev_unhold. */
-static const void *mprt_dev_hold(int dev, const void *src, size_t n)
+MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
 {
     (void)dev, (void)n;
     return src;
 }
 
-static void mprt_dev_unhold(const void *host, const void *src)
+MPRT_KERNEL void mprt_dev_unhold(const void *host, const void *src)
 {
     (void)host, (void)src;
 }
 
 /* Where the host writes n bytes bound for dst, then mprt_dev_commit. */
-static void *mprt_dev_stage(int dev, void *dst, size_t n)
+MPRT_KERNEL void *mprt_dev_stage(int dev, void *dst, size_t n)
 {
     (void)dev, (void)n;
     return dst;
 }
 
-static void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+MPRT_KERNEL void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
     (void)dev, (void)dst, (void)staged, (void)n;
 }
@@ -238,7 +238,7 @@ MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
     memcpy(dst, src, n);
 }
 
-static float *mprt_losses;            /* the loss of each micro-batch of the step */
+MPRT_GLOBAL float *mprt_losses;            /* the loss of each micro-batch of the step */
 
 /* In a stage's forward: keep the loss of micro-batch mb for the host. */
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
@@ -246,7 +246,7 @@ MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
     mprt_losses[mb] = loss[0];
 }
 
-static void mprt_losses_alloc(int n)
+MPRT_KERNEL void mprt_losses_alloc(int n)
 {
     mprt_losses = calloc((size_t)n, sizeof *mprt_losses);
     if (!mprt_losses) {

@@ -7,11 +7,11 @@
 
 #include <time.h>
 
-static int mprt_tracing;               /* record op times by label */
-static double *mprt_op_start, *mprt_op_end;
-static double mprt_clock0;
+MPRT_GLOBAL int mprt_tracing;               /* record op times by label */
+MPRT_GLOBAL double *mprt_op_start, *mprt_op_end;
+MPRT_GLOBAL double mprt_clock0;
 
-static double mprt_clock(void)
+MPRT_KERNEL double mprt_clock(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -70,9 +70,9 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
 
 /* ---- per-node times (--profile) ---- */
 
-static int mprt_profiling;
-static double *mprt_node_seconds;
-static long *mprt_node_calls;
+MPRT_GLOBAL int mprt_profiling;
+MPRT_GLOBAL double *mprt_node_seconds;
+MPRT_GLOBAL long *mprt_node_calls;
 
 typedef struct MprtProfNode {
     const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */

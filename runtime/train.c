@@ -6,30 +6,15 @@
  * an offset and a slot per micro-batch); and the step, which enqueues every
  * device's actions and copies on the streams of runtime/stream.c. This file
  * loads the data and the weights, runs the steps, reports progress and
- * writes checkpoints.
+ * writes checkpoints. The buffer table, errors and weight loading are
+ * program.c's.
  */
 #include "mprt.h"
 
 #include <math.h>
 #include <time.h>
 
-/* MPRT_OUTPUT is the model's output: the loss's scores or predictions. */
-enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
 enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
-
-/* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
- * `stride` bytes apart. */
-typedef struct MprtBuffer {
-    const char *name;
-    int kind;
-    MprtDType dtype;
-    int rank;
-    int64_t shape[MPRT_MAX_RANK];
-    int dev;
-    size_t offset;
-    int slots;
-    size_t stride, nbytes;
-} MprtBuffer;
 
 typedef struct MprtModel {
     const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
@@ -55,14 +40,8 @@ typedef struct MprtModel {
     void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
 } MprtModel;
 
-static unsigned char **mprt_arenas;   /* one per device */
 static long mprt_step_no;             /* the step being run, from 0 */
 static float mprt_lr;                 /* its learning rate */
-
-static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
-{
-    return mprt_arenas[b->dev] + b->offset + (size_t)(mb % b->slots) * b->stride;
-}
 
 typedef struct MprtArgs {
     const char *data, *labels, *save, *resume, *weights, *loss_log;
@@ -72,18 +51,6 @@ typedef struct MprtArgs {
     unsigned long seed;
     int synthetic, shuffle;
 } MprtArgs;
-
-static void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
-static void mprt_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("train: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
 
 static void mprt_usage(const MprtModel *m)
 {
@@ -149,23 +116,6 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
     return x;
 }
 
-/* The default weights file: in the current folder, else next to the program. */
-static const char *mprt_default_weights(const char *name)
-{
-    static char path[4096];
-    if (access(name, R_OK) == 0)
-        return name;
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    if (n <= 0)
-        return name;
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    if (!slash || (size_t)(slash - path) + strlen(name) + 2 > sizeof path)
-        return name;
-    strcpy(slash + 1, name);
-    return access(path, R_OK) == 0 ? path : name;
-}
-
 static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs *a)
 {
     memset(a, 0, sizeof *a);
@@ -228,15 +178,6 @@ static const MprtBuffer *mprt_buffer_of(const MprtModel *m, int kind)
         if (m->buffers[i].kind == kind)
             return &m->buffers[i];
     return NULL;
-}
-
-static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
-{
-    size_t k = (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < rank && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
-    if (k < n)
-        snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
 /* The file must hold rows shaped like the buffer's rows (dims after the
@@ -493,37 +434,6 @@ static void mprt_evaluate(const MprtModel *m, const MprtArray *x, const MprtArra
 
 /* ---- weights and checkpoints ---- */
 
-static void mprt_load_tensors(const MprtModel *m, const char *path, int with_state, long *step)
-{
-    char err[512];
-    MprtStFile f;
-    if (mprt_st_open(path, &f, err, sizeof err) != 0)
-        mprt_die("%s", err);
-    for (int i = 0; i < m->nbuffers; i++) {
-        const MprtBuffer *b = &m->buffers[i];
-        if (b->kind != MPRT_PARAM && !(with_state && b->kind == MPRT_STATE))
-            continue;
-        const MprtStTensor *t = mprt_st_find(&f, b->name);
-        if (!t)
-            mprt_die("%s: has no tensor '%s'; is it a checkpoint of this model (%s)?", path,
-                     b->name, m->model_file);
-        if (t->dtype != b->dtype || t->nbytes != b->nbytes || t->rank != b->rank ||
-            memcmp(t->shape, b->shape, sizeof(int64_t) * (size_t)b->rank) != 0) {
-            char want[128], got[128];
-            mprt_shape_str(b->rank, b->shape, want, sizeof want);
-            mprt_shape_str(t->rank, t->shape, got, sizeof got);
-            mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
-                     mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
-        }
-        mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
-    }
-    if (step) {
-        const char *s = mprt_st_meta(&f, "step");
-        *step = s ? atol(s) : 0;
-    }
-    mprt_st_close(&f);
-}
-
 /* A --save path that cannot be written fails before training, not after. */
 static void mprt_check_writable(const char *path)
 {
@@ -629,6 +539,7 @@ static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray 
 static int mprt_train_main(const MprtModel *m, int argc, char **argv)
 {
     MprtArgs a;
+    mprt_program = m->program;
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
@@ -656,10 +567,10 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
     long start = 0;
-    mprt_load_tensors(m, a.weights, 0, NULL);
+    mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 0, NULL);
     m->zero_state();
     if (a.resume)
-        mprt_load_tensors(m, a.resume, 1, &start);
+        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume, 1, &start);
     FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
     if (a.loss_log && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));

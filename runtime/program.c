@@ -1,0 +1,110 @@
+/* program.c — what the generated programs share: the table of their
+ * buffers, the device arenas, errors, and loading weights.
+ *
+ * The trainer (train.c) and the forward-only program (infer.c) both
+ * describe their model as buffers at static offsets in one arena per
+ * device; micro-batch mb of a buffer lives in slot mb % slots. Errors are
+ * one line on standard error, `PROGRAM: error: ...`, and exit status 1.
+ */
+#include "mprt.h"
+
+/* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
+ * predictions, or one graph output of the forward-only program. */
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
+
+/* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
+ * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
+ * forward-only program checks its file and keeps nothing). */
+typedef struct MprtBuffer {
+    const char *name;
+    int kind;
+    MprtDType dtype;
+    int rank;
+    int64_t shape[MPRT_MAX_RANK];
+    int dev;
+    size_t offset;
+    int slots;
+    size_t stride, nbytes;
+} MprtBuffer;
+
+static unsigned char **mprt_arenas;   /* one per device */
+static const char *mprt_program = "train";   /* the program's name in errors */
+
+static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
+{
+    return mprt_arenas[b->dev] + b->offset + (size_t)(mb % b->slots) * b->stride;
+}
+
+static _Noreturn void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
+static _Noreturn void mprt_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: error: ", mprt_program);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* A shape as numpy prints it: (2, 3), (5,), (). */
+static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
+}
+
+/* The parameters (and with_state, the optimizer state) from a safetensors
+ * file, each checked against its buffer; *step from the file's metadata
+ * when step is not NULL. */
+static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *model_file,
+                              const char *path, int with_state, long *step)
+{
+    char err[512];
+    MprtStFile f;
+    if (mprt_st_open(path, &f, err, sizeof err) != 0)
+        mprt_die("%s", err);
+    for (int i = 0; i < nbufs; i++) {
+        const MprtBuffer *b = &bufs[i];
+        if (b->kind != MPRT_PARAM && !(with_state && b->kind == MPRT_STATE))
+            continue;
+        const MprtStTensor *t = mprt_st_find(&f, b->name);
+        if (!t)
+            mprt_die("%s: has no tensor '%s'; is it a checkpoint of this model (%s)?", path,
+                     b->name, model_file);
+        if (t->dtype != b->dtype || t->nbytes != b->nbytes || t->rank != b->rank ||
+            memcmp(t->shape, b->shape, sizeof(int64_t) * (size_t)b->rank) != 0) {
+            char want[128], got[128];
+            mprt_shape_str(b->rank, b->shape, want, sizeof want);
+            mprt_shape_str(t->rank, t->shape, got, sizeof got);
+            mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
+                     mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
+        }
+        mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
+    }
+    if (step) {
+        const char *s = mprt_st_meta(&f, "step");
+        *step = s ? atol(s) : 0;
+    }
+    mprt_st_close(&f);
+}
+
+/* The default weights file: in the current folder, else next to the program. */
+static const char *mprt_default_weights(const char *name)
+{
+    static char path[4096];
+    if (access(name, R_OK) == 0)
+        return name;
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0)
+        return name;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash || (size_t)(slash - path) + strlen(name) + 2 > sizeof path)
+        return name;
+    strcpy(slash + 1, name);
+    return access(path, R_OK) == 0 ? path : name;
+}
