@@ -345,14 +345,23 @@ static void grad_pow(AD *ad, uint32_t dy)
 }
 
 /* Elementwise functions: ElementwiseGrad(dy, x, y) with the forward op
- * named in its "op" attribute. */
+ * named in its "op" attribute and the forward's attributes (Clip's bounds
+ * as attributes min and max, whichever way the model gave them). */
 static void grad_elementwise(AD *ad, uint32_t dy)
 {
     uint32_t x = ad->n->in[0], out;
     if (!ad->needs[x])
         return;
+    double lo = 0, hi = 0;
+    if (ad->n->op == OP_CLIP)
+        clip_bounds(ad->g, ad->n, &lo, &hi);
     Node *g = emit(ad, OP_UNARY_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
     ir_set_int(ad->g, g, "op", ad->n->op);
+    if (ad->n->op == OP_CLIP) {
+        ir_set_float(ad->g, g, "min", lo);
+        ir_set_float(ad->g, g, "max", hi);
+    }
     contribute(ad, x, out);
 }
 
@@ -654,7 +663,9 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_DIV: grad_div(ad, dy[0]); break;
     case OP_POW: grad_pow(ad, dy[0]); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
-    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS:
+    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_HARD_SIGMOID:
+    case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU: case OP_SOFTPLUS:
+    case OP_GELU: case OP_CLIP:
         grad_elementwise(ad, dy[0]);
         break;
     case OP_MATMUL: grad_matmul(ad, dy[0]); break;

@@ -401,21 +401,67 @@ static const char *unary_code(Op op)
     case OP_SIGMOID: return "MPRT_SIGMOID";
     case OP_RECIPROCAL: return "MPRT_RECIPROCAL";
     case OP_ABS: return "MPRT_ABS";
+    case OP_HARD_SIGMOID: return "MPRT_HARD_SIGMOID";
+    case OP_HARD_SWISH: return "MPRT_HARD_SWISH";
+    case OP_LEAKY_RELU: return "MPRT_LEAKY_RELU";
+    case OP_ELU: return "MPRT_ELU";
+    case OP_SELU: return "MPRT_SELU";
+    case OP_SOFTPLUS: return "MPRT_SOFTPLUS";
+    case OP_GELU: return "MPRT_GELU";
+    case OP_CLIP: return "MPRT_CLIP";
     default: return NULL;
+    }
+}
+
+/* A bound as a float literal: infinities become the largest floats. */
+static double finite_float(double v)
+{
+    return v > 3.4028234663852886e38 ? 3.4028234663852886e38
+         : v < -3.4028234663852886e38 ? -3.4028234663852886e38 : v;
+}
+
+/* The parameters p, q of an elementwise function (mprt_unary), from the
+ * forward node's attributes; a gradient node carries the forward's
+ * attributes, and Clip's bounds resolved as attributes min and max. */
+static void unary_params(CG *cg, const Node *n, Op op, double *p, double *q)
+{
+    *p = *q = 0;
+    switch (op) {
+    case OP_HARD_SIGMOID:
+        *p = attr_float(n, "alpha", 0.2), *q = attr_float(n, "beta", 0.5);
+        break;
+    case OP_LEAKY_RELU: *p = attr_float(n, "alpha", 0.01); break;
+    case OP_ELU: *p = attr_float(n, "alpha", 1.0); break;
+    case OP_SELU:
+        *p = attr_float(n, "alpha", 1.67326319217681884765625);
+        *q = attr_float(n, "gamma", 1.05070102214813232421875);
+        break;
+    case OP_GELU: *q = strcmp(attr_str(n, "approximate", "none"), "tanh") == 0; break;
+    case OP_CLIP:
+        if (n->op == OP_CLIP)
+            clip_bounds(cg->g, n, p, q);
+        else
+            *p = attr_float(n, "min", -INFINITY), *q = attr_float(n, "max", INFINITY);
+        *p = finite_float(*p), *q = finite_float(*q);
+        break;
+    default: break;
     }
 }
 
 static void emit_unary(CG *cg, const Node *n)
 {
-    if (n->op == OP_UNARY_GRAD) {
-        const char *code = unary_code((Op)attr_int(n, "op", OP_UNKNOWN));
-        MPCC_ASSERT(code);
-        emit(cg, "    mprt_unary_grad(%s, %ld, %s, %s, %s, %s);\n", code, numel(cg, n->out[0]),
-             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
-    } else {
-        emit(cg, "    mprt_unary(%s, %ld, %s, %s);\n", unary_code(n->op), numel(cg, n->out[0]),
-             buf(cg, n->in[0]), buf(cg, n->out[0]));
-    }
+    Op op = n->op == OP_UNARY_GRAD ? (Op)attr_int(n, "op", OP_UNKNOWN) : n->op;
+    const char *code = unary_code(op);
+    MPCC_ASSERT(code);
+    double p, q;
+    unary_params(cg, n, op, &p, &q);
+    if (n->op == OP_UNARY_GRAD)
+        emit(cg, "    mprt_unary_grad(%s, %ld, (float)%.9g, (float)%.9g, %s, %s, %s, %s);\n",
+             code, numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), buf(cg, n->out[0]));
+    else
+        emit(cg, "    mprt_unary(%s, %ld, (float)%.9g, (float)%.9g, %s, %s);\n", code,
+             numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->out[0]));
 }
 
 /* The output's dims as longs, and each listed input's broadcast strides. */
@@ -839,6 +885,8 @@ static void emit_node(CG *cg, const Node *n)
     case OP_MAX_POOL: case OP_MAX_POOL_GRAD: emit_pool(cg, n); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_UNARY_GRAD:
+    case OP_HARD_SIGMOID: case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU:
+    case OP_SOFTPLUS: case OP_GELU: case OP_CLIP:
         emit_unary(cg, n);
         break;
     case OP_POW: emit_binary(cg, n); break;

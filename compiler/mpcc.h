@@ -643,6 +643,7 @@ int64_t *split_sizes(Graph *g, Node *n, int *axis);
 void transpose_perm(Graph *g, Node *n, int *perm);
 double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
 void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
+void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
 
 /* ------------------------------------------------------------------ fold.c */
 

@@ -171,6 +171,15 @@ static void infer_unary(const Inf *c)
     set_out(c, 0, in(c, 0)->dtype, &in(c, 0)->shape);
 }
 
+static void infer_gelu(const Inf *c)
+{
+    const char *a = attr_str(c->n, "approximate", "none");
+    if (strcmp(a, "none") != 0 && strcmp(a, "tanh") != 0)
+        error_at(&c->n->loc, "approximate='%s' is not one of none, tanh",
+                 str_escaped(c->g->arena, a, 40));
+    infer_unary(c);
+}
+
 static void infer_cast(const Inf *c)
 {
     DType to = c->n->op == OP_CAST_LIKE ? in(c, 1)->dtype
@@ -765,6 +774,18 @@ double dropout_ratio(Graph *g, const Node *n)
     return r;
 }
 
+/* Clip's bounds: attributes before opset 11, constant scalar inputs since. */
+void clip_bounds(Graph *g, const Node *n, double *lo, double *hi)
+{
+    if (g->opset < 11) {
+        *lo = attr_float(n, "min", -INFINITY);
+        *hi = attr_float(n, "max", INFINITY);
+        return;
+    }
+    *lo = scalar_in(g, n, 1, "Clip's min", -INFINITY);
+    *hi = scalar_in(g, n, 2, "Clip's max", INFINITY);
+}
+
 static void infer_shape_op(const Inf *c)
 {
     int r = in(c, 0)->shape.rank;
@@ -1018,12 +1039,15 @@ static void infer_node(const Inf *c)
                  "every unsupported op of the model", c->n->domain,
                  c->n->domain[0] ? "." : "", str_escaped(c->g->arena, c->n->op_type, 60));
     case OP_ABS: case OP_CEIL: case OP_COS: case OP_ELU: case OP_ERF: case OP_EXP:
-    case OP_FLOOR: case OP_GELU: case OP_HARD_SIGMOID: case OP_HARD_SWISH:
+    case OP_FLOOR: case OP_HARD_SIGMOID: case OP_HARD_SWISH:
     case OP_IDENTITY: case OP_LEAKY_RELU: case OP_LOG: case OP_NEG: case OP_RECIPROCAL:
     case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIGN: case OP_SIN:
     case OP_SOFTPLUS: case OP_SQRT: case OP_TANH: case OP_CLIP: case OP_CUMSUM:
     case OP_INSTANCE_NORM:
         infer_unary(c);
+        break;
+    case OP_GELU:
+        infer_gelu(c);
         break;
     case OP_NOT:
         infer_bool_only(c);

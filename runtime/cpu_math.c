@@ -63,10 +63,41 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
 
 /* ---- elementwise functions ---- */
 
+/* The op codes; p and q are the op's parameters where it has some:
+ * HardSigmoid alpha, beta; LeakyRelu, Elu alpha; Selu alpha, gamma; Clip
+ * min, max; Gelu q = 1 for the tanh approximation. */
 enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOID,
-       MPRT_RECIPROCAL, MPRT_ABS };
+       MPRT_RECIPROCAL, MPRT_ABS, MPRT_HARD_SIGMOID, MPRT_HARD_SWISH, MPRT_LEAKY_RELU,
+       MPRT_ELU, MPRT_SELU, MPRT_SOFTPLUS, MPRT_GELU, MPRT_CLIP };
 
-MPRT_KERNEL void mprt_unary(int op, long n, const float *x, float *y)
+static inline float mprt_clampf(float v, float lo, float hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* sqrt(2/pi) and the cubic coefficient of Gelu's tanh approximation */
+#define MPRT_GELU_K 0.7978845608028654f
+#define MPRT_GELU_C 0.044715f
+
+static float mprt_gelu(float v, float q)
+{
+    if (q != 0.0f)
+        return 0.5f * v * (1.0f + tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+static float mprt_gelu_grad(float v, float q)
+{
+    if (q != 0.0f) {
+        float t = tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
+        float dt = (1.0f - t * t) * MPRT_GELU_K * (1.0f + 3.0f * MPRT_GELU_C * v * v);
+        return 0.5f * (1.0f + t) + 0.5f * v * dt;
+    }
+    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
+           v * 0.39894228040143268f * expf(-0.5f * v * v);
+}
+
+MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
     for (long i = 0; i < n; i++) {
         float v = x[i];
@@ -79,14 +110,25 @@ MPRT_KERNEL void mprt_unary(int op, long n, const float *x, float *y)
         case MPRT_NEG: y[i] = -v; break;
         case MPRT_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
         case MPRT_RECIPROCAL: y[i] = 1.0f / v; break;
+        case MPRT_HARD_SIGMOID: y[i] = mprt_clampf(p * v + q, 0.0f, 1.0f); break;
+        case MPRT_HARD_SWISH: y[i] = v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f); break;
+        case MPRT_LEAKY_RELU: y[i] = v > 0 ? v : p * v; break;
+        case MPRT_ELU: y[i] = v > 0 ? v : p * expm1f(v); break;
+        case MPRT_SELU: y[i] = q * (v > 0 ? v : p * expm1f(v)); break;
+        case MPRT_SOFTPLUS: y[i] = (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))); break;
+        case MPRT_GELU: y[i] = mprt_gelu(v, q); break;
+        case MPRT_CLIP: y[i] = mprt_clampf(v, p, q); break;
         default: y[i] = fabsf(v); break;
         }
     }
 }
 
-/* dx = dy * f'(x), from x or from y = f(x), whichever is cheaper. */
-MPRT_KERNEL void mprt_unary_grad(int op, long n, const float *dy, const float *x,
-                                 const float *y, float *dx)
+/* dx = dy * f'(x), from x or from y = f(x), whichever is cheaper. Where f
+ * has a kink the derivative is PyTorch's: LeakyRelu, Elu and Selu take the
+ * left side at 0, HardSigmoid is flat at its corners, HardSwish takes
+ * x / 3 + 1/2 at 3, Clip passes the gradient at min and max. */
+MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
+                                 const float *x, const float *y, float *dx)
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     for (long i = 0; i < n; i++) {
@@ -100,6 +142,20 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, const float *dy, const float *x
         case MPRT_NEG: dx[i] = -g; break;
         case MPRT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
         case MPRT_RECIPROCAL: dx[i] = -g * y[i] * y[i]; break;
+        case MPRT_HARD_SIGMOID: {
+            float t = p * x[i] + q;
+            dx[i] = t > 0.0f && t < 1.0f ? g * p : 0.0f;
+            break;
+        }
+        case MPRT_HARD_SWISH:
+            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? g * (x[i] / 3.0f + 0.5f) : g;
+            break;
+        case MPRT_LEAKY_RELU: dx[i] = x[i] > 0 ? g : g * p; break;
+        case MPRT_ELU: dx[i] = x[i] > 0 ? g : g * (y[i] + p); break;
+        case MPRT_SELU: dx[i] = x[i] > 0 ? g * q : g * q * p * expf(x[i]); break;
+        case MPRT_SOFTPLUS: dx[i] = g / (1.0f + expf(-x[i])); break;
+        case MPRT_GELU: dx[i] = g * mprt_gelu_grad(x[i], q); break;
+        case MPRT_CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
         default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
         }
     }

@@ -35,6 +35,9 @@ A case (see Case below):
           (mpcc --class-axis, default 1); more mpcc flags; ops mpcc adds to
           the model for these flags (the case waits for their gradients too)
   rtol, atol_rel   tolerance overrides, with a `note` saying why
+  opset   the model's opset (default 17): attributes that became inputs, or
+          ops newer than 17.  An opset newer than the installed onnx package
+          knows is not run through its checker (gradcheck.table says so)
 
 Adding an op is adding entries here.  A case is registered with CTest once
 every op its model uses has OPF_GRAD in compiler/ops.def.
@@ -49,7 +52,7 @@ class Case:
     def __init__(self, name, op, nodes, inits, torch, consts=None, stats=(),
                  loss="mse", labels=None, ignore_index=-100, x_like=None,
                  out=None, class_axis=1, flags=(), needs=(), rtol=None,
-                 atol_rel=None, note=""):
+                 atol_rel=None, note="", opset=17):
         self.name, self.op, self.nodes = name, op, nodes
         self.inits, self.consts = inits, consts or {}
         self.torch, self.stats = torch, tuple(stats)
@@ -58,6 +61,7 @@ class Case:
         self.class_axis, self.flags, self.needs = class_axis, list(flags), tuple(needs)
         self.out = out or nodes[-1].output[0]
         self.rtol, self.atol_rel, self.note = rtol, atol_rel, note
+        self.opset = opset
 
 
 def N(op, inputs, outputs=("y",), **attrs):
@@ -95,6 +99,11 @@ def distinct(*shape):
         return ((r.permutation(n) + r.uniform(0.1, 0.9, n)) * (2.0 / n) - 1.0) \
             .reshape(shape).astype(np.float32)
     return gen
+
+
+def spread(*shape, scale=3.0):
+    """Normal values times `scale`: both sides of an activation's corners."""
+    return lambda r: (r.standard_normal(shape) * scale).astype(np.float32)
 
 
 def ints(*values, shape=None):
@@ -451,4 +460,55 @@ CASES = [
          consts=dict(ratio=scalar(0.0), training=scalar(True, np.bool_))),
     Case("Dropout_inference", "Dropout", [N("Dropout", ["X"])],
          dict(X=randn(3, 4)), lambda t: t.X),
+
+    # -- activations with attributes (values on both sides of every corner)
+    Case("HardSigmoid_default", "HardSigmoid", [N("HardSigmoid", ["X"])],
+         dict(X=spread(4, 5)), lambda t: torch.clamp(0.2 * t.X + 0.5, 0, 1)),
+    Case("HardSigmoid_torch_alpha", "HardSigmoid",
+         [N("HardSigmoid", ["X"], alpha=1.0 / 6, beta=0.5)],
+         dict(X=spread(4, 5, scale=4.0)), lambda t: F.hardsigmoid(t.X),
+         note="F.hardsigmoid exports as HardSigmoid(alpha=1/6)"),
+    Case("HardSwish", "HardSwish", [N("HardSwish", ["X"])],
+         dict(X=spread(4, 5, scale=4.0)), lambda t: F.hardswish(t.X)),
+    Case("LeakyRelu_default", "LeakyRelu", [N("LeakyRelu", ["X"])],
+         dict(X=away(4, 5)), lambda t: F.leaky_relu(t.X, 0.01)),
+    Case("LeakyRelu_alpha", "LeakyRelu", [N("LeakyRelu", ["X"], alpha=0.2)],
+         dict(X=away(4, 5)), lambda t: F.leaky_relu(t.X, 0.2)),
+    Case("Elu_default", "Elu", [N("Elu", ["X"])],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.elu(t.X)),
+    Case("Elu_alpha", "Elu", [N("Elu", ["X"], alpha=0.5)],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.elu(t.X, alpha=0.5)),
+    Case("Selu_default", "Selu", [N("Selu", ["X"])],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.selu(t.X)),
+    Case("Selu_alpha_gamma", "Selu", [N("Selu", ["X"], alpha=2.0, gamma=0.5)],
+         dict(X=spread(4, 5, scale=1.5)),
+         lambda t: 0.5 * torch.where(t.X > 0, t.X, 2.0 * torch.expm1(t.X))),
+    Case("Softplus", "Softplus", [N("Softplus", ["X"])],
+         dict(X=spread(4, 5, scale=8.0)), lambda t: F.softplus(t.X)),
+    Case("Gelu_erf", "Gelu", [N("Gelu", ["X"])],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X), opset=20),
+    Case("Gelu_tanh", "Gelu", [N("Gelu", ["X"], approximate="tanh")],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X, approximate="tanh"),
+         opset=20),
+    Case("Gelu_erf_decomposed", "Erf",
+         [Const("sqrt2", "sqrt2"), Const("one", "one"), Const("half", "half"),
+          N("Div", ["X", "sqrt2"], ["d"]), N("Erf", ["d"], ["e"]),
+          N("Add", ["e", "one"], ["a"]), N("Mul", ["X", "a"], ["m"]),
+          N("Mul", ["m", "half"])],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X),
+         consts=dict(sqrt2=scalar(2 ** 0.5), one=scalar(1.0), half=scalar(0.5)),
+         note="nn.GELU as PyTorch exports it before opset 20"),
+    Case("Clip_relu6_inputs", "Clip",
+         [Const("lo", "lo"), Const("hi", "hi"), N("Clip", ["X", "lo", "hi"])],
+         dict(X=spread(4, 5, scale=5.0)), lambda t: F.relu6(t.X),
+         consts=dict(lo=scalar(0.0), hi=scalar(6.0)),
+         note="F.relu6 exports as Clip(min=0, max=6) with the bounds as inputs"),
+    Case("Clip_max_only", "Clip",
+         [Const("hi", "hi"), N("Clip", ["X", "", "hi"])],
+         dict(X=randn(4, 5)), lambda t: torch.clamp(t.X, max=0.3),
+         consts=dict(hi=scalar(0.3))),
+    Case("Clip_no_bounds", "Clip", [N("Clip", ["X"])],
+         dict(X=randn(4, 5)), lambda t: t.X),
+    Case("Clip_attributes_opset6", "Clip", [N("Clip", ["X"], min=-0.5, max=0.25)],
+         dict(X=randn(4, 5)), lambda t: torch.clamp(t.X, -0.5, 0.25), opset=6),
 ]
