@@ -330,6 +330,52 @@ static void grad_div(AD *ad, uint32_t dy)
     }
 }
 
+/* Sum and Mean: dy (over n for Mean) summed down to each operand. */
+static void grad_sum(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    double alpha = n->op == OP_MEAN ? 1.0 / n->nin : 1.0;
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (ad->needs[n->in[k]])
+            contribute(ad, n->in[k],
+                       sum_to(ad, dy, n->in[k], alpha, arena_printf(ad->g->arena, "d%u", k)));
+}
+
+/* Min and Max: MinMaxGrad(dy, y, inputs..) gives operand k its share of dy
+ * where it is the result, in y's shape. */
+static void grad_minmax(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    if (n->nin > 8)
+        error_at(&n->loc, "%s of %u inputs has no gradient in mpcc (at most 8); nest "
+                 "several nodes instead", n->op_type, n->nin);
+    uint32_t in[10] = {dy, n->out[0]};
+    memcpy(in + 2, n->in, n->nin * sizeof(uint32_t));
+    for (uint32_t k = 0; k < n->nin; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        Node *g = emit(ad, OP_MINMAX_GRAD, arena_printf(ad->g->arena, "d%u_full", k), in,
+                       n->nin + 2, n->out[0], &t);
+        ir_set_int(ad->g, g, "wrt", k);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, arena_printf(ad->g->arena, "d%u", k)));
+    }
+}
+
+static void grad_prelu(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    for (int k = 0; k < 2; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        Node *g = emit(ad, OP_PRELU_GRAD, k ? "dSlope_full" : "dX",
+                       (uint32_t[]){dy, n->in[0], n->in[1]}, 3, n->out[0], &t);
+        ir_set_int(ad->g, g, "wrt", k);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, k ? "dSlope" : "dX1"));
+    }
+}
+
 static void grad_pow(AD *ad, uint32_t dy)
 {
     const Node *n = ad->n;
@@ -662,6 +708,9 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_MUL: grad_mul(ad, dy[0]); break;
     case OP_DIV: grad_div(ad, dy[0]); break;
     case OP_POW: grad_pow(ad, dy[0]); break;
+    case OP_SUM: case OP_MEAN: grad_sum(ad, dy[0]); break;
+    case OP_MIN: case OP_MAX: grad_minmax(ad, dy[0]); break;
+    case OP_PRELU: grad_prelu(ad, dy[0]); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_HARD_SIGMOID:
     case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU: case OP_SOFTPLUS:

@@ -175,7 +175,7 @@ static void emit_binary(CG *cg, const Node *n)
 {
     static const char *ops[] = {[OP_ADD] = "MPRT_ADD", [OP_SUB] = "MPRT_SUB",
                                 [OP_MUL] = "MPRT_MUL", [OP_DIV] = "MPRT_DIV",
-                                [OP_POW] = "MPRT_POW"};
+                                [OP_POW] = "MPRT_POW", [OP_PRELU] = "MPRT_PRELU"};
     const Shape *y = shape_of(cg, n->out[0]);
     long shape[MAX_RANK], sa[MAX_RANK], sb[MAX_RANK];
     for (int d = 0; d < y->rank; d++)
@@ -209,8 +209,77 @@ static void emit_sum_to(CG *cg, const Node *n)
          attr_float(n, "alpha", 1.0), numel(cg, n->out[0]), buf(cg, n->out[0]));
 }
 
+/* The dims of `out` as a rank and a list, then k operands broadcast into
+ * it: an array of their buffers and an array of their strides. */
+static void emit_operands(CG *cg, uint32_t out, const uint32_t *ins, uint32_t k)
+{
+    const Shape *y = shape_of(cg, out);
+    long shape[MAX_RANK], st[MAX_RANK];
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    emit(cg, "%d, ", y->rank);
+    emit_longs(cg, shape, y->rank);
+    emit(cg, ", (const float *const[]){");
+    for (uint32_t j = 0; j < k; j++)
+        emit(cg, "%s%s", j ? ", " : "", buf(cg, ins[j]));
+    emit(cg, "}, (const long *const[]){");
+    for (uint32_t j = 0; j < k; j++) {
+        bcast_strides(y, shape_of(cg, ins[j]), st);
+        emit(cg, "%s", j ? ", " : "");
+        emit_longs(cg, st, y->rank);
+    }
+    emit(cg, "}");
+}
+
+/* Sum, Mean, Min and Max of up to 8 operands with broadcasting. */
+static void emit_nary(CG *cg, const Node *n)
+{
+    if (n->nin > 8)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s of more than 8 inputs", n->op_type));
+    const char *op = n->op == OP_MIN ? "MPRT_MIN" : n->op == OP_MAX ? "MPRT_MAX" : "MPRT_ADD";
+    emit(cg, "    mprt_nary(%s, %u, ", op, n->nin);
+    emit_operands(cg, n->out[0], n->in, n->nin);
+    emit(cg, ", (float)%.9g, %s);\n", n->op == OP_MEAN ? 1.0 / n->nin : 1.0,
+         buf(cg, n->out[0]));
+}
+
+static void emit_minmax_grad(CG *cg, const Node *n)
+{
+    emit(cg, "    mprt_minmax_grad(%d, %u, ", (int)attr_int(n, "wrt", 0), n->nin - 2);
+    emit_operands(cg, n->out[0], n->in + 2, n->nin - 2);
+    emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+}
+
+static void emit_prelu(CG *cg, const Node *n)
+{
+    const Shape *x = shape_of(cg, n->in[0]), *sl = shape_of(cg, n->in[1]);
+    if (cg->g->opset < 7 && sl->rank == 1 && x->rank >= 2 && sl->d[0] == x->d[1] &&
+        sl->d[0] != x->d[x->rank - 1])
+        unsupported(cg, n, "PRelu's per-channel slope of opsets before 7 (export with "
+                    "opset 7 or newer)");
+    if (n->op == OP_PRELU) {
+        emit_binary(cg, n);
+        return;
+    }
+    long shape[MAX_RANK], ss[MAX_RANK];
+    const Shape *y = shape_of(cg, n->out[0]);
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    bcast_strides(y, shape_of(cg, n->in[2]), ss);
+    emit(cg, "    mprt_prelu_grad(%d, %d, ", (int)attr_int(n, "wrt", 0), y->rank);
+    emit_longs(cg, shape, y->rank);
+    emit(cg, ", %s, %s, %s, ", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]));
+    emit_longs(cg, ss, y->rank);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
 static void emit_sum(CG *cg, const Node *n)
 {
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (!shape_eq(shape_of(cg, n->in[k]), shape_of(cg, n->out[0]))) {
+            emit_nary(cg, n);
+            return;
+        }
     emit(cg, "    mprt_sum(%ld, %u, (const float *const[]){", numel(cg, n->out[0]), n->nin);
     for (uint32_t k = 0; k < n->nin; k++)
         emit(cg, "%s%s", k ? ", " : "", buf(cg, n->in[k]));
@@ -772,6 +841,31 @@ static void emit_where(CG *cg, const Node *n)
     emit(cg, ", %s);\n", buf(cg, n->out[0]));
 }
 
+/* Comparisons and logic ops: bool masks from float, int64 or bool inputs. */
+static void emit_compare(CG *cg, const Node *n)
+{
+    if (n->op == OP_NOT) {
+        emit(cg, "    mprt_not(%ld, %s, %s);\n", numel(cg, n->out[0]), buf(cg, n->in[0]),
+             buf(cg, n->out[0]));
+        return;
+    }
+    static const char *ops[] = {[OP_EQUAL] = "MPRT_EQUAL", [OP_LESS] = "MPRT_LESS",
+                                [OP_LESS_EQUAL] = "MPRT_LESS_EQUAL",
+                                [OP_GREATER] = "MPRT_GREATER",
+                                [OP_GREATER_EQUAL] = "MPRT_GREATER_EQUAL",
+                                [OP_AND] = "MPRT_AND", [OP_OR] = "MPRT_OR",
+                                [OP_XOR] = "MPRT_XOR"};
+    DType t = cg->g->values[n->in[0]].dtype;
+    const char *type = t == DT_F32 ? "MPRT_ELEM_F32" : t == DT_I64 ? "MPRT_ELEM_I64"
+                     : t == DT_BOOL ? "MPRT_ELEM_BOOL" : NULL;
+    if (!type)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(t)));
+    emit(cg, "    mprt_compare(%s, %s, ", ops[n->op], type);
+    emit_bcast(cg, n->out[0], n->in, 2);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
 static const char *cast_code(CG *cg, const Node *n, DType t)
 {
     switch (t) {
@@ -853,6 +947,13 @@ static void emit_node(CG *cg, const Node *n)
         break;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: emit_binary(cg, n); break;
     case OP_SUM: emit_sum(cg, n); break;
+    case OP_MEAN: case OP_MIN: case OP_MAX: emit_nary(cg, n); break;
+    case OP_MINMAX_GRAD: emit_minmax_grad(cg, n); break;
+    case OP_PRELU: case OP_PRELU_GRAD: emit_prelu(cg, n); break;
+    case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL:
+    case OP_AND: case OP_OR: case OP_XOR: case OP_NOT:
+        emit_compare(cg, n);
+        break;
     case OP_SUM_TO: emit_sum_to(cg, n); break;
     case OP_SOFTMAX_CE: emit_sce(cg, n, false); break;
     case OP_SCE_GRAD: emit_sce(cg, n, true); break;

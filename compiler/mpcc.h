@@ -165,6 +165,7 @@ typedef struct Attr {
 #define OPF_GRAD 4u
 #define OPF_CUDA 8u
 #define OPF_INTERNAL 16u   /* made by mpcc's passes, not an ONNX op */
+#define OPF_NOGRAD 32u     /* bool outputs: no gradient flows through it */
 
 typedef enum Op {
     OP_UNKNOWN,

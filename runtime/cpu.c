@@ -110,8 +110,9 @@ MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
 }
 
 /* Broadcasting binary op over an output of `rank` dims; sa/sb are the
- * inputs' strides per output dimension (0 where broadcast). */
-enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW };
+ * inputs' strides per output dimension (0 where broadcast). MPRT_MIN and
+ * MPRT_MAX are for mprt_nary only; MPRT_PRELU is x > 0 ? x : x * slope. */
+enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW, MPRT_MIN, MPRT_MAX, MPRT_PRELU };
 
 /* One row of a binary op: n elements, the inputs' strides along it
  * (0 or 1 after broadcasting; kept general). The op is a literal at each
@@ -124,6 +125,10 @@ static inline void mprt_binary_row(int op, long n, const float *a, long sa, cons
     case MPRT_SUB: for (long j = 0; j < n; j++) y[j] = a[j * sa] - b[j * sb]; break;
     case MPRT_MUL: for (long j = 0; j < n; j++) y[j] = a[j * sa] * b[j * sb]; break;
     case MPRT_DIV: for (long j = 0; j < n; j++) y[j] = a[j * sa] / b[j * sb]; break;
+    case MPRT_PRELU:
+        for (long j = 0; j < n; j++)
+            y[j] = a[j * sa] > 0 ? a[j * sa] : a[j * sa] * b[j * sb];
+        break;
     default: for (long j = 0; j < n; j++) y[j] = powf(a[j * sa], b[j * sb]); break;
     }
 }

@@ -1,6 +1,7 @@
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
- * Softmax, LayerNormalization and Dropout.
+ * variadic Sum/Mean/Min/Max, PRelu, Softmax, LayerNormalization and
+ * Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -158,6 +159,66 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
         case MPRT_CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
         default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
         }
+    }
+}
+
+/* ---- variadic elementwise ops with broadcasting: Sum, Mean, Min, Max ---- */
+
+/* y = scale * (x[0] op x[1] op ... x[k-1]), each x[j] read at its strides
+ * per output dimension (0 where broadcast); op is MPRT_ADD, MPRT_MIN or
+ * MPRT_MAX (a NaN operand gives NaN, as in PyTorch). */
+MPRT_KERNEL void mprt_nary(int op, int k, int rank, const long *shape,
+                           const float *const *x, const long *const *sx, float scale, float *y)
+{
+    long n = 1, idx[8] = {0}, off[8] = {0};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        float v = x[0][off[0]];
+        for (int j = 1; j < k; j++) {
+            float u = x[j][off[j]];
+            v = op == MPRT_ADD ? v + u : v != v || u != u ? v + u
+              : op == MPRT_MIN ? (u < v ? u : v) : (u > v ? u : v);
+        }
+        y[i] = v * scale;
+        mprt_bcast_next(rank, shape, idx, k, off, sx);
+    }
+}
+
+/* The gradient of Min or Max for operand `wrt`, in y's shape (the caller
+ * sums it down to the operand): dy where the operand is the result,
+ * divided among the operands that tie there (for two operands this is
+ * PyTorch's rule for maximum and minimum: half each). */
+MPRT_KERNEL void mprt_minmax_grad(int wrt, int k, int rank, const long *shape,
+                                  const float *const *x, const long *const *sx,
+                                  const float *dy, const float *y, float *out)
+{
+    long n = 1, idx[8] = {0}, off[8] = {0};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        int ties = 0;
+        for (int j = 0; j < k; j++)
+            ties += x[j][off[j]] == y[i];
+        out[i] = x[wrt][off[wrt]] == y[i] ? dy[i] / (float)ties : 0.0f;
+        mprt_bcast_next(rank, shape, idx, k, off, sx);
+    }
+}
+
+/* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:
+ * wrt 0 gives dy * (x > 0 ? 1 : slope), wrt 1 gives dy * (x > 0 ? 0 : x). */
+MPRT_KERNEL void mprt_prelu_grad(int wrt, int rank, const long *shape, const float *dy,
+                                 const float *x, const float *slope, const long *ss,
+                                 float *out)
+{
+    long n = 1, idx[8] = {0}, off[1] = {0};
+    const long *s[1] = {ss};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = wrt == 0 ? (v > 0 ? dy[i] : dy[i] * slope[off[0]]) : (v > 0 ? 0.0f : dy[i] * v);
+        mprt_bcast_next(rank, shape, idx, 1, off, s);
     }
 }
 

@@ -40,7 +40,8 @@ A case (see Case below):
           knows is not run through its checker (gradcheck.table says so)
 
 Adding an op is adding entries here.  A case is registered with CTest once
-every op its model uses has OPF_GRAD in compiler/ops.def.
+every op its model uses has OPF_GRAD (or OPF_NOGRAD: comparisons, whose bool
+outputs carry no gradient) in compiler/ops.def.
 """
 import numpy as np
 import torch
@@ -511,4 +512,64 @@ CASES = [
          dict(X=randn(4, 5)), lambda t: t.X),
     Case("Clip_attributes_opset6", "Clip", [N("Clip", ["X"], min=-0.5, max=0.25)],
          dict(X=randn(4, 5)), lambda t: torch.clamp(t.X, -0.5, 0.25), opset=6),
+
+    # -- variadic elementwise ops with broadcasting, PRelu
+    Case("Min_two_broadcast", "Min", [N("Min", ["A", "B"])],
+         dict(A=distinct(2, 3, 4), B=distinct(3, 1)),
+         lambda t: torch.minimum(t.A, t.B)),
+    Case("Max_three_broadcast", "Max", [N("Max", ["A", "B", "C"])],
+         dict(A=distinct(2, 3, 4), B=distinct(4), C=distinct(3, 1)),
+         lambda t: torch.maximum(torch.maximum(t.A, t.B), t.C)),
+    Case("Max_shared_operand_ties", "Max", [N("Max", ["W", "W"])],
+         dict(W=randn(3, 4)), lambda t: torch.maximum(t.W, t.W),
+         note="every element ties: each operand gets half, as torch.maximum"),
+    Case("Max_constant_zero", "Max",
+         [Const("zero", "zero"), N("Max", ["X", "zero"])],
+         dict(X=away(3, 4)), lambda t: torch.maximum(t.X, t.zero),
+         consts=dict(zero=scalar(0.0))),
+    Case("Min_single_input", "Min", [N("Min", ["X"])],
+         dict(X=randn(3, 4)), lambda t: t.X),
+    Case("Mean_three_broadcast", "Mean", [N("Mean", ["A", "B", "C"])],
+         dict(A=randn(2, 3, 4), B=randn(4), C=randn(3, 1)),
+         lambda t: (t.A + t.B + t.C) / 3),
+    Case("Sum_broadcast", "Sum", [N("Sum", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(3, 1)),
+         lambda t: t.A + t.B),
+    Case("PRelu_channel_slope", "PRelu", [N("PRelu", ["X", "slope"])],
+         dict(X=away(2, 3, 4, 4), slope=randn(3, 1, 1)),
+         lambda t: torch.where(t.X > 0, t.X, t.X * t.slope),
+         note="nn.PReLU(3) exports its slope as (3, 1, 1)"),
+    Case("PRelu_scalar_slope", "PRelu", [N("PRelu", ["X", "slope"])],
+         dict(X=away(3, 5), slope=randn(1)),
+         lambda t: F.prelu(t.X, t.slope)),
+
+    # -- comparisons and logic (bool masks, no gradient of their own) feeding Where
+    Case("Less_mask_Where", "Less",
+         [N("Less", ["A", "B"], ["m"]), N("Where", ["m", "A", "B"])],
+         dict(A=distinct(3, 4), B=distinct(3, 4)),
+         lambda t: torch.where(t.A < t.B, t.A, t.B)),
+    Case("Greater_broadcast_mask_Where", "Greater",
+         [N("Greater", ["A", "B"], ["m"]), N("Where", ["m", "A", "B"])],
+         dict(A=distinct(3, 4), B=distinct(4)),
+         lambda t: torch.where(t.A > t.B, t.A, t.B)),
+    Case("LessOrEqual_GreaterOrEqual_And", "And",
+         [N("LessOrEqual", ["A", "B"], ["le"]), N("GreaterOrEqual", ["A", "C"], ["ge"]),
+          N("And", ["le", "ge"], ["m"]), N("Sum", ["B", "C"], ["bc"]),
+          N("Where", ["m", "A", "bc"])],
+         dict(A=distinct(3, 4), B=distinct(3, 1), C=distinct(4)),
+         lambda t: torch.where((t.A <= t.B) & (t.A >= t.C), t.A, t.B + t.C)),
+    Case("Not_Or_Xor_masks", "Not",
+         [N("Less", ["A", "B"], ["lt"]), N("Greater", ["A", "C"], ["gt"]),
+          N("Or", ["lt", "gt"], ["o"]), N("Xor", ["lt", "gt"], ["xo"]),
+          N("Not", ["xo"], ["nx"]), N("Where", ["o", "A", "B"], ["w"]),
+          N("Where", ["nx", "w", "C"])],
+         dict(A=distinct(3, 4), B=distinct(3, 4), C=distinct(3, 4)),
+         lambda t: torch.where(~((t.A < t.B) ^ (t.A > t.C)),
+                               torch.where((t.A < t.B) | (t.A > t.C), t.A, t.B), t.C)),
+    Case("Equal_int64_mask_Where", "Equal",
+         [N("Cast", ["A"], ["ai"], to=TensorProto.INT64), N("Equal", ["ai", "k"], ["m"]),
+          N("Where", ["m", "A", "B"])],
+         dict(A=spread(4, 5, scale=1.5), B=randn(4, 5), k=ints(0)),
+         lambda t: torch.where(t.A.to(torch.int64) == t.k, t.A, t.B),
+         note="int64 operands: Cast truncates toward zero, as torch's to(int64)"),
 ]

@@ -20,6 +20,7 @@ updates (BatchNorm running statistics) to 1e-6 + 1e-5 relative.
 Run:
   gradcheck.py run CASE --mpcc build/mpcc --work DIR   one case
   gradcheck.py ready compiler/ops.def   the cases whose ops all have OPF_GRAD
+                                        (or OPF_NOGRAD: bool outputs)
                                         (CMake registers these), one a line
   gradcheck.py coverage compiler/ops.def   fail if an op with OPF_GRAD
                                            (not OPF_INTERNAL) has no case
@@ -84,7 +85,7 @@ def model_ops(case):
 
 
 def is_ready(case, ops):
-    return all("OPF_GRAD" in ops.get(op, ()) for op in model_ops(case))
+    return all(ops.get(op, set()) & {"OPF_GRAD", "OPF_NOGRAD"} for op in model_ops(case))
 
 
 # ---- building the case ----
@@ -397,7 +398,8 @@ def main():
         if args.cmd == "ready" and is_ready(c, ops):
             print(c.name)
         elif args.cmd == "list":
-            missing = sorted(op for op in model_ops(c) if "OPF_GRAD" not in ops.get(op, ()))
+            missing = sorted(op for op in model_ops(c)
+                             if not ops.get(op, set()) & {"OPF_GRAD", "OPF_NOGRAD"})
             print("%-44s %-26s %s" % (c.name, c.op, "ready" if not missing else
                                       "waiting for " + ", ".join(missing)))
     return 0
