@@ -194,8 +194,9 @@ static void grad_add_sub(AD *ad, uint32_t dy)
     }
 }
 
-/* v reshaped to s by a new Reshape node. */
-static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
+/* The dims of s as a constant 1-D int64 tensor (Reshape's and Expand's
+ * shape input). */
+static uint32_t shape_const(AD *ad, const Shape *s, const char *what)
 {
     Graph *g = ad->g;
     Tensor *t = arena_alloc(g->arena, sizeof *t);
@@ -203,7 +204,14 @@ static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
     memcpy(dims, s->d, sizeof(int64_t) * (size_t)s->rank);
     *t = (Tensor){.dtype = DT_I64, .shape = {1, {s->rank}}, .data = dims,
                   .nbytes = sizeof(int64_t) * (size_t)s->rank};
-    uint32_t shape = ir_new_const(g, grad_name(ad, arena_printf(g->arena, "%s_shape", what)), t);
+    return ir_new_const(g, grad_name(ad, arena_printf(g->arena, "%s_shape", what)), t);
+}
+
+/* v reshaped to s by a new Reshape node. */
+static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
+{
+    Graph *g = ad->g;
+    uint32_t shape = shape_const(ad, s, what);
     uint32_t out = ir_new_value(g, grad_name(ad, what), g->values[v].dtype, s);
     uint32_t id = ir_emit(g, OP_RESHAPE, grad_name(ad, what), (uint32_t[]){v, shape}, 2, &out,
                           1, PH_BACKWARD);
@@ -374,6 +382,80 @@ static void grad_prelu(AD *ad, uint32_t dy)
         ir_set_int(ad->g, g, "wrt", k);
         contribute(ad, v, sum_to(ad, t, v, 1.0, k ? "dSlope" : "dX1"));
     }
+}
+
+/* A SumTo node from v to the shape s (of the same rank). */
+static uint32_t sum_to_shape(AD *ad, uint32_t v, const Shape *s, const char *what)
+{
+    uint32_t out = ir_new_value(ad->g, grad_name(ad, what), ad->g->values[v].dtype, s);
+    uint32_t id = ir_emit(ad->g, OP_SUM_TO, grad_name(ad, what), &v, 1, &out, 1, PH_BACKWARD);
+    ad->g->nodes[id].loc = ad->n->loc;
+    return out;
+}
+
+/* ReduceSum and ReduceMean: dy with its reduced dims back (as size 1),
+ * expanded to x's shape, over the count for a mean. ReduceMax and
+ * ReduceMin: ReduceMaxGrad(dy, x, y) with the reduced dims as an
+ * attribute. */
+static void grad_reduce(AD *ad, uint32_t dy)
+{
+    Graph *g = ad->g;
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    const Shape *xs = &g->values[x].shape;
+    bool reduced[MAX_RANK];
+    reduce_axes(g, (Node *)ad->n, reduced);
+    int64_t red[MAX_RANK];
+    Shape kept = *xs;
+    for (int i = 0; i < xs->rank; i++) {
+        red[i] = reduced[i];
+        kept.d[i] = reduced[i] ? 1 : xs->d[i];
+    }
+    if (ad->n->op == OP_REDUCE_MAX || ad->n->op == OP_REDUCE_MIN) {
+        Node *n = emit(ad, OP_REDUCE_MAX_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x,
+                       &out);
+        ir_set_ints(g, n, "reduced", red, (uint32_t)xs->rank);
+        contribute(ad, x, out);
+        return;
+    }
+    uint32_t d = shape_eq(&g->values[dy].shape, &kept) ? dy : reshape_to(ad, dy, &kept, "dY_kept");
+    emit(ad, OP_EXPAND, "dX_sum", (uint32_t[]){d, shape_const(ad, xs, "dX_sum")}, 2, x, &out);
+    if (ad->n->op == OP_REDUCE_MEAN) {
+        uint32_t sum = out;
+        float inv = (float)((double)shape_numel(&kept) / (double)shape_numel(xs));
+        emit(ad, OP_MUL, "dX", (uint32_t[]){sum, const_f32(ad, "count", &(Shape){0}, inv)}, 2,
+             x, &out);
+    }
+    contribute(ad, x, out);
+}
+
+/* Tile: dy viewed with every repeated dim split into (repeats, dim),
+ * summed over the repeats. */
+static void grad_tile(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0];
+    if (!ad->needs[x])
+        return;
+    const Shape *xs = &ad->g->values[x].shape;
+    const Tensor *rep = ad->g->values[ad->n->in[1]].data;
+    Shape split = {0}, summed = {0};
+    for (int i = 0; i < xs->rank; i++) {
+        int64_t r = tensor_i64(rep, i);
+        if (r != 1 && split.rank + xs->rank - i >= MAX_RANK)
+            error_at(&ad->n->loc, "Tile repeats too many dims of %s for mpcc's gradient "
+                     "(at most %d dims and repeated dims together)",
+                     shape_str(ad->g->arena, xs), MAX_RANK);
+        if (r != 1) {
+            split.d[split.rank++] = r;
+            summed.d[summed.rank++] = 1;
+        }
+        split.d[split.rank++] = xs->d[i];
+        summed.d[summed.rank++] = xs->d[i];
+    }
+    uint32_t v = reshape_to(ad, dy, &split, "dY_split");
+    v = sum_to_shape(ad, v, &summed, "dX_summed");
+    contribute(ad, x, reshape_to(ad, v, xs, "dX"));
 }
 
 static void grad_pow(AD *ad, uint32_t dy)
@@ -711,6 +793,11 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_SUM: case OP_MEAN: grad_sum(ad, dy[0]); break;
     case OP_MIN: case OP_MAX: grad_minmax(ad, dy[0]); break;
     case OP_PRELU: grad_prelu(ad, dy[0]); break;
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+        grad_reduce(ad, dy[0]);
+        break;
+    case OP_EXPAND: contribute(ad, n->in[0], sum_to(ad, dy[0], n->in[0], 1.0, "dX")); break;
+    case OP_TILE: grad_tile(ad, dy[0]); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_HARD_SIGMOID:
     case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU: case OP_SOFTPLUS:

@@ -209,6 +209,22 @@ static void emit_sum_to(CG *cg, const Node *n)
          attr_float(n, "alpha", 1.0), numel(cg, n->out[0]), buf(cg, n->out[0]));
 }
 
+static void float_only(CG *cg, const Node *n, uint32_t v)
+{
+    if (cg->g->values[v].dtype != DT_F32)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(cg->g->values[v].dtype)));
+}
+
+static void dense_strides(const Shape *s, long *st)
+{
+    long k = 1;
+    for (int d = s->rank - 1; d >= 0; d--) {
+        st[d] = k;
+        k *= (long)s->d[d];
+    }
+}
+
 /* The dims of `out` as a rank and a list, then k operands broadcast into
  * it: an array of their buffers and an array of their strides. */
 static void emit_operands(CG *cg, uint32_t out, const uint32_t *ins, uint32_t k)
@@ -248,6 +264,82 @@ static void emit_minmax_grad(CG *cg, const Node *n)
     emit(cg, "    mprt_minmax_grad(%d, %u, ", (int)attr_int(n, "wrt", 0), n->nin - 2);
     emit_operands(cg, n->out[0], n->in + 2, n->nin - 2);
     emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+}
+
+/* Reduce* over x's dims as (shape, keep): mprt_sum_to sums (ReduceSum,
+ * ReduceMean), mprt_reduce_max takes extremes; ReduceMaxGrad carries the
+ * reduced dims as an attribute. */
+static void emit_reduce(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_REDUCE_MAX_GRAD;
+    uint32_t x = grad ? n->in[1] : n->in[0];
+    float_only(cg, n, x);
+    const Shape *xs = shape_of(cg, x);
+    bool reduced[MAX_RANK];
+    if (grad) {
+        uint32_t c;
+        const int64_t *r = attr_ints(n, "reduced", &c);
+        MPCC_ASSERT(r && (int)c == xs->rank);
+        for (int d = 0; d < xs->rank; d++)
+            reduced[d] = r[d] != 0;
+    } else {
+        reduce_axes(cg->g, (Node *)n, reduced);
+    }
+    long shape[MAX_RANK];
+    emit(cg, "    %s(", grad ? "mprt_reduce_max_grad" : n->op == OP_REDUCE_SUM ||
+         n->op == OP_REDUCE_MEAN ? "mprt_sum_to" : "mprt_reduce_max");
+    if (n->op == OP_REDUCE_MAX || n->op == OP_REDUCE_MIN)
+        emit(cg, "%d, ", n->op == OP_REDUCE_MIN);
+    for (int d = 0; d < xs->rank; d++)
+        shape[d] = (long)xs->d[d];
+    emit(cg, "%d, ", xs->rank);
+    emit_longs(cg, shape, xs->rank);
+    emit(cg, ", (const int[]){");
+    for (int d = 0; d < xs->rank; d++)
+        emit(cg, "%s%d", d ? ", " : "", !reduced[d]);
+    emit(cg, "%s}, ", xs->rank ? "" : "0");
+    long n_in = numel(cg, x), n_out = numel(cg, grad ? n->in[0] : n->out[0]);
+    if (grad)
+        emit(cg, "%s, %s, %s, %ld, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), n_out, buf(cg, n->out[0]));
+    else if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MEAN)
+        emit(cg, "%s, (float)%.9g, %ld, %s);\n", buf(cg, x),
+             n->op == OP_REDUCE_MEAN ? (double)n_out / (double)n_in : 1.0, n_out,
+             buf(cg, n->out[0]));
+    else
+        emit(cg, "%s, %ld, %s);\n", buf(cg, x), n_out, buf(cg, n->out[0]));
+}
+
+/* Expand: the input broadcast into the output. Tile: the same with every
+ * repeated dim split into (repeats, dim), the input's stride 0 along the
+ * repeats. */
+static void emit_expand(CG *cg, const Node *n)
+{
+    float_only(cg, n, n->in[0]);
+    if (n->op == OP_EXPAND) {
+        emit(cg, "    mprt_nary(MPRT_ADD, 1, ");
+        emit_operands(cg, n->out[0], n->in, 1);
+        emit(cg, ", 1.0f, %s);\n", buf(cg, n->out[0]));
+        return;
+    }
+    const Shape *xs = shape_of(cg, n->in[0]), *ys = shape_of(cg, n->out[0]);
+    long shape[MAX_RANK], st[MAX_RANK], dense[MAX_RANK];
+    int r = 0;
+    dense_strides(xs, dense);
+    for (int d = 0; d < xs->rank; d++) {
+        long rep = (long)(ys->d[d] / (xs->d[d] ? xs->d[d] : 1));
+        if (rep != 1 && r + xs->rank - d >= MAX_RANK)
+            unsupported(cg, n, "Tile of this many repeated dims (at most 8 dims and "
+                        "repeated dims together)");
+        if (rep != 1)
+            shape[r] = rep, st[r++] = 0;
+        shape[r] = (long)xs->d[d], st[r++] = dense[d];
+    }
+    emit(cg, "    mprt_nary(MPRT_ADD, 1, %d, ", r);
+    emit_longs(cg, shape, r);
+    emit(cg, ", (const float *const[]){%s}, (const long *const[]){", buf(cg, n->in[0]));
+    emit_longs(cg, st, r);
+    emit(cg, "}, 1.0f, %s);\n", buf(cg, n->out[0]));
 }
 
 static void emit_prelu(CG *cg, const Node *n)
@@ -701,22 +793,6 @@ static void emit_dropout(CG *cg, const Node *n)
 
 /* ---- data movement (runtime/cpu_move.c) ---- */
 
-static void float_only(CG *cg, const Node *n, uint32_t v)
-{
-    if (cg->g->values[v].dtype != DT_F32)
-        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
-                                        dtype_name(cg->g->values[v].dtype)));
-}
-
-static void dense_strides(const Shape *s, long *st)
-{
-    long k = 1;
-    for (int d = s->rank - 1; d >= 0; d--) {
-        st[d] = k;
-        k *= (long)s->d[d];
-    }
-}
-
 /* One strided copy: `view` (the small side: a slice, or the transposed
  * output) read from (back: written into) `full` at base + idx * stride. */
 static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, long base,
@@ -949,6 +1025,11 @@ static void emit_node(CG *cg, const Node *n)
     case OP_SUM: emit_sum(cg, n); break;
     case OP_MEAN: case OP_MIN: case OP_MAX: emit_nary(cg, n); break;
     case OP_MINMAX_GRAD: emit_minmax_grad(cg, n); break;
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+    case OP_REDUCE_MAX_GRAD:
+        emit_reduce(cg, n);
+        break;
+    case OP_EXPAND: case OP_TILE: emit_expand(cg, n); break;
     case OP_PRELU: case OP_PRELU_GRAD: emit_prelu(cg, n); break;
     case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL:
     case OP_AND: case OP_OR: case OP_XOR: case OP_NOT:

@@ -645,6 +645,7 @@ void transpose_perm(Graph *g, Node *n, int *perm);
 double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
 void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
 void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
+void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
 
 /* ------------------------------------------------------------------ fold.c */
 

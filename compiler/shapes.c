@@ -457,20 +457,29 @@ static void infer_loss(const Inf *c)
 
 /* ---- reductions ---- */
 
+/* The dimensions a Reduce* node reduces: its axes (an attribute, or an
+ * input since opset 18, ReduceSum 13), all of them when none are given,
+ * none when noop_with_empty_axes says so. */
+void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK])
+{
+    Inf ci = {g, n}, *c = &ci;
+    const Value *x = in(c, 0);
+    bool given;
+    uint32_t k;
+    int64_t *axes = ints_from(c, "axes", 1, &k, &given);
+    bool noop = attr_int(n, "noop_with_empty_axes", 0) != 0;
+    for (int i = 0; i < MAX_RANK; i++)
+        reduced[i] = k == 0 && !noop && i < x->shape.rank;
+    for (uint32_t i = 0; i < k; i++)
+        reduced[norm_axis(c, axes[i], x->shape.rank, "axis")] = true;
+}
+
 static void infer_reduce(const Inf *c)
 {
     const Value *x = in(c, 0);
-    bool given;
-    uint32_t n;
-    int64_t *axes = ints_from(c, "axes", 1, &n, &given);
     bool keep = attr_int(c->n, "keepdims", 1) != 0;
-    bool noop = attr_int(c->n, "noop_with_empty_axes", 0) != 0;
-    bool reduced[MAX_RANK] = {false};
-    if (n == 0 && !noop)
-        for (int i = 0; i < x->shape.rank; i++)
-            reduced[i] = true;
-    for (uint32_t i = 0; i < n; i++)
-        reduced[norm_axis(c, axes[i], x->shape.rank, "axis")] = true;
+    bool reduced[MAX_RANK];
+    reduce_axes(c->g, c->n, reduced);
     Shape r = {0};
     for (int i = 0; i < x->shape.rank; i++) {
         if (!reduced[i])
@@ -1113,7 +1122,7 @@ static void infer_node(const Inf *c)
     case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
-    case OP_PRELU_GRAD:
+    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }

@@ -205,6 +205,73 @@ MPRT_KERNEL void mprt_minmax_grad(int wrt, int k, int rank, const long *shape,
     }
 }
 
+/* ---- ReduceMax and ReduceMin (ReduceSum and ReduceMean are mprt_sum_to) ---- */
+
+/* Offsets into the reduced output of every element of x (shape: x's dims;
+ * keep[d]: the output keeps dimension d), walked in x's order. */
+static inline void mprt_reduce_next(int rank, const long *shape, const long *so, long *idx,
+                                    long *io)
+{
+    for (int d = rank - 1; d >= 0; d--) {
+        *io += so[d];
+        if (++idx[d] < shape[d])
+            return;
+        *io -= so[d] * shape[d];
+        idx[d] = 0;
+    }
+}
+
+static long mprt_reduce_strides(int rank, const long *shape, const int *keep, long *so)
+{
+    long n = 1, s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        so[d] = keep[d] ? s : 0;
+        if (keep[d])
+            s *= shape[d];
+        n *= shape[d];
+    }
+    return n;
+}
+
+/* y = the largest (is_min: smallest) x over the dimensions not kept; NaN
+ * wins, as in PyTorch. */
+MPRT_KERNEL void mprt_reduce_max(int is_min, int rank, const long *shape, const int *keep,
+                                 const float *x, long n_out, float *y)
+{
+    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
+    for (long i = 0; i < n_out; i++)
+        y[i] = is_min ? INFINITY : -INFINITY;
+    for (long i = 0; i < n; i++) {
+        float v = x[i], m = y[io];
+        if (v != v || (is_min ? v < m : v > m))
+            y[io] = v;
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+}
+
+/* dx = dy where x is its output's extreme, split evenly among the elements
+ * that tie (PyTorch's rule for amax and amin), 0 elsewhere. */
+MPRT_KERNEL void mprt_reduce_max_grad(int rank, const long *shape, const int *keep,
+                                      const float *dy, const float *x, const float *y,
+                                      long n_out, float *dx)
+{
+    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
+    float *count = calloc((size_t)n_out, sizeof *count);
+    if (!count) {
+        fprintf(stderr, "train: error: out of memory in a ReduceMax gradient\n");
+        exit(1);
+    }
+    for (long i = 0; i < n; i++) {
+        count[io] += x[i] == y[io];
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+    for (long i = 0; i < n; i++) {
+        dx[i] = x[i] == y[io] ? dy[io] / count[io] : 0.0f;
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+    free(count);
+}
+
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:
  * wrt 0 gives dy * (x > 0 ? 1 : slope), wrt 1 gives dy * (x > 0 ? 0 : x). */
 MPRT_KERNEL void mprt_prelu_grad(int wrt, int rank, const long *shape, const float *dy,
