@@ -458,6 +458,21 @@ static void grad_tile(AD *ad, uint32_t dy)
     contribute(ad, x, reshape_to(ad, v, xs, "dX"));
 }
 
+/* Pad: PadGrad(dy) gathers each input's gradient from the outputs that
+ * read it, at the forward's leading pads. */
+static void grad_pad(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    int64_t pads[2 * MAX_RANK];
+    pad_params(ad->g, (Node *)ad->n, pads, NULL);
+    Node *g = emit(ad, OP_PAD_GRAD, "dX", &dy, 1, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    ir_set_ints(ad->g, g, "begins", pads, (uint32_t)ad->g->values[x].shape.rank);
+    contribute(ad, x, out);
+}
+
 static void grad_pow(AD *ad, uint32_t dy)
 {
     const Node *n = ad->n;
@@ -798,6 +813,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
         break;
     case OP_EXPAND: contribute(ad, n->in[0], sum_to(ad, dy[0], n->in[0], 1.0, "dX")); break;
     case OP_TILE: grad_tile(ad, dy[0]); break;
+    case OP_PAD: grad_pad(ad, dy[0]); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_HARD_SIGMOID:
     case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU: case OP_SOFTPLUS:

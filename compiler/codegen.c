@@ -59,6 +59,7 @@ static const char *comment_text(CG *cg, const char *s)
 }
 
 static const char *c_string(CG *cg, const char *s);
+static void emit_float_literal(CG *cg, double f);
 
 static size_t value_bytes(const Value *v)
 {
@@ -891,6 +892,45 @@ static void emit_concat(CG *cg, const Node *n)
     emit(cg, "}, %s);\n", buf(cg, whole));
 }
 
+static void emit_pad(CG *cg, const Node *n)
+{
+    bool back = n->op == OP_PAD_GRAD;
+    uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
+    float_only(cg, n, x);
+    const char *mode = attr_str(n, "mode", "constant");
+    const char *code = strcmp(mode, "constant") == 0 ? "MPRT_PAD_CONSTANT"
+                     : strcmp(mode, "reflect") == 0 ? "MPRT_PAD_REFLECT"
+                     : strcmp(mode, "edge") == 0 ? "MPRT_PAD_EDGE" : NULL;
+    if (!code)
+        unsupported(cg, n, "Pad mode 'wrap' (use constant, reflect or edge)");
+    const Shape *xs = shape_of(cg, x), *ys = shape_of(cg, y);
+    long xd[MAX_RANK], yd[MAX_RANK], begin[MAX_RANK];
+    double value = 0;
+    if (back) {
+        uint32_t c;
+        const int64_t *b = attr_ints(n, "begins", &c);
+        MPCC_ASSERT(b && (int)c == xs->rank);
+        for (int d = 0; d < xs->rank; d++)
+            begin[d] = (long)b[d];
+    } else {
+        int64_t pads[2 * MAX_RANK];
+        pad_params(cg->g, (Node *)n, pads, &value);
+        for (int d = 0; d < xs->rank; d++)
+            begin[d] = (long)pads[d];
+    }
+    for (int d = 0; d < xs->rank; d++)
+        xd[d] = (long)xs->d[d], yd[d] = (long)ys->d[d];
+    emit(cg, "    mprt_pad(%d, %s, %d, ", back, code, xs->rank);
+    emit_longs(cg, xd, xs->rank);
+    emit(cg, ", ");
+    emit_longs(cg, yd, xs->rank);
+    emit(cg, ", ");
+    emit_longs(cg, begin, xs->rank);
+    emit(cg, ", ");
+    emit_float_literal(cg, value);
+    emit(cg, ", %s, %s);\n", buf(cg, x), buf(cg, y));
+}
+
 static void emit_gather(CG *cg, const Node *n)
 {
     bool grad = n->op == OP_GATHER_GRAD;
@@ -1030,6 +1070,7 @@ static void emit_node(CG *cg, const Node *n)
         emit_reduce(cg, n);
         break;
     case OP_EXPAND: case OP_TILE: emit_expand(cg, n); break;
+    case OP_PAD: case OP_PAD_GRAD: emit_pad(cg, n); break;
     case OP_PRELU: case OP_PRELU_GRAD: emit_prelu(cg, n); break;
     case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL:
     case OP_AND: case OP_OR: case OP_XOR: case OP_NOT:

@@ -646,6 +646,7 @@ double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
 void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
 void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
 void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
+void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
 
 /* ------------------------------------------------------------------ fold.c */
 

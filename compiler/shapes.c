@@ -455,6 +455,8 @@ static void infer_loss(const Inf *c)
     set_out(c, 1, x->dtype, &x->shape);
 }
 
+static double scalar_in(Graph *g, const Node *n, uint32_t k, const char *what, double dflt);
+
 /* ---- reductions ---- */
 
 /* The dimensions a Reduce* node reduces: its axes (an attribute, or an
@@ -647,13 +649,17 @@ static void infer_gather(const Inf *c)
     set_out(c, 0, x->dtype, &r);
 }
 
-static void infer_pad(const Inf *c)
+/* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
+ * NULL, its constant: attributes before opset 11, inputs since (axes since
+ * 18). */
+void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value)
 {
+    Inf ci = {g, n}, *c = &ci;
     const Value *x = in(c, 0);
     bool given;
-    uint32_t n;
-    int64_t *pads = c->g->opset >= 11 ? ints_from(c, "pads", 1, &n, &given)
-                                      : (int64_t *)attr_ints(c->n, "pads", &n);
+    uint32_t k;
+    int64_t *v = g->opset >= 11 ? ints_from(c, "pads", 1, &k, &given)
+                                : (int64_t *)attr_ints(n, "pads", &k);
     int r = x->shape.rank;
     int axes[MAX_RANK];
     int naxes = r;
@@ -662,17 +668,41 @@ static void infer_pad(const Inf *c)
     if (has_in(c, 3)) {
         uint32_t na;
         int64_t *av = ints_from(c, "axes", 3, &na, &given);
+        if (na > (uint32_t)r)
+            error_at(&n->loc, "Pad has %u axes for rank %d", na, r);
         naxes = (int)na;
-        for (int i = 0; i < naxes && i < MAX_RANK; i++)
+        for (int i = 0; i < naxes; i++)
             axes[i] = norm_axis(c, av[i], r, "axis");
     }
-    if ((int)n != 2 * naxes)
-        error_at(&c->n->loc, "pads has %u values, expected %d", n, 2 * naxes);
-    Shape s = x->shape;
+    if ((int)k != 2 * naxes)
+        error_at(&n->loc, "pads has %u values, expected %d", k, 2 * naxes);
+    memset(pads, 0, sizeof(int64_t) * 2 * MAX_RANK);
     for (int i = 0; i < naxes; i++) {
-        s.d[axes[i]] = dim_add(c, s.d[axes[i]], dim_add(c, pads[i], pads[naxes + i]));
-        if (s.d[axes[i]] < 0)
-            error_at(&c->n->loc, "pads make dimension %d negative", axes[i]);
+        pads[axes[i]] = v[i];
+        pads[MAX_RANK + axes[i]] = v[naxes + i];
+    }
+    if (value)
+        *value = g->opset >= 11 ? scalar_in(g, n, 2, "Pad's constant_value", 0)
+                                : attr_float(n, "value", 0);
+}
+
+static void infer_pad(const Inf *c)
+{
+    const Value *x = in(c, 0);
+    int64_t pads[2 * MAX_RANK];
+    pad_params(c->g, c->n, pads, NULL);
+    const char *mode = attr_str(c->n, "mode", "constant");
+    if (strcmp(mode, "constant") != 0 && strcmp(mode, "reflect") != 0 &&
+        strcmp(mode, "edge") != 0 && strcmp(mode, "wrap") != 0)
+        error_at(&c->n->loc, "mode '%s' is not one of constant, reflect, edge, wrap",
+                 str_escaped(c->g->arena, mode, 40));
+    Shape s = x->shape;
+    for (int i = 0; i < s.rank; i++) {
+        s.d[i] = dim_add(c, s.d[i], dim_add(c, pads[i], pads[MAX_RANK + i]));
+        if (s.d[i] < 0)
+            error_at(&c->n->loc, "pads make dimension %d negative", i);
+        if (strcmp(mode, "reflect") == 0 && x->shape.d[i] == 1 && s.d[i] > 1)
+            error_at(&c->n->loc, "reflect padding of dimension %d, which has size 1", i);
     }
     set_out(c, 0, x->dtype, &s);
 }
@@ -1122,7 +1152,7 @@ static void infer_node(const Inf *c)
     case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
-    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD:
+    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }

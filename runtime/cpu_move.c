@@ -137,6 +137,56 @@ MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, co
     }
 }
 
+/* ---- Pad ---- */
+
+enum { MPRT_PAD_CONSTANT, MPRT_PAD_REFLECT, MPRT_PAD_EDGE };
+
+/* The input index that output index o of one dim reads (begin: the pad
+ * before the dim, negative to crop), or -1 for the constant. */
+static long mprt_pad_src(int mode, long o, long begin, long n)
+{
+    long i = o - begin;
+    if (i >= 0 && i < n)
+        return i;
+    if (mode == MPRT_PAD_CONSTANT)
+        return -1;
+    if (mode == MPRT_PAD_EDGE || n == 1)
+        return i < 0 ? 0 : n - 1;
+    long period = 2 * (n - 1);   /* reflect: ... 2 1 [0 1 2 .. n-1] n-2 .. */
+    i = i % period;
+    i = i < 0 ? i + period : i;
+    return i < n ? i : period - i;
+}
+
+/* y = x padded (ONNX Pad: constant, reflect, edge). With back != 0 the
+ * gradient: dx = 0, then every output that read an input adds its dy to
+ * it. */
+MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const long *ys,
+                          const long *begin, float value, float *x, float *y)
+{
+    long n = 1, nx = 1, idx[8] = {0}, st[8];
+    for (int d = rank - 1; d >= 0; d--) {
+        st[d] = nx;
+        nx *= xs[d];
+        n *= ys[d];
+    }
+    if (back)
+        memset(x, 0, (size_t)nx * sizeof *x);
+    for (long o = 0; o < n; o++) {
+        long off = 0;
+        for (int d = 0; d < rank && off >= 0; d++) {
+            long i = mprt_pad_src(mode, idx[d], begin[d], xs[d]);
+            off = i < 0 ? -1 : off + i * st[d];
+        }
+        if (back && off >= 0)
+            x[off] += y[o];
+        else if (!back)
+            y[o] = off >= 0 ? x[off] : value;
+        for (int d = rank - 1; d >= 0 && ++idx[d] == ys[d]; d--)
+            idx[d] = 0;
+    }
+}
+
 /* ---- comparisons and logic: bool (uint8) results ---- */
 
 enum { MPRT_EQUAL, MPRT_LESS, MPRT_LESS_EQUAL, MPRT_GREATER, MPRT_GREATER_EQUAL,
