@@ -799,6 +799,15 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_RELU: grad_unary(ad, OP_RELU_GRAD, dy[0], n->out[0]); break;
     case OP_MAX_POOL: grad_max_pool(ad, dy[0]); break;
     case OP_GLOBAL_AVG_POOL: grad_unary(ad, OP_GAP_GRAD, dy[0], n->in[0]); break;
+    case OP_AVERAGE_POOL: {
+        uint32_t out;
+        if (!ad->needs[n->in[0]])
+            break;
+        Node *g = emit(ad, OP_AVG_POOL_GRAD, "dX", dy, 1, n->in[0], &out);
+        ir_copy_attrs(ad->g, g, n);
+        contribute(ad, n->in[0], out);
+        break;
+    }
     case OP_CONV: grad_conv(ad, dy[0]); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;

@@ -526,12 +526,16 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
     int64_t st[2], dl[2], pd[4];
     window_2d(n, st, dl, pd);
     if (strcmp(attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
-        unsupported(cg, n, "auto_pad in pooling");
+        unsupported(cg, n, "auto_pad in pooling (give the pads)");
+    bool avg = n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD;
+    if (avg && (dl[0] != 1 || dl[1] != 1))
+        unsupported(cg, n, "AveragePool with dilations");
     emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld}", (long long)xs->d[0], (long long)xs->d[1], (long long)xs->d[2],
-         (long long)xs->d[3], (long long)ys->d[2], (long long)ys->d[3], (long long)k[0],
-         (long long)k[1], (long long)st[0], (long long)st[1], (long long)dl[0],
-         (long long)dl[1], (long long)pd[0], (long long)pd[1]);
+         "%lld, %lld, %lld, %lld, %lld, %d}", (long long)xs->d[0], (long long)xs->d[1],
+         (long long)xs->d[2], (long long)xs->d[3], (long long)ys->d[2], (long long)ys->d[3],
+         (long long)k[0], (long long)k[1], (long long)st[0], (long long)st[1],
+         (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
+         (long long)pd[2], (long long)pd[3], avg && attr_int(n, "count_include_pad", 0) != 0);
 }
 
 static void emit_pool(CG *cg, const Node *n)
@@ -543,6 +547,13 @@ static void emit_pool(CG *cg, const Node *n)
         pool_params(cg, n, n->in[0], n->out[0]);
         emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
              opt_buf(cg, n, 1, true));
+    } else if (n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD) {
+        bool back = n->op == OP_AVG_POOL_GRAD;
+        uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
+        float_only(cg, n, x);
+        emit(cg, "    mprt_avgpool(%d, ", back);
+        pool_params(cg, n, x, y);
+        emit(cg, ", %s, %s);\n", buf(cg, x), buf(cg, y));
     } else {
         emit(cg, "    mprt_maxpool_grad(%ld, %ld, %s, %s, %s);\n", numel(cg, n->in[0]),
              numel(cg, n->out[0]), buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
@@ -1105,7 +1116,9 @@ static void emit_node(CG *cg, const Node *n)
              buf(cg, n->out[2]));
         break;
     }
-    case OP_MAX_POOL: case OP_MAX_POOL_GRAD: emit_pool(cg, n); break;
+    case OP_MAX_POOL: case OP_MAX_POOL_GRAD: case OP_AVERAGE_POOL: case OP_AVG_POOL_GRAD:
+        emit_pool(cg, n);
+        break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_UNARY_GRAD:
     case OP_HARD_SIGMOID: case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU:

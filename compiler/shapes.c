@@ -1152,7 +1152,7 @@ static void infer_node(const Inf *c)
     case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
-    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD:
+    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }

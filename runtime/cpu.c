@@ -555,6 +555,8 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
 
 typedef struct MprtPool {
     int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
+    int eh, ew;              /* trailing pads (average pooling) */
+    int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 
 /* Max pooling; idx (may be NULL) receives ONNX's Indices: the flat index
@@ -618,6 +620,50 @@ MPRT_KERNEL void mprt_maxpool_grad(long n_out, long n_in, const float *dy, const
     for (long i = 0; i < n_out; i++)
         if (idx[i] >= 0)
             dx[idx[i]] += dy[i];
+}
+
+/* One average-pooling window along a dim: [lo, hi) inside the input and
+ * the divisor's share (the window clipped to the padded input, or to the
+ * input), as PyTorch's avg_pool2d. */
+static int mprt_avg_window(int o, int stride, int pad, int k, int n, int end_pad,
+                           int include_pad, int *lo, int *hi)
+{
+    int s = o * stride - pad, e = s + k < n + end_pad ? s + k : n + end_pad;
+    int padded = e - s;
+    *lo = s > 0 ? s : 0;
+    *hi = e < n ? e : n;
+    return include_pad ? padded : *hi - *lo;
+}
+
+/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
+ * from dy, each output's gradient spread evenly over its window). */
+MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
+{
+    size_t plane = (size_t)p->H * p->W, oplane = (size_t)p->OH * p->OW;
+    if (back)
+        memset(x, 0, (size_t)p->N * p->C * plane * sizeof *x);
+    for (long nc = 0; nc < (long)p->N * p->C; nc++)
+        for (int oh = 0; oh < p->OH; oh++) {
+            int h0, h1, w0, w1;
+            int dh = mprt_avg_window(oh, p->sh, p->ph, p->KH, p->H, p->eh,
+                                     p->count_include_pad, &h0, &h1);
+            for (int ow = 0; ow < p->OW; ow++) {
+                int dw = mprt_avg_window(ow, p->sw, p->pw, p->KW, p->W, p->ew,
+                                         p->count_include_pad, &w0, &w1);
+                float *xs = x + nc * plane, *yo = y + nc * oplane + (size_t)oh * p->OW + ow;
+                float inv = dh * dw > 0 ? 1.0f / (float)(dh * dw) : 0.0f;
+                double sum = 0;
+                for (int ih = h0; ih < h1; ih++)
+                    for (int iw = w0; iw < w1; iw++) {
+                        if (back)
+                            xs[(size_t)ih * p->W + iw] += *yo * inv;
+                        else
+                            sum += xs[(size_t)ih * p->W + iw];
+                    }
+                if (!back)
+                    *yo = (float)(sum * inv);
+            }
+        }
 }
 
 MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
