@@ -469,6 +469,20 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
          (long long)pd[1]);
 }
 
+/* ConvTranspose, as the convolution whose data gradient it is: that
+ * convolution's input has y's shape and its output x's. Its gradients are
+ * that convolution (dX) and its filter gradient (dW), made by autodiff. */
+static void emit_conv_transpose(CG *cg, const Node *n)
+{
+    if (strcmp(attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0 || ir_attr(n, "output_shape"))
+        unsupported(cg, n, "ConvTranspose with auto_pad or output_shape (export with pads "
+                    "and output_padding)");
+    emit(cg, "    mprt_conv_transpose(");
+    conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
+    emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
+         opt_buf(cg, n, 2, false), buf(cg, n->out[0]));
+}
+
 static void emit_conv(CG *cg, const Node *n)
 {
     switch (n->op) {
@@ -1099,6 +1113,7 @@ static void emit_node(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
         break;
     case OP_CONV: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: emit_conv(cg, n); break;
+    case OP_CONV_TRANSPOSE: emit_conv_transpose(cg, n); break;
     case OP_CONV_GRAD_B: {
         long N, C, P;
         channel_dims(cg, n->in[0], &N, &C, &P);

@@ -451,6 +451,25 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
         }
 }
 
+/* ConvTranspose as the data gradient of the convolution it inverts: p
+ * describes that convolution (its input is y, N x C x H x W; its output
+ * is x, N x M x OH x OW; w is M x C/group x KH x KW), then the bias per
+ * channel of y. */
+MPRT_KERNEL void mprt_conv_transpose(const MprtConv *p, const float *x, const float *w,
+                                     const float *b, float *y)
+{
+    mprt_conv_grad_x(p, x, w, y);
+    if (!b)
+        return;
+    size_t plane = (size_t)p->H * p->W;
+    for (int n = 0; n < p->N; n++)
+        for (int c = 0; c < p->C; c++) {
+            float *yc = y + ((size_t)n * p->C + c) * plane;
+            for (size_t i = 0; i < plane; i++)
+                yc[i] += b[c];
+        }
+}
+
 /* d bias[m] = sum over n and positions of dy[n, m, :] */
 MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *db)
 {
