@@ -304,6 +304,22 @@ static void grad_batch_norm(AD *ad, uint32_t dy)
         contribute(ad, n->in[k], outs[k]);
 }
 
+/* InstanceNormalization: InstanceNormGrad(dy, x, scale) gives dX, dScale
+ * and dBias, recomputing the statistics from x. */
+static void grad_instance_norm(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
+                        new_grad(ad, "dBias", n->in[2])};
+    uint32_t id = ir_emit(ad->g, OP_INSTANCE_NORM_GRAD, grad_name(ad, "grad"),
+                          (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
+    Node *g = &ad->g->nodes[id];
+    g->loc = n->loc;
+    ir_set_float(ad->g, g, "epsilon", attr_float(n, "epsilon", 1e-5));
+    for (int k = 0; k < 3; k++)
+        contribute(ad, n->in[k], outs[k]);
+}
+
 static void grad_loss(AD *ad, Op op, uint32_t dy)
 {
     const Node *n = ad->n;
@@ -834,6 +850,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_CONV: grad_conv(ad, dy[0]); break;
     case OP_CONV_TRANSPOSE: grad_conv_transpose(ad, dy[0]); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
+    case OP_INSTANCE_NORM: grad_instance_norm(ad, dy[0]); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;
     case OP_MUL: grad_mul(ad, dy[0]); break;
     case OP_DIV: grad_div(ad, dy[0]); break;

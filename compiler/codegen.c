@@ -530,6 +530,22 @@ static void emit_batch_norm(CG *cg, const Node *n)
          attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
 }
 
+static void emit_instance_norm(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_INSTANCE_NORM_GRAD;
+    long N, C, P;
+    channel_dims(cg, n->in[grad ? 1 : 0], &N, &C, &P);
+    if (!grad)
+        emit(cg, "    mprt_group_norm(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s);\n", N, C,
+             C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
+             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+    else
+        emit(cg, "    mprt_group_norm_grad(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, "
+             "%s);\n", N, C, C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
+             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             buf(cg, n->out[2]));
+}
+
 static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
 {
     const Shape *xs = shape_of(cg, x), *ys = shape_of(cg, y);
@@ -1122,6 +1138,7 @@ static void emit_node(CG *cg, const Node *n)
         break;
     }
     case OP_BATCH_NORM: emit_batch_norm(cg, n); break;
+    case OP_INSTANCE_NORM: case OP_INSTANCE_NORM_GRAD: emit_instance_norm(cg, n); break;
     case OP_BN_GRAD: {
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);

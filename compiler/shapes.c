@@ -415,6 +415,19 @@ static void infer_batch_norm(const Inf *c)
         set_out(c, k, in(c, k < 3 ? k + 2 : 3)->dtype, &ch);
 }
 
+static void infer_instance_norm(const Inf *c)
+{
+    const Value *x = in(c, 0);
+    if (x->shape.rank < 3)
+        error_at(&c->n->loc, "InstanceNormalization needs (N,C,spatial..), got %s", ty(c, x));
+    Shape ch = {1, {x->shape.d[1]}};
+    for (uint32_t k = 1; k < 3; k++)
+        if (!shape_eq(&in(c, k)->shape, &ch))
+            error_at(&c->n->loc, "input %u must have shape %s (the channels of %s), it "
+                     "is %s", k, shp(c, &ch), ty(c, x), ty(c, in(c, k)));
+    infer_unary(c);
+}
+
 static void infer_layer_norm(const Inf *c)
 {
     const Value *x = in(c, 0);
@@ -1082,7 +1095,6 @@ static void infer_node(const Inf *c)
     case OP_IDENTITY: case OP_LEAKY_RELU: case OP_LOG: case OP_NEG: case OP_RECIPROCAL:
     case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIGN: case OP_SIN:
     case OP_SOFTPLUS: case OP_SQRT: case OP_TANH: case OP_CLIP: case OP_CUMSUM:
-    case OP_INSTANCE_NORM:
         infer_unary(c);
         break;
     case OP_GELU:
@@ -1121,6 +1133,7 @@ static void infer_node(const Inf *c)
     case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL: infer_global_pool(c); break;
     case OP_BATCH_NORM: infer_batch_norm(c); break;
     case OP_LAYER_NORM: infer_layer_norm(c); break;
+    case OP_INSTANCE_NORM: infer_instance_norm(c); break;
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: infer_softmax(c); break;
     case OP_SOFTMAX_CE: case OP_NLL_LOSS: infer_loss(c); break;
     case OP_REDUCE_MEAN: case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
@@ -1153,6 +1166,7 @@ static void infer_node(const Inf *c)
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
+    case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_COUNT: unreachable();
     }

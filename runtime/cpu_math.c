@@ -1,7 +1,7 @@
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
- * variadic Sum/Mean/Min/Max, PRelu, Softmax, LayerNormalization and
- * Dropout.
+ * variadic Sum/Mean/Min/Max, PRelu, reductions, Softmax,
+ * LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -406,6 +406,82 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
         dscale[i] = (float)acc[i];
         if (dbias)
             dbias[i] = (float)acc[D + i];
+    }
+    free(acc);
+}
+
+/* ---- instance normalization, as group normalization with G groups ---- */
+
+/* x is N x C x P; the C/G channels of a group are normalised together over
+ * their P positions (InstanceNormalization: G = C), then scaled and
+ * shifted per channel. Moments in double; the variance is the population
+ * one, as ONNX and PyTorch. */
+static void mprt_group_moments(const float *x, long D, double eps, float *mean, float *rstd)
+{
+    double s = 0, ss = 0;
+    for (long i = 0; i < D; i++)
+        s += x[i];
+    double mu = s / D;
+    for (long i = 0; i < D; i++)
+        ss += (x[i] - mu) * (x[i] - mu);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(ss / D + eps));
+}
+
+MPRT_KERNEL void mprt_group_norm(int N, int C, int G, long P, const float *x,
+                                 const float *scale, const float *bias, float eps, float *y)
+{
+    int cg = C / G;
+    long D = (long)cg * P;
+    for (long r = 0; r < (long)N * G; r++) {
+        const float *xs = x + (size_t)r * D;
+        float m, inv;
+        mprt_group_moments(xs, D, eps, &m, &inv);
+        for (int j = 0; j < cg; j++) {
+            int c = (int)(r % G) * cg + j;
+            float a = inv * scale[c], b = bias[c];
+            for (long i = (long)j * P; i < (long)(j + 1) * P; i++)
+                y[(size_t)r * D + i] = (xs[i] - m) * a + b;
+        }
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale
+ * over each group; dscale = sum dy * xhat, dbias = sum dy per channel. */
+MPRT_KERNEL void mprt_group_norm_grad(int N, int C, int G, long P, const float *dy,
+                                      const float *x, const float *scale, float eps,
+                                      float *dx, float *dscale, float *dbias)
+{
+    int cg = C / G;
+    long D = (long)cg * P;
+    double *acc = calloc((size_t)C * 2, sizeof *acc);
+    if (!acc) {
+        fprintf(stderr, "train: error: out of memory in a normalization gradient\n");
+        exit(1);
+    }
+    for (long r = 0; r < (long)N * G; r++) {
+        const float *xs = x + (size_t)r * D, *d = dy + (size_t)r * D;
+        float m, inv;
+        mprt_group_moments(xs, D, eps, &m, &inv);
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            sg += (double)d[i] * scale[c];
+            sgx += (double)d[i] * scale[c] * xhat;
+            acc[c] += (double)d[i] * xhat;
+            acc[C + c] += d[i];
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            dx[(size_t)r * D + i] = inv * (d[i] * scale[c] - mg - xhat * mgx);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        dscale[c] = (float)acc[c];
+        dbias[c] = (float)acc[C + c];
     }
     free(acc);
 }

@@ -690,4 +690,24 @@ CASES = [
          dict(X=randn(2, 2, 3, 3), W=randn(2, 3, 2, 3)),
          lambda t: F.conv_transpose2d(t.X, t.W, stride=2)[:, :, 1:, :-1],
          note="pads cut the full output: 1 row at the top, 1 column at the right"),
+
+    # -- InstanceNormalization
+    Case("InstanceNormalization_4d", "InstanceNormalization",
+         [N("InstanceNormalization", ["X", "scale", "B"])],
+         dict(X=randn(2, 3, 4, 5), scale=randn(3), B=randn(3)),
+         lambda t: F.instance_norm(t.X, weight=t.scale, bias=t.B, eps=1e-5)),
+    Case("InstanceNormalization_3d_epsilon", "InstanceNormalization",
+         [N("InstanceNormalization", ["X", "scale", "B"], epsilon=1e-3)],
+         dict(X=randn(2, 4, 6), scale=randn(4), B=randn(4)),
+         lambda t: F.instance_norm(t.X, weight=t.scale, bias=t.B, eps=1e-3)),
+    Case("GroupNorm_as_exported", "InstanceNormalization",
+         [N("Reshape", ["X", "grouped"], ["xg"]),
+          N("InstanceNormalization", ["xg", "s", "b"], ["ng"]),
+          N("Reshape", ["ng", "back"], ["n"]), N("Mul", ["n", "gamma"], ["m"]),
+          N("Add", ["m", "beta"])],
+         dict(X=randn(2, 4, 3, 3), grouped=ints(0, 2, -1), s=randn(2), b=randn(2),
+              back=ints(2, 4, 3, 3), gamma=randn(4, 1, 1), beta=randn(4, 1, 1)),
+         lambda t: F.instance_norm(t.X.reshape(2, 2, -1), weight=t.s, bias=t.b)
+         .reshape(2, 4, 3, 3) * t.gamma + t.beta,
+         note="nn.GroupNorm(2, 4) as PyTorch exports it before opset 18"),
 ]
