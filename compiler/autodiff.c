@@ -780,6 +780,8 @@ static void grad_resize(AD *ad, uint32_t dy)
     resize_scales(ad->g, ad->n, scale);
     Node *g = emit(ad, OP_RESIZE_GRAD, "dX", &dy, 1, x, &out);
     ir_copy_attrs(ad->g, g, ad->n);
+    if (ad->n->op == OP_UPSAMPLE)
+        ir_set_int(ad->g, g, "upsample", 1);   /* Upsample's coordinates and rounding */
     ir_set_float(ad->g, g, "scale_h", scale[0]);
     ir_set_float(ad->g, g, "scale_w", scale[1]);
     contribute(ad, x, out);
@@ -882,7 +884,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_WHERE: grad_where(ad, dy[0]); break;
     case OP_CAST: grad_cast(ad, dy[0]); break;
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
-    case OP_RESIZE: grad_resize(ad, dy[0]); break;
+    case OP_RESIZE: case OP_UPSAMPLE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
     default: no_rule(ad);
     }

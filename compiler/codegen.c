@@ -1042,8 +1042,17 @@ static void emit_cast(CG *cg, const Node *n)
          cast_code(cg, n, to), buf(cg, n->in[0]), buf(cg, n->out[0]));
 }
 
+/* Upsample, and Resize before opset 11 (and their gradients, marked by
+ * autodiff): the output coordinate over the scale, nearest rounding down. */
+static bool upsample_like(CG *cg, const Node *n)
+{
+    return n->op == OP_UPSAMPLE || attr_int(n, "upsample", 0) != 0 || cg->g->opset < 11;
+}
+
 static const char *resize_coord(CG *cg, const Node *n)
 {
+    if (upsample_like(cg, n))
+        return "MPRT_ASYMMETRIC";
     const char *c = attr_str(n, "coordinate_transformation_mode", "half_pixel");
     if (strcmp(c, "half_pixel") == 0) return "MPRT_HALF_PIXEL";
     if (strcmp(c, "pytorch_half_pixel") == 0) return "MPRT_PYTORCH_HALF_PIXEL";
@@ -1056,9 +1065,12 @@ static const char *resize_coord(CG *cg, const Node *n)
 static const char *resize_mode(CG *cg, const Node *n)
 {
     const char *m = attr_str(n, "mode", "nearest");
-    if (strcmp(m, "linear") == 0) return "MPRT_LINEAR";
+    if (strcmp(m, "linear") == 0 || (upsample_like(cg, n) && strcmp(m, "bilinear") == 0))
+        return "MPRT_LINEAR";
     if (strcmp(m, "nearest") != 0)
         unsupported(cg, n, "Resize modes other than nearest and linear");
+    if (upsample_like(cg, n))
+        return "MPRT_NEAREST_FLOOR";
     const char *r = attr_str(n, "nearest_mode", "round_prefer_floor");
     if (strcmp(r, "floor") == 0) return "MPRT_NEAREST_FLOOR";
     if (strcmp(r, "ceil") == 0) return "MPRT_NEAREST_CEIL";
@@ -1172,7 +1184,7 @@ static void emit_node(CG *cg, const Node *n)
     case OP_GATHER: case OP_GATHER_GRAD: emit_gather(cg, n); break;
     case OP_WHERE: emit_where(cg, n); break;
     case OP_CAST: emit_cast(cg, n); break;
-    case OP_RESIZE: case OP_RESIZE_GRAD: emit_resize(cg, n); break;
+    case OP_RESIZE: case OP_RESIZE_GRAD: case OP_UPSAMPLE: emit_resize(cg, n); break;
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
         channel_dims(cg, n->op == OP_GAP_GRAD ? n->in[1] : n->in[0], &N, &C, &P);

@@ -150,6 +150,21 @@ def conv(t, stride=1, pads=(0, 0, 0, 0), dilation=1, groups=1):
                     dilation=dilation, groups=groups)
 
 
+def asymmetric_linear(x, oh, ow):
+    """ONNX's linear Resize with the asymmetric transform (and Upsample's):
+    output (i, j) samples input (i * H / oh, j * W / ow), clamped at the
+    border; grid_sample with align_corners=True addresses pixel centres."""
+    h, w = x.shape[2], x.shape[3]
+    ys = torch.arange(oh, dtype=x.dtype) * h / oh
+    xs = torch.arange(ow, dtype=x.dtype) * w / ow
+    gy = ys / (h - 1) * 2 - 1
+    gx = xs / (w - 1) * 2 - 1
+    grid = torch.stack(torch.meshgrid(gy, gx, indexing="ij")[::-1], -1)
+    grid = grid.unsqueeze(0).expand(x.shape[0], oh, ow, 2)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border",
+                         align_corners=True)
+
+
 def bn_node(**attrs):
     return N("BatchNormalization", ["X", "scale", "B", "mean", "var"],
              ["y", "running_mean", "running_var"], training_mode=1, **attrs)
@@ -710,4 +725,49 @@ CASES = [
          lambda t: F.instance_norm(t.X.reshape(2, 2, -1), weight=t.s, bias=t.b)
          .reshape(2, 4, 3, 3) * t.gamma + t.beta,
          note="nn.GroupNorm(2, 4) as PyTorch exports it before opset 18"),
+
+    # -- Resize: each coordinate_transformation_mode PyTorch exports; Upsample
+    Case("Resize_linear_align_corners", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="linear",
+            coordinate_transformation_mode="align_corners")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="bilinear", align_corners=True)),
+    Case("Resize_linear_pytorch_half_pixel_down", "Resize",
+         [Const("scales", "scales"),
+          N("Resize", ["X", "", "scales"], mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel")],
+         dict(X=randn(2, 2, 6, 4)),
+         lambda t: F.interpolate(t.X, scale_factor=0.5, mode="bilinear", align_corners=False),
+         consts=dict(scales=lambda r: np.array([1, 1, 0.5, 0.5], np.float32))),
+    Case("Resize_linear_asymmetric", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="linear",
+            coordinate_transformation_mode="asymmetric")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: asymmetric_linear(t.X, 5, 7),
+         note="no PyTorch mode samples at out/scale: grid_sample at those points"),
+    Case("Resize_nearest_sizes_non_integer", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="nearest")),
+    Case("Resize_nearest_exact", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="nearest",
+            coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="nearest-exact")),
+    Case("Upsample_nearest_opset9", "Upsample",
+         [Const("scales", "scales"), N("Upsample", ["X", "scales"])],
+         dict(X=randn(2, 2, 3, 2)),
+         lambda t: F.interpolate(t.X, scale_factor=(2, 3), mode="nearest"),
+         consts=dict(scales=lambda r: np.array([1, 1, 2, 3], np.float32)), opset=9),
+    Case("Upsample_linear_opset9", "Upsample",
+         [Const("scales", "scales"), N("Upsample", ["X", "scales"], mode="linear")],
+         dict(X=randn(2, 2, 3, 4)),
+         lambda t: asymmetric_linear(t.X, 6, 8),
+         consts=dict(scales=lambda r: np.array([1, 1, 2, 2], np.float32)), opset=9,
+         note="Upsample samples at out/scale: grid_sample at those points"),
+    Case("Upsample_scales_attribute_opset7", "Upsample",
+         [N("Upsample", ["X"], scales=[1.0, 1.0, 2.0, 2.0])],
+         dict(X=randn(2, 2, 2, 3)),
+         lambda t: F.interpolate(t.X, scale_factor=2, mode="nearest"), opset=7),
 ]
