@@ -648,6 +648,12 @@ void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if 
 void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
 void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
 
+/* ---------------------------------------------------------------- einsum.c */
+
+/* Replaces the Einsum at order[pos] (its operands typed) by MatMul,
+ * Transpose, Reshape and ReduceSum nodes in its place; shapes.c calls it. */
+void lower_einsum(Graph *g, uint32_t pos);
+
 /* ------------------------------------------------------------------ fold.c */
 
 bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */

@@ -1168,7 +1168,7 @@ static void infer_node(const Inf *c)
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
-    case OP_COUNT: unreachable();
+    case OP_EINSUM: case OP_COUNT: unreachable();   /* Einsum: lowered first */
     }
 }
 
@@ -1182,6 +1182,8 @@ static void check_inputs_typed(const Inf *c)
 void infer_shapes(Graph *g)
 {
     for (uint32_t i = 0; i < g->norder; i++) {
+        if (g->nodes[g->order[i]].op == OP_EINSUM)
+            lower_einsum(g, i);   /* the first of its replacement is next */
         Node *n = &g->nodes[g->order[i]];
         Inf c = {g, n};
         check_inputs_typed(&c);
