@@ -194,8 +194,9 @@ static void grad_add_sub(AD *ad, uint32_t dy)
     }
 }
 
-/* v reshaped to s by a new Reshape node. */
-static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
+/* The dims of s as a constant 1-D int64 tensor (Reshape's and Expand's
+ * shape input). */
+static uint32_t shape_const(AD *ad, const Shape *s, const char *what)
 {
     Graph *g = ad->g;
     Tensor *t = arena_alloc(g->arena, sizeof *t);
@@ -203,7 +204,14 @@ static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
     memcpy(dims, s->d, sizeof(int64_t) * (size_t)s->rank);
     *t = (Tensor){.dtype = DT_I64, .shape = {1, {s->rank}}, .data = dims,
                   .nbytes = sizeof(int64_t) * (size_t)s->rank};
-    uint32_t shape = ir_new_const(g, grad_name(ad, arena_printf(g->arena, "%s_shape", what)), t);
+    return ir_new_const(g, grad_name(ad, arena_printf(g->arena, "%s_shape", what)), t);
+}
+
+/* v reshaped to s by a new Reshape node. */
+static uint32_t reshape_to(AD *ad, uint32_t v, const Shape *s, const char *what)
+{
+    Graph *g = ad->g;
+    uint32_t shape = shape_const(ad, s, what);
     uint32_t out = ir_new_value(g, grad_name(ad, what), g->values[v].dtype, s);
     uint32_t id = ir_emit(g, OP_RESHAPE, grad_name(ad, what), (uint32_t[]){v, shape}, 2, &out,
                           1, PH_BACKWARD);
@@ -248,6 +256,29 @@ static void grad_conv(AD *ad, uint32_t dy)
     }
 }
 
+/* ConvTranspose is the data gradient of a convolution C with ConvTranspose's
+ * attributes and weight: dX = C(dy), dW = C's filter gradient with x in
+ * the place of C's output gradient, dB sums dy per channel. */
+static void grad_conv_transpose(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], w = n->in[1], out;
+    if (ad->needs[x]) {
+        Node *g = emit(ad, OP_CONV, "dX", (uint32_t[]){dy, w}, 2, x, &out);
+        ir_copy_attrs(ad->g, g, n);
+        contribute(ad, x, out);
+    }
+    if (ad->needs[w]) {
+        Node *g = emit(ad, OP_CONV_GRAD_W, "dW", (uint32_t[]){x, dy}, 2, w, &out);
+        ir_copy_attrs(ad->g, g, n);
+        contribute(ad, w, out);
+    }
+    if (n->nin > 2 && n->in[2] != NONE && ad->needs[n->in[2]]) {
+        emit(ad, OP_CONV_GRAD_B, "dB", &dy, 1, n->in[2], &out);
+        contribute(ad, n->in[2], out);
+    }
+}
+
 static bool bn_training(const Graph *g, const Node *n)
 {
     const Attr *a = ir_attr(n, "training_mode");
@@ -265,6 +296,22 @@ static void grad_batch_norm(AD *ad, uint32_t dy)
     uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
                         new_grad(ad, "dBias", n->in[2])};
     uint32_t id = ir_emit(ad->g, OP_BN_GRAD, grad_name(ad, "grad"),
+                          (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
+    Node *g = &ad->g->nodes[id];
+    g->loc = n->loc;
+    ir_set_float(ad->g, g, "epsilon", attr_float(n, "epsilon", 1e-5));
+    for (int k = 0; k < 3; k++)
+        contribute(ad, n->in[k], outs[k]);
+}
+
+/* InstanceNormalization: InstanceNormGrad(dy, x, scale) gives dX, dScale
+ * and dBias, recomputing the statistics from x. */
+static void grad_instance_norm(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
+                        new_grad(ad, "dBias", n->in[2])};
+    uint32_t id = ir_emit(ad->g, OP_INSTANCE_NORM_GRAD, grad_name(ad, "grad"),
                           (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
     Node *g = &ad->g->nodes[id];
     g->loc = n->loc;
@@ -330,6 +377,141 @@ static void grad_div(AD *ad, uint32_t dy)
     }
 }
 
+/* Sum and Mean: dy (over n for Mean) summed down to each operand. */
+static void grad_sum(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    double alpha = n->op == OP_MEAN ? 1.0 / n->nin : 1.0;
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (ad->needs[n->in[k]])
+            contribute(ad, n->in[k],
+                       sum_to(ad, dy, n->in[k], alpha, arena_printf(ad->g->arena, "d%u", k)));
+}
+
+/* Min and Max: MinMaxGrad(dy, y, inputs..) gives operand k its share of dy
+ * where it is the result, in y's shape. */
+static void grad_minmax(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    if (n->nin > 8)
+        error_at(&n->loc, "%s of %u inputs has no gradient in mpcc (at most 8); nest "
+                 "several nodes instead", n->op_type, n->nin);
+    uint32_t in[10] = {dy, n->out[0]};
+    memcpy(in + 2, n->in, n->nin * sizeof(uint32_t));
+    for (uint32_t k = 0; k < n->nin; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        Node *g = emit(ad, OP_MINMAX_GRAD, arena_printf(ad->g->arena, "d%u_full", k), in,
+                       n->nin + 2, n->out[0], &t);
+        ir_set_int(ad->g, g, "wrt", k);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, arena_printf(ad->g->arena, "d%u", k)));
+    }
+}
+
+static void grad_prelu(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    for (int k = 0; k < 2; k++) {
+        uint32_t v = n->in[k], t;
+        if (!ad->needs[v])
+            continue;
+        Node *g = emit(ad, OP_PRELU_GRAD, k ? "dSlope_full" : "dX",
+                       (uint32_t[]){dy, n->in[0], n->in[1]}, 3, n->out[0], &t);
+        ir_set_int(ad->g, g, "wrt", k);
+        contribute(ad, v, sum_to(ad, t, v, 1.0, k ? "dSlope" : "dX1"));
+    }
+}
+
+/* A SumTo node from v to the shape s (of the same rank). */
+static uint32_t sum_to_shape(AD *ad, uint32_t v, const Shape *s, const char *what)
+{
+    uint32_t out = ir_new_value(ad->g, grad_name(ad, what), ad->g->values[v].dtype, s);
+    uint32_t id = ir_emit(ad->g, OP_SUM_TO, grad_name(ad, what), &v, 1, &out, 1, PH_BACKWARD);
+    ad->g->nodes[id].loc = ad->n->loc;
+    return out;
+}
+
+/* ReduceSum and ReduceMean: dy with its reduced dims back (as size 1),
+ * expanded to x's shape, over the count for a mean. ReduceMax and
+ * ReduceMin: ReduceMaxGrad(dy, x, y) with the reduced dims as an
+ * attribute. */
+static void grad_reduce(AD *ad, uint32_t dy)
+{
+    Graph *g = ad->g;
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    const Shape *xs = &g->values[x].shape;
+    bool reduced[MAX_RANK];
+    reduce_axes(g, (Node *)ad->n, reduced);
+    int64_t red[MAX_RANK];
+    Shape kept = *xs;
+    for (int i = 0; i < xs->rank; i++) {
+        red[i] = reduced[i];
+        kept.d[i] = reduced[i] ? 1 : xs->d[i];
+    }
+    if (ad->n->op == OP_REDUCE_MAX || ad->n->op == OP_REDUCE_MIN) {
+        Node *n = emit(ad, OP_REDUCE_MAX_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x,
+                       &out);
+        ir_set_ints(g, n, "reduced", red, (uint32_t)xs->rank);
+        contribute(ad, x, out);
+        return;
+    }
+    uint32_t d = shape_eq(&g->values[dy].shape, &kept) ? dy : reshape_to(ad, dy, &kept, "dY_kept");
+    emit(ad, OP_EXPAND, "dX_sum", (uint32_t[]){d, shape_const(ad, xs, "dX_sum")}, 2, x, &out);
+    if (ad->n->op == OP_REDUCE_MEAN) {
+        uint32_t sum = out;
+        float inv = (float)((double)shape_numel(&kept) / (double)shape_numel(xs));
+        emit(ad, OP_MUL, "dX", (uint32_t[]){sum, const_f32(ad, "count", &(Shape){0}, inv)}, 2,
+             x, &out);
+    }
+    contribute(ad, x, out);
+}
+
+/* Tile: dy viewed with every repeated dim split into (repeats, dim),
+ * summed over the repeats. */
+static void grad_tile(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0];
+    if (!ad->needs[x])
+        return;
+    const Shape *xs = &ad->g->values[x].shape;
+    const Tensor *rep = ad->g->values[ad->n->in[1]].data;
+    Shape split = {0}, summed = {0};
+    for (int i = 0; i < xs->rank; i++) {
+        int64_t r = tensor_i64(rep, i);
+        if (r != 1 && split.rank + xs->rank - i >= MAX_RANK)
+            error_at(&ad->n->loc, "Tile repeats too many dims of %s for mpcc's gradient "
+                     "(at most %d dims and repeated dims together)",
+                     shape_str(ad->g->arena, xs), MAX_RANK);
+        if (r != 1) {
+            split.d[split.rank++] = r;
+            summed.d[summed.rank++] = 1;
+        }
+        split.d[split.rank++] = xs->d[i];
+        summed.d[summed.rank++] = xs->d[i];
+    }
+    uint32_t v = reshape_to(ad, dy, &split, "dY_split");
+    v = sum_to_shape(ad, v, &summed, "dX_summed");
+    contribute(ad, x, reshape_to(ad, v, xs, "dX"));
+}
+
+/* Pad: PadGrad(dy) gathers each input's gradient from the outputs that
+ * read it, at the forward's leading pads. */
+static void grad_pad(AD *ad, uint32_t dy)
+{
+    uint32_t x = ad->n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    int64_t pads[2 * MAX_RANK];
+    pad_params(ad->g, (Node *)ad->n, pads, NULL);
+    Node *g = emit(ad, OP_PAD_GRAD, "dX", &dy, 1, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
+    ir_set_ints(ad->g, g, "begins", pads, (uint32_t)ad->g->values[x].shape.rank);
+    contribute(ad, x, out);
+}
+
 static void grad_pow(AD *ad, uint32_t dy)
 {
     const Node *n = ad->n;
@@ -345,14 +527,23 @@ static void grad_pow(AD *ad, uint32_t dy)
 }
 
 /* Elementwise functions: ElementwiseGrad(dy, x, y) with the forward op
- * named in its "op" attribute. */
+ * named in its "op" attribute and the forward's attributes (Clip's bounds
+ * as attributes min and max, whichever way the model gave them). */
 static void grad_elementwise(AD *ad, uint32_t dy)
 {
     uint32_t x = ad->n->in[0], out;
     if (!ad->needs[x])
         return;
+    double lo = 0, hi = 0;
+    if (ad->n->op == OP_CLIP)
+        clip_bounds(ad->g, ad->n, &lo, &hi);
     Node *g = emit(ad, OP_UNARY_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x, &out);
+    ir_copy_attrs(ad->g, g, ad->n);
     ir_set_int(ad->g, g, "op", ad->n->op);
+    if (ad->n->op == OP_CLIP) {
+        ir_set_float(ad->g, g, "min", lo);
+        ir_set_float(ad->g, g, "max", hi);
+    }
     contribute(ad, x, out);
 }
 
@@ -589,6 +780,8 @@ static void grad_resize(AD *ad, uint32_t dy)
     resize_scales(ad->g, ad->n, scale);
     Node *g = emit(ad, OP_RESIZE_GRAD, "dX", &dy, 1, x, &out);
     ir_copy_attrs(ad->g, g, ad->n);
+    if (ad->n->op == OP_UPSAMPLE)
+        ir_set_int(ad->g, g, "upsample", 1);   /* Upsample's coordinates and rounding */
     ir_set_float(ad->g, g, "scale_h", scale[0]);
     ir_set_float(ad->g, g, "scale_w", scale[1]);
     contribute(ad, x, out);
@@ -647,14 +840,36 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_RELU: grad_unary(ad, OP_RELU_GRAD, dy[0], n->out[0]); break;
     case OP_MAX_POOL: grad_max_pool(ad, dy[0]); break;
     case OP_GLOBAL_AVG_POOL: grad_unary(ad, OP_GAP_GRAD, dy[0], n->in[0]); break;
+    case OP_AVERAGE_POOL: {
+        uint32_t out;
+        if (!ad->needs[n->in[0]])
+            break;
+        Node *g = emit(ad, OP_AVG_POOL_GRAD, "dX", dy, 1, n->in[0], &out);
+        ir_copy_attrs(ad->g, g, n);
+        contribute(ad, n->in[0], out);
+        break;
+    }
     case OP_CONV: grad_conv(ad, dy[0]); break;
+    case OP_CONV_TRANSPOSE: grad_conv_transpose(ad, dy[0]); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
+    case OP_INSTANCE_NORM: grad_instance_norm(ad, dy[0]); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;
     case OP_MUL: grad_mul(ad, dy[0]); break;
     case OP_DIV: grad_div(ad, dy[0]); break;
     case OP_POW: grad_pow(ad, dy[0]); break;
+    case OP_SUM: case OP_MEAN: grad_sum(ad, dy[0]); break;
+    case OP_MIN: case OP_MAX: grad_minmax(ad, dy[0]); break;
+    case OP_PRELU: grad_prelu(ad, dy[0]); break;
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+        grad_reduce(ad, dy[0]);
+        break;
+    case OP_EXPAND: contribute(ad, n->in[0], sum_to(ad, dy[0], n->in[0], 1.0, "dX")); break;
+    case OP_TILE: grad_tile(ad, dy[0]); break;
+    case OP_PAD: grad_pad(ad, dy[0]); break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
-    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS:
+    case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_HARD_SIGMOID:
+    case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU: case OP_SOFTPLUS:
+    case OP_GELU: case OP_CLIP:
         grad_elementwise(ad, dy[0]);
         break;
     case OP_MATMUL: grad_matmul(ad, dy[0]); break;
@@ -669,7 +884,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_WHERE: grad_where(ad, dy[0]); break;
     case OP_CAST: grad_cast(ad, dy[0]); break;
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
-    case OP_RESIZE: grad_resize(ad, dy[0]); break;
+    case OP_RESIZE: case OP_UPSAMPLE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
     default: no_rule(ad);
     }

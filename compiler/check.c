@@ -39,7 +39,7 @@ static const char *missing(Arena *a, const OpCount *c)
     if (c->op == OP_UNKNOWN)
         return c->domain[0] ? "unknown op (custom domain)" : "unknown op";
     unsigned f = op_info[c->op].flags;
-    if (!c->needs_grad)
+    if (!c->needs_grad || (f & OPF_NOGRAD))
         f |= OPF_GRAD;   /* no node of the type needs a gradient */
     if ((f & OPF_CPU) && (f & OPF_GRAD))
         return NULL;
@@ -173,7 +173,8 @@ void list_ops(FILE *out)
             "do not edit.\n\n"
             "Every op listed is imported from ONNX (default domain) and has static "
             "shape inference. *Folded*: evaluated at compile time when its inputs "
-            "are constants. `Constant` nodes become constants at import.\n\n"
+            "are constants. `Constant` nodes become constants at import. *None "
+            "needed*: the outputs are bool masks, through which no gradient flows.\n\n"
             "| op | inputs | outputs | folded | CPU forward | CPU gradient | CUDA |\n"
             "|---|---|---|---|---|---|---|\n", MPCC_VERSION);
     for (int i = 0; i < n; i++) {
@@ -191,7 +192,8 @@ void list_ops(FILE *out)
                      o->min_out, o->max_out);
         fprintf(out, "| %s | %s | %s | %s | %s | %s | %s |\n", o->name, ins, outs,
                 (o->flags & OPF_FOLD) ? "yes" : "", (o->flags & OPF_CPU) ? "yes" : "",
-                (o->flags & OPF_GRAD) ? "yes" : "", (o->flags & OPF_CUDA) ? "yes" : "");
+                (o->flags & OPF_GRAD) ? "yes" : (o->flags & OPF_NOGRAD) ? "none needed" : "",
+                (o->flags & OPF_CUDA) ? "yes" : "");
     }
     fprintf(out, "\n%d ops.\n", n);
 }

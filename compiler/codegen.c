@@ -62,6 +62,7 @@ static const char *comment_text(CG *cg, const char *s)
 }
 
 static const char *c_string(CG *cg, const char *s);
+static void emit_float_literal(CG *cg, double f);
 
 static size_t value_bytes(const Value *v)
 {
@@ -195,7 +196,7 @@ static void emit_binary(CG *cg, const Node *n)
 {
     static const char *ops[] = {[OP_ADD] = "MPRT_ADD", [OP_SUB] = "MPRT_SUB",
                                 [OP_MUL] = "MPRT_MUL", [OP_DIV] = "MPRT_DIV",
-                                [OP_POW] = "MPRT_POW"};
+                                [OP_POW] = "MPRT_POW", [OP_PRELU] = "MPRT_PRELU"};
     const Shape *y = shape_of(cg, n->out[0]);
     long shape[MAX_RANK], sa[MAX_RANK], sb[MAX_RANK];
     for (int d = 0; d < y->rank; d++)
@@ -229,9 +230,173 @@ static void emit_sum_to(CG *cg, const Node *n)
          attr_float(n, "alpha", 1.0), numel(cg, n->out[0]), buf(cg, n->out[0]));
 }
 
+static void float_only(CG *cg, const Node *n, uint32_t v)
+{
+    if (cg->g->values[v].dtype != DT_F32)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(cg->g->values[v].dtype)));
+}
+
+static void dense_strides(const Shape *s, long *st)
+{
+    long k = 1;
+    for (int d = s->rank - 1; d >= 0; d--) {
+        st[d] = k;
+        k *= (long)s->d[d];
+    }
+}
+
+/* The dims of `out` as a rank and a list, then k operands broadcast into
+ * it: an array of their buffers and an array of their strides. */
+static void emit_operands(CG *cg, uint32_t out, const uint32_t *ins, uint32_t k)
+{
+    const Shape *y = shape_of(cg, out);
+    long shape[MAX_RANK], st[MAX_RANK];
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    emit(cg, "%d, ", y->rank);
+    emit_longs(cg, shape, y->rank);
+    emit(cg, ", (const float *const[]){");
+    for (uint32_t j = 0; j < k; j++)
+        emit(cg, "%s%s", j ? ", " : "", buf(cg, ins[j]));
+    emit(cg, "}, (const long *const[]){");
+    for (uint32_t j = 0; j < k; j++) {
+        bcast_strides(y, shape_of(cg, ins[j]), st);
+        emit(cg, "%s", j ? ", " : "");
+        emit_longs(cg, st, y->rank);
+    }
+    emit(cg, "}");
+}
+
+/* Sum, Mean, Min and Max of up to 8 operands with broadcasting. */
+static void emit_nary(CG *cg, const Node *n)
+{
+    if (n->nin > 8)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s of more than 8 inputs", n->op_type));
+    for (uint32_t k = 0; k < n->nin; k++)
+        float_only(cg, n, n->in[k]);
+    const char *op = n->op == OP_MIN ? "MPRT_MIN" : n->op == OP_MAX ? "MPRT_MAX" : "MPRT_ADD";
+    emit(cg, "    %s(%s, %u, ", kernel(cg, "nary"), op, n->nin);
+    emit_operands(cg, n->out[0], n->in, n->nin);
+    emit(cg, ", (float)%.9g, %s);\n", n->op == OP_MEAN ? 1.0 / n->nin : 1.0,
+         buf(cg, n->out[0]));
+}
+
+static void emit_minmax_grad(CG *cg, const Node *n)
+{
+    emit(cg, "    %s(%d, %u, ", kernel(cg, "minmax_grad"), (int)attr_int(n, "wrt", 0), n->nin - 2);
+    emit_operands(cg, n->out[0], n->in + 2, n->nin - 2);
+    emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+}
+
+/* Reduce* over x's dims as (shape, keep): mprt_sum_to sums (ReduceSum,
+ * ReduceMean), mprt_reduce_max takes extremes; ReduceMaxGrad carries the
+ * reduced dims as an attribute. */
+static void emit_reduce(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_REDUCE_MAX_GRAD;
+    uint32_t x = grad ? n->in[1] : n->in[0];
+    float_only(cg, n, x);
+    const Shape *xs = shape_of(cg, x);
+    bool reduced[MAX_RANK];
+    if (grad) {
+        uint32_t c;
+        const int64_t *r = attr_ints(n, "reduced", &c);
+        MPCC_ASSERT(r && (int)c == xs->rank);
+        for (int d = 0; d < xs->rank; d++)
+            reduced[d] = r[d] != 0;
+    } else {
+        reduce_axes(cg->g, (Node *)n, reduced);
+    }
+    long shape[MAX_RANK];
+    emit(cg, "    %s(", grad ? "mprt_reduce_max_grad" : n->op == OP_REDUCE_SUM ||
+         n->op == OP_REDUCE_MEAN ? "mprt_sum_to" : "mprt_reduce_max");
+    if (n->op == OP_REDUCE_MAX || n->op == OP_REDUCE_MIN)
+        emit(cg, "%d, ", n->op == OP_REDUCE_MIN);
+    for (int d = 0; d < xs->rank; d++)
+        shape[d] = (long)xs->d[d];
+    emit(cg, "%d, ", xs->rank);
+    emit_longs(cg, shape, xs->rank);
+    emit(cg, ", (const int[]){");
+    for (int d = 0; d < xs->rank; d++)
+        emit(cg, "%s%d", d ? ", " : "", !reduced[d]);
+    emit(cg, "%s}, ", xs->rank ? "" : "0");
+    long n_in = numel(cg, x), n_out = numel(cg, grad ? n->in[0] : n->out[0]);
+    if (grad)
+        emit(cg, "%s, %s, %s, %ld, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), n_out, buf(cg, n->out[0]));
+    else if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MEAN)
+        emit(cg, "%s, (float)%.9g, %ld, %s);\n", buf(cg, x),
+             n->op == OP_REDUCE_MEAN ? (double)n_out / (double)n_in : 1.0, n_out,
+             buf(cg, n->out[0]));
+    else
+        emit(cg, "%s, %ld, %s);\n", buf(cg, x), n_out, buf(cg, n->out[0]));
+}
+
+/* Expand: the input broadcast into the output. Tile: the same with every
+ * repeated dim split into (repeats, dim), the input's stride 0 along the
+ * repeats. */
+static void emit_expand(CG *cg, const Node *n)
+{
+    float_only(cg, n, n->in[0]);
+    if (n->op == OP_EXPAND) {
+        emit(cg, "    %s(MPRT_ADD, 1, ", kernel(cg, "nary"));
+        emit_operands(cg, n->out[0], n->in, 1);
+        emit(cg, ", 1.0f, %s);\n", buf(cg, n->out[0]));
+        return;
+    }
+    const Shape *xs = shape_of(cg, n->in[0]), *ys = shape_of(cg, n->out[0]);
+    long shape[MAX_RANK], st[MAX_RANK], dense[MAX_RANK];
+    int r = 0;
+    dense_strides(xs, dense);
+    for (int d = 0; d < xs->rank; d++) {
+        long rep = (long)(ys->d[d] / (xs->d[d] ? xs->d[d] : 1));
+        if (rep != 1 && r + xs->rank - d >= MAX_RANK)
+            unsupported(cg, n, "Tile of this many repeated dims (at most 8 dims and "
+                        "repeated dims together)");
+        if (rep != 1)
+            shape[r] = rep, st[r++] = 0;
+        shape[r] = (long)xs->d[d], st[r++] = dense[d];
+    }
+    emit(cg, "    %s(MPRT_ADD, 1, %d, ", kernel(cg, "nary"), r);
+    emit_longs(cg, shape, r);
+    emit(cg, ", (const float *const[]){%s}, (const long *const[]){", buf(cg, n->in[0]));
+    emit_longs(cg, st, r);
+    emit(cg, "}, 1.0f, %s);\n", buf(cg, n->out[0]));
+}
+
+static void emit_prelu(CG *cg, const Node *n)
+{
+    const Shape *x = shape_of(cg, n->in[0]), *sl = shape_of(cg, n->in[1]);
+    if (cg->g->opset < 7 && sl->rank == 1 && x->rank >= 2 && sl->d[0] == x->d[1] &&
+        sl->d[0] != x->d[x->rank - 1])
+        unsupported(cg, n, "PRelu's per-channel slope of opsets before 7 (export with "
+                    "opset 7 or newer)");
+    if (n->op == OP_PRELU) {
+        emit_binary(cg, n);
+        return;
+    }
+    long shape[MAX_RANK], ss[MAX_RANK];
+    const Shape *y = shape_of(cg, n->out[0]);
+    for (int d = 0; d < y->rank; d++)
+        shape[d] = (long)y->d[d];
+    bcast_strides(y, shape_of(cg, n->in[2]), ss);
+    emit(cg, "    %s(%d, %d, ", kernel(cg, "prelu_grad"), (int)attr_int(n, "wrt", 0), y->rank);
+    emit_longs(cg, shape, y->rank);
+    emit(cg, ", %s, %s, %s, ", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]));
+    emit_longs(cg, ss, y->rank);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
 static void emit_sum(CG *cg, const Node *n)
 {
-    emit(cg, "    %s(%ld, %u, (const float *const[]){", kernel(cg, "sum"), numel(cg, n->out[0]), n->nin);
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (!shape_eq(shape_of(cg, n->in[k]), shape_of(cg, n->out[0]))) {
+            emit_nary(cg, n);
+            return;
+        }
+    emit(cg, "    %s(%ld, %u, (const float *const[]){", kernel(cg, "sum"), numel(cg, n->out[0]),
+         n->nin);
     for (uint32_t k = 0; k < n->nin; k++)
         emit(cg, "%s%s", k ? ", " : "", buf(cg, n->in[k]));
     emit(cg, "}, %s);\n", buf(cg, n->out[0]));
@@ -270,7 +435,7 @@ static void emit_loss_forward(CG *cg, const Node *n)
              logp, N, C, D, buf(cg, n->in[0]));
         logp = "logp";
     }
-    emit(cg, "    mprt_nll_forward(%ld, %ld, %ld, %s, %s, %s, %lldLL, %d, %s, %s);\n", N, C, D,
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %d, %s, %s);\n", kernel(cg, "nll_forward"), N, C, D,
          logp, buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
          (long long)attr_int(n, "ignore_index", -100), reduction, buf(cg, n->out[0]),
          c_string(cg, n->name));
@@ -393,6 +558,20 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
          (long long)pd[1]);
 }
 
+/* ConvTranspose, as the convolution whose data gradient it is: that
+ * convolution's input has y's shape and its output x's. Its gradients are
+ * that convolution (dX) and its filter gradient (dW), made by autodiff. */
+static void emit_conv_transpose(CG *cg, const Node *n)
+{
+    if (strcmp(attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0 || ir_attr(n, "output_shape"))
+        unsupported(cg, n, "ConvTranspose with auto_pad or output_shape (export with pads "
+                    "and output_padding)");
+    emit(cg, "    %s(", kernel(cg, "conv_transpose"));
+    conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
+    emit(cg, ", %s, %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
+         opt_buf(cg, n, 2, false), buf(cg, n->out[0]), workspace(cg));
+}
+
 static void emit_conv(CG *cg, const Node *n)
 {
     switch (n->op) {
@@ -435,7 +614,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
     bool training = ir_attr(n, "training_mode") ? attr_int(n, "training_mode", 0) != 0
                                                 : cg->g->opset < 14 && n->nout > 1;
     if (!training && cg->o->infer) {
-        emit(cg, "    mprt_bn_infer(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", N, C,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "bn_infer"), N, C,
              P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
              buf(cg, n->in[4]), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
         return;
@@ -447,6 +626,22 @@ static void emit_batch_norm(CG *cg, const Node *n)
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
          attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+}
+
+static void emit_instance_norm(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_INSTANCE_NORM_GRAD;
+    long N, C, P;
+    channel_dims(cg, n->in[grad ? 1 : 0], &N, &C, &P);
+    if (!grad)
+        emit(cg, "    %s(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "group_norm"), N, C,
+             C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
+             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+    else
+        emit(cg, "    %s(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, "
+             "%s);\n", kernel(cg, "group_norm_grad"), N, C, C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
+             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             buf(cg, n->out[2]));
 }
 
 static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
@@ -464,11 +659,15 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
     for (uint32_t i = 0; i < c && i < 2; i++)
         k[2 - c + i] = ks[i];
     window_2d(cg, n, x, y, k, st, dl, pd);
+    bool avg = n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD;
+    if (avg && (dl[0] != 1 || dl[1] != 1))
+        unsupported(cg, n, "AveragePool with dilations");
     emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld}", (long long)xd[0], (long long)xd[1], (long long)xd[2],
-         (long long)xd[3], (long long)yd[2], (long long)yd[3], (long long)k[0],
-         (long long)k[1], (long long)st[0], (long long)st[1], (long long)dl[0],
-         (long long)dl[1], (long long)pd[0], (long long)pd[1]);
+         "%lld, %lld, %lld, %lld, %lld, %d}", (long long)xd[0], (long long)xd[1],
+         (long long)xd[2], (long long)xd[3], (long long)yd[2], (long long)yd[3],
+         (long long)k[0], (long long)k[1], (long long)st[0], (long long)st[1],
+         (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
+         (long long)pd[2], (long long)pd[3], avg && attr_int(n, "count_include_pad", 0) != 0);
 }
 
 static void emit_pool(CG *cg, const Node *n)
@@ -480,6 +679,13 @@ static void emit_pool(CG *cg, const Node *n)
         pool_params(cg, n, n->in[0], n->out[0]);
         emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
              opt_buf(cg, n, 1, true));
+    } else if (n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD) {
+        bool back = n->op == OP_AVG_POOL_GRAD;
+        uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
+        float_only(cg, n, x);
+        emit(cg, "    %s(%d, ", kernel(cg, "avgpool"), back);
+        pool_params(cg, n, x, y);
+        emit(cg, ", %s, %s);\n", buf(cg, x), buf(cg, y));
     } else {
         emit(cg, "    %s(%ld, %ld, %s, %s, %s);\n", kernel(cg, "maxpool_grad"), numel(cg, n->in[0]),
              numel(cg, n->out[0]), buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
@@ -500,21 +706,67 @@ static const char *unary_code(Op op)
     case OP_SIGMOID: return "MPRT_SIGMOID";
     case OP_RECIPROCAL: return "MPRT_RECIPROCAL";
     case OP_ABS: return "MPRT_ABS";
+    case OP_HARD_SIGMOID: return "MPRT_HARD_SIGMOID";
+    case OP_HARD_SWISH: return "MPRT_HARD_SWISH";
+    case OP_LEAKY_RELU: return "MPRT_LEAKY_RELU";
+    case OP_ELU: return "MPRT_ELU";
+    case OP_SELU: return "MPRT_SELU";
+    case OP_SOFTPLUS: return "MPRT_SOFTPLUS";
+    case OP_GELU: return "MPRT_GELU";
+    case OP_CLIP: return "MPRT_CLIP";
     default: return NULL;
+    }
+}
+
+/* A bound as a float literal: infinities become the largest floats. */
+static double finite_float(double v)
+{
+    return v > 3.4028234663852886e38 ? 3.4028234663852886e38
+         : v < -3.4028234663852886e38 ? -3.4028234663852886e38 : v;
+}
+
+/* The parameters p, q of an elementwise function (mprt_unary), from the
+ * forward node's attributes; a gradient node carries the forward's
+ * attributes, and Clip's bounds resolved as attributes min and max. */
+static void unary_params(CG *cg, const Node *n, Op op, double *p, double *q)
+{
+    *p = *q = 0;
+    switch (op) {
+    case OP_HARD_SIGMOID:
+        *p = attr_float(n, "alpha", 0.2), *q = attr_float(n, "beta", 0.5);
+        break;
+    case OP_LEAKY_RELU: *p = attr_float(n, "alpha", 0.01); break;
+    case OP_ELU: *p = attr_float(n, "alpha", 1.0); break;
+    case OP_SELU:
+        *p = attr_float(n, "alpha", 1.67326319217681884765625);
+        *q = attr_float(n, "gamma", 1.05070102214813232421875);
+        break;
+    case OP_GELU: *q = strcmp(attr_str(n, "approximate", "none"), "tanh") == 0; break;
+    case OP_CLIP:
+        if (n->op == OP_CLIP)
+            clip_bounds(cg->g, n, p, q);
+        else
+            *p = attr_float(n, "min", -INFINITY), *q = attr_float(n, "max", INFINITY);
+        *p = finite_float(*p), *q = finite_float(*q);
+        break;
+    default: break;
     }
 }
 
 static void emit_unary(CG *cg, const Node *n)
 {
-    if (n->op == OP_UNARY_GRAD) {
-        const char *code = unary_code((Op)attr_int(n, "op", OP_UNKNOWN));
-        MPCC_ASSERT(code);
-        emit(cg, "    %s(%s, %ld, %s, %s, %s, %s);\n", kernel(cg, "unary_grad"), code, numel(cg, n->out[0]),
-             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
-    } else {
-        emit(cg, "    %s(%s, %ld, %s, %s);\n", kernel(cg, "unary"), unary_code(n->op), numel(cg, n->out[0]),
-             buf(cg, n->in[0]), buf(cg, n->out[0]));
-    }
+    Op op = n->op == OP_UNARY_GRAD ? (Op)attr_int(n, "op", OP_UNKNOWN) : n->op;
+    const char *code = unary_code(op);
+    MPCC_ASSERT(code);
+    double p, q;
+    unary_params(cg, n, op, &p, &q);
+    if (n->op == OP_UNARY_GRAD)
+        emit(cg, "    %s(%s, %ld, (float)%.9g, (float)%.9g, %s, %s, %s, %s);\n", kernel(cg, "unary_grad"),
+             code, numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), buf(cg, n->out[0]));
+    else
+        emit(cg, "    %s(%s, %ld, (float)%.9g, (float)%.9g, %s, %s);\n", kernel(cg, "unary"), code,
+             numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->out[0]));
 }
 
 /* The output's dims as longs, and each listed input's broadcast strides. */
@@ -689,22 +941,6 @@ static void emit_dropout(CG *cg, const Node *n)
 
 /* ---- data movement (runtime/cpu_move.c) ---- */
 
-static void float_only(CG *cg, const Node *n, uint32_t v)
-{
-    if (cg->g->values[v].dtype != DT_F32)
-        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
-                                        dtype_name(cg->g->values[v].dtype)));
-}
-
-static void dense_strides(const Shape *s, long *st)
-{
-    long k = 1;
-    for (int d = s->rank - 1; d >= 0; d--) {
-        st[d] = k;
-        k *= (long)s->d[d];
-    }
-}
-
 /* One strided copy: `view` (the small side: a slice, or the transposed
  * output) read from (back: written into) `full` at base + idx * stride. */
 static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, long base,
@@ -803,6 +1039,45 @@ static void emit_concat(CG *cg, const Node *n)
     emit(cg, "}, %s);\n", buf(cg, whole));
 }
 
+static void emit_pad(CG *cg, const Node *n)
+{
+    bool back = n->op == OP_PAD_GRAD;
+    uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
+    float_only(cg, n, x);
+    const char *mode = attr_str(n, "mode", "constant");
+    const char *code = strcmp(mode, "constant") == 0 ? "MPRT_PAD_CONSTANT"
+                     : strcmp(mode, "reflect") == 0 ? "MPRT_PAD_REFLECT"
+                     : strcmp(mode, "edge") == 0 ? "MPRT_PAD_EDGE" : NULL;
+    if (!code)
+        unsupported(cg, n, "Pad mode 'wrap' (use constant, reflect or edge)");
+    const Shape *xs = shape_of(cg, x), *ys = shape_of(cg, y);
+    long xd[MAX_RANK], yd[MAX_RANK], begin[MAX_RANK];
+    double value = 0;
+    if (back) {
+        uint32_t c;
+        const int64_t *b = attr_ints(n, "begins", &c);
+        MPCC_ASSERT(b && (int)c == xs->rank);
+        for (int d = 0; d < xs->rank; d++)
+            begin[d] = (long)b[d];
+    } else {
+        int64_t pads[2 * MAX_RANK];
+        pad_params(cg->g, (Node *)n, pads, &value);
+        for (int d = 0; d < xs->rank; d++)
+            begin[d] = (long)pads[d];
+    }
+    for (int d = 0; d < xs->rank; d++)
+        xd[d] = (long)xs->d[d], yd[d] = (long)ys->d[d];
+    emit(cg, "    %s(%d, %s, %d, ", kernel(cg, "pad"), back, code, xs->rank);
+    emit_longs(cg, xd, xs->rank);
+    emit(cg, ", ");
+    emit_longs(cg, yd, xs->rank);
+    emit(cg, ", ");
+    emit_longs(cg, begin, xs->rank);
+    emit(cg, ", ");
+    emit_float_literal(cg, value);
+    emit(cg, ", %s, %s);\n", buf(cg, x), buf(cg, y));
+}
+
 static void emit_gather(CG *cg, const Node *n)
 {
     bool grad = n->op == OP_GATHER_GRAD;
@@ -830,6 +1105,31 @@ static void emit_where(CG *cg, const Node *n)
     emit(cg, ", %s);\n", buf(cg, n->out[0]));
 }
 
+/* Comparisons and logic ops: bool masks from float, int64 or bool inputs. */
+static void emit_compare(CG *cg, const Node *n)
+{
+    if (n->op == OP_NOT) {
+        emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "not"), numel(cg, n->out[0]), buf(cg, n->in[0]),
+             buf(cg, n->out[0]));
+        return;
+    }
+    static const char *ops[] = {[OP_EQUAL] = "MPRT_EQUAL", [OP_LESS] = "MPRT_LESS",
+                                [OP_LESS_EQUAL] = "MPRT_LESS_EQUAL",
+                                [OP_GREATER] = "MPRT_GREATER",
+                                [OP_GREATER_EQUAL] = "MPRT_GREATER_EQUAL",
+                                [OP_AND] = "MPRT_AND", [OP_OR] = "MPRT_OR",
+                                [OP_XOR] = "MPRT_XOR"};
+    DType t = cg->g->values[n->in[0]].dtype;
+    const char *type = t == DT_F32 ? "MPRT_ELEM_F32" : t == DT_I64 ? "MPRT_ELEM_I64"
+                     : t == DT_BOOL ? "MPRT_ELEM_BOOL" : NULL;
+    if (!type)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(t)));
+    emit(cg, "    %s(%s, %s, ", kernel(cg, "compare"), ops[n->op], type);
+    emit_bcast(cg, n->out[0], n->in, 2);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
 static const char *cast_code(CG *cg, const Node *n, DType t)
 {
     switch (t) {
@@ -849,8 +1149,17 @@ static void emit_cast(CG *cg, const Node *n)
          cast_code(cg, n, to), buf(cg, n->in[0]), buf(cg, n->out[0]));
 }
 
+/* Upsample, and Resize before opset 11 (and their gradients, marked by
+ * autodiff): the output coordinate over the scale, nearest rounding down. */
+static bool upsample_like(CG *cg, const Node *n)
+{
+    return n->op == OP_UPSAMPLE || attr_int(n, "upsample", 0) != 0 || cg->g->opset < 11;
+}
+
 static const char *resize_coord(CG *cg, const Node *n)
 {
+    if (upsample_like(cg, n))
+        return "MPRT_ASYMMETRIC";
     const char *c = attr_str(n, "coordinate_transformation_mode", "half_pixel");
     if (strcmp(c, "half_pixel") == 0) return "MPRT_HALF_PIXEL";
     if (strcmp(c, "pytorch_half_pixel") == 0) return "MPRT_PYTORCH_HALF_PIXEL";
@@ -863,9 +1172,12 @@ static const char *resize_coord(CG *cg, const Node *n)
 static const char *resize_mode(CG *cg, const Node *n)
 {
     const char *m = attr_str(n, "mode", "nearest");
-    if (strcmp(m, "linear") == 0) return "MPRT_LINEAR";
+    if (strcmp(m, "linear") == 0 || (upsample_like(cg, n) && strcmp(m, "bilinear") == 0))
+        return "MPRT_LINEAR";
     if (strcmp(m, "nearest") != 0)
         unsupported(cg, n, "Resize modes other than nearest and linear");
+    if (upsample_like(cg, n))
+        return "MPRT_NEAREST_FLOOR";
     const char *r = attr_str(n, "nearest_mode", "round_prefer_floor");
     if (strcmp(r, "floor") == 0) return "MPRT_NEAREST_FLOOR";
     if (strcmp(r, "ceil") == 0) return "MPRT_NEAREST_CEIL";
@@ -950,6 +1262,19 @@ static void emit_node(CG *cg, const Node *n)
         break;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: emit_binary(cg, n); break;
     case OP_SUM: emit_sum(cg, n); break;
+    case OP_MEAN: case OP_MIN: case OP_MAX: emit_nary(cg, n); break;
+    case OP_MINMAX_GRAD: emit_minmax_grad(cg, n); break;
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+    case OP_REDUCE_MAX_GRAD:
+        emit_reduce(cg, n);
+        break;
+    case OP_EXPAND: case OP_TILE: emit_expand(cg, n); break;
+    case OP_PAD: case OP_PAD_GRAD: emit_pad(cg, n); break;
+    case OP_PRELU: case OP_PRELU_GRAD: emit_prelu(cg, n); break;
+    case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL:
+    case OP_AND: case OP_OR: case OP_XOR: case OP_NOT:
+        emit_compare(cg, n);
+        break;
     case OP_SUM_TO: emit_sum_to(cg, n); break;
     case OP_SOFTMAX_CE: emit_sce(cg, n, false); break;
     case OP_SCE_GRAD: emit_sce(cg, n, true); break;
@@ -962,6 +1287,7 @@ static void emit_node(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->out[0]));
         break;
     case OP_CONV: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: emit_conv(cg, n); break;
+    case OP_CONV_TRANSPOSE: emit_conv_transpose(cg, n); break;
     case OP_CONV_GRAD_B: {
         long N, C, P;
         channel_dims(cg, n->in[0], &N, &C, &P);
@@ -970,6 +1296,7 @@ static void emit_node(CG *cg, const Node *n)
         break;
     }
     case OP_BATCH_NORM: emit_batch_norm(cg, n); break;
+    case OP_INSTANCE_NORM: case OP_INSTANCE_NORM_GRAD: emit_instance_norm(cg, n); break;
     case OP_BN_GRAD: {
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);
@@ -979,9 +1306,13 @@ static void emit_node(CG *cg, const Node *n)
              buf(cg, n->out[2]));
         break;
     }
-    case OP_MAX_POOL: case OP_MAX_POOL_GRAD: emit_pool(cg, n); break;
+    case OP_MAX_POOL: case OP_MAX_POOL_GRAD: case OP_AVERAGE_POOL: case OP_AVG_POOL_GRAD:
+        emit_pool(cg, n);
+        break;
     case OP_ERF: case OP_TANH: case OP_SQRT: case OP_EXP: case OP_LOG: case OP_NEG:
     case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_UNARY_GRAD:
+    case OP_HARD_SIGMOID: case OP_HARD_SWISH: case OP_LEAKY_RELU: case OP_ELU: case OP_SELU:
+    case OP_SOFTPLUS: case OP_GELU: case OP_CLIP:
         emit_unary(cg, n);
         break;
     case OP_POW: emit_binary(cg, n); break;
@@ -999,7 +1330,7 @@ static void emit_node(CG *cg, const Node *n)
     case OP_GATHER: case OP_GATHER_GRAD: emit_gather(cg, n); break;
     case OP_WHERE: emit_where(cg, n); break;
     case OP_CAST: emit_cast(cg, n); break;
-    case OP_RESIZE: case OP_RESIZE_GRAD: emit_resize(cg, n); break;
+    case OP_RESIZE: case OP_RESIZE_GRAD: case OP_UPSAMPLE: emit_resize(cg, n); break;
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
         channel_dims(cg, n->op == OP_GAP_GRAD ? n->in[1] : n->in[0], &N, &C, &P);

@@ -291,6 +291,7 @@ int64_t node_workspace(const Graph *g, const Node *n)
     switch (n->op) {
     case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
     case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
+    case OP_CONV_TRANSPOSE: w = n->in[1], y = n->in[0]; break;   /* a convolution's backward */
     case OP_SOFTMAX_CE:   /* the log-probabilities, when no output keeps them */
         if (n->nout > 1 && n->out[1] != NONE)
             return 0;

@@ -168,6 +168,7 @@ typedef struct Attr {
 #define OPF_GRAD 4u
 #define OPF_CUDA 8u
 #define OPF_INTERNAL 16u   /* made by mpcc's passes, not an ONNX op */
+#define OPF_NOGRAD 32u     /* bool outputs: no gradient flows through it */
 
 typedef enum Op {
     OP_UNKNOWN,
@@ -665,6 +666,15 @@ int64_t *split_sizes(Graph *g, Node *n, int *axis);
 void transpose_perm(Graph *g, Node *n, int *perm);
 double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
 void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
+void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
+void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
+void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
+
+/* ---------------------------------------------------------------- einsum.c */
+
+/* Replaces the Einsum at order[pos] (its operands typed) by MatMul,
+ * Transpose, Reshape and ReduceSum nodes in its place; shapes.c calls it. */
+void lower_einsum(Graph *g, uint32_t pos);
 
 /* ------------------------------------------------------------------ fold.c */
 

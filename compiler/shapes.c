@@ -171,6 +171,15 @@ static void infer_unary(const Inf *c)
     set_out(c, 0, in(c, 0)->dtype, &in(c, 0)->shape);
 }
 
+static void infer_gelu(const Inf *c)
+{
+    const char *a = attr_str(c->n, "approximate", "none");
+    if (strcmp(a, "none") != 0 && strcmp(a, "tanh") != 0)
+        error_at(&c->n->loc, "approximate='%s' is not one of none, tanh",
+                 str_escaped(c->g->arena, a, 40));
+    infer_unary(c);
+}
+
 static void infer_cast(const Inf *c)
 {
     DType to = c->n->op == OP_CAST_LIKE ? in(c, 1)->dtype
@@ -406,6 +415,19 @@ static void infer_batch_norm(const Inf *c)
         set_out(c, k, in(c, k < 3 ? k + 2 : 3)->dtype, &ch);
 }
 
+static void infer_instance_norm(const Inf *c)
+{
+    const Value *x = in(c, 0);
+    if (x->shape.rank < 3)
+        error_at(&c->n->loc, "InstanceNormalization needs (N,C,spatial..), got %s", ty(c, x));
+    Shape ch = {1, {x->shape.d[1]}};
+    for (uint32_t k = 1; k < 3; k++)
+        if (!shape_eq(&in(c, k)->shape, &ch))
+            error_at(&c->n->loc, "input %u must have shape %s (the channels of %s), it "
+                     "is %s", k, shp(c, &ch), ty(c, x), ty(c, in(c, k)));
+    infer_unary(c);
+}
+
 static void infer_layer_norm(const Inf *c)
 {
     const Value *x = in(c, 0);
@@ -446,22 +468,33 @@ static void infer_loss(const Inf *c)
     set_out(c, 1, x->dtype, &x->shape);
 }
 
+static double scalar_in(Graph *g, const Node *n, uint32_t k, const char *what, double dflt);
+
 /* ---- reductions ---- */
+
+/* The dimensions a Reduce* node reduces: its axes (an attribute, or an
+ * input since opset 18, ReduceSum 13), all of them when none are given,
+ * none when noop_with_empty_axes says so. */
+void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK])
+{
+    Inf ci = {g, n}, *c = &ci;
+    const Value *x = in(c, 0);
+    bool given;
+    uint32_t k;
+    int64_t *axes = ints_from(c, "axes", 1, &k, &given);
+    bool noop = attr_int(n, "noop_with_empty_axes", 0) != 0;
+    for (int i = 0; i < MAX_RANK; i++)
+        reduced[i] = k == 0 && !noop && i < x->shape.rank;
+    for (uint32_t i = 0; i < k; i++)
+        reduced[norm_axis(c, axes[i], x->shape.rank, "axis")] = true;
+}
 
 static void infer_reduce(const Inf *c)
 {
     const Value *x = in(c, 0);
-    bool given;
-    uint32_t n;
-    int64_t *axes = ints_from(c, "axes", 1, &n, &given);
     bool keep = attr_int(c->n, "keepdims", 1) != 0;
-    bool noop = attr_int(c->n, "noop_with_empty_axes", 0) != 0;
-    bool reduced[MAX_RANK] = {false};
-    if (n == 0 && !noop)
-        for (int i = 0; i < x->shape.rank; i++)
-            reduced[i] = true;
-    for (uint32_t i = 0; i < n; i++)
-        reduced[norm_axis(c, axes[i], x->shape.rank, "axis")] = true;
+    bool reduced[MAX_RANK];
+    reduce_axes(c->g, c->n, reduced);
     Shape r = {0};
     for (int i = 0; i < x->shape.rank; i++) {
         if (!reduced[i])
@@ -629,13 +662,17 @@ static void infer_gather(const Inf *c)
     set_out(c, 0, x->dtype, &r);
 }
 
-static void infer_pad(const Inf *c)
+/* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
+ * NULL, its constant: attributes before opset 11, inputs since (axes since
+ * 18). */
+void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value)
 {
+    Inf ci = {g, n}, *c = &ci;
     const Value *x = in(c, 0);
     bool given;
-    uint32_t n;
-    int64_t *pads = c->g->opset >= 11 ? ints_from(c, "pads", 1, &n, &given)
-                                      : (int64_t *)attr_ints(c->n, "pads", &n);
+    uint32_t k;
+    int64_t *v = g->opset >= 11 ? ints_from(c, "pads", 1, &k, &given)
+                                : (int64_t *)attr_ints(n, "pads", &k);
     int r = x->shape.rank;
     int axes[MAX_RANK];
     int naxes = r;
@@ -644,17 +681,41 @@ static void infer_pad(const Inf *c)
     if (has_in(c, 3)) {
         uint32_t na;
         int64_t *av = ints_from(c, "axes", 3, &na, &given);
+        if (na > (uint32_t)r)
+            error_at(&n->loc, "Pad has %u axes for rank %d", na, r);
         naxes = (int)na;
-        for (int i = 0; i < naxes && i < MAX_RANK; i++)
+        for (int i = 0; i < naxes; i++)
             axes[i] = norm_axis(c, av[i], r, "axis");
     }
-    if ((int)n != 2 * naxes)
-        error_at(&c->n->loc, "pads has %u values, expected %d", n, 2 * naxes);
-    Shape s = x->shape;
+    if ((int)k != 2 * naxes)
+        error_at(&n->loc, "pads has %u values, expected %d", k, 2 * naxes);
+    memset(pads, 0, sizeof(int64_t) * 2 * MAX_RANK);
     for (int i = 0; i < naxes; i++) {
-        s.d[axes[i]] = dim_add(c, s.d[axes[i]], dim_add(c, pads[i], pads[naxes + i]));
-        if (s.d[axes[i]] < 0)
-            error_at(&c->n->loc, "pads make dimension %d negative", axes[i]);
+        pads[axes[i]] = v[i];
+        pads[MAX_RANK + axes[i]] = v[naxes + i];
+    }
+    if (value)
+        *value = g->opset >= 11 ? scalar_in(g, n, 2, "Pad's constant_value", 0)
+                                : attr_float(n, "value", 0);
+}
+
+static void infer_pad(const Inf *c)
+{
+    const Value *x = in(c, 0);
+    int64_t pads[2 * MAX_RANK];
+    pad_params(c->g, c->n, pads, NULL);
+    const char *mode = attr_str(c->n, "mode", "constant");
+    if (strcmp(mode, "constant") != 0 && strcmp(mode, "reflect") != 0 &&
+        strcmp(mode, "edge") != 0 && strcmp(mode, "wrap") != 0)
+        error_at(&c->n->loc, "mode '%s' is not one of constant, reflect, edge, wrap",
+                 str_escaped(c->g->arena, mode, 40));
+    Shape s = x->shape;
+    for (int i = 0; i < s.rank; i++) {
+        s.d[i] = dim_add(c, s.d[i], dim_add(c, pads[i], pads[MAX_RANK + i]));
+        if (s.d[i] < 0)
+            error_at(&c->n->loc, "pads make dimension %d negative", i);
+        if (strcmp(mode, "reflect") == 0 && x->shape.d[i] == 1 && s.d[i] > 1)
+            error_at(&c->n->loc, "reflect padding of dimension %d, which has size 1", i);
     }
     set_out(c, 0, x->dtype, &s);
 }
@@ -763,6 +824,18 @@ double dropout_ratio(Graph *g, const Node *n)
     if (!(r >= 0 && r < 1))
         error_at(&n->loc, "dropout ratio %g is not in [0, 1)", r);
     return r;
+}
+
+/* Clip's bounds: attributes before opset 11, constant scalar inputs since. */
+void clip_bounds(Graph *g, const Node *n, double *lo, double *hi)
+{
+    if (g->opset < 11) {
+        *lo = attr_float(n, "min", -INFINITY);
+        *hi = attr_float(n, "max", INFINITY);
+        return;
+    }
+    *lo = scalar_in(g, n, 1, "Clip's min", -INFINITY);
+    *hi = scalar_in(g, n, 2, "Clip's max", INFINITY);
 }
 
 static void infer_shape_op(const Inf *c)
@@ -1018,12 +1091,14 @@ static void infer_node(const Inf *c)
                  "every unsupported op of the model", c->n->domain,
                  c->n->domain[0] ? "." : "", str_escaped(c->g->arena, c->n->op_type, 60));
     case OP_ABS: case OP_CEIL: case OP_COS: case OP_ELU: case OP_ERF: case OP_EXP:
-    case OP_FLOOR: case OP_GELU: case OP_HARD_SIGMOID: case OP_HARD_SWISH:
+    case OP_FLOOR: case OP_HARD_SIGMOID: case OP_HARD_SWISH:
     case OP_IDENTITY: case OP_LEAKY_RELU: case OP_LOG: case OP_NEG: case OP_RECIPROCAL:
     case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIGN: case OP_SIN:
     case OP_SOFTPLUS: case OP_SQRT: case OP_TANH: case OP_CLIP: case OP_CUMSUM:
-    case OP_INSTANCE_NORM:
         infer_unary(c);
+        break;
+    case OP_GELU:
+        infer_gelu(c);
         break;
     case OP_NOT:
         infer_bool_only(c);
@@ -1058,6 +1133,7 @@ static void infer_node(const Inf *c)
     case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL: infer_global_pool(c); break;
     case OP_BATCH_NORM: infer_batch_norm(c); break;
     case OP_LAYER_NORM: infer_layer_norm(c); break;
+    case OP_INSTANCE_NORM: infer_instance_norm(c); break;
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: infer_softmax(c); break;
     case OP_SOFTMAX_CE: case OP_NLL_LOSS: infer_loss(c); break;
     case OP_REDUCE_MEAN: case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
@@ -1088,9 +1164,11 @@ static void infer_node(const Inf *c)
     case OP_BN_GRAD: case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_SGD: case OP_ADAMW:
     case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
-    case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD:
+    case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
+    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
+    case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
-    case OP_COUNT: unreachable();
+    case OP_EINSUM: case OP_COUNT: unreachable();   /* Einsum: lowered first */
     }
 }
 
@@ -1104,6 +1182,8 @@ static void check_inputs_typed(const Inf *c)
 void infer_shapes(Graph *g)
 {
     for (uint32_t i = 0; i < g->norder; i++) {
+        if (g->nodes[g->order[i]].op == OP_EINSUM)
+            lower_einsum(g, i);   /* the first of its replacement is next */
         Node *n = &g->nodes[g->order[i]];
         Inf c = {g, n};
         check_inputs_typed(&c);

@@ -98,8 +98,9 @@ MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
 }
 
 /* Broadcasting binary op over an output of `rank` dims; sa/sb are the
- * inputs' strides per output dimension (0 where broadcast). */
-enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW };
+ * inputs' strides per output dimension (0 where broadcast). MPRT_MIN and
+ * MPRT_MAX are for mprt_nary only; MPRT_PRELU is x > 0 ? x : x * slope. */
+enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW, MPRT_MIN, MPRT_MAX, MPRT_PRELU };
 
 /* One row of a binary op: n elements, the inputs' strides along it
  * (0 or 1 after broadcasting; kept general). The op is a literal at each
@@ -112,6 +113,10 @@ static inline void mprt_binary_row(int op, long n, const float *a, long sa, cons
     case MPRT_SUB: for (long j = 0; j < n; j++) y[j] = a[j * sa] - b[j * sb]; break;
     case MPRT_MUL: for (long j = 0; j < n; j++) y[j] = a[j * sa] * b[j * sb]; break;
     case MPRT_DIV: for (long j = 0; j < n; j++) y[j] = a[j * sa] / b[j * sb]; break;
+    case MPRT_PRELU:
+        for (long j = 0; j < n; j++)
+            y[j] = a[j * sa] > 0 ? a[j * sa] : a[j * sa] * b[j * sb];
+        break;
     default: for (long j = 0; j < n; j++) y[j] = powf(a[j * sa], b[j * sb]); break;
     }
 }
@@ -415,6 +420,25 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
         }
 }
 
+/* ConvTranspose as the data gradient of the convolution it inverts: p
+ * describes that convolution (its input is y, N x C x H x W; its output
+ * is x, N x M x OH x OW; w is M x C/group x KH x KW), then the bias per
+ * channel of y. */
+MPRT_KERNEL void mprt_conv_transpose(const MprtConv *p, const float *x, const float *w,
+                                     const float *b, float *y, float *col)
+{
+    mprt_conv_grad_x(p, x, w, y, col);
+    if (!b)
+        return;
+    size_t plane = (size_t)p->H * p->W;
+    for (int n = 0; n < p->N; n++)
+        for (int c = 0; c < p->C; c++) {
+            float *yc = y + ((size_t)n * p->C + c) * plane;
+            for (size_t i = 0; i < plane; i++)
+                yc[i] += b[c];
+        }
+}
+
 /* d bias[m] = sum over n and positions of dy[n, m, :] */
 MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *db)
 {
@@ -519,6 +543,8 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
 
 typedef struct MprtPool {
     int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
+    int eh, ew;              /* trailing pads (average pooling) */
+    int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 
 /* Max pooling; idx (may be NULL) receives ONNX's Indices: the flat index
@@ -582,6 +608,50 @@ MPRT_KERNEL void mprt_maxpool_grad(long n_out, long n_in, const float *dy, const
     for (long i = 0; i < n_out; i++)
         if (idx[i] >= 0)
             dx[idx[i]] += dy[i];
+}
+
+/* One average-pooling window along a dim: [lo, hi) inside the input and
+ * the divisor's share (the window clipped to the padded input, or to the
+ * input), as PyTorch's avg_pool2d. */
+static int mprt_avg_window(int o, int stride, int pad, int k, int n, int end_pad,
+                           int include_pad, int *lo, int *hi)
+{
+    int s = o * stride - pad, e = s + k < n + end_pad ? s + k : n + end_pad;
+    int padded = e - s;
+    *lo = s > 0 ? s : 0;
+    *hi = e < n ? e : n;
+    return include_pad ? padded : *hi - *lo;
+}
+
+/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
+ * from dy, each output's gradient spread evenly over its window). */
+MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
+{
+    size_t plane = (size_t)p->H * p->W, oplane = (size_t)p->OH * p->OW;
+    if (back)
+        memset(x, 0, (size_t)p->N * p->C * plane * sizeof *x);
+    for (long nc = 0; nc < (long)p->N * p->C; nc++)
+        for (int oh = 0; oh < p->OH; oh++) {
+            int h0, h1, w0, w1;
+            int dh = mprt_avg_window(oh, p->sh, p->ph, p->KH, p->H, p->eh,
+                                     p->count_include_pad, &h0, &h1);
+            for (int ow = 0; ow < p->OW; ow++) {
+                int dw = mprt_avg_window(ow, p->sw, p->pw, p->KW, p->W, p->ew,
+                                         p->count_include_pad, &w0, &w1);
+                float *xs = x + nc * plane, *yo = y + nc * oplane + (size_t)oh * p->OW + ow;
+                float inv = dh * dw > 0 ? 1.0f / (float)(dh * dw) : 0.0f;
+                double sum = 0;
+                for (int ih = h0; ih < h1; ih++)
+                    for (int iw = w0; iw < w1; iw++) {
+                        if (back)
+                            xs[(size_t)ih * p->W + iw] += *yo * inv;
+                        else
+                            sum += xs[(size_t)ih * p->W + iw];
+                    }
+                if (!back)
+                    *yo = (float)(sum * inv);
+            }
+        }
 }
 
 MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)

@@ -1,6 +1,7 @@
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
- * Softmax, LayerNormalization and Dropout.
+ * variadic Sum/Mean/Min/Max, PRelu, reductions, Softmax,
+ * LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -63,10 +64,41 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
 
 /* ---- elementwise functions ---- */
 
+/* The op codes; p and q are the op's parameters where it has some:
+ * HardSigmoid alpha, beta; LeakyRelu, Elu alpha; Selu alpha, gamma; Clip
+ * min, max; Gelu q = 1 for the tanh approximation. */
 enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOID,
-       MPRT_RECIPROCAL, MPRT_ABS };
+       MPRT_RECIPROCAL, MPRT_ABS, MPRT_HARD_SIGMOID, MPRT_HARD_SWISH, MPRT_LEAKY_RELU,
+       MPRT_ELU, MPRT_SELU, MPRT_SOFTPLUS, MPRT_GELU, MPRT_CLIP };
 
-MPRT_KERNEL void mprt_unary(int op, long n, const float *x, float *y)
+static inline float mprt_clampf(float v, float lo, float hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* sqrt(2/pi) and the cubic coefficient of Gelu's tanh approximation */
+#define MPRT_GELU_K 0.7978845608028654f
+#define MPRT_GELU_C 0.044715f
+
+static float mprt_gelu(float v, float q)
+{
+    if (q != 0.0f)
+        return 0.5f * v * (1.0f + tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+static float mprt_gelu_grad(float v, float q)
+{
+    if (q != 0.0f) {
+        float t = tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
+        float dt = (1.0f - t * t) * MPRT_GELU_K * (1.0f + 3.0f * MPRT_GELU_C * v * v);
+        return 0.5f * (1.0f + t) + 0.5f * v * dt;
+    }
+    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
+           v * 0.39894228040143268f * expf(-0.5f * v * v);
+}
+
+MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
     for (long i = 0; i < n; i++) {
         float v = x[i];
@@ -79,14 +111,25 @@ MPRT_KERNEL void mprt_unary(int op, long n, const float *x, float *y)
         case MPRT_NEG: y[i] = -v; break;
         case MPRT_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
         case MPRT_RECIPROCAL: y[i] = 1.0f / v; break;
+        case MPRT_HARD_SIGMOID: y[i] = mprt_clampf(p * v + q, 0.0f, 1.0f); break;
+        case MPRT_HARD_SWISH: y[i] = v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f); break;
+        case MPRT_LEAKY_RELU: y[i] = v > 0 ? v : p * v; break;
+        case MPRT_ELU: y[i] = v > 0 ? v : p * expm1f(v); break;
+        case MPRT_SELU: y[i] = q * (v > 0 ? v : p * expm1f(v)); break;
+        case MPRT_SOFTPLUS: y[i] = (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))); break;
+        case MPRT_GELU: y[i] = mprt_gelu(v, q); break;
+        case MPRT_CLIP: y[i] = mprt_clampf(v, p, q); break;
         default: y[i] = fabsf(v); break;
         }
     }
 }
 
-/* dx = dy * f'(x), from x or from y = f(x), whichever is cheaper. */
-MPRT_KERNEL void mprt_unary_grad(int op, long n, const float *dy, const float *x,
-                                 const float *y, float *dx)
+/* dx = dy * f'(x), from x or from y = f(x), whichever is cheaper. Where f
+ * has a kink the derivative is PyTorch's: LeakyRelu, Elu and Selu take the
+ * left side at 0, HardSigmoid is flat at its corners, HardSwish takes
+ * x / 3 + 1/2 at 3, Clip passes the gradient at min and max. */
+MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
+                                 const float *x, const float *y, float *dx)
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     for (long i = 0; i < n; i++) {
@@ -100,8 +143,149 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, const float *dy, const float *x
         case MPRT_NEG: dx[i] = -g; break;
         case MPRT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
         case MPRT_RECIPROCAL: dx[i] = -g * y[i] * y[i]; break;
+        case MPRT_HARD_SIGMOID: {
+            float t = p * x[i] + q;
+            dx[i] = t > 0.0f && t < 1.0f ? g * p : 0.0f;
+            break;
+        }
+        case MPRT_HARD_SWISH:
+            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? g * (x[i] / 3.0f + 0.5f) : g;
+            break;
+        case MPRT_LEAKY_RELU: dx[i] = x[i] > 0 ? g : g * p; break;
+        case MPRT_ELU: dx[i] = x[i] > 0 ? g : g * (y[i] + p); break;
+        case MPRT_SELU: dx[i] = x[i] > 0 ? g * q : g * q * p * expf(x[i]); break;
+        case MPRT_SOFTPLUS: dx[i] = g / (1.0f + expf(-x[i])); break;
+        case MPRT_GELU: dx[i] = g * mprt_gelu_grad(x[i], q); break;
+        case MPRT_CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
         default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
         }
+    }
+}
+
+/* ---- variadic elementwise ops with broadcasting: Sum, Mean, Min, Max ---- */
+
+/* y = scale * (x[0] op x[1] op ... x[k-1]), each x[j] read at its strides
+ * per output dimension (0 where broadcast); op is MPRT_ADD, MPRT_MIN or
+ * MPRT_MAX (a NaN operand gives NaN, as in PyTorch). */
+MPRT_KERNEL void mprt_nary(int op, int k, int rank, const long *shape,
+                           const float *const *x, const long *const *sx, float scale, float *y)
+{
+    long n = 1, idx[8] = {0}, off[8] = {0};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        float v = x[0][off[0]];
+        for (int j = 1; j < k; j++) {
+            float u = x[j][off[j]];
+            v = op == MPRT_ADD ? v + u : v != v || u != u ? v + u
+              : op == MPRT_MIN ? (u < v ? u : v) : (u > v ? u : v);
+        }
+        y[i] = v * scale;
+        mprt_bcast_next(rank, shape, idx, k, off, sx);
+    }
+}
+
+/* The gradient of Min or Max for operand `wrt`, in y's shape (the caller
+ * sums it down to the operand): dy where the operand is the result,
+ * divided among the operands that tie there (for two operands this is
+ * PyTorch's rule for maximum and minimum: half each). */
+MPRT_KERNEL void mprt_minmax_grad(int wrt, int k, int rank, const long *shape,
+                                  const float *const *x, const long *const *sx,
+                                  const float *dy, const float *y, float *out)
+{
+    long n = 1, idx[8] = {0}, off[8] = {0};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        int ties = 0;
+        for (int j = 0; j < k; j++)
+            ties += x[j][off[j]] == y[i];
+        out[i] = x[wrt][off[wrt]] == y[i] ? dy[i] / (float)ties : 0.0f;
+        mprt_bcast_next(rank, shape, idx, k, off, sx);
+    }
+}
+
+/* ---- ReduceMax and ReduceMin (ReduceSum and ReduceMean are mprt_sum_to) ---- */
+
+/* Offsets into the reduced output of every element of x (shape: x's dims;
+ * keep[d]: the output keeps dimension d), walked in x's order. */
+static inline void mprt_reduce_next(int rank, const long *shape, const long *so, long *idx,
+                                    long *io)
+{
+    for (int d = rank - 1; d >= 0; d--) {
+        *io += so[d];
+        if (++idx[d] < shape[d])
+            return;
+        *io -= so[d] * shape[d];
+        idx[d] = 0;
+    }
+}
+
+static long mprt_reduce_strides(int rank, const long *shape, const int *keep, long *so)
+{
+    long n = 1, s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        so[d] = keep[d] ? s : 0;
+        if (keep[d])
+            s *= shape[d];
+        n *= shape[d];
+    }
+    return n;
+}
+
+/* y = the largest (is_min: smallest) x over the dimensions not kept; NaN
+ * wins, as in PyTorch. */
+MPRT_KERNEL void mprt_reduce_max(int is_min, int rank, const long *shape, const int *keep,
+                                 const float *x, long n_out, float *y)
+{
+    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
+    for (long i = 0; i < n_out; i++)
+        y[i] = is_min ? INFINITY : -INFINITY;
+    for (long i = 0; i < n; i++) {
+        float v = x[i], m = y[io];
+        if (v != v || (is_min ? v < m : v > m))
+            y[io] = v;
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+}
+
+/* dx = dy where x is its output's extreme, split evenly among the elements
+ * that tie (PyTorch's rule for amax and amin), 0 elsewhere. */
+MPRT_KERNEL void mprt_reduce_max_grad(int rank, const long *shape, const int *keep,
+                                      const float *dy, const float *x, const float *y,
+                                      long n_out, float *dx)
+{
+    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
+    float *count = calloc((size_t)n_out, sizeof *count);
+    if (!count) {
+        fprintf(stderr, "train: error: out of memory in a ReduceMax gradient\n");
+        exit(1);
+    }
+    for (long i = 0; i < n; i++) {
+        count[io] += x[i] == y[io];
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+    for (long i = 0; i < n; i++) {
+        dx[i] = x[i] == y[io] ? dy[io] / count[io] : 0.0f;
+        mprt_reduce_next(rank, shape, so, idx, &io);
+    }
+    free(count);
+}
+
+/* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:
+ * wrt 0 gives dy * (x > 0 ? 1 : slope), wrt 1 gives dy * (x > 0 ? 0 : x). */
+MPRT_KERNEL void mprt_prelu_grad(int wrt, int rank, const long *shape, const float *dy,
+                                 const float *x, const float *slope, const long *ss,
+                                 float *out)
+{
+    long n = 1, idx[8] = {0}, off[1] = {0};
+    const long *s[1] = {ss};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = wrt == 0 ? (v > 0 ? dy[i] : dy[i] * slope[off[0]]) : (v > 0 ? 0.0f : dy[i] * v);
+        mprt_bcast_next(rank, shape, idx, 1, off, s);
     }
 }
 
@@ -222,6 +406,82 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
         dscale[i] = (float)acc[i];
         if (dbias)
             dbias[i] = (float)acc[D + i];
+    }
+    free(acc);
+}
+
+/* ---- instance normalization, as group normalization with G groups ---- */
+
+/* x is N x C x P; the C/G channels of a group are normalised together over
+ * their P positions (InstanceNormalization: G = C), then scaled and
+ * shifted per channel. Moments in double; the variance is the population
+ * one, as ONNX and PyTorch. */
+static void mprt_group_moments(const float *x, long D, double eps, float *mean, float *rstd)
+{
+    double s = 0, ss = 0;
+    for (long i = 0; i < D; i++)
+        s += x[i];
+    double mu = s / D;
+    for (long i = 0; i < D; i++)
+        ss += (x[i] - mu) * (x[i] - mu);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(ss / D + eps));
+}
+
+MPRT_KERNEL void mprt_group_norm(int N, int C, int G, long P, const float *x,
+                                 const float *scale, const float *bias, float eps, float *y)
+{
+    int cg = C / G;
+    long D = (long)cg * P;
+    for (long r = 0; r < (long)N * G; r++) {
+        const float *xs = x + (size_t)r * D;
+        float m, inv;
+        mprt_group_moments(xs, D, eps, &m, &inv);
+        for (int j = 0; j < cg; j++) {
+            int c = (int)(r % G) * cg + j;
+            float a = inv * scale[c], b = bias[c];
+            for (long i = (long)j * P; i < (long)(j + 1) * P; i++)
+                y[(size_t)r * D + i] = (xs[i] - m) * a + b;
+        }
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale
+ * over each group; dscale = sum dy * xhat, dbias = sum dy per channel. */
+MPRT_KERNEL void mprt_group_norm_grad(int N, int C, int G, long P, const float *dy,
+                                      const float *x, const float *scale, float eps,
+                                      float *dx, float *dscale, float *dbias)
+{
+    int cg = C / G;
+    long D = (long)cg * P;
+    double *acc = calloc((size_t)C * 2, sizeof *acc);
+    if (!acc) {
+        fprintf(stderr, "train: error: out of memory in a normalization gradient\n");
+        exit(1);
+    }
+    for (long r = 0; r < (long)N * G; r++) {
+        const float *xs = x + (size_t)r * D, *d = dy + (size_t)r * D;
+        float m, inv;
+        mprt_group_moments(xs, D, eps, &m, &inv);
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            sg += (double)d[i] * scale[c];
+            sgx += (double)d[i] * scale[c] * xhat;
+            acc[c] += (double)d[i] * xhat;
+            acc[C + c] += d[i];
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            dx[(size_t)r * D + i] = inv * (d[i] * scale[c] - mg - xhat * mgx);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        dscale[c] = (float)acc[c];
+        dbias[c] = (float)acc[C + c];
     }
     free(acc);
 }

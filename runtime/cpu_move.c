@@ -1,6 +1,7 @@
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, Cast and 2-D Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, Cast and 2-D
+ * Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -134,6 +135,109 @@ MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, co
         y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
         mprt_bcast_next(rank, shape, idx, 3, off, s);
     }
+}
+
+/* ---- Pad ---- */
+
+enum { MPRT_PAD_CONSTANT, MPRT_PAD_REFLECT, MPRT_PAD_EDGE };
+
+/* The input index that output index o of one dim reads (begin: the pad
+ * before the dim, negative to crop), or -1 for the constant. */
+static long mprt_pad_src(int mode, long o, long begin, long n)
+{
+    long i = o - begin;
+    if (i >= 0 && i < n)
+        return i;
+    if (mode == MPRT_PAD_CONSTANT)
+        return -1;
+    if (mode == MPRT_PAD_EDGE || n == 1)
+        return i < 0 ? 0 : n - 1;
+    long period = 2 * (n - 1);   /* reflect: ... 2 1 [0 1 2 .. n-1] n-2 .. */
+    i = i % period;
+    i = i < 0 ? i + period : i;
+    return i < n ? i : period - i;
+}
+
+/* y = x padded (ONNX Pad: constant, reflect, edge). With back != 0 the
+ * gradient: dx = 0, then every output that read an input adds its dy to
+ * it. */
+MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const long *ys,
+                          const long *begin, float value, float *x, float *y)
+{
+    long n = 1, nx = 1, idx[8] = {0}, st[8];
+    for (int d = rank - 1; d >= 0; d--) {
+        st[d] = nx;
+        nx *= xs[d];
+        n *= ys[d];
+    }
+    if (back)
+        memset(x, 0, (size_t)nx * sizeof *x);
+    for (long o = 0; o < n; o++) {
+        long off = 0;
+        for (int d = 0; d < rank && off >= 0; d++) {
+            long i = mprt_pad_src(mode, idx[d], begin[d], xs[d]);
+            off = i < 0 ? -1 : off + i * st[d];
+        }
+        if (back && off >= 0)
+            x[off] += y[o];
+        else if (!back)
+            y[o] = off >= 0 ? x[off] : value;
+        for (int d = rank - 1; d >= 0 && ++idx[d] == ys[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+/* ---- comparisons and logic: bool (uint8) results ---- */
+
+enum { MPRT_EQUAL, MPRT_LESS, MPRT_LESS_EQUAL, MPRT_GREATER, MPRT_GREATER_EQUAL,
+       MPRT_AND, MPRT_OR, MPRT_XOR };
+enum { MPRT_ELEM_F32, MPRT_ELEM_I64, MPRT_ELEM_BOOL };   /* the operands' type */
+
+static double mprt_elem(int type, const void *p, long i)
+{
+    switch (type) {
+    case MPRT_ELEM_F32: return ((const float *)p)[i];
+    case MPRT_ELEM_I64: return (double)((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+/* y = a op b with broadcasting; int64 operands compare exactly. */
+MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, const void *a,
+                              const long *sa, const void *b, const long *sb, uint8_t *y)
+{
+    long n = 1, idx[8] = {0}, off[2] = {0, 0};
+    const long *s[2] = {sa, sb};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        int r;
+        if (type == MPRT_ELEM_I64) {
+            int64_t u = ((const int64_t *)a)[off[0]], v = ((const int64_t *)b)[off[1]];
+            r = op == MPRT_EQUAL ? u == v : op == MPRT_LESS ? u < v
+              : op == MPRT_LESS_EQUAL ? u <= v : op == MPRT_GREATER ? u > v : u >= v;
+        } else {
+            double u = mprt_elem(type, a, off[0]), v = mprt_elem(type, b, off[1]);
+            switch (op) {
+            case MPRT_EQUAL: r = u == v; break;
+            case MPRT_LESS: r = u < v; break;
+            case MPRT_LESS_EQUAL: r = u <= v; break;
+            case MPRT_GREATER: r = u > v; break;
+            case MPRT_GREATER_EQUAL: r = u >= v; break;
+            case MPRT_AND: r = u != 0 && v != 0; break;
+            case MPRT_OR: r = u != 0 || v != 0; break;
+            default: r = (u != 0) != (v != 0); break;
+            }
+        }
+        y[i] = (uint8_t)r;
+        mprt_bcast_next(rank, shape, idx, 2, off, s);
+    }
+}
+
+MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
+{
+    for (long i = 0; i < n; i++)
+        y[i] = !x[i];
 }
 
 /* Element types of Cast, as the generated code names them. */

@@ -35,9 +35,13 @@ A case (see Case below):
           (mpcc --class-axis, default 1); more mpcc flags; ops mpcc adds to
           the model for these flags (the case waits for their gradients too)
   rtol, atol_rel   tolerance overrides, with a `note` saying why
+  opset   the model's opset (default 17): attributes that became inputs, or
+          ops newer than 17.  An opset newer than the installed onnx package
+          knows is not run through its checker (gradcheck.table says so)
 
 Adding an op is adding entries here.  A case is registered with CTest once
-every op its model uses has OPF_GRAD in compiler/ops.def.
+every op its model uses has OPF_GRAD (or OPF_NOGRAD: comparisons, whose bool
+outputs carry no gradient) in compiler/ops.def.
 """
 import numpy as np
 import torch
@@ -49,7 +53,7 @@ class Case:
     def __init__(self, name, op, nodes, inits, torch, consts=None, stats=(),
                  loss="mse", labels=None, ignore_index=-100, x_like=None,
                  out=None, class_axis=1, flags=(), needs=(), rtol=None,
-                 atol_rel=None, note=""):
+                 atol_rel=None, note="", opset=17):
         self.name, self.op, self.nodes = name, op, nodes
         self.inits, self.consts = inits, consts or {}
         self.torch, self.stats = torch, tuple(stats)
@@ -58,6 +62,7 @@ class Case:
         self.class_axis, self.flags, self.needs = class_axis, list(flags), tuple(needs)
         self.out = out or nodes[-1].output[0]
         self.rtol, self.atol_rel, self.note = rtol, atol_rel, note
+        self.opset = opset
 
 
 def N(op, inputs, outputs=("y",), **attrs):
@@ -95,6 +100,11 @@ def distinct(*shape):
         return ((r.permutation(n) + r.uniform(0.1, 0.9, n)) * (2.0 / n) - 1.0) \
             .reshape(shape).astype(np.float32)
     return gen
+
+
+def spread(*shape, scale=3.0):
+    """Normal values times `scale`: both sides of an activation's corners."""
+    return lambda r: (r.standard_normal(shape) * scale).astype(np.float32)
 
 
 def ints(*values, shape=None):
@@ -138,6 +148,21 @@ def conv(t, stride=1, pads=(0, 0, 0, 0), dilation=1, groups=1):
     x = F.pad(t.X, (pads[1], pads[3], pads[0], pads[2]))
     return F.conv2d(x, t.W, getattr(t, "B", None), stride=stride,
                     dilation=dilation, groups=groups)
+
+
+def asymmetric_linear(x, oh, ow):
+    """ONNX's linear Resize with the asymmetric transform (and Upsample's):
+    output (i, j) samples input (i * H / oh, j * W / ow), clamped at the
+    border; grid_sample with align_corners=True addresses pixel centres."""
+    h, w = x.shape[2], x.shape[3]
+    ys = torch.arange(oh, dtype=x.dtype) * h / oh
+    xs = torch.arange(ow, dtype=x.dtype) * w / ow
+    gy = ys / (h - 1) * 2 - 1
+    gx = xs / (w - 1) * 2 - 1
+    grid = torch.stack(torch.meshgrid(gy, gx, indexing="ij")[::-1], -1)
+    grid = grid.unsqueeze(0).expand(x.shape[0], oh, ow, 2)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border",
+                         align_corners=True)
 
 
 def bn_node(**attrs):
@@ -451,4 +476,332 @@ CASES = [
          consts=dict(ratio=scalar(0.0), training=scalar(True, np.bool_))),
     Case("Dropout_inference", "Dropout", [N("Dropout", ["X"])],
          dict(X=randn(3, 4)), lambda t: t.X),
+
+    # -- activations with attributes (values on both sides of every corner)
+    Case("HardSigmoid_default", "HardSigmoid", [N("HardSigmoid", ["X"])],
+         dict(X=spread(4, 5)), lambda t: torch.clamp(0.2 * t.X + 0.5, 0, 1)),
+    Case("HardSigmoid_torch_alpha", "HardSigmoid",
+         [N("HardSigmoid", ["X"], alpha=1.0 / 6, beta=0.5)],
+         dict(X=spread(4, 5, scale=4.0)), lambda t: F.hardsigmoid(t.X),
+         note="F.hardsigmoid exports as HardSigmoid(alpha=1/6)"),
+    Case("HardSwish", "HardSwish", [N("HardSwish", ["X"])],
+         dict(X=spread(4, 5, scale=4.0)), lambda t: F.hardswish(t.X)),
+    Case("LeakyRelu_default", "LeakyRelu", [N("LeakyRelu", ["X"])],
+         dict(X=away(4, 5)), lambda t: F.leaky_relu(t.X, 0.01)),
+    Case("LeakyRelu_alpha", "LeakyRelu", [N("LeakyRelu", ["X"], alpha=0.2)],
+         dict(X=away(4, 5)), lambda t: F.leaky_relu(t.X, 0.2)),
+    Case("Elu_default", "Elu", [N("Elu", ["X"])],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.elu(t.X)),
+    Case("Elu_alpha", "Elu", [N("Elu", ["X"], alpha=0.5)],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.elu(t.X, alpha=0.5)),
+    Case("Selu_default", "Selu", [N("Selu", ["X"])],
+         dict(X=spread(4, 5, scale=1.5)), lambda t: F.selu(t.X)),
+    Case("Selu_alpha_gamma", "Selu", [N("Selu", ["X"], alpha=2.0, gamma=0.5)],
+         dict(X=spread(4, 5, scale=1.5)),
+         lambda t: 0.5 * torch.where(t.X > 0, t.X, 2.0 * torch.expm1(t.X))),
+    Case("Softplus", "Softplus", [N("Softplus", ["X"])],
+         dict(X=spread(4, 5, scale=8.0)), lambda t: F.softplus(t.X)),
+    Case("Gelu_erf", "Gelu", [N("Gelu", ["X"])],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X), opset=20),
+    Case("Gelu_tanh", "Gelu", [N("Gelu", ["X"], approximate="tanh")],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X, approximate="tanh"),
+         opset=20),
+    Case("Gelu_erf_decomposed", "Erf",
+         [Const("sqrt2", "sqrt2"), Const("one", "one"), Const("half", "half"),
+          N("Div", ["X", "sqrt2"], ["d"]), N("Erf", ["d"], ["e"]),
+          N("Add", ["e", "one"], ["a"]), N("Mul", ["X", "a"], ["m"]),
+          N("Mul", ["m", "half"])],
+         dict(X=spread(4, 5, scale=2.0)), lambda t: F.gelu(t.X),
+         consts=dict(sqrt2=scalar(2 ** 0.5), one=scalar(1.0), half=scalar(0.5)),
+         note="nn.GELU as PyTorch exports it before opset 20"),
+    Case("Clip_relu6_inputs", "Clip",
+         [Const("lo", "lo"), Const("hi", "hi"), N("Clip", ["X", "lo", "hi"])],
+         dict(X=spread(4, 5, scale=5.0)), lambda t: F.relu6(t.X),
+         consts=dict(lo=scalar(0.0), hi=scalar(6.0)),
+         note="F.relu6 exports as Clip(min=0, max=6) with the bounds as inputs"),
+    Case("Clip_max_only", "Clip",
+         [Const("hi", "hi"), N("Clip", ["X", "", "hi"])],
+         dict(X=randn(4, 5)), lambda t: torch.clamp(t.X, max=0.3),
+         consts=dict(hi=scalar(0.3))),
+    Case("Clip_no_bounds", "Clip", [N("Clip", ["X"])],
+         dict(X=randn(4, 5)), lambda t: t.X),
+    Case("Clip_attributes_opset6", "Clip", [N("Clip", ["X"], min=-0.5, max=0.25)],
+         dict(X=randn(4, 5)), lambda t: torch.clamp(t.X, -0.5, 0.25), opset=6),
+
+    # -- variadic elementwise ops with broadcasting, PRelu
+    Case("Min_two_broadcast", "Min", [N("Min", ["A", "B"])],
+         dict(A=distinct(2, 3, 4), B=distinct(3, 1)),
+         lambda t: torch.minimum(t.A, t.B)),
+    Case("Max_three_broadcast", "Max", [N("Max", ["A", "B", "C"])],
+         dict(A=distinct(2, 3, 4), B=distinct(4), C=distinct(3, 1)),
+         lambda t: torch.maximum(torch.maximum(t.A, t.B), t.C)),
+    Case("Max_shared_operand_ties", "Max", [N("Max", ["W", "W"])],
+         dict(W=randn(3, 4)), lambda t: torch.maximum(t.W, t.W),
+         note="every element ties: each operand gets half, as torch.maximum"),
+    Case("Max_constant_zero", "Max",
+         [Const("zero", "zero"), N("Max", ["X", "zero"])],
+         dict(X=away(3, 4)), lambda t: torch.maximum(t.X, t.zero),
+         consts=dict(zero=scalar(0.0))),
+    Case("Min_single_input", "Min", [N("Min", ["X"])],
+         dict(X=randn(3, 4)), lambda t: t.X),
+    Case("Mean_three_broadcast", "Mean", [N("Mean", ["A", "B", "C"])],
+         dict(A=randn(2, 3, 4), B=randn(4), C=randn(3, 1)),
+         lambda t: (t.A + t.B + t.C) / 3),
+    Case("Sum_broadcast", "Sum", [N("Sum", ["A", "B"])],
+         dict(A=randn(2, 3, 4), B=randn(3, 1)),
+         lambda t: t.A + t.B),
+    Case("PRelu_channel_slope", "PRelu", [N("PRelu", ["X", "slope"])],
+         dict(X=away(2, 3, 4, 4), slope=randn(3, 1, 1)),
+         lambda t: torch.where(t.X > 0, t.X, t.X * t.slope),
+         note="nn.PReLU(3) exports its slope as (3, 1, 1)"),
+    Case("PRelu_scalar_slope", "PRelu", [N("PRelu", ["X", "slope"])],
+         dict(X=away(3, 5), slope=randn(1)),
+         lambda t: F.prelu(t.X, t.slope)),
+
+    # -- comparisons and logic (bool masks, no gradient of their own) feeding Where
+    Case("Less_mask_Where", "Less",
+         [N("Less", ["A", "B"], ["m"]), N("Where", ["m", "A", "B"])],
+         dict(A=distinct(3, 4), B=distinct(3, 4)),
+         lambda t: torch.where(t.A < t.B, t.A, t.B)),
+    Case("Greater_broadcast_mask_Where", "Greater",
+         [N("Greater", ["A", "B"], ["m"]), N("Where", ["m", "A", "B"])],
+         dict(A=distinct(3, 4), B=distinct(4)),
+         lambda t: torch.where(t.A > t.B, t.A, t.B)),
+    Case("LessOrEqual_GreaterOrEqual_And", "And",
+         [N("LessOrEqual", ["A", "B"], ["le"]), N("GreaterOrEqual", ["A", "C"], ["ge"]),
+          N("And", ["le", "ge"], ["m"]), N("Sum", ["B", "C"], ["bc"]),
+          N("Where", ["m", "A", "bc"])],
+         dict(A=distinct(3, 4), B=distinct(3, 1), C=distinct(4)),
+         lambda t: torch.where((t.A <= t.B) & (t.A >= t.C), t.A, t.B + t.C)),
+    Case("Not_Or_Xor_masks", "Not",
+         [N("Less", ["A", "B"], ["lt"]), N("Greater", ["A", "C"], ["gt"]),
+          N("Or", ["lt", "gt"], ["o"]), N("Xor", ["lt", "gt"], ["xo"]),
+          N("Not", ["xo"], ["nx"]), N("Where", ["o", "A", "B"], ["w"]),
+          N("Where", ["nx", "w", "C"])],
+         dict(A=distinct(3, 4), B=distinct(3, 4), C=distinct(3, 4)),
+         lambda t: torch.where(~((t.A < t.B) ^ (t.A > t.C)),
+                               torch.where((t.A < t.B) | (t.A > t.C), t.A, t.B), t.C)),
+    Case("Equal_int64_mask_Where", "Equal",
+         [N("Cast", ["A"], ["ai"], to=TensorProto.INT64), N("Equal", ["ai", "k"], ["m"]),
+          N("Where", ["m", "A", "B"])],
+         dict(A=spread(4, 5, scale=1.5), B=randn(4, 5), k=ints(0)),
+         lambda t: torch.where(t.A.to(torch.int64) == t.k, t.A, t.B),
+         note="int64 operands: Cast truncates toward zero, as torch's to(int64)"),
+
+    # -- reductions: axes as an attribute (opset 17) or an input (ReduceSum 13,
+    #    the others 18), keepdims, noop_with_empty_axes
+    Case("ReduceSum_axes_input_keepdims", "ReduceSum", [N("ReduceSum", ["X", "axes"])],
+         dict(X=randn(2, 3, 4), axes=ints(1)),
+         lambda t: t.X.sum(1, keepdim=True)),
+    Case("ReduceSum_two_axes_keepdims0", "ReduceSum",
+         [N("ReduceSum", ["X", "axes"], keepdims=0)],
+         dict(X=randn(2, 3, 4), axes=ints(0, -1)),
+         lambda t: t.X.sum((0, 2))),
+    Case("ReduceSum_all", "ReduceSum", [N("ReduceSum", ["X"])],
+         dict(X=randn(2, 3, 4)), lambda t: t.X.sum().reshape(1, 1, 1)),
+    Case("ReduceSum_noop_empty_axes", "ReduceSum",
+         [N("ReduceSum", ["X"], noop_with_empty_axes=1)],
+         dict(X=randn(2, 3)), lambda t: t.X),
+    Case("ReduceMean_axes_attribute", "ReduceMean", [N("ReduceMean", ["X"], axes=[-1])],
+         dict(X=randn(2, 3, 4)), lambda t: t.X.mean(-1, keepdim=True)),
+    Case("ReduceMean_two_axes_keepdims0", "ReduceMean",
+         [N("ReduceMean", ["X"], axes=[1, 2], keepdims=0)],
+         dict(X=randn(2, 3, 4)), lambda t: t.X.mean((1, 2))),
+    Case("ReduceMean_axes_input_opset18", "ReduceMean", [N("ReduceMean", ["X", "axes"])],
+         dict(X=randn(3, 4, 2), axes=ints(0, 2)),
+         lambda t: t.X.mean((0, 2), keepdim=True), opset=18),
+    Case("ReduceMax_axis_keepdims0", "ReduceMax", [N("ReduceMax", ["X"], axes=[1], keepdims=0)],
+         dict(X=distinct(2, 5, 3)), lambda t: t.X.amax(1)),
+    Case("ReduceMax_ties", "ReduceMax", [N("ReduceMax", ["X"], axes=[1])],
+         dict(X=lambda r: np.round(r.standard_normal((3, 6)) * 1.5).astype(np.float32)),
+         lambda t: t.X.amax(1, keepdim=True),
+         note="values rounded to integers: maxima tie, and amax shares the gradient"),
+    Case("ReduceMin_axes_input_opset18", "ReduceMin", [N("ReduceMin", ["X", "axes"])],
+         dict(X=distinct(2, 3, 4), axes=ints(0, 2)),
+         lambda t: t.X.amin((0, 2), keepdim=True), opset=18),
+    Case("ReduceMin_axis_keepdims0", "ReduceMin",
+         [N("ReduceMin", ["X"], axes=[-1], keepdims=0)],
+         dict(X=distinct(3, 4)), lambda t: t.X.amin(-1)),
+
+    # -- Expand and Tile
+    Case("Expand_rank_and_size", "Expand", [N("Expand", ["X", "shape"])],
+         dict(X=randn(3, 1), shape=ints(2, 1, 4)),
+         lambda t: t.X.expand(2, 3, 4)),
+    Case("Tile_two_dims", "Tile", [N("Tile", ["X", "reps"])],
+         dict(X=randn(2, 1, 3), reps=ints(2, 3, 1)),
+         lambda t: t.X.repeat(2, 3, 1)),
+    Case("Tile_last_dim", "Tile", [N("Tile", ["X", "reps"])],
+         dict(X=randn(2, 3), reps=ints(1, 2)),
+         lambda t: t.X.repeat(1, 2)),
+
+    # -- Pad: pads (begins, then ends) and the constant as inputs (opset 11+),
+    #    as attributes before; F.pad lists (begin, end) from the last dim
+    Case("Pad_constant_value", "Pad",
+         [Const("v", "v"), N("Pad", ["X", "pads", "v"])],
+         dict(X=randn(2, 3, 4), pads=ints(0, 1, 2, 0, 2, 1)),
+         lambda t: F.pad(t.X, (2, 1, 1, 2), value=0.5), consts=dict(v=scalar(0.5))),
+    Case("Pad_reflect", "Pad", [N("Pad", ["X", "pads"], mode="reflect")],
+         dict(X=randn(2, 2, 4, 5), pads=ints(0, 0, 2, 1, 0, 0, 3, 4)),
+         lambda t: F.pad(t.X, (1, 4, 2, 3), mode="reflect")),
+    Case("Pad_edge", "Pad", [N("Pad", ["X", "pads"], mode="edge")],
+         dict(X=randn(2, 2, 3, 4), pads=ints(0, 0, 1, 2, 0, 0, 3, 1)),
+         lambda t: F.pad(t.X, (2, 1, 1, 3), mode="replicate")),
+    Case("Pad_negative_crops", "Pad", [N("Pad", ["X", "pads"])],
+         dict(X=randn(2, 5, 4), pads=ints(0, -1, 2, 0, -2, -1)),
+         lambda t: F.pad(t.X, (2, -1, -1, -2))),
+    Case("Pad_attributes_opset2", "Pad",
+         [N("Pad", ["X"], pads=[0, 2, 0, 1], value=-1.5)],
+         dict(X=randn(3, 4)), lambda t: F.pad(t.X, (2, 1), value=-1.5), opset=2),
+    Case("Pad_axes_input_opset18", "Pad",
+         [N("Pad", ["X", "pads", "", "axes"], mode="reflect")],
+         dict(X=randn(2, 3, 4), pads=ints(1, 2, 1, 0), axes=ints(-1, 1)),
+         lambda t: F.pad(t.X, (1, 1, 2, 0), mode="reflect"), opset=18),
+
+    # -- AveragePool (2-D): pads, count_include_pad, ceil_mode
+    Case("AveragePool_2x2", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[2, 2], strides=[2, 2])],
+         dict(X=randn(2, 2, 4, 6)), lambda t: F.avg_pool2d(t.X, 2, 2)),
+    Case("AveragePool_pads_exclude", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+         dict(X=randn(2, 2, 5, 6)),
+         lambda t: F.avg_pool2d(t.X, 3, 2, 1, count_include_pad=False)),
+    Case("AveragePool_pads_include", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+            count_include_pad=1)],
+         dict(X=randn(2, 2, 5, 6)),
+         lambda t: F.avg_pool2d(t.X, 3, 2, 1, count_include_pad=True)),
+    Case("AveragePool_ceil_mode", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 0],
+            ceil_mode=1, count_include_pad=1)],
+         dict(X=randn(2, 2, 6, 5)),
+         lambda t: F.avg_pool2d(t.X, (3, 2), 2, (1, 0), ceil_mode=True,
+                                count_include_pad=True)),
+    Case("AveragePool_ceil_mode_exclude", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)],
+         dict(X=randn(2, 2, 5, 5)),
+         lambda t: F.avg_pool2d(t.X, 2, 2, ceil_mode=True, count_include_pad=False)),
+    Case("AveragePool_asymmetric_pads", "AveragePool",
+         [N("AveragePool", ["X"], kernel_shape=[2, 3], pads=[0, 1, 1, 0],
+            count_include_pad=1)],
+         dict(X=randn(2, 2, 4, 5)),
+         lambda t: F.avg_pool2d(F.pad(t.X, (1, 0, 0, 1)), (2, 3), 1)),
+
+    # -- ConvTranspose (2-D): X, W (C_in, C_out/group, kh, kw) and B are parameters
+    Case("ConvTranspose_basic", "ConvTranspose", [N("ConvTranspose", ["X", "W"])],
+         dict(X=randn(2, 3, 4, 4), W=randn(3, 2, 3, 3)),
+         lambda t: F.conv_transpose2d(t.X, t.W)),
+    Case("ConvTranspose_stride2_output_padding_bias", "ConvTranspose",
+         [N("ConvTranspose", ["X", "W", "B"], strides=[2, 2], pads=[1, 1, 1, 1],
+            output_padding=[1, 1])],
+         dict(X=randn(2, 3, 3, 4), W=randn(3, 2, 3, 3), B=randn(2)),
+         lambda t: F.conv_transpose2d(t.X, t.W, t.B, stride=2, padding=1, output_padding=1)),
+    Case("ConvTranspose_groups_dilation", "ConvTranspose",
+         [N("ConvTranspose", ["X", "W", "B"], group=2, dilations=[2, 1], strides=[1, 2])],
+         dict(X=randn(2, 4, 3, 3), W=randn(4, 3, 3, 2), B=randn(6)),
+         lambda t: F.conv_transpose2d(t.X, t.W, t.B, stride=(1, 2), groups=2,
+                                      dilation=(2, 1))),
+    Case("ConvTranspose_asymmetric_pads", "ConvTranspose",
+         [N("ConvTranspose", ["X", "W"], strides=[2, 2], pads=[1, 0, 0, 1])],
+         dict(X=randn(2, 2, 3, 3), W=randn(2, 3, 2, 3)),
+         lambda t: F.conv_transpose2d(t.X, t.W, stride=2)[:, :, 1:, :-1],
+         note="pads cut the full output: 1 row at the top, 1 column at the right"),
+
+    # -- InstanceNormalization
+    Case("InstanceNormalization_4d", "InstanceNormalization",
+         [N("InstanceNormalization", ["X", "scale", "B"])],
+         dict(X=randn(2, 3, 4, 5), scale=randn(3), B=randn(3)),
+         lambda t: F.instance_norm(t.X, weight=t.scale, bias=t.B, eps=1e-5)),
+    Case("InstanceNormalization_3d_epsilon", "InstanceNormalization",
+         [N("InstanceNormalization", ["X", "scale", "B"], epsilon=1e-3)],
+         dict(X=randn(2, 4, 6), scale=randn(4), B=randn(4)),
+         lambda t: F.instance_norm(t.X, weight=t.scale, bias=t.B, eps=1e-3)),
+    Case("GroupNorm_as_exported", "InstanceNormalization",
+         [N("Reshape", ["X", "grouped"], ["xg"]),
+          N("InstanceNormalization", ["xg", "s", "b"], ["ng"]),
+          N("Reshape", ["ng", "back"], ["n"]), N("Mul", ["n", "gamma"], ["m"]),
+          N("Add", ["m", "beta"])],
+         dict(X=randn(2, 4, 3, 3), grouped=ints(0, 2, -1), s=randn(2), b=randn(2),
+              back=ints(2, 4, 3, 3), gamma=randn(4, 1, 1), beta=randn(4, 1, 1)),
+         lambda t: F.instance_norm(t.X.reshape(2, 2, -1), weight=t.s, bias=t.b)
+         .reshape(2, 4, 3, 3) * t.gamma + t.beta,
+         note="nn.GroupNorm(2, 4) as PyTorch exports it before opset 18"),
+
+    # -- Resize: each coordinate_transformation_mode PyTorch exports; Upsample
+    Case("Resize_linear_align_corners", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="linear",
+            coordinate_transformation_mode="align_corners")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="bilinear", align_corners=True)),
+    Case("Resize_linear_pytorch_half_pixel_down", "Resize",
+         [Const("scales", "scales"),
+          N("Resize", ["X", "", "scales"], mode="linear",
+            coordinate_transformation_mode="pytorch_half_pixel")],
+         dict(X=randn(2, 2, 6, 4)),
+         lambda t: F.interpolate(t.X, scale_factor=0.5, mode="bilinear", align_corners=False),
+         consts=dict(scales=lambda r: np.array([1, 1, 0.5, 0.5], np.float32))),
+    Case("Resize_linear_asymmetric", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="linear",
+            coordinate_transformation_mode="asymmetric")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: asymmetric_linear(t.X, 5, 7),
+         note="no PyTorch mode samples at out/scale: grid_sample at those points"),
+    Case("Resize_nearest_sizes_non_integer", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="nearest")),
+    Case("Resize_nearest_exact", "Resize",
+         [N("Resize", ["X", "", "", "sizes"], mode="nearest",
+            coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")],
+         dict(X=randn(2, 2, 3, 4), sizes=ints(2, 2, 5, 7)),
+         lambda t: F.interpolate(t.X, size=(5, 7), mode="nearest-exact")),
+    Case("Upsample_nearest_opset9", "Upsample",
+         [Const("scales", "scales"), N("Upsample", ["X", "scales"])],
+         dict(X=randn(2, 2, 3, 2)),
+         lambda t: F.interpolate(t.X, scale_factor=(2, 3), mode="nearest"),
+         consts=dict(scales=lambda r: np.array([1, 1, 2, 3], np.float32)), opset=9),
+    Case("Upsample_linear_opset9", "Upsample",
+         [Const("scales", "scales"), N("Upsample", ["X", "scales"], mode="linear")],
+         dict(X=randn(2, 2, 3, 4)),
+         lambda t: asymmetric_linear(t.X, 6, 8),
+         consts=dict(scales=lambda r: np.array([1, 1, 2, 2], np.float32)), opset=9,
+         note="Upsample samples at out/scale: grid_sample at those points"),
+    Case("Upsample_scales_attribute_opset7", "Upsample",
+         [N("Upsample", ["X"], scales=[1.0, 1.0, 2.0, 2.0])],
+         dict(X=randn(2, 2, 2, 3)),
+         lambda t: F.interpolate(t.X, scale_factor=2, mode="nearest"), opset=7),
+
+    # -- Einsum, lowered to ReduceSum, Transpose, Reshape and MatMul
+    Case("Einsum_batched_matmul", "Einsum", [N("Einsum", ["A", "B"], equation="bij,bjk->bik")],
+         dict(A=randn(2, 3, 4), B=randn(2, 4, 5)),
+         lambda t: torch.einsum("bij,bjk->bik", t.A, t.B)),
+    Case("Einsum_attention_scores", "Einsum",
+         [N("Einsum", ["Q", "K"], equation="bhqd,bhkd->bhqk")],
+         dict(Q=randn(2, 2, 3, 4), K=randn(2, 2, 5, 4)),
+         lambda t: torch.einsum("bhqd,bhkd->bhqk", t.Q, t.K)),
+    Case("Einsum_attention_values_transposed_out", "Einsum",
+         [N("Einsum", ["P", "V"], equation="bhqk,bhkd->bqhd")],
+         dict(P=randn(2, 2, 3, 5), V=randn(2, 2, 5, 4)),
+         lambda t: torch.einsum("bhqk,bhkd->bqhd", t.P, t.V)),
+    Case("Einsum_broadcast_weight", "Einsum",
+         [N("Einsum", ["X", "W"], equation="btc, cd -> btd")],
+         dict(X=randn(2, 3, 4), W=randn(4, 5)),
+         lambda t: torch.einsum("btc,cd->btd", t.X, t.W)),
+    Case("Einsum_row_dot", "Einsum", [N("Einsum", ["A", "B"], equation="bi,bi->b")],
+         dict(A=randn(3, 4), B=randn(3, 4)),
+         lambda t: torch.einsum("bi,bi->b", t.A, t.B)),
+    Case("Einsum_outer_product", "Einsum", [N("Einsum", ["A", "B"], equation="i,j->ij")],
+         dict(A=randn(3), B=randn(4)),
+         lambda t: torch.einsum("i,j->ij", t.A, t.B)),
+    Case("Einsum_sum_only_in_one_operand", "Einsum",
+         [N("Einsum", ["A", "B"], equation="bij,bjk->bk")],
+         dict(A=randn(2, 3, 4), B=randn(2, 4, 5)),
+         lambda t: torch.einsum("bij,bjk->bk", t.A, t.B)),
+    Case("Einsum_implicit_output", "Einsum", [N("Einsum", ["A", "B"], equation="ij,jk")],
+         dict(A=randn(3, 4), B=randn(4, 5)),
+         lambda t: torch.einsum("ij,jk", t.A, t.B)),
+    Case("Einsum_transpose", "Einsum", [N("Einsum", ["X"], equation="ijk->kij")],
+         dict(X=randn(2, 3, 4)), lambda t: torch.einsum("ijk->kij", t.X)),
+    Case("Einsum_sum_axis", "Einsum", [N("Einsum", ["X"], equation="bij->bj")],
+         dict(X=randn(2, 3, 4)), lambda t: torch.einsum("bij->bj", t.X)),
 ]
