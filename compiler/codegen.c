@@ -1996,6 +1996,15 @@ static const char *weights_path(Arena *a, const char *out)
     return arena_printf(a, "%.*s.weights.safetensors", (int)n, out);
 }
 
+/* Whether this mpcc carries the CUDA kernels (runtime/cuda_ops.c). */
+bool codegen_has_cuda(void)
+{
+    for (const EmbeddedFile *f = embedded_files; f->name; f++)
+        if (strcmp(f->name, "cuda_ops_c") == 0)
+            return true;
+    return false;
+}
+
 /* All CUDA devices or all CPU devices: one runtime per program. */
 static bool cuda_program(const Graph *g, const Options *o, const Plan *plan)
 {
