@@ -240,9 +240,9 @@ MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x
             double sum = 0;
             for (long c = 0; c < C; c++)
                 sum += exp((double)xs[c * inner] - mx);
-            double l = log(sum);   /* (x - max) - log(sum), in double: x may be large */
+            float lse = (float)(mx + log(sum));   /* as PyTorch: x - (max + log sum) */
             for (long c = 0; c < C; c++)
-                ys[c * inner] = (float)(((double)xs[c * inner] - mx) - l);
+                ys[c * inner] = xs[c * inner] - lse;
         }
 }
 
