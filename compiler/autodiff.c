@@ -236,40 +236,23 @@ static void grad_unary(AD *ad, Op op, uint32_t dy, uint32_t saved)
     contribute(ad, x, out);
 }
 
-static void grad_conv(AD *ad, uint32_t dy)
+/* Conv, and ConvTranspose as the data gradient of a convolution C with its
+ * attributes and weight: dX is C's data gradient (for ConvTranspose, C
+ * itself), dW is C's filter gradient (for ConvTranspose, with x in the
+ * place of C's output gradient), dB sums dy per channel. */
+static void grad_conv(AD *ad, uint32_t dy, bool transposed)
 {
     const Node *n = ad->n;
     uint32_t x = n->in[0], w = n->in[1], out;
     if (ad->needs[x]) {
-        Node *g = emit(ad, OP_CONV_GRAD_X, "dX", (uint32_t[]){dy, w}, 2, x, &out);
+        Node *g = emit(ad, transposed ? OP_CONV : OP_CONV_GRAD_X, "dX", (uint32_t[]){dy, w}, 2,
+                       x, &out);
         ir_copy_attrs(ad->g, g, n);
         contribute(ad, x, out);
     }
     if (ad->needs[w]) {
-        Node *g = emit(ad, OP_CONV_GRAD_W, "dW", (uint32_t[]){dy, x}, 2, w, &out);
-        ir_copy_attrs(ad->g, g, n);
-        contribute(ad, w, out);
-    }
-    if (n->nin > 2 && n->in[2] != NONE && ad->needs[n->in[2]]) {
-        emit(ad, OP_CONV_GRAD_B, "dB", &dy, 1, n->in[2], &out);
-        contribute(ad, n->in[2], out);
-    }
-}
-
-/* ConvTranspose is the data gradient of a convolution C with ConvTranspose's
- * attributes and weight: dX = C(dy), dW = C's filter gradient with x in
- * the place of C's output gradient, dB sums dy per channel. */
-static void grad_conv_transpose(AD *ad, uint32_t dy)
-{
-    const Node *n = ad->n;
-    uint32_t x = n->in[0], w = n->in[1], out;
-    if (ad->needs[x]) {
-        Node *g = emit(ad, OP_CONV, "dX", (uint32_t[]){dy, w}, 2, x, &out);
-        ir_copy_attrs(ad->g, g, n);
-        contribute(ad, x, out);
-    }
-    if (ad->needs[w]) {
-        Node *g = emit(ad, OP_CONV_GRAD_W, "dW", (uint32_t[]){x, dy}, 2, w, &out);
+        uint32_t in[2] = {transposed ? x : dy, transposed ? dy : x};
+        Node *g = emit(ad, OP_CONV_GRAD_W, "dW", in, 2, w, &out);
         ir_copy_attrs(ad->g, g, n);
         contribute(ad, w, out);
     }
@@ -849,8 +832,8 @@ static void differentiate(AD *ad, const uint32_t *dy)
         contribute(ad, n->in[0], out);
         break;
     }
-    case OP_CONV: grad_conv(ad, dy[0]); break;
-    case OP_CONV_TRANSPOSE: grad_conv_transpose(ad, dy[0]); break;
+    case OP_CONV: grad_conv(ad, dy[0], false); break;
+    case OP_CONV_TRANSPOSE: grad_conv(ad, dy[0], true); break;
     case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
     case OP_INSTANCE_NORM: grad_instance_norm(ad, dy[0]); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;
