@@ -49,9 +49,9 @@ static char *compile(const char *src, const char *arch, int cubin, size_t *size)
     nvrtcProgram prog;
     char opt[64];
     snprintf(opt, sizeof opt, "--gpu-architecture=%s", arch);
-    const char *opts[] = {opt, "--fmad=false", "--std=c++17"};
+    const char *opts[] = {opt};   /* NVRTC's defaults otherwise, as the trainer's */
     NVRTC(nvrtcCreateProgram(&prog, src, "kernels.cu", 0, NULL, NULL));
-    nvrtcResult r = nvrtcCompileProgram(prog, 3, opts);
+    nvrtcResult r = nvrtcCompileProgram(prog, 1, opts);
     size_t loglen = 0;
     NVRTC(nvrtcGetProgramLogSize(prog, &loglen));
     char *log = malloc(loglen + 1);
