@@ -1451,13 +1451,13 @@ static void emit_kernel_source(CG *cg)
 static void emit_runtime(CG *cg)
 {
     static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c",
-                                "program_c", "train_c", NULL};
+                                "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
+                                "stream_c", "program_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                 "timeline_c", "cuda_c", "cuda_ops_c", "program_c", "train_c",
-                                 NULL};
+                                 "kernel_h", "timeline_c", "cuda_c", "cuda_ops_c", "program_c",
+                                 "train_c", NULL};
     static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                  "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
+                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
                                   "stream_c", "program_c", "infer_c", NULL};
     const char *const *order = cg->o->infer ? infer : cg->cuda ? cuda : cpu;
     for (size_t i = 0; order[i]; i++)
@@ -1469,7 +1469,7 @@ static void emit_runtime(CG *cg)
             while (*p) {
                 const char *nl = strchr(p, '\n');
                 size_t len = nl ? (size_t)(nl - p) : strlen(p);
-                if (!(len == 17 && strncmp(p, "#include \"mprt.h\"", 17) == 0))
+                if (!(len > 10 && strncmp(p, "#include \"", 10) == 0))   /* pasted already */
                     fprintf(cg->out, "%.*s\n", (int)len, p);
                 p += len + (nl ? 1 : 0);
             }

@@ -6,6 +6,7 @@
  * results depend on it (losses, normalization statistics).
  */
 #include "mprt.h"
+#include "kernel.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -96,11 +97,6 @@ MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
         y[i] = s;
     }
 }
-
-/* Broadcasting binary op over an output of `rank` dims; sa/sb are the
- * inputs' strides per output dimension (0 where broadcast). MPRT_MIN and
- * MPRT_MAX are for mprt_nary only; MPRT_PRELU is x > 0 ? x : x * slope. */
-enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW, MPRT_MIN, MPRT_MAX, MPRT_PRELU };
 
 /* One row of a binary op: n elements, the inputs' strides along it
  * (0 or 1 after broadcasting; kept general). The op is a literal at each
@@ -298,11 +294,6 @@ MPRT_KERNEL void mprt_mse_grad(long n, const float *dloss, const float *x, const
 }
 
 /* ---- convolution (2-D) as im2col + GEMM ---- */
-
-typedef struct MprtConv {
-    int N, C, H, W, M, KH, KW, OH, OW, group;
-    int sh, sw, dh, dw, ph, pw;   /* strides, dilations, leading pads */
-} MprtConv;
 
 /* The output positions o whose input position o * stride - pad + k * dil
  * lies inside [0, n): [lo, hi). */
@@ -540,12 +531,6 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
 }
 
 /* ---- pooling (2-D) ---- */
-
-typedef struct MprtPool {
-    int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
-    int eh, ew;              /* trailing pads (average pooling) */
-    int count_include_pad;   /* average pooling: divide by the padded window */
-} MprtPool;
 
 /* Max pooling; idx (may be NULL) receives ONNX's Indices: the flat index
  * of each maximum in x (storage order 0). A window that lies entirely in

@@ -9,6 +9,7 @@
  * double.
  */
 #include "mprt.h"
+#include "kernel.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -63,13 +64,6 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
 }
 
 /* ---- elementwise functions ---- */
-
-/* The op codes; p and q are the op's parameters where it has some:
- * HardSigmoid alpha, beta; LeakyRelu, Elu alpha; Selu alpha, gamma; Clip
- * min, max; Gelu q = 1 for the tanh approximation. */
-enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOID,
-       MPRT_RECIPROCAL, MPRT_ABS, MPRT_HARD_SIGMOID, MPRT_HARD_SWISH, MPRT_LEAKY_RELU,
-       MPRT_ELU, MPRT_SELU, MPRT_SOFTPLUS, MPRT_GELU, MPRT_CLIP };
 
 static inline float mprt_clampf(float v, float lo, float hi)
 {

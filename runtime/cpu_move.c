@@ -8,6 +8,7 @@
  * output once with mprt_bcast_next.
  */
 #include "mprt.h"
+#include "kernel.h"
 
 #include <math.h>
 
@@ -139,8 +140,6 @@ MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, co
 
 /* ---- Pad ---- */
 
-enum { MPRT_PAD_CONSTANT, MPRT_PAD_REFLECT, MPRT_PAD_EDGE };
-
 /* The input index that output index o of one dim reads (begin: the pad
  * before the dim, negative to crop), or -1 for the constant. */
 static long mprt_pad_src(int mode, long o, long begin, long n)
@@ -189,10 +188,6 @@ MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const lo
 
 /* ---- comparisons and logic: bool (uint8) results ---- */
 
-enum { MPRT_EQUAL, MPRT_LESS, MPRT_LESS_EQUAL, MPRT_GREATER, MPRT_GREATER_EQUAL,
-       MPRT_AND, MPRT_OR, MPRT_XOR };
-enum { MPRT_ELEM_F32, MPRT_ELEM_I64, MPRT_ELEM_BOOL };   /* the operands' type */
-
 static double mprt_elem(int type, const void *p, long i)
 {
     switch (type) {
@@ -240,9 +235,6 @@ MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
         y[i] = !x[i];
 }
 
-/* Element types of Cast, as the generated code names them. */
-enum { MPRT_CAST_F32, MPRT_CAST_I64, MPRT_CAST_I32, MPRT_CAST_U8, MPRT_CAST_BOOL };
-
 static double mprt_cast_read(int t, const void *x, long i)
 {
     switch (t) {
@@ -270,19 +262,6 @@ MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
 }
 
 /* ---- Resize (2-D, over the last two dimensions) ---- */
-
-/* How an output coordinate maps to the input (ONNX's
- * coordinate_transformation_mode) and how it is sampled. */
-enum { MPRT_HALF_PIXEL, MPRT_PYTORCH_HALF_PIXEL, MPRT_ALIGN_CORNERS, MPRT_ASYMMETRIC };
-enum { MPRT_NEAREST_FLOOR, MPRT_NEAREST_ROUND_DOWN, MPRT_NEAREST_ROUND_UP,
-       MPRT_NEAREST_CEIL, MPRT_LINEAR };
-
-typedef struct MprtResize {
-    long NC;
-    int H, W, OH, OW;
-    int coord, mode;
-    float scale_h, scale_w;    /* output / input, as given or from the sizes */
-} MprtResize;
 
 static float mprt_resize_src(const MprtResize *p, int o, int in, int out, float scale)
 {

@@ -1,11 +1,12 @@
 /* mprt.h — the runtime's one header: the libc includes it needs, dtypes,
  * arrays, the error convention, and the exports of each runtime file.
  *
- * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c, state.c and
- * timeline.c, then the kernels (cpu.c, cpu_move.c, cpu_math.c) and the
- * devices (stream.c), program.c and the main (train.c or infer.c), in that
- * order (runtime/README.md), into every generated program, dropping `#include
- * "mprt.h"`; unit tests include the .c files directly. So nothing here
+ * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c, state.c, kernel.h
+ * and timeline.c, then the kernels and devices (cpu.c, cpu_move.c,
+ * cpu_math.c and stream.c; or cuda.c and cuda_ops.c), program.c and the
+ * main (train.c or infer.c), in that order (runtime/README.md), into every
+ * generated program, dropping the `#include "..."` lines; unit tests
+ * include the .c files directly. So nothing here
  * includes a project header, every helper that is not exported is static,
  * and the file-format code (mprt.c, npy.c, safetensors.c) keeps no global
  * state.

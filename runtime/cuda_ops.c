@@ -1,0 +1,916 @@
+/* cuda_ops.c — the CUDA device's kernels, forward and backward: for every
+ * CPU kernel mprt_X the generated step can call (runtime/cpu.c,
+ * cpu_move.c, cpu_math.c), mprt_cu_X with the same parameters, issued on
+ * the device being driven (mprt_cu, from runtime/cuda.c) with device
+ * pointers into its arena.
+ *
+ * GEMM and batched MatMul go through cuBLAS (row-major by the operand
+ * swap: Y^T = op(B)^T op(A)^T), convolution and batch normalization
+ * through cuDNN, everything else through the NVRTC kernels of
+ * templates/kernels.cu, launched by name (mprt_cu_launch("relu", ...)
+ * starts mprt_k_relu). Everything is asynchronous on the device's compute
+ * stream: nothing here synchronizes or allocates device memory. cuDNN
+ * descriptors and algorithms are made once per distinct shape, on first
+ * use; the convolutions' workspace is the memory plan's scratch.
+ *
+ * The host's globals the CPU kernels read (mprt_training, the dropout
+ * seed and micro-batch) are read when the call is issued and passed to the
+ * kernel. A kernel cannot stop the program the way the CPU's Gather and
+ * NegativeLogLikelihoodLoss do on a bad index: it records the fault in the
+ * module's mprt_k_fault, and mprt_cu_check_faults reports it after a step.
+ */
+#include "mprt.h"
+#include "kernel.h"
+
+#include <math.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MPRT_CU_KERNEL static __attribute__((unused))
+#else
+#define MPRT_CU_KERNEL static
+#endif
+
+#define MPRT_CU_BLOCK 256u       /* threads per block of the elementwise kernels */
+#define MPRT_CU_COUNT_GRID 1024u /* at most this many blocks for kernels that count labels */
+
+static _Noreturn MPRT_PRINTF(1, 2) void mprt_cu_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "train: error: node '%s': ", mprt_cu_node ? mprt_cu_node : "?");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* ---- launching the NVRTC kernels ---- */
+
+/* An elementwise kernel over n elements (a grid-stride loop). */
+static void mprt_cu_each(const char *kernel, long n, void **args)
+{
+    if (n > 0)
+        mprt_cu_launch(kernel, mprt_cu_blocks(n, MPRT_CU_BLOCK), MPRT_CU_BLOCK, 0, args);
+}
+
+/* A row kernel: one block per row of len elements, as many threads as the
+ * row can use (a multiple of 32, at most 256). */
+static void mprt_cu_rows(const char *kernel, long rows, long len, void **args)
+{
+    unsigned block = 32;
+    while (block < 256 && block < len)
+        block *= 2;
+    if (rows > 0)
+        mprt_cu_launch(kernel, mprt_cu_blocks(rows * (long)block, block), block, 0, args);
+}
+
+/* One block reducing everything (the losses). */
+static void mprt_cu_one(const char *kernel, void **args)
+{
+    mprt_cu_launch(kernel, 1, MPRT_CU_BLOCK, 0, args);
+}
+
+/* Structures passed to the kernels by value: the same layout as theirs. */
+typedef struct {
+    int64_t shape[8];
+    int64_t stride[3][8];
+    int rank;
+} MprtCuBcast;
+
+static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, const long *s1,
+                                 const long *s2, long *n)
+{
+    MprtCuBcast b;
+    memset(&b, 0, sizeof b);
+    if (rank > 8)
+        mprt_cu_die("a broadcast over %d dimensions (at most 8)", rank);
+    b.rank = rank;
+    *n = 1;
+    for (int d = 0; d < rank; d++) {
+        b.shape[d] = shape[d];
+        b.stride[0][d] = s0 ? s0[d] : 0;
+        b.stride[1][d] = s1 ? s1[d] : 0;
+        b.stride[2][d] = s2 ? s2[d] : 0;
+        *n *= shape[d];
+    }
+    return b;
+}
+
+/* ---- matrix multiply (cuBLAS) ---- */
+
+/* Row-major Y[M,N] = op(A) op(B) (+ beta Y) with leading dimensions lda,
+ * ldb, ldy: column-major Y^T = op(B)^T op(A)^T. */
+static void mprt_cu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *Y, int ldy)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    MPRT_CUBLAS(cublasSgemm(mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
+                            &beta, Y, ldy));
+}
+
+MPRT_CU_KERNEL void mprt_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                 const float *B, float beta, const float *C, int c_rows,
+                                 int c_cols, float *Y)
+{
+    float b = 0.0f;
+    if (C && beta != 0.0f) {
+        void *args[] = {&M, &N, &C, &c_rows, &c_cols, &Y};
+        mprt_cu_each("gemm_c", (long)M * N, args);
+        b = beta;
+    }
+    mprt_cu_sgemm(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
+}
+
+/* Batched Y[b] (+)= op(A[b]) op(B[b]) with broadcast batch strides, as the
+ * CPU's mprt_bmm: the same two single-GEMM layouts; a batch whose every
+ * operand is either dense or shared is one strided-batched GEMM; any other
+ * walks the batch, summing into Y in the CPU's order where Y is shared. */
+MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, const long *sb,
+                                const long *sy, int M, int N, int K, int ta, int tb,
+                                const float *A, const float *B, float *Y)
+{
+    long nb = 1, full_a = 1, full_b = 1, full_y = 1, shared_a = 1, shared_b = 1, shared_y = 1,
+         s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        nb *= shape[d];
+        full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
+        full_b &= shape[d] == 1 || sb[d] == (long)K * N * s;
+        full_y &= shape[d] == 1 || sy[d] == (long)M * N * s;
+        shared_a &= shape[d] == 1 || sa[d] == 0;
+        shared_b &= shape[d] == 1 || sb[d] == 0;
+        shared_y &= shape[d] == 1 || sy[d] == 0;
+        s *= shape[d];
+    }
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    if (nb <= 0 || M <= 0 || N <= 0)
+        return;
+    if (nb > 1 && !ta && full_a && full_y && shared_b) {
+        mprt_cu_sgemm(0, tb, (int)(nb * M), N, K, 1.0f, A, K, B, ldb, 0.0f, Y, N);
+        return;
+    }
+    if (nb > 1 && ta && !tb && full_a && full_b && shared_y) {
+        mprt_cu_sgemm(1, 0, M, N, (int)(nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
+        return;
+    }
+    int accumulate = 0;
+    for (int d = 0; d < rank; d++)
+        accumulate |= shape[d] > 1 && sy[d] == 0;
+    if (!accumulate && (full_a || shared_a) && (full_b || shared_b) && full_y) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUBLAS(cublasSgemmStridedBatched(
+            mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+            K, &one, B, ldb, shared_b ? 0 : (long long)K * N, A, lda,
+            shared_a ? 0 : (long long)M * K, &zero, Y, N, (long long)M * N, (int)nb));
+        return;
+    }
+    if (accumulate)
+        MPRT_CUDA(cudaMemsetAsync(Y, 0, (size_t)M * N * sizeof *Y, mprt_cu->compute));
+    for (long i = 0; i < nb; i++) {
+        long oa = 0, ob = 0, oy = 0, r = i;
+        for (int d = rank - 1; d >= 0; d--) {
+            long k = r % shape[d];
+            r /= shape[d];
+            oa += k * sa[d], ob += k * sb[d], oy += k * sy[d];
+        }
+        mprt_cu_sgemm(ta, tb, M, N, K, 1.0f, A + oa, lda, B + ob, ldb, accumulate ? 1.0f : 0.0f,
+                      Y + oy, N);
+    }
+}
+
+/* ---- elementwise ---- */
+
+MPRT_CU_KERNEL void mprt_cu_relu(long n, const float *x, float *y)
+{
+    void *args[] = {&n, &x, &y};
+    mprt_cu_each("relu", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_relu_grad(long n, const float *dy, const float *y, float *dx)
+{
+    void *args[] = {&n, &dy, &y, &dx};
+    mprt_cu_each("relu_grad", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_copy(long n, const float *x, float *y)
+{
+    if (x != y && n > 0)
+        MPRT_CUDA(cudaMemcpyAsync(y, x, (size_t)n * sizeof *y, cudaMemcpyDeviceToDevice,
+                                  mprt_cu->compute));
+}
+
+/* y = x[0] + ... + x[k-1], left to right, eight inputs per launch. */
+MPRT_CU_KERNEL void mprt_cu_sum(long n, int k, const float *const *x, float *y)
+{
+    for (int j0 = 0; j0 < k; j0 += 8) {
+        struct {
+            const float *p[8];
+        } ptrs;
+        int m = k - j0 < 8 ? k - j0 : 8, acc = j0 > 0;
+        memset(&ptrs, 0, sizeof ptrs);
+        for (int j = 0; j < m; j++)
+            ptrs.p[j] = x[j0 + j];
+        void *args[] = {&n, &m, &acc, &ptrs, &y};
+        mprt_cu_each("sum", n, args);
+    }
+}
+
+/* sum = (first ? 0 : sum) + g: a parameter's gradient summed over the
+ * micro-batches (the CPU's trainer writes this loop inline). */
+MPRT_CU_KERNEL void mprt_cu_accumulate(long n, int first, const float *g, float *sum)
+{
+    void *args[] = {&n, &first, &g, &sum};
+    mprt_cu_each("accumulate", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_binary(int op, int rank, const long *shape, const float *a,
+                                   const long *sa, const float *b, const long *sb, float *y)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, sa, sb, NULL, &n);
+    void *args[] = {&op, &n, &bc, &a, &b, &y};
+    mprt_cu_each("binary", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_pow_grad(int wrt, int rank, const long *shape, const float *dy,
+                                     const float *a, const long *sa, const float *b,
+                                     const long *sb, const float *y, float *out)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, sa, sb, NULL, &n);
+    void *args[] = {&wrt, &n, &bc, &dy, &a, &b, &y, &out};
+    mprt_cu_each("pow_grad", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_where(int rank, const long *shape, const uint8_t *cond,
+                                  const long *sc, const float *a, const long *sa, const float *b,
+                                  const long *sb, float *y)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, sc, sa, sb, &n);
+    void *args[] = {&n, &bc, &cond, &a, &b, &y};
+    mprt_cu_each("where", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_unary(int op, long n, const float *x, float *y)
+{
+    void *args[] = {&op, &n, &x, &y};
+    mprt_cu_each("unary", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, const float *dy, const float *x,
+                                       const float *y, float *dx)
+{
+    void *args[] = {&op, &n, &dy, &x, &y, &dx};
+    mprt_cu_each("unary_grad", n, args);
+}
+
+/* out = alpha * dy summed over the dims where keep[d] is 0: one thread per
+ * output adding in dy's order (as the CPU), or, for few outputs, one
+ * block per output. */
+MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
+                                   float alpha, long n_out, float *out)
+{
+    struct {
+        int64_t kshape[8], kstride[8], rshape[8], rstride[8];
+        int nk, nr;
+        int64_t nred;
+    } p;
+    memset(&p, 0, sizeof p);
+    if (rank > 8)
+        mprt_cu_die("a reduction over %d dimensions (at most 8)", rank);
+    long stride = 1;
+    p.nred = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        if (keep[d]) {
+            p.kshape[p.nk] = shape[d], p.kstride[p.nk++] = stride;
+        } else {
+            p.rshape[p.nr] = shape[d], p.rstride[p.nr++] = stride;
+            p.nred *= shape[d];
+        }
+        stride *= shape[d];
+    }
+    /* listed innermost first: put them outermost first */
+    for (int i = 0, j = p.nk - 1; i < j; i++, j--) {
+        int64_t t = p.kshape[i]; p.kshape[i] = p.kshape[j]; p.kshape[j] = t;
+        t = p.kstride[i]; p.kstride[i] = p.kstride[j]; p.kstride[j] = t;
+    }
+    for (int i = 0, j = p.nr - 1; i < j; i++, j--) {
+        int64_t t = p.rshape[i]; p.rshape[i] = p.rshape[j]; p.rshape[j] = t;
+        t = p.rstride[i]; p.rstride[i] = p.rstride[j]; p.rstride[j] = t;
+    }
+    void *args[] = {&p, &dy, &alpha, &n_out, &out};
+    if (n_out >= 1024 || p.nred < 64)
+        mprt_cu_each("sum_to", n_out, args);
+    else
+        mprt_cu_rows("sum_to_rows", n_out, (long)p.nred, args);
+}
+
+/* ---- losses ---- */
+
+MPRT_CU_KERNEL void mprt_cu_log_softmax(long outer, long C, long inner, const float *x, float *y)
+{
+    void *args[] = {&outer, &C, &inner, &x, &y};
+    mprt_cu_rows("log_softmax", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_sce(int N, int C, long D, const float *x, const int64_t *labels,
+                                int64_t ignore, float *loss, float *logp)
+{
+    mprt_cu_log_softmax(N, C, D, x, logp);
+    uint64_t node = 0;   /* the CPU kernel names no node; a bad label reads "?" */
+    const float *lp = logp;
+    void *args[] = {&N, &C, &D, &lp, &labels, &ignore, &loss, &node};
+    mprt_cu_one("nll", args);
+}
+
+/* A kernel over N*C*D elements that also counts the labels (every block
+ * counts them all, so the grid stays small). */
+static void mprt_cu_counting(const char *kernel, long n, void **args)
+{
+    unsigned grid = mprt_cu_blocks(n, MPRT_CU_BLOCK);
+    grid = grid < MPRT_CU_COUNT_GRID ? grid : MPRT_CU_COUNT_GRID;
+    if (n > 0)
+        mprt_cu_launch(kernel, grid, MPRT_CU_BLOCK, 0, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
+                                     const int64_t *labels, int64_t ignore, float *dx)
+{
+    void *args[] = {&N, &C, &D, &dloss, &logp, &labels, &ignore, &dx};
+    mprt_cu_counting("sce_grad", (long)N * C * D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_nll(int N, int C, long D, const float *x, const int64_t *labels,
+                                int64_t ignore, float *loss, const char *node)
+{
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    void *args[] = {&N, &C, &D, &x, &labels, &ignore, &loss, &tag};
+    mprt_cu_one("nll", args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_nll_grad(int N, int C, long D, const float *dloss,
+                                     const int64_t *labels, int64_t ignore, float *dx)
+{
+    void *args[] = {&N, &C, &D, &dloss, &labels, &ignore, &dx};
+    mprt_cu_counting("nll_grad", (long)N * C * D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_mse(long n, const float *x, const float *t, float *loss)
+{
+    void *args[] = {&n, &x, &t, &loss};
+    mprt_cu_one("mse", args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_mse_grad(long n, const float *dloss, const float *x, const float *t,
+                                     float *dx)
+{
+    void *args[] = {&n, &dloss, &x, &t, &dx};
+    mprt_cu_each("mse_grad", n, args);
+}
+
+/* ---- softmax, layer normalization, dropout ---- */
+
+MPRT_CU_KERNEL void mprt_cu_softmax(long outer, long C, long inner, const float *x, float *y)
+{
+    void *args[] = {&outer, &C, &inner, &x, &y};
+    mprt_cu_rows("softmax", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_softmax_grad(long outer, long C, long inner, const float *dy,
+                                         const float *y, float *dx)
+{
+    void *args[] = {&outer, &C, &inner, &dy, &y, &dx};
+    mprt_cu_rows("softmax_grad", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_log_softmax_grad(long outer, long C, long inner, const float *dy,
+                                             const float *y, float *dx)
+{
+    void *args[] = {&outer, &C, &inner, &dy, &y, &dx};
+    mprt_cu_rows("log_softmax_grad", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_layernorm(long rows, long D, const float *x, const float *scale,
+                                      const float *bias, float eps, float *y, float *mean,
+                                      float *rstd)
+{
+    void *args[] = {&rows, &D, &x, &scale, &bias, &eps, &y, &mean, &rstd};
+    mprt_cu_rows("layernorm", rows, D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_layernorm_grad(long rows, long D, const float *dy, const float *x,
+                                           const float *scale, const float *mean,
+                                           const float *rstd, float *dx, float *dscale,
+                                           float *dbias)
+{
+    void *gx[] = {&rows, &D, &dy, &x, &scale, &mean, &rstd, &dx};
+    mprt_cu_rows("layernorm_grad_x", rows, D, gx);
+    void *gw[] = {&rows, &D, &dy, &x, &mean, &rstd, &dscale, &dbias};
+    mprt_cu_each("layernorm_grad_w", D, gw);
+}
+
+/* The mask is the CPU's: the key comes from mprt_dropout_key (the seed
+ * and the micro-batch as they are now), the bits from the same hash. */
+MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int training,
+                                    const float *x, float *y, uint8_t *mask)
+{
+    if (n <= 0)
+        return;
+    if (!training || ratio <= 0.0f) {
+        mprt_cu_copy(n, x, y);
+        if (mask)
+            MPRT_CUDA(cudaMemsetAsync(mask, 1, (size_t)n, mprt_cu->compute));
+        return;
+    }
+    uint64_t key = mprt_dropout_key(node);
+    float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
+    void *args[] = {&n, &key, &ratio, &scale, &x, &y, &mask};
+    mprt_cu_each("dropout", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_dropout_grad(long n, uint64_t node, float ratio, const float *dy,
+                                         float *dx)
+{
+    mprt_cu_dropout(n, node, ratio, 1, dy, dx, NULL);
+}
+
+/* ---- pooling ---- */
+
+/* MaxPool runs on the NVRTC kernels: its gradient gets only the Indices,
+ * which cuDNN neither makes nor reads. Each forward with Indices records
+ * its window parameters under the Indices' address, so the gradient can
+ * gather (deterministic, the CPU's order of adds); without them it
+ * scatters with atomics. */
+typedef struct {
+    const int64_t *idx;
+    MprtPool p;
+} MprtCuPoolSeen;
+
+static MprtCuPoolSeen *mprt_cu_pools;
+static int mprt_cu_npools, mprt_cu_pools_cap;
+
+static void mprt_cu_pool_remember(const int64_t *idx, const MprtPool *p)
+{
+    for (int i = 0; i < mprt_cu_npools; i++)
+        if (mprt_cu_pools[i].idx == idx) {
+            mprt_cu_pools[i].p = *p;
+            return;
+        }
+    if (mprt_cu_npools == mprt_cu_pools_cap) {
+        int cap = mprt_cu_pools_cap ? 2 * mprt_cu_pools_cap : 16;
+        MprtCuPoolSeen *t = realloc(mprt_cu_pools, (size_t)cap * sizeof *t);
+        if (!t)
+            mprt_cu_die("out of memory");
+        mprt_cu_pools = t, mprt_cu_pools_cap = cap;
+    }
+    mprt_cu_pools[mprt_cu_npools].idx = idx;
+    mprt_cu_pools[mprt_cu_npools++].p = *p;
+}
+
+MPRT_CU_KERNEL void mprt_cu_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
+{
+    if (idx)
+        mprt_cu_pool_remember(idx, p);
+    void *args[] = {(void *)p, &x, &y, &idx};
+    mprt_cu_each("maxpool", (long)p->N * p->C * p->OH * p->OW, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
+                                         const int64_t *idx, float *dx)
+{
+    for (int i = 0; i < mprt_cu_npools; i++) {
+        MprtPool *p = &mprt_cu_pools[i].p;
+        long nc = (long)p->N * p->C;
+        if (mprt_cu_pools[i].idx != idx || nc * p->OH * p->OW != n_out ||
+            nc * p->H * p->W != n_in)
+            continue;
+        void *args[] = {p, &dy, &idx, &dx};
+        mprt_cu_each("maxpool_grad", n_in, args);
+        return;
+    }
+    if (n_in > 0)
+        MPRT_CUDA(cudaMemsetAsync(dx, 0, (size_t)n_in * sizeof *dx, mprt_cu->compute));
+    void *args[] = {&n_out, &dy, &idx, &dx};
+    mprt_cu_each("maxpool_grad_scatter", n_out, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gap(long NC, long P, const float *x, float *y)
+{
+    void *args[] = {&NC, &P, &x, &y};
+    mprt_cu_rows("gap", NC, P, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gap_grad(long NC, long P, const float *dy, float *dx)
+{
+    void *args[] = {&NC, &P, &dy, &dx};
+    mprt_cu_each("gap_grad", NC * P, args);
+}
+
+/* ---- cuDNN: descriptors made once per shape ---- */
+
+/* An NCHW float tensor descriptor, one per distinct shape. */
+typedef struct {
+    int n, c, h, w;
+    cudnnTensorDescriptor_t d;
+} MprtCuTensor;
+
+static MprtCuTensor *mprt_cu_tensors;
+static int mprt_cu_ntensors, mprt_cu_tensors_cap;
+
+static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
+{
+    if (n > INT_MAX || c > INT_MAX || h > INT_MAX || w > INT_MAX)
+        mprt_cu_die("a tensor of %ld x %ld x %ld x %ld is too large for cuDNN", n, c, h, w);
+    for (int i = 0; i < mprt_cu_ntensors; i++) {
+        MprtCuTensor *t = &mprt_cu_tensors[i];
+        if (t->n == n && t->c == c && t->h == h && t->w == w)
+            return t->d;
+    }
+    if (mprt_cu_ntensors == mprt_cu_tensors_cap) {
+        int cap = mprt_cu_tensors_cap ? 2 * mprt_cu_tensors_cap : 32;
+        MprtCuTensor *t = realloc(mprt_cu_tensors, (size_t)cap * sizeof *t);
+        if (!t)
+            mprt_cu_die("out of memory");
+        mprt_cu_tensors = t, mprt_cu_tensors_cap = cap;
+    }
+    MprtCuTensor *t = &mprt_cu_tensors[mprt_cu_ntensors];
+    t->n = (int)n, t->c = (int)c, t->h = (int)h, t->w = (int)w;
+    MPRT_CUDNN(cudnnCreateTensorDescriptor(&t->d));
+    MPRT_CUDNN(cudnnSetTensor4dDescriptor(t->d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, t->n, t->c,
+                                          t->h, t->w));
+    mprt_cu_ntensors++;
+    return t->d;
+}
+
+/* ---- convolution (cuDNN; the NVRTC kernels where cuDNN cannot) ---- */
+
+/* One convolution shape on one device: descriptors, and each direction's
+ * algorithm and workspace once chosen (deterministic ones first, within
+ * the device's scratch). direct: the output size is not what cuDNN's
+ * symmetric padding gives (the end pads differ), so the direct kernels run. */
+typedef struct {
+    const MprtCuDevice *dev;
+    MprtConv p;
+    int direct;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    int chosen[3];   /* forward, backward data, backward filter */
+    int algo[3];
+    size_t ws[3];
+} MprtCuConv;
+
+static MprtCuConv **mprt_cu_convs;
+static int mprt_cu_nconvs, mprt_cu_convs_cap;
+
+static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
+{
+    for (int i = 0; i < mprt_cu_nconvs; i++)
+        if (mprt_cu_convs[i]->dev == mprt_cu && memcmp(&mprt_cu_convs[i]->p, p, sizeof *p) == 0)
+            return mprt_cu_convs[i];
+    if (mprt_cu_nconvs == mprt_cu_convs_cap) {
+        int cap = mprt_cu_convs_cap ? 2 * mprt_cu_convs_cap : 32;
+        MprtCuConv **t = realloc(mprt_cu_convs, (size_t)cap * sizeof *t);
+        if (!t)
+            mprt_cu_die("out of memory");
+        mprt_cu_convs = t, mprt_cu_convs_cap = cap;
+    }
+    MprtCuConv *c = calloc(1, sizeof *c);
+    if (!c)
+        mprt_cu_die("out of memory");
+    c->dev = mprt_cu;
+    c->p = *p;
+    MPRT_CUDNN(cudnnCreateFilterDescriptor(&c->w));
+    MPRT_CUDNN(cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->M,
+                                          p->C / p->group, p->KH, p->KW));
+    MPRT_CUDNN(cudnnCreateConvolutionDescriptor(&c->conv));
+    MPRT_CUDNN(cudnnSetConvolution2dDescriptor(c->conv, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw,
+                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
+    /* no TF32: the products stay float, as on the CPU */
+    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, CUDNN_FMA_MATH));
+    c->x = mprt_cu_tensor(p->N, p->C, p->H, p->W);
+    c->y = mprt_cu_tensor(p->N, p->M, p->OH, p->OW);
+    int n, ch, h, w;
+    MPRT_CUDNN(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->w, &n, &ch, &h, &w));
+    c->direct = h != p->OH || w != p->OW;
+    mprt_cu_convs[mprt_cu_nconvs++] = c;
+    return c;
+}
+
+/* The candidates of one direction as cuDNN's heuristics rank them. */
+typedef struct {
+    int algo;
+    cudnnStatus_t status;
+    size_t memory;
+    cudnnDeterminism_t det;
+    cudnnMathType_t math;
+} MprtCuAlgo;
+
+/* The workspace `algo` needs in direction dir, or (size_t)-1 if it cannot
+ * run this convolution. */
+static size_t mprt_cu_conv_ws(const MprtCuConv *c, int dir, int algo)
+{
+    size_t ws = 0;
+    cudnnStatus_t s;
+    if (dir == 0)
+        s = cudnnGetConvolutionForwardWorkspaceSize(mprt_cu->dnn, c->x, c->w, c->conv, c->y,
+                                                    (cudnnConvolutionFwdAlgo_t)algo, &ws);
+    else if (dir == 1)
+        s = cudnnGetConvolutionBackwardDataWorkspaceSize(mprt_cu->dnn, c->w, c->y, c->conv, c->x,
+                                                         (cudnnConvolutionBwdDataAlgo_t)algo, &ws);
+    else
+        s = cudnnGetConvolutionBackwardFilterWorkspaceSize(mprt_cu->dnn, c->x, c->y, c->conv,
+                                                           c->w,
+                                                           (cudnnConvolutionBwdFilterAlgo_t)algo,
+                                                           &ws);
+    return s == CUDNN_STATUS_SUCCESS ? ws : (size_t)-1;
+}
+
+/* Chooses direction dir's algorithm: the preferred one (deterministic)
+ * if it fits the scratch, else the best-ranked deterministic one that
+ * fits, else any that fits; 0 if none does (the direct kernels run). */
+static int mprt_cu_conv_choose(MprtCuConv *c, int dir, int preferred)
+{
+    MprtCuAlgo cand[16];
+    int n = 0;
+    size_t room = mprt_cu->scratch ? mprt_cu->scratch_bytes : 0;
+    if (dir == 0) {
+        cudnnConvolutionFwdAlgoPerf_t perf[16];
+        MPRT_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(mprt_cu->dnn, c->x, c->w, c->conv,
+                                                          c->y, 16, &n, perf));
+        for (int i = 0; i < n; i++)
+            cand[i] = (MprtCuAlgo){perf[i].algo, perf[i].status, perf[i].memory,
+                                   perf[i].determinism, perf[i].mathType};
+    } else if (dir == 1) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[16];
+        MPRT_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(mprt_cu->dnn, c->w, c->y, c->conv,
+                                                               c->x, 16, &n, perf));
+        for (int i = 0; i < n; i++)
+            cand[i] = (MprtCuAlgo){perf[i].algo, perf[i].status, perf[i].memory,
+                                   perf[i].determinism, perf[i].mathType};
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
+        MPRT_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(mprt_cu->dnn, c->x, c->y,
+                                                                 c->conv, c->w, 16, &n, perf));
+        for (int i = 0; i < n; i++)
+            cand[i] = (MprtCuAlgo){perf[i].algo, perf[i].status, perf[i].memory,
+                                   perf[i].determinism, perf[i].mathType};
+    }
+    size_t ws = preferred >= 0 ? mprt_cu_conv_ws(c, dir, preferred) : (size_t)-1;
+    int pick = -1;
+    if (ws != (size_t)-1 && ws <= room)
+        pick = preferred;
+    for (int pass = 0; pass < 2 && pick < 0; pass++)
+        for (int i = 0; i < n && pick < 0; i++) {
+            if (cand[i].status != CUDNN_STATUS_SUCCESS || cand[i].memory > room ||
+                cand[i].math == CUDNN_TENSOR_OP_MATH ||
+                cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+                (pass == 0 && cand[i].det != CUDNN_DETERMINISTIC))
+                continue;
+            ws = mprt_cu_conv_ws(c, dir, cand[i].algo);
+            if (ws != (size_t)-1 && ws <= room)
+                pick = cand[i].algo;
+        }
+    c->chosen[dir] = 1;
+    c->algo[dir] = pick;
+    c->ws[dir] = pick >= 0 ? ws : 0;
+    return pick >= 0;
+}
+
+static int mprt_cu_conv_ready(MprtCuConv *c, int dir, int preferred)
+{
+    if (c->direct)
+        return 0;
+    if (!c->chosen[dir])
+        mprt_cu_conv_choose(c, dir, preferred);
+    return c->algo[dir] >= 0;
+}
+
+MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float *w,
+                                 const float *b, float *y, float *col)
+{
+    (void)col;   /* the workspace is mprt_cu->scratch, the same area */
+    MprtCuConv *c = mprt_cu_conv_of(p);
+    if (mprt_cu_conv_ready(c, 0, -1)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
+                                           (cudnnConvolutionFwdAlgo_t)c->algo[0], mprt_cu->scratch,
+                                           c->ws[0], &zero, c->y, y));
+    } else {
+        void *args[] = {(void *)p, &x, &w, &y};
+        mprt_cu_each("conv", (long)p->N * p->M * p->OH * p->OW, args);
+    }
+    if (b) {
+        long n = (long)p->N * p->M * p->OH * p->OW, P = (long)p->OH * p->OW;
+        int M = p->M;
+        void *args[] = {&n, &M, &P, &b, &y};
+        mprt_cu_each("bias_add", n, args);
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, const float *w,
+                                        float *dx, float *col)
+{
+    (void)col;
+    MprtCuConv *c = mprt_cu_conv_of(p);
+    if (mprt_cu_conv_ready(c, 1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
+                                                (cudnnConvolutionBwdDataAlgo_t)c->algo[1],
+                                                mprt_cu->scratch, c->ws[1], &zero, c->x, dx));
+    } else {
+        void *args[] = {(void *)p, &dy, &w, &dx};
+        mprt_cu_each("conv_grad_x", (long)p->N * p->C * p->H * p->W, args);
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, const float *x,
+                                        float *dw, float *col)
+{
+    (void)col;
+    MprtCuConv *c = mprt_cu_conv_of(p);
+    if (mprt_cu_conv_ready(c, 2, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionBackwardFilter(mprt_cu->dnn, &one, c->x, x, c->y, dy, c->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)c->algo[2],
+                                                  mprt_cu->scratch, c->ws[2], &zero, c->w, dw));
+    } else {
+        void *args[] = {(void *)p, &dy, &x, &dw};
+        mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * p->KH * p->KW, args);
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_channel_sum(int N, int M, long P, const float *dy, float *db)
+{
+    void *args[] = {&N, &M, &P, &dy, &db};
+    mprt_cu_rows("channel_sum", M, (long)N * P, args);
+}
+
+/* ---- batch normalization (cuDNN, spatial: one statistic per channel) ---- */
+
+/* Training: the batch's statistics; the running ones move as ONNX says
+ * (new = momentum * old + (1 - momentum) * batch, the variance unbiased),
+ * which is cuDNN's average with factor 1 - momentum; NULL running
+ * statistics (a recomputation) stay as they are. Inference
+ * (mprt_training == 0): the running statistics. */
+MPRT_CU_KERNEL void mprt_cu_bn_train(int N, int C, long P, const float *x, const float *scale,
+                                     const float *bias, float *running_mean, float *running_var,
+                                     float momentum, float eps, float *y)
+{
+    cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
+    float one = 1.0f, zero = 0.0f;
+    if (!mprt_training) {
+        MPRT_CUDNN(cudnnBatchNormalizationForwardInference(
+            mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, scale, bias,
+            running_mean, running_var, (double)eps));
+        return;
+    }
+    MPRT_CUDNN(cudnnBatchNormalizationForwardTraining(
+        mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, scale, bias,
+        1.0 - (double)momentum, running_mean, running_mean ? running_var : NULL, (double)eps,
+        NULL, NULL));
+}
+
+MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const float *x,
+                                    const float *scale, float eps, float *dx, float *dscale,
+                                    float *dbias)
+{
+    cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
+    float one = 1.0f, zero = 0.0f;
+    MPRT_CUDNN(cudnnBatchNormalizationBackward(mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero,
+                                               &one, &zero, xd, x, xd, dy, xd, dx, sd, scale,
+                                               dscale, dbias, (double)eps, NULL, NULL));
+}
+
+/* ---- data movement ---- */
+
+MPRT_CU_KERNEL void mprt_cu_strided(int back, int rank, const long *shape, const long *stride,
+                                    long base, long n_x, float *x, float *y)
+{
+    struct {
+        int64_t shape[8], stride[8];
+        int rank;
+    } s;
+    memset(&s, 0, sizeof s);
+    if (rank > 8)
+        mprt_cu_die("a strided copy over %d dimensions (at most 8)", rank);
+    long n = 1;
+    s.rank = rank;
+    for (int d = 0; d < rank; d++) {
+        s.shape[d] = shape[d], s.stride[d] = stride[d];
+        n *= shape[d];
+    }
+    if (back && n_x > 0)
+        MPRT_CUDA(cudaMemsetAsync(x, 0, (size_t)n_x * sizeof *x, mprt_cu->compute));
+    void *args[] = {&back, &s, &base, &n, &x, &y};
+    mprt_cu_each("strided", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_concat(int back, long outer, long inner, int k, const long *len,
+                                   float *const *part, float *y)
+{
+    long row = 0, col = 0;
+    for (int j = 0; j < k; j++)
+        row += len[j] * inner;
+    for (int j = 0; j < k; j++) {
+        long seg = len[j] * inner;
+        float *pj = part[j];
+        void *args[] = {&back, &outer, &seg, &row, &col, &pj, &y};
+        if (pj)
+            mprt_cu_each("concat", outer * seg, args);
+        col += seg;
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_gather(long outer, long dim, long inner, long nidx,
+                                   const int64_t *idx, const float *x, float *y, const char *node)
+{
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    void *args[] = {&outer, &dim, &inner, &nidx, &idx, &x, &y, &tag};
+    mprt_cu_each("gather", outer * nidx * inner, args);
+}
+
+/* dx = 0, then each row an index names gets the sum of its gradients, in
+ * the indices' order (kernels.cu: one block per first occurrence). */
+MPRT_CU_KERNEL void mprt_cu_gather_grad(long outer, long dim, long inner, long nidx,
+                                        const int64_t *idx, const float *dy, float *dx,
+                                        const char *node)
+{
+    (void)node;   /* a bad index was reported by the forward pass */
+    if (outer * dim * inner > 0)
+        MPRT_CUDA(cudaMemsetAsync(dx, 0, (size_t)(outer * dim * inner) * sizeof *dx,
+                                  mprt_cu->compute));
+    void *args[] = {&outer, &dim, &inner, &nidx, &idx, &dy, &dx};
+    if (nidx > 0 && outer * inner > 0)
+        mprt_cu_launch("gather_grad", mprt_cu_blocks(nidx * (long)MPRT_CU_BLOCK, MPRT_CU_BLOCK),
+                       MPRT_CU_BLOCK, 0, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_cast(long n, int from, int to, const void *x, void *y)
+{
+    void *args[] = {&n, &from, &to, &x, &y};
+    mprt_cu_each("cast", n, args);
+}
+
+/* Forward (back == 0): y from x. Gradient: x (dx) from y (dy), one thread
+ * per input row, which it zeroes first. */
+MPRT_CU_KERNEL void mprt_cu_resize(int back, const MprtResize *p, float *x, float *y)
+{
+    if (back) {
+        void *args[] = {(void *)p, &x, &y};
+        mprt_cu_each("resize_grad", p->NC * p->H, args);
+    } else {
+        void *args[] = {(void *)p, &x, &y};
+        mprt_cu_each("resize", p->NC * p->OH * p->OW, args);
+    }
+}
+
+/* ---- optimizers ---- */
+
+MPRT_CU_KERNEL void mprt_cu_sgd(long n, float *w, const float *g, float *buf, float scale,
+                                float lr, float momentum, float wd, int nesterov, int first)
+{
+    void *args[] = {&n, &w, &g, &buf, &scale, &lr, &momentum, &wd, &nesterov, &first};
+    mprt_cu_each("sgd", n, args);
+}
+
+/* The bias corrections are computed here as the CPU computes them (powf,
+ * sqrtf on the host), so the kernel's arithmetic is the CPU loop's. */
+MPRT_CU_KERNEL void mprt_cu_adamw(long n, float *w, const float *g, float *m, float *v,
+                                  float scale, float lr, float b1, float b2, float eps, float wd,
+                                  long step)
+{
+    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    float step_size = lr / bc1, bc2s = sqrtf(bc2), decay = 1.0f - lr * wd;
+    void *args[] = {&n, &w, &g, &m, &v, &scale, &decay, &b1, &b2, &eps, &step_size, &bc2s};
+    mprt_cu_each("adamw", n, args);
+}
+
+/* ---- faults ---- */
+
+/* After a step (the device synchronized): a bad Gather index or label
+ * recorded by a kernel of `module` ends the program with the CPU's
+ * message. */
+MPRT_CU_KERNEL void mprt_cu_check_faults(CUmodule module)
+{
+    CUdeviceptr at;
+    size_t bytes;
+    uint64_t f[4];
+    MPRT_CU(cuModuleGetGlobal(&at, &bytes, module, "mprt_k_fault"));
+    MPRT_CU(cuMemcpyDtoH(f, at, sizeof f));
+    if (!f[0])
+        return;
+    const char *node = (const char *)(uintptr_t)f[3];
+    if (f[0] == 1)
+        fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%lld, %lld); "
+                "check the input data (token ids must be below the vocabulary size)\n",
+                node ? node : "?", (long long)f[1], (long long)f[2], (long long)f[2]);
+    else
+        fprintf(stderr, "train: error: node '%s': label %lld is not a class in [0, %lld) nor "
+                "the ignore_index; check the labels\n", node ? node : "?", (long long)f[1],
+                (long long)f[2]);
+    exit(1);
+}

@@ -1,0 +1,1025 @@
+/* kernels.cu — the CUDA device's kernels, compiled by NVRTC when the
+ * trainer starts (one module; runtime/cuda_ops.c launches them by name).
+ *
+ * Each kernel mirrors its CPU twin in runtime/cpu.c, cpu_move.c or
+ * cpu_math.c: the same formulas in the same float operation order (the
+ * products and sums that a fused multiply-add would change are written
+ * with the _rn intrinsics, which are never fused), reductions in double
+ * where the CPU reduces in double, and the same dropout mask bit for bit.
+ * Where the CPU scatters (gradients of Gather, MaxPool, Resize), the
+ * kernels gather instead: each output element is owned by one thread that
+ * adds its terms in the CPU's order, so the results are deterministic.
+ *
+ * NVRTC has no libc headers: the fixed-width types are defined here.
+ * Elementwise kernels are grid-stride loops; row kernels run one block per
+ * row (blockDim a multiple of 32, at most 1024). */
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned char u8;
+
+#define MPRT_INF __int_as_float(0x7f800000)
+#define FMUL __fmul_rn
+#define FADD __fadd_rn
+#define FSUB __fsub_rn
+#define FDIV __fdiv_rn
+
+#define FOR_EACH(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (i64)gridDim.x * blockDim.x)
+#define FOR_ROWS(r, n) for (i64 r = blockIdx.x; r < (n); r += gridDim.x)
+
+/* Faults a kernel cannot report itself (an index or a label out of range):
+ * the first one is kept here, {code, value, bound, node}, where node is the
+ * host's pointer to the node's name; the host reads it after a step. */
+enum { FAULT_NONE, FAULT_INDEX, FAULT_LABEL };
+extern "C" {
+__device__ u64 mprt_k_fault[4];
+}
+
+static __device__ void fault(int code, i64 value, i64 bound, u64 node)
+{
+    if (atomicCAS(&mprt_k_fault[0], 0ULL, (u64)code) == 0ULL) {
+        mprt_k_fault[1] = (u64)value;
+        mprt_k_fault[2] = (u64)bound;
+        mprt_k_fault[3] = node;
+    }
+}
+
+/* ---- block reductions (every thread of the block calls them) ---- */
+
+static __device__ double block_sum(double v)
+{
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? part[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    return part[0];
+}
+
+/* The largest value, NaNs ignored (the caller applies the CPU's rule for a
+ * NaN first element). */
+static __device__ float block_max(float v)
+{
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? part[lane] : -MPRT_INF;
+        for (int o = 16; o > 0; o >>= 1) {
+            float u = __shfl_down_sync(0xffffffffu, v, o);
+            v = u > v ? u : v;
+        }
+        if (lane == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    return part[0];
+}
+
+/* ---- broadcasting: up to three operands' strides per output dimension ---- */
+
+struct Bcast {
+    i64 shape[8];
+    i64 stride[3][8];
+    int rank;
+};
+
+static __device__ void bcast_offsets(const Bcast &b, i64 i, int k, i64 *off)
+{
+    for (int j = 0; j < k; j++)
+        off[j] = 0;
+    for (int d = b.rank - 1; d >= 0; d--) {
+        i64 q = i / b.shape[d], r = i - q * b.shape[d];
+        for (int j = 0; j < k; j++)
+            off[j] += r * b.stride[j][d];
+        i = q;
+    }
+}
+
+/* ---- elementwise ---- */
+
+extern "C" __global__ void mprt_k_relu(i64 n, const float *x, float *y)
+{
+    FOR_EACH(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+extern "C" __global__ void mprt_k_relu_grad(i64 n, const float *dy, const float *y, float *dx)
+{
+    FOR_EACH(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* y = x[0] + x[1] + ... (k <= 8 inputs), left to right; with more, the host
+ * continues with acc = 1 (y + x[8] + ...). */
+struct Ptrs {
+    const float *p[8];
+};
+
+extern "C" __global__ void mprt_k_sum(i64 n, int k, int acc, Ptrs x, float *y)
+{
+    FOR_EACH(i, n) {
+        float s = acc ? y[i] : x.p[0][i];
+        for (int j = acc ? 0 : 1; j < k; j++)
+            s = FADD(s, x.p[j][i]);
+        y[i] = s;
+    }
+}
+
+/* sum = (first ? 0 : sum) + g: a parameter's gradient summed over micro-batches */
+extern "C" __global__ void mprt_k_accumulate(i64 n, int first, const float *g, float *sum)
+{
+    FOR_EACH(i, n) sum[i] = FADD(first ? 0.0f : sum[i], g[i]);
+}
+
+enum { ADD, SUB, MUL, DIV, POW };
+
+extern "C" __global__ void mprt_k_binary(int op, i64 n, Bcast b, const float *x, const float *z,
+                                         float *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[2];
+        bcast_offsets(b, i, 2, off);
+        float u = x[off[0]], v = z[off[1]];
+        switch (op) {
+        case ADD: y[i] = FADD(u, v); break;
+        case SUB: y[i] = FSUB(u, v); break;
+        case MUL: y[i] = FMUL(u, v); break;
+        case DIV: y[i] = FDIV(u, v); break;
+        default: y[i] = powf(u, v); break;
+        }
+    }
+}
+
+/* The gradient of a^b in y's shape: wrt 0, dy * b * a^(b-1); wrt 1, dy * y * ln a. */
+extern "C" __global__ void mprt_k_pow_grad(int wrt, i64 n, Bcast b, const float *dy,
+                                           const float *a, const float *e, const float *y,
+                                           float *out)
+{
+    FOR_EACH(i, n) {
+        i64 off[2];
+        bcast_offsets(b, i, 2, off);
+        float u = a[off[0]], v = e[off[1]];
+        if (wrt == 0)
+            out[i] = v == 0.0f ? 0.0f : FMUL(FMUL(dy[i], v), powf(u, FSUB(v, 1.0f)));
+        else
+            out[i] = u > 0.0f ? FMUL(FMUL(dy[i], y[i]), logf(u)) : 0.0f;
+    }
+}
+
+extern "C" __global__ void mprt_k_where(i64 n, Bcast b, const u8 *cond, const float *x,
+                                        const float *z, float *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[3];
+        bcast_offsets(b, i, 3, off);
+        y[i] = cond[off[0]] ? x[off[1]] : z[off[2]];
+    }
+}
+
+enum { ERF, TANH, SQRT, EXP, LOG, NEG, SIGMOID, RECIPROCAL, ABS };
+
+extern "C" __global__ void mprt_k_unary(int op, i64 n, const float *x, float *y)
+{
+    FOR_EACH(i, n) {
+        float v = x[i];
+        switch (op) {
+        case ERF: y[i] = erff(v); break;
+        case TANH: y[i] = tanhf(v); break;
+        case SQRT: y[i] = __fsqrt_rn(v); break;
+        case EXP: y[i] = expf(v); break;
+        case LOG: y[i] = logf(v); break;
+        case NEG: y[i] = -v; break;
+        case SIGMOID: y[i] = FDIV(1.0f, FADD(1.0f, expf(-v))); break;
+        case RECIPROCAL: y[i] = FDIV(1.0f, v); break;
+        default: y[i] = fabsf(v); break;
+        }
+    }
+}
+
+extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, const float *dy, const float *x,
+                                             const float *y, float *dx)
+{
+    const float two_over_sqrt_pi = 1.12837916709551257f;
+    FOR_EACH(i, n) {
+        float g = dy[i];
+        switch (op) {
+        case ERF: dx[i] = FMUL(FMUL(g, two_over_sqrt_pi), expf(FMUL(-x[i], x[i]))); break;
+        case TANH: dx[i] = FMUL(g, FSUB(1.0f, FMUL(y[i], y[i]))); break;
+        case SQRT: dx[i] = FDIV(FMUL(g, 0.5f), y[i]); break;
+        case EXP: dx[i] = FMUL(g, y[i]); break;
+        case LOG: dx[i] = FDIV(g, x[i]); break;
+        case NEG: dx[i] = -g; break;
+        case SIGMOID: dx[i] = FMUL(FMUL(g, y[i]), FSUB(1.0f, y[i])); break;
+        case RECIPROCAL: dx[i] = FMUL(FMUL(-g, y[i]), y[i]); break;
+        default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
+        }
+    }
+}
+
+/* ---- sums over broadcast dimensions ---- */
+
+/* out = alpha * dy summed over the dims where keep[d] is 0. kept/red list
+ * the kept and the reduced dims (in order) with dy's strides. */
+struct SumTo {
+    i64 kshape[8], kstride[8];   /* kept dims: extent, stride in dy */
+    i64 rshape[8], rstride[8];   /* reduced dims */
+    int nk, nr;
+    i64 nred;                    /* product of rshape */
+};
+
+static __device__ i64 sum_to_base(const SumTo &p, i64 o)
+{
+    i64 base = 0;
+    for (int d = p.nk - 1; d >= 0; d--) {
+        i64 q = o / p.kshape[d];
+        base += (o - q * p.kshape[d]) * p.kstride[d];
+        o = q;
+    }
+    return base;
+}
+
+static __device__ i64 sum_to_off(const SumTo &p, i64 r)
+{
+    i64 off = 0;
+    for (int d = p.nr - 1; d >= 0; d--) {
+        i64 q = r / p.rshape[d];
+        off += (r - q * p.rshape[d]) * p.rstride[d];
+        r = q;
+    }
+    return off;
+}
+
+/* One thread per output, adding in dy's order as the CPU does. */
+extern "C" __global__ void mprt_k_sum_to(SumTo p, const float *dy, float alpha, i64 n_out,
+                                         float *out)
+{
+    FOR_EACH(o, n_out) {
+        i64 base = sum_to_base(p, o);
+        double acc = 0;
+        for (i64 r = 0; r < p.nred; r++)
+            acc += dy[base + sum_to_off(p, r)];
+        out[o] = (float)(alpha * acc);
+    }
+}
+
+/* One block per output, for few outputs with many terms each. */
+extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float alpha, i64 n_out,
+                                              float *out)
+{
+    FOR_ROWS(o, n_out) {
+        i64 base = sum_to_base(p, o);
+        double acc = 0;
+        for (i64 r = threadIdx.x; r < p.nred; r += blockDim.x)
+            acc += dy[base + sum_to_off(p, r)];
+        acc = block_sum(acc);
+        if (threadIdx.x == 0)
+            out[o] = (float)(alpha * acc);
+    }
+}
+
+/* d bias[m] = sum over n and positions of dy[n, m, :], in double */
+extern "C" __global__ void mprt_k_channel_sum(int N, int M, i64 P, const float *dy, float *db)
+{
+    FOR_ROWS(m, M) {
+        double s = 0;
+        for (int n = 0; n < N; n++)
+            for (i64 i = threadIdx.x; i < P; i += blockDim.x)
+                s += dy[((i64)n * M + m) * P + i];
+        s = block_sum(s);
+        if (threadIdx.x == 0)
+            db[m] = (float)s;
+    }
+}
+
+extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, float *y)
+{
+    FOR_EACH(i, n) y[i] = FADD(y[i], b[(i / P) % M]);
+}
+
+/* Y[i, j] = C[i or 0, j or 0], before a GEMM with beta */
+extern "C" __global__ void mprt_k_gemm_c(int M, int N, const float *C, int c_rows, int c_cols,
+                                         float *Y)
+{
+    FOR_EACH(e, (i64)M * N) {
+        i64 i = e / N, j = e - i * N;
+        Y[e] = C[(c_rows == 1 ? 0 : i) * c_cols + (c_cols == 1 ? 0 : j)];
+    }
+}
+
+/* ---- pooling ---- */
+
+extern "C" __global__ void mprt_k_gap(i64 NC, i64 P, const float *x, float *y)
+{
+    FOR_ROWS(r, NC) {
+        double s = 0;
+        for (i64 k = threadIdx.x; k < P; k += blockDim.x)
+            s += x[r * P + k];
+        s = block_sum(s);
+        if (threadIdx.x == 0)
+            y[r] = (float)(s / P);
+    }
+}
+
+extern "C" __global__ void mprt_k_gap_grad(i64 NC, i64 P, const float *dy, float *dx)
+{
+    FOR_EACH(i, NC * P) dx[i] = FDIV(dy[i / P], (float)P);
+}
+
+struct Pool {
+    int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
+};
+
+/* Max pooling, taps in the CPU's order: a larger value or a NaN takes the
+ * place; a window entirely in the padding gives -inf and index -1. */
+extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 *idx)
+{
+    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    FOR_EACH(o, (i64)p.N * p.C * oplane) {
+        i64 nc = o / oplane, r = o - nc * oplane;
+        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        const float *xs = x + nc * plane;
+        float bv = -MPRT_INF;
+        i64 best = -1;
+        for (int kh = 0; kh < p.KH; kh++) {
+            int ih = oh * p.sh - p.ph + kh * p.dh;
+            if (ih < 0 || ih >= p.H)
+                continue;
+            for (int kw = 0; kw < p.KW; kw++) {
+                int iw = ow * p.sw - p.pw + kw * p.dw;
+                if (iw < 0 || iw >= p.W)
+                    continue;
+                i64 k = (i64)ih * p.W + iw;
+                float v = xs[k];
+                if (v > bv || v != v || best < 0)
+                    bv = v, best = k;
+            }
+        }
+        y[o] = bv;
+        if (idx)
+            idx[o] = best < 0 ? -1 : nc * plane + best;
+    }
+}
+
+/* dx[j] = sum of dy over the outputs whose maximum came from j, in the
+ * outputs' order (as the CPU's scatter adds them): each input gathers from
+ * the windows that can contain it. */
+extern "C" __global__ void mprt_k_maxpool_grad(Pool p, const float *dy, const i64 *idx, float *dx)
+{
+    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    FOR_EACH(j, (i64)p.N * p.C * plane) {
+        i64 nc = j / plane, r = j - nc * plane;
+        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
+        int nh = ih + p.ph - (p.KH - 1) * p.dh, nw = iw + p.pw - (p.KW - 1) * p.dw;
+        int oh0 = nh <= 0 ? 0 : (nh + p.sh - 1) / p.sh, oh1 = (ih + p.ph) / p.sh;
+        int ow0 = nw <= 0 ? 0 : (nw + p.sw - 1) / p.sw, ow1 = (iw + p.pw) / p.sw;
+        oh1 = oh1 < p.OH - 1 ? oh1 : p.OH - 1;
+        ow1 = ow1 < p.OW - 1 ? ow1 : p.OW - 1;
+        float acc = 0.0f;
+        for (int oh = oh0; oh <= oh1; oh++)
+            for (int ow = ow0; ow <= ow1; ow++) {
+                i64 o = nc * oplane + (i64)oh * p.OW + ow;
+                if (idx[o] == j)
+                    acc = FADD(acc, dy[o]);
+            }
+        dx[j] = acc;
+    }
+}
+
+/* The same by scattering, for when the window parameters are unknown: dx
+ * must be zero; overlapping windows make the order of the adds vary. */
+extern "C" __global__ void mprt_k_maxpool_grad_scatter(i64 n_out, const float *dy,
+                                                       const i64 *idx, float *dx)
+{
+    FOR_EACH(i, n_out) if (idx[i] >= 0) atomicAdd(dx + idx[i], dy[i]);
+}
+
+/* ---- convolution (2-D), direct: for shapes cuDNN cannot take (padding
+ * that is not symmetric); each output sums its terms in one thread ---- */
+
+struct Conv {
+    int N, C, H, W, M, KH, KW, OH, OW, group;
+    int sh, sw, dh, dw, ph, pw;
+};
+
+extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, float *y)
+{
+    int cg = p.C / p.group, mg = p.M / p.group;
+    i64 P = (i64)p.OH * p.OW;
+    FOR_EACH(o, (i64)p.N * p.M * P) {
+        i64 nm = o / P, r = o - nm * P;
+        int n = (int)(nm / p.M), m = (int)(nm - (i64)n * p.M), g = m / mg;
+        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        float acc = 0.0f;
+        for (int c = 0; c < cg; c++) {
+            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * p.H * p.W;
+            const float *ws = w + ((i64)m * cg + c) * p.KH * p.KW;
+            for (int kh = 0; kh < p.KH; kh++) {
+                int ih = oh * p.sh - p.ph + kh * p.dh;
+                if (ih < 0 || ih >= p.H)
+                    continue;
+                for (int kw = 0; kw < p.KW; kw++) {
+                    int iw = ow * p.sw - p.pw + kw * p.dw;
+                    if (iw >= 0 && iw < p.W)
+                        acc += ws[kh * p.KW + kw] * xs[(i64)ih * p.W + iw];
+                }
+            }
+        }
+        y[o] = acc;
+    }
+}
+
+extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const float *w, float *dx)
+{
+    int cg = p.C / p.group, mg = p.M / p.group;
+    i64 plane = (i64)p.H * p.W, P = (i64)p.OH * p.OW;
+    FOR_EACH(j, (i64)p.N * p.C * plane) {
+        i64 nc = j / plane, r = j - nc * plane;
+        int n = (int)(nc / p.C), c = (int)(nc - (i64)n * p.C), g = c / cg;
+        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
+        float acc = 0.0f;
+        for (int m = g * mg; m < (g + 1) * mg; m++) {
+            const float *ws = w + ((i64)m * cg + (c - g * cg)) * p.KH * p.KW;
+            const float *ds = dy + ((i64)n * p.M + m) * P;
+            for (int kh = 0; kh < p.KH; kh++) {
+                int th = ih + p.ph - kh * p.dh;
+                if (th < 0 || th % p.sh || th / p.sh >= p.OH)
+                    continue;
+                for (int kw = 0; kw < p.KW; kw++) {
+                    int tw = iw + p.pw - kw * p.dw;
+                    if (tw < 0 || tw % p.sw || tw / p.sw >= p.OW)
+                        continue;
+                    acc += ws[kh * p.KW + kw] * ds[(i64)(th / p.sh) * p.OW + tw / p.sw];
+                }
+            }
+        }
+        dx[j] = acc;
+    }
+}
+
+extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const float *x, float *dw)
+{
+    int cg = p.C / p.group, mg = p.M / p.group;
+    i64 K = (i64)cg * p.KH * p.KW, P = (i64)p.OH * p.OW;
+    FOR_EACH(e, (i64)p.M * K) {
+        int m = (int)(e / K), g = m / mg;
+        i64 r = e - (i64)m * K;
+        int c = (int)(r / (p.KH * p.KW)), kk = (int)(r - (i64)c * p.KH * p.KW);
+        int kh = kk / p.KW, kw = kk - kh * p.KW;
+        float acc = 0.0f;
+        for (int n = 0; n < p.N; n++) {
+            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * p.H * p.W;
+            const float *ds = dy + ((i64)n * p.M + m) * P;
+            for (int oh = 0; oh < p.OH; oh++) {
+                int ih = oh * p.sh - p.ph + kh * p.dh;
+                if (ih < 0 || ih >= p.H)
+                    continue;
+                for (int ow = 0; ow < p.OW; ow++) {
+                    int iw = ow * p.sw - p.pw + kw * p.dw;
+                    if (iw >= 0 && iw < p.W)
+                        acc += ds[(i64)oh * p.OW + ow] * xs[(i64)ih * p.W + iw];
+                }
+            }
+        }
+        dw[e] = acc;
+    }
+}
+
+/* ---- softmax over one axis: rows (o, j) of C elements `inner` apart ---- */
+
+#define ROW_BASE(r) (((r) / inner) * C * inner + (r) % inner)
+
+/* The row's maximum as the CPU finds it: x[0] if it is NaN, else the
+ * largest of the others. */
+static __device__ float row_max(const float *xs, i64 C, i64 inner)
+{
+    float mx = -MPRT_INF;
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = xs[c * inner];
+        mx = v > mx ? v : mx;
+    }
+    mx = block_max(mx);
+    return xs[0] != xs[0] ? xs[0] : mx;
+}
+
+extern "C" __global__ void mprt_k_softmax(i64 outer, i64 C, i64 inner, const float *x, float *y)
+{
+    FOR_ROWS(r, outer * inner) {
+        const float *xs = x + ROW_BASE(r);
+        float *ys = y + ROW_BASE(r);
+        float mx = row_max(xs, C, inner);
+        if (mx == -MPRT_INF)
+            mx = 0.0f;
+        double sum = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+            float e = expf(FSUB(xs[c * inner], mx));
+            ys[c * inner] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / block_sum(sum));
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            ys[c * inner] = FMUL(ys[c * inner], inv);
+    }
+}
+
+extern "C" __global__ void mprt_k_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
+                                               const float *y, float *dx)
+{
+    FOR_ROWS(r, outer * inner) {
+        i64 base = ROW_BASE(r);
+        double dot = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            dot += (double)dy[base + c * inner] * y[base + c * inner];
+        float d = (float)block_sum(dot);
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            dx[base + c * inner] = FMUL(y[base + c * inner], FSUB(dy[base + c * inner], d));
+    }
+}
+
+/* log-sum-exp in double, as the CPU */
+extern "C" __global__ void mprt_k_log_softmax(i64 outer, i64 C, i64 inner, const float *x,
+                                              float *y)
+{
+    FOR_ROWS(r, outer * inner) {
+        const float *xs = x + ROW_BASE(r);
+        float *ys = y + ROW_BASE(r);
+        float mx = row_max(xs, C, inner);
+        double sum = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            sum += exp((double)xs[c * inner] - mx);
+        float lse = (float)(mx + log(block_sum(sum)));
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            ys[c * inner] = FSUB(xs[c * inner], lse);
+    }
+}
+
+extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
+                                                   const float *y, float *dx)
+{
+    FOR_ROWS(r, outer * inner) {
+        i64 base = ROW_BASE(r);
+        double sum = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            sum += dy[base + c * inner];
+        float s = (float)block_sum(sum);
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            dx[base + c * inner] = FSUB(dy[base + c * inner], FMUL(expf(y[base + c * inner]), s));
+    }
+}
+
+/* ---- losses (one block reduces all the labels, in double) ---- */
+
+/* Mean of -x[n, t, d] over the labels t that are not `ignore`; x is
+ * (N, C, D): log-probabilities (NegativeLogLikelihoodLoss, and the
+ * cross-entropy after its log-softmax). */
+extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const i64 *labels,
+                                      i64 ignore, float *loss, u64 node)
+{
+    double total = 0, count = 0;
+    for (i64 i = threadIdx.x; i < (i64)N * D; i += blockDim.x) {
+        i64 t = labels[i];
+        if (t == ignore)
+            continue;
+        if (t < 0 || t >= C) {
+            fault(FAULT_LABEL, t, C, node);
+            continue;
+        }
+        total -= x[((i / D) * C + t) * D + i % D];
+        count += 1;
+    }
+    total = block_sum(total);
+    count = block_sum(count);
+    if (threadIdx.x == 0)
+        *loss = count != 0 ? (float)(total / count) : 0.0f;
+}
+
+/* How many labels are not `ignore` (every block counts them all). */
+static __device__ i64 label_count(i64 n, const i64 *labels, i64 ignore)
+{
+    double c = 0;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x)
+        c += labels[i] != ignore;
+    return (i64)block_sum(c);
+}
+
+extern "C" __global__ void mprt_k_sce_grad(int N, int C, i64 D, const float *dloss,
+                                           const float *logp, const i64 *labels, i64 ignore,
+                                           float *dx)
+{
+    i64 count = label_count((i64)N * D, labels, ignore);
+    float scale = count ? FDIV(dloss[0], (float)count) : 0.0f;
+    FOR_EACH(i, (i64)N * C * D) {
+        i64 n = i / ((i64)C * D), r = i - n * C * D, c = r / D, d = r - c * D;
+        i64 t = labels[n * D + d];
+        dx[i] = t == ignore ? 0.0f : FMUL(FSUB(expf(logp[i]), (float)(c == t)), scale);
+    }
+}
+
+extern "C" __global__ void mprt_k_nll_grad(int N, int C, i64 D, const float *dloss,
+                                           const i64 *labels, i64 ignore, float *dx)
+{
+    i64 count = label_count((i64)N * D, labels, ignore);
+    float g = count ? FDIV(-dloss[0], (float)count) : 0.0f;
+    FOR_EACH(i, (i64)N * C * D) {
+        i64 n = i / ((i64)C * D), r = i - n * C * D, c = r / D, d = r - c * D;
+        i64 t = labels[n * D + d];
+        dx[i] = t != ignore && t == c ? g : 0.0f;
+    }
+}
+
+extern "C" __global__ void mprt_k_mse(i64 n, const float *x, const float *t, float *loss)
+{
+    double s = 0;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        float d = FSUB(x[i], t[i]);
+        s += (double)d * d;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        *loss = (float)(s / n);
+}
+
+extern "C" __global__ void mprt_k_mse_grad(i64 n, const float *dloss, const float *x,
+                                           const float *t, float *dx)
+{
+    float scale = FDIV(FMUL(2.0f, dloss[0]), (float)n);
+    FOR_EACH(i, n) dx[i] = FMUL(FSUB(x[i], t[i]), scale);
+}
+
+/* ---- layer normalization over the last D elements of each row ---- */
+
+extern "C" __global__ void mprt_k_layernorm(i64 rows, i64 D, const float *x, const float *scale,
+                                            const float *bias, float eps, float *y,
+                                            float *mean, float *rstd)
+{
+    FOR_ROWS(r, rows) {
+        const float *xs = x + r * D;
+        float *ys = y + r * D;
+        double s = 0, ss = 0;
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x)
+            s += xs[i];
+        double mu = block_sum(s) / D;
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x)
+            ss += (xs[i] - mu) * (xs[i] - mu);
+        ss = block_sum(ss);
+        float m = (float)mu, inv = (float)(1.0 / sqrt(ss / D + eps));
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x)
+            ys[i] = FADD(FMUL(FMUL(FSUB(xs[i], m), inv), scale[i]), bias ? bias[i] : 0.0f);
+        if (threadIdx.x == 0 && mean)
+            mean[r] = m;
+        if (threadIdx.x == 0 && rstd)
+            rstd[r] = inv;
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale */
+extern "C" __global__ void mprt_k_layernorm_grad_x(i64 rows, i64 D, const float *dy,
+                                                   const float *x, const float *scale,
+                                                   const float *mean, const float *rstd,
+                                                   float *dx)
+{
+    FOR_ROWS(r, rows) {
+        const float *xs = x + r * D, *g = dy + r * D;
+        float m = mean[r], inv = rstd[r];
+        double sg = 0, sgx = 0;
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            float xhat = FMUL(FSUB(xs[i], m), inv), gi = FMUL(g[i], scale[i]);
+            sg += gi;
+            sgx += FMUL(gi, xhat);
+        }
+        float mg = (float)(block_sum(sg) / D), mgx = (float)(block_sum(sgx) / D);
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            float xhat = FMUL(FSUB(xs[i], m), inv);
+            dx[r * D + i] = FMUL(inv, FSUB(FSUB(FMUL(g[i], scale[i]), mg), FMUL(xhat, mgx)));
+        }
+    }
+}
+
+/* dscale[i] = sum over rows of dy * xhat, dbias[i] = sum of dy (may be
+ * NULL): one thread per column, rows in order, in double. */
+extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float *dy,
+                                                   const float *x, const float *mean,
+                                                   const float *rstd, float *dscale,
+                                                   float *dbias)
+{
+    FOR_EACH(i, D) {
+        double as = 0, ab = 0;
+        for (i64 r = 0; r < rows; r++) {
+            float g = dy[r * D + i], xhat = FMUL(FSUB(x[r * D + i], mean[r]), rstd[r]);
+            as += (double)g * xhat;
+            ab += g;
+        }
+        dscale[i] = (float)as;
+        if (dbias)
+            dbias[i] = (float)ab;
+    }
+}
+
+/* ---- dropout: the CPU's counter-based mask (runtime/cpu_math.c) ---- */
+
+static __device__ u64 mix64(u64 z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* key: the host's mprt_dropout_key(node) for this micro-batch; y = x * keep
+ * * scale; mask (may be NULL) = keep. */
+extern "C" __global__ void mprt_k_dropout(i64 n, u64 key, float ratio, float scale,
+                                          const float *x, float *y, u8 *mask)
+{
+    FOR_EACH(i, n) {
+        u64 r = mix64(key + (u64)i * 0x9e3779b97f4a7c15ULL);
+        int keep = (float)(r >> 40) * (1.0f / 16777216.0f) >= ratio;
+        y[i] = keep ? FMUL(x[i], scale) : 0.0f;
+        if (mask)
+            mask[i] = (u8)keep;
+    }
+}
+
+/* ---- optimizers (torch.optim), the CPU's operation order ---- */
+
+extern "C" __global__ void mprt_k_sgd(i64 n, float *w, const float *g, float *buf, float scale,
+                                      float lr, float momentum, float wd, int nesterov, int first)
+{
+    FOR_EACH(i, n) {
+        float d = FADD(FMUL(g[i], scale), FMUL(wd, w[i]));
+        if (buf) {
+            buf[i] = first ? d : FADD(FMUL(momentum, buf[i]), d);
+            d = nesterov ? FADD(d, FMUL(momentum, buf[i])) : buf[i];
+        }
+        w[i] = FSUB(w[i], FMUL(lr, d));
+    }
+}
+
+/* decay = 1 - lr * wd, step_size = lr / (1 - b1^t), bc2s = sqrt(1 - b2^t),
+ * all from the host as the CPU computes them. */
+extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *m, float *v,
+                                        float scale, float decay, float b1, float b2, float eps,
+                                        float step_size, float bc2s)
+{
+    FOR_EACH(i, n) {
+        float gi = FMUL(g[i], scale);
+        float wi = FMUL(w[i], decay);
+        float mi = FADD(FMUL(b1, m[i]), FMUL(FSUB(1.0f, b1), gi));
+        float vi = FADD(FMUL(b2, v[i]), FMUL(FMUL(FSUB(1.0f, b2), gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = FSUB(wi, FDIV(FMUL(step_size, mi), FADD(FDIV(__fsqrt_rn(vi), bc2s), eps)));
+    }
+}
+
+/* ---- data movement ---- */
+
+/* y[i] = x[base + sum idx[d] * stride[d]] (Transpose, Slice); back: the
+ * other way (x zeroed by the host first). */
+struct Strided {
+    i64 shape[8], stride[8];
+    int rank;
+};
+
+extern "C" __global__ void mprt_k_strided(int back, Strided s, i64 base, i64 n, float *x,
+                                          float *y)
+{
+    FOR_EACH(i, n) {
+        i64 off = base, k = i;
+        for (int d = s.rank - 1; d >= 0; d--) {
+            i64 q = k / s.shape[d];
+            off += (k - q * s.shape[d]) * s.stride[d];
+            k = q;
+        }
+        if (back)
+            x[off] = y[i];
+        else
+            y[i] = x[off];
+    }
+}
+
+/* One part of a Concat (Split when back): `outer` rows of seg elements at
+ * column `col` of y's rows of `row` elements. */
+extern "C" __global__ void mprt_k_concat(int back, i64 outer, i64 seg, i64 row, i64 col,
+                                         float *part, float *y)
+{
+    FOR_EACH(e, outer * seg) {
+        i64 o = e / seg, c = e - o * seg;
+        if (back)
+            part[e] = y[o * row + col + c];
+        else
+            y[o * row + col + c] = part[e];
+    }
+}
+
+/* An index of Gather in [-dim, dim) made non-negative; -1 if out of range. */
+static __device__ i64 gather_index(i64 v, i64 dim)
+{
+    return v < -dim || v >= dim ? -1 : v < 0 ? v + dim : v;
+}
+
+extern "C" __global__ void mprt_k_gather(i64 outer, i64 dim, i64 inner, i64 nidx,
+                                         const i64 *idx, const float *x, float *y, u64 node)
+{
+    FOR_EACH(e, outer * nidx * inner) {
+        i64 oi = e / inner, j = e - oi * inner, o = oi / nidx, i = oi - o * nidx;
+        i64 k = gather_index(idx[i], dim);
+        if (k < 0) {
+            fault(FAULT_INDEX, idx[i], dim, node);
+            y[e] = 0.0f;
+            continue;
+        }
+        y[e] = x[(o * dim + k) * inner + j];
+    }
+}
+
+/* The gradient of Gather, deterministic: the block of index i does the
+ * work only when i is the first occurrence of its row k; it then sums
+ * dy[o, i', :] over every i' >= i with the same row, in order (as the
+ * CPU's scatter does), and writes dx[o, k, :]. The host zeroes dx for the
+ * rows no index names. blockDim must be a multiple of 32, at most 1024. */
+extern "C" __global__ void mprt_k_gather_grad(i64 outer, i64 dim, i64 inner, i64 nidx,
+                                              const i64 *idx, const float *dy, float *dx)
+{
+    __shared__ i64 hits[1024];
+    __shared__ int wcount[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    FOR_ROWS(i, nidx) {
+        i64 k = gather_index(idx[i], dim);
+        if (k < 0)
+            continue;   /* the forward pass reported it */
+        int earlier = 0;
+        for (i64 j = threadIdx.x; j < i && !earlier; j += blockDim.x)
+            earlier = gather_index(idx[j], dim) == k;
+        if (__syncthreads_or(earlier))
+            continue;
+        for (i64 c0 = 0; c0 < outer * inner; c0 += blockDim.x) {
+            i64 e = c0 + threadIdx.x, o = e / inner, jj = e - o * inner;
+            float acc = 0.0f;
+            for (i64 b = i; b < nidx; b += blockDim.x) {
+                i64 cand = b + threadIdx.x;
+                int hit = cand < nidx && gather_index(idx[cand], dim) == k;
+                unsigned bits = __ballot_sync(0xffffffffu, hit);
+                if (lane == 0)
+                    wcount[w] = __popc(bits);
+                __syncthreads();
+                int before = 0, total = 0;
+                for (int q = 0; q < nw; q++) {
+                    before += q < w ? wcount[q] : 0;
+                    total += wcount[q];
+                }
+                if (hit)
+                    hits[before + __popc(bits & ((1u << lane) - 1u))] = cand;
+                __syncthreads();
+                if (e < outer * inner)
+                    for (int q = 0; q < total; q++)
+                        acc = FADD(acc, dy[(o * nidx + hits[q]) * inner + jj]);
+                __syncthreads();
+            }
+            if (e < outer * inner)
+                dx[(o * dim + k) * inner + jj] = acc;
+        }
+    }
+}
+
+enum { CAST_F32, CAST_I64, CAST_I32, CAST_U8, CAST_BOOL };
+
+static __device__ double cast_read(int t, const void *x, i64 i)
+{
+    switch (t) {
+    case CAST_F32: return ((const float *)x)[i];
+    case CAST_I64: return (double)((const i64 *)x)[i];
+    case CAST_I32: return ((const int *)x)[i];
+    default: return ((const u8 *)x)[i];
+    }
+}
+
+extern "C" __global__ void mprt_k_cast(i64 n, int from, int to, const void *x, void *y)
+{
+    FOR_EACH(i, n) {
+        double v = cast_read(from, x, i);
+        switch (to) {
+        case CAST_F32: ((float *)y)[i] = (float)v; break;
+        case CAST_I64: ((i64 *)y)[i] = (i64)v; break;
+        case CAST_I32: ((int *)y)[i] = (int)v; break;
+        case CAST_U8: ((u8 *)y)[i] = (u8)v; break;
+        default: ((u8 *)y)[i] = v != 0; break;
+        }
+    }
+}
+
+/* ---- Resize (2-D, the last two dimensions), as runtime/cpu_move.c ---- */
+
+enum { HALF_PIXEL, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC };
+enum { NEAREST_FLOOR, NEAREST_ROUND_DOWN, NEAREST_ROUND_UP, NEAREST_CEIL, LINEAR };
+
+struct Resize {
+    i64 NC;
+    int H, W, OH, OW;
+    int coord, mode;
+    float scale_h, scale_w;
+};
+
+static __device__ float resize_src(const Resize &p, int o, int in, int out, float scale)
+{
+    switch (p.coord) {
+    case ALIGN_CORNERS: return out > 1 ? FDIV(FMUL((float)o, (float)(in - 1)), (float)(out - 1)) : 0.0f;
+    case ASYMMETRIC: return FDIV((float)o, scale);
+    case PYTORCH_HALF_PIXEL: return out > 1 ? FSUB(FDIV(FADD((float)o, 0.5f), scale), 0.5f) : 0.0f;
+    default: return FSUB(FDIV(FADD((float)o, 0.5f), scale), 0.5f);
+    }
+}
+
+static __device__ void resize_taps(const Resize &p, int o, int in, int out, float scale, int *i0,
+                                   int *i1, float *w1)
+{
+    float s = resize_src(p, o, in, out, scale);
+    if (p.mode != LINEAR) {
+        float f = p.mode == NEAREST_FLOOR ? floorf(s)
+                : p.mode == NEAREST_CEIL ? ceilf(s)
+                : p.mode == NEAREST_ROUND_DOWN ? ceilf(FSUB(s, 0.5f)) : floorf(FADD(s, 0.5f));
+        int k = (int)f;
+        *i0 = *i1 = k < 0 ? 0 : k >= in ? in - 1 : k;
+        *w1 = 0.0f;
+        return;
+    }
+    s = s < 0 ? 0 : s;
+    int k = (int)s;
+    k = k >= in - 1 ? in - 1 : k;
+    *i0 = k;
+    *i1 = k + 1 < in ? k + 1 : k;
+    *w1 = FSUB(s, (float)k);
+    if (*i1 == k)
+        *w1 = 0.0f;
+}
+
+extern "C" __global__ void mprt_k_resize(Resize p, const float *x, float *y)
+{
+    i64 in_plane = (i64)p.H * p.W, out_plane = (i64)p.OH * p.OW;
+    FOR_EACH(e, p.NC * out_plane) {
+        i64 nc = e / out_plane, r = e - nc * out_plane;
+        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        int h0, h1, w0, w1;
+        float ah, aw;
+        resize_taps(p, oh, p.H, p.OH, p.scale_h, &h0, &h1, &ah);
+        resize_taps(p, ow, p.W, p.OW, p.scale_w, &w0, &w1, &aw);
+        float c00 = FMUL(FSUB(1.0f, ah), FSUB(1.0f, aw)), c01 = FMUL(FSUB(1.0f, ah), aw),
+              c10 = FMUL(ah, FSUB(1.0f, aw)), c11 = FMUL(ah, aw);
+        const float *xs = x + nc * in_plane;
+        float v = FMUL(c00, xs[(i64)h0 * p.W + w0]);
+        v = FADD(v, FMUL(c01, xs[(i64)h0 * p.W + w1]));
+        v = FADD(v, FMUL(c10, xs[(i64)h1 * p.W + w0]));
+        y[e] = FADD(v, FMUL(c11, xs[(i64)h1 * p.W + w1]));
+    }
+}
+
+/* The gradient: one thread per input row (nc, ih) zeroes it and adds every
+ * output's share in the CPU's order (outputs in order, taps 00 01 10 11). */
+extern "C" __global__ void mprt_k_resize_grad(Resize p, float *dx, const float *dy)
+{
+    i64 in_plane = (i64)p.H * p.W, out_plane = (i64)p.OH * p.OW;
+    FOR_EACH(e, p.NC * p.H) {
+        i64 nc = e / p.H;
+        int ih = (int)(e - nc * p.H);
+        float *row = dx + nc * in_plane + (i64)ih * p.W;
+        for (int iw = 0; iw < p.W; iw++)
+            row[iw] = 0.0f;
+        for (int oh = 0; oh < p.OH; oh++) {
+            int h0, h1, w0, w1;
+            float ah, aw;
+            resize_taps(p, oh, p.H, p.OH, p.scale_h, &h0, &h1, &ah);
+            if (h0 != ih && h1 != ih)
+                continue;
+            for (int ow = 0; ow < p.OW; ow++) {
+                resize_taps(p, ow, p.W, p.OW, p.scale_w, &w0, &w1, &aw);
+                float c00 = FMUL(FSUB(1.0f, ah), FSUB(1.0f, aw)), c01 = FMUL(FSUB(1.0f, ah), aw),
+                      c10 = FMUL(ah, FSUB(1.0f, aw)), c11 = FMUL(ah, aw);
+                float g = dy[nc * out_plane + (i64)oh * p.OW + ow];
+                if (h0 == ih) {
+                    row[w0] = FADD(row[w0], FMUL(c00, g));
+                    row[w1] = FADD(row[w1], FMUL(c01, g));
+                }
+                if (h1 == ih) {
+                    row[w0] = FADD(row[w0], FMUL(c10, g));
+                    row[w1] = FADD(row[w1], FMUL(c11, g));
+                }
+            }
+        }
+    }
+}
