@@ -1357,8 +1357,8 @@ static const char *build_line(CG *cg)
     const char *out = comment_text(cg, cg->o->output);
     if (cg->cuda)
         return arena_printf(cg->g->arena, "cc -O2 %s -o train -I" MPCC_CUDA_HOME "/include -L"
-                            MPCC_CUDA_HOME "/lib64 -L" MPCC_CUDA_HOME "/lib64/stubs -Wl,-rpath,"
-                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart -lcuda -lm "
+                            MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
+                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart -lm "
                             "-pthread", out);
     return arena_printf(cg->g->arena, "cc -O2 %s -o train -lopenblas -lm -pthread", out);
 }
@@ -1645,7 +1645,7 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
         emit(cg, "    scale *= mprt_clip_scale(%d, clip_sq, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++) {
-        emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");
+        emit(cg, "    {\n    MPRT_PROF_BEGIN(%d);\n", cg->nprofiled);
         emit_update_node(cg, &cg->g->nodes[nodes[i]]);
         emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
         cg->profiled[cg->nprofiled++] = nodes[i];
@@ -1678,7 +1678,7 @@ static void emit_action(CG *cg, int stage, int kind)
     }
     for (int i = 0; i < p->nnodes[k]; i++) {
         const Node *n = &cg->g->nodes[p->nodes[k][i]];
-        emit(cg, "    {\n    MPRT_PROF_BEGIN;\n");
+        emit(cg, "    {\n    MPRT_PROF_BEGIN(%d);\n", cg->nprofiled);
         emit_node(cg, n);
         emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
         cg->profiled[cg->nprofiled++] = p->nodes[k][i];
@@ -1994,15 +1994,6 @@ static const char *weights_path(Arena *a, const char *out)
     if (n > 2 && strcmp(out + n - 2, ".c") == 0)
         n -= 2;
     return arena_printf(a, "%.*s.weights.safetensors", (int)n, out);
-}
-
-/* Whether this mpcc carries the CUDA kernels (runtime/cuda_ops.c). */
-bool codegen_has_cuda(void)
-{
-    for (const EmbeddedFile *f = embedded_files; f->name; f++)
-        if (strcmp(f->name, "cuda_ops_c") == 0)
-            return true;
-    return false;
 }
 
 /* All CUDA devices or all CPU devices: one runtime per program. */

@@ -144,11 +144,6 @@ int main(int argc, char **argv)
     if (opt.infer && !opt.check && !opt.dump_ir && !opt.dump_shapes)
         return infer(arena, &opt);
 
-    bool cuda = opt.gpus > 0 || (opt.pipe.devices && strstr(opt.pipe.devices, "cuda"));
-    if (cuda && opt.output && !codegen_has_cuda() &&
-        !(opt.dump_partition || opt.dump_schedule || opt.dump_dot))
-        error_file(opt.input, "this mpcc plans for CUDA devices (--dump=partition,schedule, "
-                   "--trace) but cannot write their trainer yet; use -cpus N for a trainer");
     if (opt.dump_partition || opt.dump_schedule || opt.dump_dot || opt.output) {
         if (!opt.output && !opt.dump_partition && !opt.dump_schedule && !opt.dump_dot)
             error_file(opt.input, "give -o train.c");

@@ -641,7 +641,6 @@ void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trac
 /* --------------------------------------------------------------- codegen.c */
 
 void codegen(Graph *g, const Options *o, const Plan *plan);  /* train.c + weights */
-bool codegen_has_cuda(void);   /* can write trainers for CUDA devices */
 
 /* ---------------------------------------------------------------- sha256.c */
 

@@ -25,7 +25,6 @@
  */
 #include "mprt.h"
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -55,7 +54,7 @@ static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's devi
 static size_t *mprt_cu_arena_size;
 static const char *mprt_cu_source;   /* templates/kernels.cu, set by the generated program */
 
-static _Noreturn void mprt_cu_die(int status, const char *call, const char *what)
+static _Noreturn void mprt_cu_call_failed(int status, const char *call, const char *what)
 {
     fprintf(stderr, "train: error: %s%s%s failed: %s\n", mprt_cu_node ? mprt_cu_node : "",
             mprt_cu_node ? ": " : "", call, what);
@@ -66,43 +65,34 @@ static _Noreturn void mprt_cu_die(int status, const char *call, const char *what
     do {                                                               \
         cudaError_t e_ = (call);                                       \
         if (e_ != cudaSuccess)                                         \
-            mprt_cu_die(1, #call, cudaGetErrorString(e_));             \
+            mprt_cu_call_failed(1, #call, cudaGetErrorString(e_));             \
     } while (0)
 #define MPRT_CUBLAS(call)                                              \
     do {                                                               \
         cublasStatus_t e_ = (call);                                    \
         if (e_ != CUBLAS_STATUS_SUCCESS)                               \
-            mprt_cu_die(1, #call, cublasGetStatusString(e_));          \
+            mprt_cu_call_failed(1, #call, cublasGetStatusString(e_));          \
     } while (0)
 #define MPRT_CUDNN(call)                                               \
     do {                                                               \
         cudnnStatus_t e_ = (call);                                     \
         if (e_ != CUDNN_STATUS_SUCCESS)                                \
-            mprt_cu_die(1, #call, cudnnGetErrorString(e_));            \
-    } while (0)
-#define MPRT_CU(call)                                                  \
-    do {                                                               \
-        CUresult e_ = (call);                                          \
-        if (e_ != CUDA_SUCCESS) {                                      \
-            const char *s_ = NULL;                                     \
-            cuGetErrorString(e_, &s_);                                 \
-            mprt_cu_die(1, #call, s_ ? s_ : "unknown driver error");   \
-        }                                                              \
+            mprt_cu_call_failed(1, #call, cudnnGetErrorString(e_));            \
     } while (0)
 #define MPRT_NVRTC(call)                                               \
     do {                                                               \
         nvrtcResult e_ = (call);                                       \
         if (e_ != NVRTC_SUCCESS)                                       \
-            mprt_cu_die(1, #call, nvrtcGetErrorString(e_));            \
+            mprt_cu_call_failed(1, #call, nvrtcGetErrorString(e_));            \
     } while (0)
 
 /* ---- kernels: NVRTC, the on-disk cache, the modules ---- */
 
 typedef struct MprtCuModule {
     int arch;                    /* 10 * major + minor */
-    CUmodule module;
+    cudaLibrary_t lib;
     const char **names;          /* kernels looked up so far */
-    CUfunction *fns;
+    cudaKernel_t *fns;
     int n, cap;
 } MprtCuModule;
 
@@ -170,7 +160,7 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
     MPRT_NVRTC(nvrtcGetCUBINSize(prog, size));
     char *bin = malloc(*size);
     if (!bin)
-        mprt_cu_die(1, "malloc", "out of memory for the kernels");
+        mprt_cu_call_failed(1, "malloc", "out of memory for the kernels");
     MPRT_NVRTC(nvrtcGetCUBIN(prog, bin));
     nvrtcDestroyProgram(&prog);
     char cmd[1200];
@@ -195,7 +185,7 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
 MPRT_KERNEL MprtCuModule *mprt_cu_module(int ordinal)
 {
     MprtCuModule *m = &mprt_cu_modules[ordinal];
-    if (m->module)
+    if (m->lib)
         return m;
     int major, minor;
     MPRT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
@@ -203,12 +193,12 @@ MPRT_KERNEL MprtCuModule *mprt_cu_module(int ordinal)
     m->arch = 10 * major + minor;
     size_t size;
     char *bin = mprt_cu_cubin(m->arch, &size);
-    MPRT_CU(cuModuleLoadData(&m->module, bin));
+    MPRT_CUDA(cudaLibraryLoadData(&m->lib, bin, NULL, NULL, 0, NULL, NULL, 0));
     free(bin);
     return m;
 }
 
-MPRT_KERNEL CUfunction mprt_cu_function(const char *name)
+MPRT_KERNEL cudaKernel_t mprt_cu_function(const char *name)
 {
     MprtCuModule *m = mprt_cu_module(mprt_cu->ordinal);
     for (int i = 0; i < m->n; i++)
@@ -219,11 +209,11 @@ MPRT_KERNEL CUfunction mprt_cu_function(const char *name)
         m->names = realloc(m->names, (size_t)m->cap * sizeof *m->names);
         m->fns = realloc(m->fns, (size_t)m->cap * sizeof *m->fns);
         if (!m->names || !m->fns)
-            mprt_cu_die(1, "realloc", "out of memory");
+            mprt_cu_call_failed(1, "realloc", "out of memory");
     }
     char full[256];
     snprintf(full, sizeof full, "mprt_k_%s", name);
-    MPRT_CU(cuModuleGetFunction(&m->fns[m->n], m->module, full));
+    MPRT_CUDA(cudaLibraryGetKernel(&m->fns[m->n], m->lib, full));
     m->names[m->n] = name;
     return m->fns[m->n++];
 }
@@ -232,9 +222,9 @@ MPRT_KERNEL CUfunction mprt_cu_function(const char *name)
 MPRT_KERNEL void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size_t shmem,
                            void **args)
 {
-    CUfunction f = mprt_cu_function(name);
-    MPRT_CU(cuLaunchKernel(f, grid ? grid : 1, 1, 1, block, 1, 1, (unsigned)shmem,
-                           (CUstream)mprt_cu->compute, args, NULL));
+    cudaKernel_t f = mprt_cu_function(name);
+    MPRT_CUDA(cudaLaunchKernel((const void *)f, (dim3){grid ? grid : 1, 1, 1}, (dim3){block, 1, 1}, args,
+                               shmem, mprt_cu->compute));
 }
 
 /* A 1-D grid for n elements, capped: kernels loop with a grid stride. */
@@ -271,7 +261,7 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
     mprt_cu_arena_size = calloc((size_t)ndev, sizeof *mprt_cu_arena_size);
     if (!mprt_cu_devs || !mprt_cu_streams || !mprt_cu_modules || !mprt_cu_arena_base ||
         !mprt_cu_arena_size)
-        mprt_cu_die(1, "calloc", "out of memory");
+        mprt_cu_call_failed(1, "calloc", "out of memory");
     int shared = 0;
     for (int d = 0; d < ndev; d++) {
         MprtCuDevice *c = &mprt_cu_devs[d];
@@ -302,7 +292,7 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
             MPRT_CUDA(cudaSetDevice(x));
             cudaError_t e = cudaDeviceEnablePeerAccess(y, 0);
             if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-                mprt_cu_die(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
+                mprt_cu_call_failed(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
             cudaGetLastError();
         }
 }
@@ -361,7 +351,7 @@ MPRT_KERNEL int mprt_cu_owner(const void *p)
         if ((const unsigned char *)p >= mprt_cu_arena_base[d] &&
             (const unsigned char *)p < mprt_cu_arena_base[d] + mprt_cu_arena_size[d])
             return d;
-    mprt_cu_die(1, "mprt_memcpy_async", "a pointer outside every arena (a bug in mpcc)");
+    mprt_cu_call_failed(1, "mprt_memcpy_async", "a pointer outside every arena (a bug in mpcc)");
     return -1;
 }
 
@@ -388,8 +378,35 @@ MPRT_KERNEL void mprt_record_event(int stream, int ev)
     MPRT_CUDA(cudaEventRecord(mprt_cu_events[ev], mprt_cu_streams[stream]));
 }
 
+/* A bad Gather index or label that a kernel on GPU `ordinal` recorded in
+ * its module's mprt_k_fault {code, value, bound, node} (a kernel cannot
+ * stop the program as the CPU's kernels do): the CPU's message, exit 1. */
+MPRT_KERNEL void mprt_cu_check_faults(int ordinal)
+{
+    MprtCuModule *m = &mprt_cu_modules[ordinal];
+    if (!m->lib)
+        return;
+    void *at;
+    size_t bytes;
+    uint64_t f[4];
+    MPRT_CUDA(cudaLibraryGetGlobal(&at, &bytes, m->lib, "mprt_k_fault"));
+    MPRT_CUDA(cudaMemcpy(f, at, sizeof f, cudaMemcpyDeviceToHost));
+    if (!f[0])
+        return;
+    const char *node = (const char *)(uintptr_t)f[3];
+    if (f[0] == 1)
+        fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%lld, %lld); "
+                "check the input data (token ids must be below the vocabulary size)\n",
+                node ? node : "?", (long long)f[1], (long long)f[2], (long long)f[2]);
+    else
+        fprintf(stderr, "train: error: node '%s': label %lld is not a class in [0, %lld) nor "
+                "the ignore_index; check the labels\n", node ? node : "?", (long long)f[1],
+                (long long)f[2]);
+    exit(1);
+}
+
 /* The end of a step: every stream drained (a kernel's failure surfaces
- * here, named as the step's). */
+ * here, named as the step's), then the kernels' recorded faults. */
 MPRT_KERNEL void mprt_sync(void)
 {
     mprt_cu_node = "the step";
@@ -397,12 +414,18 @@ MPRT_KERNEL void mprt_sync(void)
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
         MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
     }
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+        mprt_cu_check_faults(mprt_cu_devs[d].ordinal);
+    }
     mprt_cu_node = NULL;
 }
 
 /* Around each node of a stage action, when profiling: the host waits for
  * the node, so its time is the GPU's (profiling runs are measurements). */
-#define MPRT_PROF_BEGIN double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
+#define MPRT_PROF_BEGIN(k)                                          \
+    mprt_cu_node = mprt_prof_nodes[k].name;                         \
+    double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
 #define MPRT_PROF_END(k)                                            \
     do {                                                            \
         if (mprt_profiling) {                                       \
@@ -464,7 +487,7 @@ MPRT_KERNEL void *mprt_cu_staging(int k, size_t n)
         area[k] = malloc(n);
         size[k] = area[k] ? n : 0;
         if (!area[k])
-            mprt_cu_die(1, "malloc", "out of host memory for a staging buffer");
+            mprt_cu_call_failed(1, "malloc", "out of host memory for a staging buffer");
     }
     return area[k];
 }
@@ -481,7 +504,7 @@ MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
 {
     void *h = malloc(n ? n : 1);
     if (!h)
-        mprt_cu_die(1, "malloc", "out of host memory for a checkpoint");
+        mprt_cu_call_failed(1, "malloc", "out of host memory for a checkpoint");
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(h, src, n, cudaMemcpyDeviceToHost));
     return h;

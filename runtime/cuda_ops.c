@@ -17,7 +17,7 @@
  * seed and micro-batch) are read when the call is issued and passed to the
  * kernel. A kernel cannot stop the program the way the CPU's Gather and
  * NegativeLogLikelihoodLoss do on a bad index: it records the fault in the
- * module's mprt_k_fault, and mprt_cu_check_faults reports it after a step.
+ * module's mprt_k_fault, and mprt_sync (cuda.c) reports it after a step.
  */
 #include "mprt.h"
 #include "kernel.h"
@@ -887,30 +887,4 @@ MPRT_CU_KERNEL void mprt_cu_adamw(long n, float *w, const float *g, float *m, fl
     float step_size = lr / bc1, bc2s = sqrtf(bc2), decay = 1.0f - lr * wd;
     void *args[] = {&n, &w, &g, &m, &v, &scale, &decay, &b1, &b2, &eps, &step_size, &bc2s};
     mprt_cu_each("adamw", n, args);
-}
-
-/* ---- faults ---- */
-
-/* After a step (the device synchronized): a bad Gather index or label
- * recorded by a kernel of `module` ends the program with the CPU's
- * message. */
-MPRT_CU_KERNEL void mprt_cu_check_faults(CUmodule module)
-{
-    CUdeviceptr at;
-    size_t bytes;
-    uint64_t f[4];
-    MPRT_CU(cuModuleGetGlobal(&at, &bytes, module, "mprt_k_fault"));
-    MPRT_CU(cuMemcpyDtoH(f, at, sizeof f));
-    if (!f[0])
-        return;
-    const char *node = (const char *)(uintptr_t)f[3];
-    if (f[0] == 1)
-        fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%lld, %lld); "
-                "check the input data (token ids must be below the vocabulary size)\n",
-                node ? node : "?", (long long)f[1], (long long)f[2], (long long)f[2]);
-    else
-        fprintf(stderr, "train: error: node '%s': label %lld is not a class in [0, %lld) nor "
-                "the ignore_index; check the labels\n", node ? node : "?", (long long)f[1],
-                (long long)f[2]);
-    exit(1);
 }

@@ -147,7 +147,7 @@ MPRT_KERNEL void mprt_sync(void)
 }
 
 /* Around each node of a stage action: its time, when profiling. */
-#define MPRT_PROF_BEGIN double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
+#define MPRT_PROF_BEGIN(k) double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
 #define MPRT_PROF_END(k)                                    \
     do {                                                    \
         if (mprt_profiling) {                               \

@@ -79,6 +79,8 @@ typedef struct MprtProfNode {
     const char *phase;     /* "forward", "backward" or "update" */
 } MprtProfNode;
 
+MPRT_GLOBAL const MprtProfNode *mprt_prof_nodes;   /* the program's nodes, by index */
+
 /* Mean seconds per call of every node that ran while profiling, as mpcc
  * --measured reads them. */
 MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,

@@ -56,7 +56,7 @@ static void mprt_usage(const MprtModel *m)
 {
     printf("usage: %s --data x.npy --labels y.npy [options]\n"
            "\n"
-           "Trains %s (compiled by mpcc %s) on CPU.\n"
+           "Trains %s (compiled by mpcc %s) on %d %s device(s).\n"
            "\n"
            "Data:\n"
            "  --data FILE        inputs, .npy, one row per sample (C order, little-endian)\n"
@@ -103,8 +103,9 @@ static void mprt_usage(const MprtModel *m)
            "                     mean per call as JSON; mpcc --measured=FILE then plans\n"
            "                     with these times instead of its estimates\n"
            "  --help             this text\n",
-           m->program, m->model_file, m->mpcc_version, m->batch, m->lr,
-           m->batch / m->microbatches, m->weights_file);
+           m->program, m->model_file, m->mpcc_version, m->ndev,
+           strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr, m->batch / m->microbatches,
+           m->weights_file);
 }
 
 static long mprt_arg_long(const char *opt, const char *v, long lo)
@@ -491,6 +492,7 @@ static void mprt_start_devices(const MprtModel *m)
     mprt_arenas = calloc((size_t)m->ndev, sizeof *mprt_arenas);
     if (!mprt_arenas)
         mprt_die("out of memory");
+    mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
     mprt_devices_open(m->ndev, m->device_names);
     mprt_losses_alloc(m->microbatches);
     for (int d = 0; d < m->ndev; d++) {

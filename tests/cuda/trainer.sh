@@ -1,0 +1,40 @@
+#!/bin/sh
+# One model's CUDA trainer, generated, built and started: mpcc writes it
+# (the options include -gpus N), it builds with the build line mpcc printed
+# in its header plus -Wall -Werror (plain cc, no nvcc) and links against
+# cudart, cuBLAS, cuDNN and NVRTC. Then it runs two synthetic steps: on a
+# machine without an NVIDIA driver it must say so in one line and exit 2;
+# with one it must train.
+# Usage: trainer.sh MPCC WORKDIR MODEL [mpcc options...]
+set -eu
+mpcc=$1 work=$2 model=$3
+shift 3
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+case $model in
+*.mp) sed 's/@cpu\([0-9]\)/@gpu\1/g' "$model" > model.mp; model=model.mp ;;
+esac
+"$mpcc" "$model" "$@" -o train.c 2>mpcc.log
+build=$(sed -n 's/^ \* build: *//p' train.c)
+case $build in
+*-lcudart*) ;;
+*) echo "FAIL: the header's build line is not a CUDA one: $build"; exit 1 ;;
+esac
+echo "build: $build -Wall -Werror"
+$build -Wall -Werror
+status=0
+./train --synthetic --steps 2 >out.txt 2>err.txt || status=$?
+if [ -e /proc/driver/nvidia/version ]; then
+    if [ $status -ne 0 ]; then
+        echo "FAIL: the trainer failed on this GPU machine (exit $status):"
+        cat err.txt
+        exit 1
+    fi
+    echo "trained 2 steps on the GPU"
+    exit 0
+fi
+if [ $status -ne 2 ] || [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q "no CUDA device" err.txt; then
+    echo "FAIL: without a GPU the trainer must print one line and exit 2; it exited $status:"
+    cat err.txt
+    exit 1
+fi
+echo "built and linked; without a GPU: exit 2, $(cat err.txt)"
