@@ -27,7 +27,10 @@ static const char help_text[] =
 "Devices and pipeline (docs/pipeline.md):\n"
 "  -cpus N                  partition across N CPU devices (one worker thread each)\n"
 "  -gpus N                  partition across N CUDA devices\n"
-"  --devices=LIST           an explicit, possibly mixed list: cpu,cuda:0,cuda:1\n"
+"  --devices=LIST           an explicit list: cpu,cpu:1 or cuda:0,cuda:1 (one kind of\n"
+"                           device per trainer; plans and dumps also take mixed ones)\n"
+"  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
+"                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
 "  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
 "                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"
 "                           profile file (docs/pipeline.md); default: cpu for CPU\n"
@@ -177,7 +180,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
-               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_COUNT } OptId;
+               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -185,7 +188,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"batch", OPT_BATCH, true},  {"shapes", OPT_SHAPES, true},
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
-    {"infer", OPT_INFER, false},
+    {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -292,6 +295,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     switch (id) {
     case OPT_O: o->output = val; break;
     case OPT_GPUS: o->gpus = (int)parse_count(opt, val, 1024); break;
+    case OPT_TF32: o->tf32 = true; break;
     case OPT_CPUS: o->cpus = (int)parse_count(opt, val, 1024); break;
     case OPT_BATCH:
         o->batch = parse_count(opt, val, (int64_t)1 << 40);

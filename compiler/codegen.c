@@ -1920,7 +1920,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
-        emit(cg, "    mprt_cu_source = mprt_cu_kernels;\n");
+        emit(cg, "    mprt_cu_source = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
     emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 
@@ -2005,6 +2005,8 @@ static bool cuda_program(const Graph *g, const Options *o, const Plan *plan)
     if (ncuda && ncuda < plan->ds->n)
         error_file(g->file, "CPU and CUDA devices in one trainer are not supported yet; use "
                    "-cpus N or -gpus N");
+    if (!ncuda && o->tf32)
+        error_file(g->file, "--tf32 is for CUDA devices (-gpus N); drop it for CPU devices");
     if (ncuda && o->train.clip_norm > 0)
         error_file(g->file, "--clip-norm on CUDA devices is not supported yet; drop it or "
                    "train on CPU devices");

@@ -337,6 +337,7 @@ typedef struct Options {
     const char *input;
     const char *output;        /* -o */
     int gpus, cpus;
+    bool tf32;                 /* --tf32: CUDA GEMMs and convolutions may use TF32 */
     int64_t batch;             /* -batch, 0 if not given */
     ShapeBinding *shapes;      /* --shapes */
     uint32_t nshapes;

@@ -53,6 +53,11 @@ static int mprt_cu_nevents;
 static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's device */
 static size_t *mprt_cu_arena_size;
 static const char *mprt_cu_source;   /* templates/kernels.cu, set by the generated program */
+static int mprt_cu_tf32;             /* mpcc --tf32: GEMMs and convolutions may round to TF32 */
+/* --trace: each operation's timing events and device, one reference per device */
+static cudaEvent_t *mprt_cu_tstart, *mprt_cu_tend, *mprt_cu_ref;   /* [nops + 1], [ndev] */
+static int *mprt_cu_tdev, mprt_cu_nops;
+static double *mprt_cu_ref_host;
 
 static _Noreturn void mprt_cu_call_failed(int status, const char *call, const char *what)
 {
@@ -275,6 +280,8 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
         c->compute = mprt_cu_streams[d * 3];
         MPRT_CUBLAS(cublasCreate(&c->blas));
         MPRT_CUBLAS(cublasSetStream(c->blas, c->compute));
+        MPRT_CUBLAS(cublasSetMathMode(c->blas, mprt_cu_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                            : CUBLAS_DEFAULT_MATH));
         MPRT_CUDNN(cudnnCreate(&c->dnn));
         MPRT_CUDNN(cudnnSetStream(c->dnn, c->compute));
     }
@@ -306,7 +313,14 @@ MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *er
     mprt_cu_nevents = nevents;
     mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
     mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
-    if (!mprt_cu_events || !mprt_op_start || !mprt_op_end)
+    mprt_cu_nops = nops;
+    mprt_cu_tstart = calloc((size_t)nops + 1, sizeof *mprt_cu_tstart);
+    mprt_cu_tend = calloc((size_t)nops + 1, sizeof *mprt_cu_tend);
+    mprt_cu_tdev = calloc((size_t)nops + 1, sizeof *mprt_cu_tdev);
+    mprt_cu_ref = calloc((size_t)mprt_cu_ndev, sizeof *mprt_cu_ref);
+    mprt_cu_ref_host = calloc((size_t)mprt_cu_ndev, sizeof *mprt_cu_ref_host);
+    if (!mprt_cu_events || !mprt_op_start || !mprt_op_end || !mprt_cu_tstart ||
+        !mprt_cu_tend || !mprt_cu_tdev || !mprt_cu_ref || !mprt_cu_ref_host)
         return mprt_errf(err, errlen, "out of memory starting the streams");
     return 0;
 }
@@ -317,20 +331,66 @@ MPRT_KERNEL void mprt_cu_use(int dev)
     MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
 }
 
-/* With --trace, the host waits for each operation: the timeline is then
- * the GPU's, at the cost of the overlap between host and devices. */
-MPRT_KERNEL void mprt_cu_traced(int stream, int label, double t0)
+/* --trace: timing events around each operation (created only in that
+ * mode), read at the step's end against one reference event per device
+ * whose host time is known, so the host never waits inside a step. */
+
+static cudaEvent_t mprt_cu_timing_event(cudaEvent_t *e)
 {
-    if (!mprt_tracing || label < 0)
+    if (!*e)
+        MPRT_CUDA(cudaEventCreate(e));
+    return *e;
+}
+
+/* At the first traced operation of a step, before it is issued: every
+ * device is idle (the previous step synchronized), so an event recorded
+ * on each now marks the host's present time. */
+static void mprt_cu_trace_refs(void)
+{
+    if (mprt_cu_ref_host[0] > 0)
         return;
-    MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[stream]));
-    mprt_op_start[label] = t0;
-    mprt_op_end[label] = mprt_clock();
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+        MPRT_CUDA(cudaEventRecord(mprt_cu_timing_event(&mprt_cu_ref[d]),
+                                  mprt_cu_devs[d].compute));
+        MPRT_CUDA(cudaEventSynchronize(mprt_cu_ref[d]));
+        mprt_cu_ref_host[d] = mprt_clock();
+    }
+}
+
+MPRT_KERNEL void mprt_cu_trace_mark(int stream, int label, int end)
+{
+    if (!mprt_tracing || label < 0 || label > mprt_cu_nops)
+        return;
+    int d = stream / 3;
+    mprt_cu_trace_refs();
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+    cudaEvent_t *e = end ? &mprt_cu_tend[label] : &mprt_cu_tstart[label];
+    MPRT_CUDA(cudaEventRecord(mprt_cu_timing_event(e), mprt_cu_streams[stream]));
+    mprt_cu_tdev[label] = d;
+}
+
+/* At the end of a traced step (every stream drained): the operations'
+ * times on the host's clock. */
+MPRT_KERNEL void mprt_cu_trace_read(void)
+{
+    for (int k = 0; k <= mprt_cu_nops; k++) {
+        if (!mprt_cu_tstart[k] || !mprt_cu_tend[k])
+            continue;
+        int d = mprt_cu_tdev[k];
+        float a, b;
+        MPRT_CUDA(cudaEventElapsedTime(&a, mprt_cu_ref[d], mprt_cu_tstart[k]));
+        MPRT_CUDA(cudaEventElapsedTime(&b, mprt_cu_ref[d], mprt_cu_tend[k]));
+        mprt_op_start[k] = mprt_cu_ref_host[d] + 1e-3 * a;
+        mprt_op_end[k] = mprt_cu_ref_host[d] + 1e-3 * b;
+    }
+    for (int d = 0; d < mprt_cu_ndev; d++)
+        mprt_cu_ref_host[d] = 0;
 }
 
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
 {
-    double t0 = mprt_tracing ? mprt_clock() : 0;
+    mprt_cu_trace_mark(stream, label, 0);
     mprt_cu_use(stream / 3);
 #ifdef MPCC_NVTX
     char range[64];
@@ -342,7 +402,7 @@ MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
     nvtxRangePop();
 #endif
     mprt_cu_node = NULL;
-    mprt_cu_traced(stream, label, t0);
+    mprt_cu_trace_mark(stream, label, 1);
 }
 
 MPRT_KERNEL int mprt_cu_owner(const void *p)
@@ -357,12 +417,12 @@ MPRT_KERNEL int mprt_cu_owner(const void *p)
 
 MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
-    double t0 = mprt_tracing ? mprt_clock() : 0;
     int to = mprt_cu_owner(dst), from = stream / 3;
+    mprt_cu_trace_mark(stream, label, 0);
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
     MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
                                   mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
-    mprt_cu_traced(stream, label, t0);
+    mprt_cu_trace_mark(stream, label, 1);
 }
 
 MPRT_KERNEL void mprt_wait_event(int stream, int ev)
@@ -418,6 +478,8 @@ MPRT_KERNEL void mprt_sync(void)
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
         mprt_cu_check_faults(mprt_cu_devs[d].ordinal);
     }
+    if (mprt_tracing)
+        mprt_cu_trace_read();
     mprt_cu_node = NULL;
 }
 
