@@ -174,7 +174,10 @@ void list_ops(FILE *out)
             "Every op listed is imported from ONNX (default domain) and has static "
             "shape inference. *Folded*: evaluated at compile time when its inputs "
             "are constants. `Constant` nodes become constants at import. *None "
-            "needed*: the outputs are bool masks, through which no gradient flows.\n\n"
+            "needed*: the outputs are bool masks, through which no gradient flows. "
+            "*CUDA*: forward and gradient kernels for CUDA devices (`docs/cuda.md`; "
+            "compiled and type-checked against the CPU kernels in CI, not yet compared "
+            "with them on a GPU).\n\n"
             "| op | inputs | outputs | folded | CPU forward | CPU gradient | CUDA |\n"
             "|---|---|---|---|---|---|---|\n", MPCC_VERSION);
     for (int i = 0; i < n; i++) {

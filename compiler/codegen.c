@@ -124,13 +124,18 @@ static const Shape *shape_of(CG *cg, uint32_t v)
 
 /* ---- kernels, one call per node ---- */
 
+/* Whether the stage being written runs on a CUDA device. */
+static bool cuda_stage(const CG *cg)
+{
+    const Plan *p = cg->plan;
+    return p->ds->d[p->st->dev[cg->stage]].kind == DEV_CUDA;
+}
+
 /* The kernel a node calls: mprt_NAME on a CPU device, mprt_cu_NAME (the
  * same arguments, device pointers) on a CUDA device. */
 static const char *kernel(CG *cg, const char *name)
 {
-    const Plan *p = cg->plan;
-    bool cuda = p->ds->d[p->st->dev[cg->stage]].kind == DEV_CUDA;
-    return arena_printf(cg->g->arena, "mprt_%s%s", cuda ? "cu_" : "", name);
+    return arena_printf(cg->g->arena, "mprt_%s%s", cuda_stage(cg) ? "cu_" : "", name);
 }
 
 /* The scratch of the device running the stage being written. */
@@ -151,8 +156,8 @@ static const char *opt_buf(CG *cg, const Node *n, uint32_t k, bool out)
 
 static _Noreturn void unsupported(CG *cg, const Node *n, const char *what)
 {
-    (void)cg;
-    error_at(&n->loc, "the CPU trainer does not support %s yet", what);
+    error_at(&n->loc, "the %s trainer does not support %s yet", cuda_stage(cg) ? "CUDA" : "CPU",
+             what);
 }
 
 static void emit_gemm(CG *cg, const Node *n)
@@ -1240,6 +1245,9 @@ static uint32_t float_inputs(const Node *n)
 static void emit_node(CG *cg, const Node *n)
 {
     emit(cg, "    /* node '%s' (%s) */\n", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
+        error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
+                 n->op_type);
     if (float_inputs(n))
         float_kernel(cg, n, float_inputs(n));
     switch (n->op) {
