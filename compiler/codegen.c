@@ -314,8 +314,8 @@ static void emit_reduce(CG *cg, const Node *n)
         reduce_axes(cg->g, (Node *)n, reduced);
     }
     long shape[MAX_RANK];
-    emit(cg, "    %s(", grad ? "mprt_reduce_max_grad" : n->op == OP_REDUCE_SUM ||
-         n->op == OP_REDUCE_MEAN ? "mprt_sum_to" : "mprt_reduce_max");
+    emit(cg, "    %s(", kernel(cg, grad ? "reduce_max_grad" : n->op == OP_REDUCE_SUM ||
+                                 n->op == OP_REDUCE_MEAN ? "sum_to" : "reduce_max"));
     if (n->op == OP_REDUCE_MAX || n->op == OP_REDUCE_MIN)
         emit(cg, "%d, ", n->op == OP_REDUCE_MIN);
     for (int d = 0; d < xs->rank; d++)
@@ -1788,7 +1788,11 @@ static void emit_eval(CG *cg)
     const Plan *p = cg->plan;
     emit(cg, "\nstatic void eval_forward(void)\n{\n");
     for (int s = 0; s < p->st->n; s++) {
-        emit(cg, "    s%d_forward(0);\n", s);
+        if (cg->cuda)   /* issued on the stage's device, finished before the copies */
+            emit(cg, "    mprt_cu_use(%d);\n    s%d_forward(0);\n    mprt_sync();\n",
+                 p->st->dev[s], s);
+        else
+            emit(cg, "    s%d_forward(0);\n", s);
         for (int r = 0; r < p->nbufs; r++) {
             const Buf *bf = &p->bufs[r];
             uint32_t v = bf->value, pn = cg->g->values[v].producer;

@@ -438,31 +438,35 @@ MPRT_KERNEL void mprt_record_event(int stream, int ev)
     MPRT_CUDA(cudaEventRecord(mprt_cu_events[ev], mprt_cu_streams[stream]));
 }
 
-/* A bad Gather index or label that a kernel on GPU `ordinal` recorded in
- * its module's mprt_k_fault {code, value, bound, node} (a kernel cannot
- * stop the program as the CPU's kernels do): the CPU's message, exit 1. */
-MPRT_KERNEL void mprt_cu_check_faults(int ordinal)
+/* After a step, the devices synchronized: a bad Gather index or loss
+ * label that a kernel recorded in its GPU's mprt_k_fault {code, value,
+ * bound, node, ignore_index} (a kernel cannot stop the program as the
+ * CPU's kernels do) ends the program with the CPU kernel's message. */
+MPRT_KERNEL void mprt_cu_check_faults(void)
 {
-    MprtCuModule *m = &mprt_cu_modules[ordinal];
-    if (!m->lib)
-        return;
-    void *at;
-    size_t bytes;
-    uint64_t f[4];
-    MPRT_CUDA(cudaLibraryGetGlobal(&at, &bytes, m->lib, "mprt_k_fault"));
-    MPRT_CUDA(cudaMemcpy(f, at, sizeof f, cudaMemcpyDeviceToHost));
-    if (!f[0])
-        return;
-    const char *node = (const char *)(uintptr_t)f[3];
-    if (f[0] == 1)
-        fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%lld, %lld); "
-                "check the input data (token ids must be below the vocabulary size)\n",
-                node ? node : "?", (long long)f[1], (long long)f[2], (long long)f[2]);
-    else
-        fprintf(stderr, "train: error: node '%s': label %lld is not a class in [0, %lld) nor "
-                "the ignore_index; check the labels\n", node ? node : "?", (long long)f[1],
-                (long long)f[2]);
-    exit(1);
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MprtCuModule *m = &mprt_cu_modules[mprt_cu_devs[d].ordinal];
+        if (!m->lib)
+            continue;   /* no kernel has run on this GPU */
+        void *at;
+        size_t bytes;
+        uint64_t f[5];
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+        MPRT_CUDA(cudaLibraryGetGlobal(&at, &bytes, m->lib, "mprt_k_fault"));
+        MPRT_CUDA(cudaMemcpy(f, at, sizeof f, cudaMemcpyDeviceToHost));
+        if (!f[0])
+            continue;
+        const char *node = (const char *)(uintptr_t)f[3];
+        if (f[0] == 1)
+            fprintf(stderr, "train: error: node '%s': index %lld is out of range [-%lld, %lld); "
+                    "check the input data (token ids must be below the vocabulary size)\n",
+                    node ? node : "?", (long long)f[1], (long long)f[2], (long long)f[2]);
+        else
+            fprintf(stderr, "train: error: node '%s': label %lld is not a class in [0, %lld) nor "
+                    "the ignore_index %lld; check the labels\n", node ? node : "?",
+                    (long long)f[1], (long long)f[2], (long long)f[4]);
+        exit(1);
+    }
 }
 
 /* The end of a step: every stream drained (a kernel's failure surfaces
@@ -474,10 +478,7 @@ MPRT_KERNEL void mprt_sync(void)
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
         MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
     }
-    for (int d = 0; d < mprt_cu_ndev; d++) {
-        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
-        mprt_cu_check_faults(mprt_cu_devs[d].ordinal);
-    }
+    mprt_cu_check_faults();
     if (mprt_tracing)
         mprt_cu_trace_read();
     mprt_cu_node = NULL;

@@ -17,7 +17,15 @@
  * seed and micro-batch) are read when the call is issued and passed to the
  * kernel. A kernel cannot stop the program the way the CPU's Gather and
  * NegativeLogLikelihoodLoss do on a bad index: it records the fault in the
- * module's mprt_k_fault, and mprt_sync (cuda.c) reports it after a step.
+ * module's mprt_k_fault, and mprt_sync (cuda.c) reports it after a step
+ * with the CPU's message.
+ *
+ * Where the CPU scatters (the gradients of Gather, MaxPool, AveragePool,
+ * Pad, Resize), the kernels gather: one thread owns each element of the
+ * result and adds its terms in the order the CPU's loop adds them, so the
+ * results are deterministic and the CPU's. cuda.c comes first in the
+ * program: its mprt_cu_call_failed is for failing calls, mprt_cu_refuse here for
+ * what the kernels cannot take.
  */
 #include "mprt.h"
 #include "kernel.h"
@@ -33,7 +41,9 @@
 #define MPRT_CU_BLOCK 256u       /* threads per block of the elementwise kernels */
 #define MPRT_CU_COUNT_GRID 1024u /* at most this many blocks for kernels that count labels */
 
-static _Noreturn MPRT_PRINTF(1, 2) void mprt_cu_die(const char *fmt, ...)
+/* A shape or a state the kernels cannot take: one line naming the node,
+ * exit 1 (runtime/cuda.c's mprt_cu_call_failed is for failing calls). */
+static _Noreturn MPRT_PRINTF(1, 2) void mprt_cu_refuse(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -83,7 +93,7 @@ static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, co
     MprtCuBcast b;
     memset(&b, 0, sizeof b);
     if (rank > 8)
-        mprt_cu_die("a broadcast over %d dimensions (at most 8)", rank);
+        mprt_cu_refuse("a broadcast over %d dimensions (at most 8)", rank);
     b.rank = rank;
     *n = 1;
     for (int d = 0; d < rank; d++) {
@@ -217,13 +227,21 @@ MPRT_CU_KERNEL void mprt_cu_sum(long n, int k, const float *const *x, float *y)
 }
 
 /* sum = (first ? 0 : sum) + g: a parameter's gradient summed over the
- * micro-batches (the CPU's trainer writes this loop inline). */
-MPRT_CU_KERNEL void mprt_cu_accumulate(long n, int first, const float *g, float *sum)
+ * micro-batches. */
+MPRT_CU_KERNEL void mprt_cu_accumulate(long n, float *sum, const float *g, int first)
 {
-    void *args[] = {&n, &first, &g, &sum};
+    void *args[] = {&n, &sum, &g, &first};
     mprt_cu_each("accumulate", n, args);
 }
 
+/* A copy of any element type, on the compute stream. */
+MPRT_CU_KERNEL void mprt_cu_copy_bytes(size_t n, const void *x, void *y)
+{
+    if (x != y && n > 0)
+        MPRT_CUDA(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, mprt_cu->compute));
+}
+
+/* ADD, SUB, MUL, DIV, POW and PRELU (MIN and MAX are mprt_cu_nary's) */
 MPRT_CU_KERNEL void mprt_cu_binary(int op, int rank, const long *shape, const float *a,
                                    const long *sa, const float *b, const long *sb, float *y)
 {
@@ -253,33 +271,95 @@ MPRT_CU_KERNEL void mprt_cu_where(int rank, const long *shape, const uint8_t *co
     mprt_cu_each("where", n, args);
 }
 
-MPRT_CU_KERNEL void mprt_cu_unary(int op, long n, const float *x, float *y)
+MPRT_CU_KERNEL void mprt_cu_unary(int op, long n, float p, float q, const float *x, float *y)
 {
-    void *args[] = {&op, &n, &x, &y};
+    void *args[] = {&op, &n, &p, &q, &x, &y};
     mprt_cu_each("unary", n, args);
 }
 
-MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, const float *dy, const float *x,
-                                       const float *y, float *dx)
+MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, float p, float q, const float *dy,
+                                       const float *x, const float *y, float *dx)
 {
-    void *args[] = {&op, &n, &dy, &x, &y, &dx};
+    void *args[] = {&op, &n, &p, &q, &dy, &x, &y, &dx};
     mprt_cu_each("unary_grad", n, args);
 }
 
-/* out = alpha * dy summed over the dims where keep[d] is 0: one thread per
- * output adding in dy's order (as the CPU), or, for few outputs, one
- * block per output. */
-MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
-                                   float alpha, long n_out, float *out)
+/* k <= 8 operands broadcast into an output (kernels.cu's struct Nary) */
+typedef struct {
+    const float *p[8];
+    int64_t shape[8];
+    int64_t stride[8][8];   /* [operand][dimension] */
+    int rank, k;
+} MprtCuNary;
+
+static MprtCuNary mprt_cu_nary_of(int k, int rank, const long *shape, const float *const *x,
+                                  const long *const *sx, long *n)
 {
-    struct {
-        int64_t kshape[8], kstride[8], rshape[8], rstride[8];
-        int nk, nr;
-        int64_t nred;
-    } p;
+    MprtCuNary a;
+    memset(&a, 0, sizeof a);
+    if (rank > 8 || k > 8 || k < 1)
+        mprt_cu_refuse("%d operands over %d dimensions (at most 8 of each)", k, rank);
+    a.rank = rank, a.k = k;
+    *n = 1;
+    for (int d = 0; d < rank; d++) {
+        a.shape[d] = shape[d];
+        *n *= shape[d];
+    }
+    for (int j = 0; j < k; j++) {
+        a.p[j] = x[j];
+        for (int d = 0; d < rank; d++)
+            a.stride[j][d] = sx[j][d];
+    }
+    return a;
+}
+
+/* y = scale * (x[0] op ... x[k-1]): Sum, Mean, Min, Max, Expand, Tile */
+MPRT_CU_KERNEL void mprt_cu_nary(int op, int k, int rank, const long *shape,
+                                 const float *const *x, const long *const *sx, float scale,
+                                 float *y)
+{
+    long n;
+    MprtCuNary a = mprt_cu_nary_of(k, rank, shape, x, sx, &n);
+    void *args[] = {&op, &n, &a, &scale, &y};
+    mprt_cu_each("nary", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_minmax_grad(int wrt, int k, int rank, const long *shape,
+                                        const float *const *x, const long *const *sx,
+                                        const float *dy, const float *y, float *out)
+{
+    long n;
+    MprtCuNary a = mprt_cu_nary_of(k, rank, shape, x, sx, &n);
+    if (wrt < 0 || wrt >= k)
+        mprt_cu_refuse("the gradient of operand %d of %d", wrt, k);
+    void *args[] = {&wrt, &n, &a, &dy, &y, &out};
+    mprt_cu_each("minmax_grad", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_prelu_grad(int wrt, int rank, const long *shape, const float *dy,
+                                       const float *x, const float *slope, const long *ss,
+                                       float *out)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, ss, NULL, NULL, &n);
+    void *args[] = {&wrt, &n, &bc, &dy, &x, &slope, &out};
+    mprt_cu_each("prelu_grad", n, args);
+}
+
+/* kernels.cu's struct SumTo: the kept and the reduced dims of x, each
+ * outermost first with x's strides. */
+typedef struct {
+    int64_t kshape[8], kstride[8], rshape[8], rstride[8];
+    int nk, nr;
+    int64_t nred;
+} MprtCuSumTo;
+
+static MprtCuSumTo mprt_cu_sum_to_of(int rank, const long *shape, const int *keep)
+{
+    MprtCuSumTo p;
     memset(&p, 0, sizeof p);
     if (rank > 8)
-        mprt_cu_die("a reduction over %d dimensions (at most 8)", rank);
+        mprt_cu_refuse("a reduction over %d dimensions (at most 8)", rank);
     long stride = 1;
     p.nred = 1;
     for (int d = rank - 1; d >= 0; d--) {
@@ -300,11 +380,46 @@ MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep,
         int64_t t = p.rshape[i]; p.rshape[i] = p.rshape[j]; p.rshape[j] = t;
         t = p.rstride[i]; p.rstride[i] = p.rstride[j]; p.rstride[j] = t;
     }
-    void *args[] = {&p, &dy, &alpha, &n_out, &out};
-    if (n_out >= 1024 || p.nred < 64)
-        mprt_cu_each("sum_to", n_out, args);
+    return p;
+}
+
+/* A reduction: one thread per output taking its terms in x's order (as
+ * the CPU), or, for few outputs with many terms each, one block per output. */
+static void mprt_cu_reduce(const char *each, const char *rows, long n_out,
+                           const MprtCuSumTo *p, void **args)
+{
+    if (n_out >= 1024 || p->nred < 64)
+        mprt_cu_each(each, n_out, args);
     else
-        mprt_cu_rows("sum_to_rows", n_out, (long)p.nred, args);
+        mprt_cu_rows(rows, n_out, (long)p->nred, args);
+}
+
+/* out = alpha * dy summed over the dims where keep[d] is 0 */
+MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
+                                   float alpha, long n_out, float *out)
+{
+    MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
+    void *args[] = {&p, &dy, &alpha, &n_out, &out};
+    mprt_cu_reduce("sum_to", "sum_to_rows", n_out, &p, args);
+}
+
+/* ReduceMax (is_min: ReduceMin): the CPU's result, NaN and signed zeros
+ * included, in either form (kernels.cu: extreme_wins). */
+MPRT_CU_KERNEL void mprt_cu_reduce_max(int is_min, int rank, const long *shape, const int *keep,
+                                       const float *x, long n_out, float *y)
+{
+    MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
+    void *args[] = {&is_min, &p, &x, &n_out, &y};
+    mprt_cu_reduce("reduce_max", "reduce_max_rows", n_out, &p, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_reduce_max_grad(int rank, const long *shape, const int *keep,
+                                            const float *dy, const float *x, const float *y,
+                                            long n_out, float *dx)
+{
+    MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
+    void *args[] = {&p, &dy, &x, &y, &n_out, &dx};
+    mprt_cu_reduce("reduce_max_grad", "reduce_max_grad_rows", n_out, &p, args);
 }
 
 /* ---- losses ---- */
@@ -348,6 +463,20 @@ MPRT_CU_KERNEL void mprt_cu_nll(int N, int C, long D, const float *x, const int6
     uint64_t tag = (uint64_t)(uintptr_t)node;
     void *args[] = {&N, &C, &D, &x, &labels, &ignore, &loss, &tag};
     mprt_cu_one("nll", args);
+}
+
+/* The forward-only program's loss: class weights and every reduction. */
+MPRT_CU_KERNEL void mprt_cu_nll_forward(int N, int C, long D, const float *x,
+                                        const int64_t *labels, const float *weight,
+                                        int64_t ignore, int reduction, float *loss,
+                                        const char *node)
+{
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    void *args[] = {&N, &C, &D, &x, &labels, &weight, &ignore, &reduction, &loss, &tag};
+    if (reduction == 0)
+        mprt_cu_each("nll_forward", (long)N * D, args);
+    else
+        mprt_cu_one("nll_forward", args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_nll_grad(int N, int C, long D, const float *dloss,
@@ -411,6 +540,29 @@ MPRT_CU_KERNEL void mprt_cu_layernorm_grad(long rows, long D, const float *dy, c
     mprt_cu_each("layernorm_grad_w", D, gw);
 }
 
+/* Instance normalization (G = C) and group normalization: one block per
+ * (image, group) of D = C/G * P elements. The weight gradients run one
+ * block per channel recomputing its group's moments; both launches get
+ * the block size of D, so the moments are the same bits as the forward's. */
+MPRT_CU_KERNEL void mprt_cu_group_norm(int N, int C, int G, long P, const float *x,
+                                       const float *scale, const float *bias, float eps, float *y)
+{
+    long D = (long)(C / G) * P;
+    void *args[] = {&N, &C, &G, &P, &x, &scale, &bias, &eps, &y};
+    mprt_cu_rows("group_norm", (long)N * G, D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_group_norm_grad(int N, int C, int G, long P, const float *dy,
+                                            const float *x, const float *scale, float eps,
+                                            float *dx, float *dscale, float *dbias)
+{
+    long D = (long)(C / G) * P;
+    void *gx[] = {&N, &C, &G, &P, &dy, &x, &scale, &eps, &dx};
+    mprt_cu_rows("group_norm_grad_x", (long)N * G, D, gx);
+    void *gw[] = {&N, &C, &G, &P, &dy, &x, &eps, &dscale, &dbias};
+    mprt_cu_rows("group_norm_grad_w", C, D, gw);
+}
+
 /* The mask is the CPU's: the key comes from mprt_dropout_key (the seed
  * and the micro-batch as they are now), the bits from the same hash. */
 MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int training,
@@ -462,7 +614,7 @@ static void mprt_cu_pool_remember(const int64_t *idx, const MprtPool *p)
         int cap = mprt_cu_pools_cap ? 2 * mprt_cu_pools_cap : 16;
         MprtCuPoolSeen *t = realloc(mprt_cu_pools, (size_t)cap * sizeof *t);
         if (!t)
-            mprt_cu_die("out of memory");
+            mprt_cu_refuse("out of memory");
         mprt_cu_pools = t, mprt_cu_pools_cap = cap;
     }
     mprt_cu_pools[mprt_cu_npools].idx = idx;
@@ -496,6 +648,20 @@ MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
     mprt_cu_each("maxpool_grad_scatter", n_out, args);
 }
 
+/* Average pooling (back == 0: y from x) and its gradient (back: dx from
+ * dy, gathered per input in the CPU's order; every input is written). */
+MPRT_CU_KERNEL void mprt_cu_avgpool(int back, const MprtPool *p, float *x, float *y)
+{
+    long nc = (long)p->N * p->C;
+    if (back) {
+        void *args[] = {(void *)p, &x, &y};
+        mprt_cu_each("avgpool_grad", nc * p->H * p->W, args);
+    } else {
+        void *args[] = {(void *)p, &x, &y};
+        mprt_cu_each("avgpool", nc * p->OH * p->OW, args);
+    }
+}
+
 MPRT_CU_KERNEL void mprt_cu_gap(long NC, long P, const float *x, float *y)
 {
     void *args[] = {&NC, &P, &x, &y};
@@ -522,7 +688,7 @@ static int mprt_cu_ntensors, mprt_cu_tensors_cap;
 static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
 {
     if (n > INT_MAX || c > INT_MAX || h > INT_MAX || w > INT_MAX)
-        mprt_cu_die("a tensor of %ld x %ld x %ld x %ld is too large for cuDNN", n, c, h, w);
+        mprt_cu_refuse("a tensor of %ld x %ld x %ld x %ld is too large for cuDNN", n, c, h, w);
     for (int i = 0; i < mprt_cu_ntensors; i++) {
         MprtCuTensor *t = &mprt_cu_tensors[i];
         if (t->n == n && t->c == c && t->h == h && t->w == w)
@@ -532,7 +698,7 @@ static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
         int cap = mprt_cu_tensors_cap ? 2 * mprt_cu_tensors_cap : 32;
         MprtCuTensor *t = realloc(mprt_cu_tensors, (size_t)cap * sizeof *t);
         if (!t)
-            mprt_cu_die("out of memory");
+            mprt_cu_refuse("out of memory");
         mprt_cu_tensors = t, mprt_cu_tensors_cap = cap;
     }
     MprtCuTensor *t = &mprt_cu_tensors[mprt_cu_ntensors];
@@ -574,12 +740,12 @@ static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
         int cap = mprt_cu_convs_cap ? 2 * mprt_cu_convs_cap : 32;
         MprtCuConv **t = realloc(mprt_cu_convs, (size_t)cap * sizeof *t);
         if (!t)
-            mprt_cu_die("out of memory");
+            mprt_cu_refuse("out of memory");
         mprt_cu_convs = t, mprt_cu_convs_cap = cap;
     }
     MprtCuConv *c = calloc(1, sizeof *c);
     if (!c)
-        mprt_cu_die("out of memory");
+        mprt_cu_refuse("out of memory");
     c->dev = mprt_cu;
     c->p = *p;
     MPRT_CUDNN(cudnnCreateFilterDescriptor(&c->w));
@@ -727,6 +893,21 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, cons
     }
 }
 
+/* ConvTranspose as the data gradient of the convolution it inverts (p
+ * describes that convolution, groups included), then the bias per channel
+ * of y, as the CPU. */
+MPRT_CU_KERNEL void mprt_cu_conv_transpose(const MprtConv *p, const float *x, const float *w,
+                                           const float *b, float *y, float *col)
+{
+    mprt_cu_conv_grad_x(p, x, w, y, col);
+    if (b) {
+        long n = (long)p->N * p->C * p->H * p->W, P = (long)p->H * p->W;
+        int C = p->C;
+        void *args[] = {&n, &C, &P, &b, &y};
+        mprt_cu_each("bias_add", n, args);
+    }
+}
+
 MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, const float *x,
                                         float *dw, float *col)
 {
@@ -751,23 +932,31 @@ MPRT_CU_KERNEL void mprt_cu_channel_sum(int N, int M, long P, const float *dy, f
 
 /* ---- batch normalization (cuDNN, spatial: one statistic per channel) ---- */
 
+/* Inference: the running statistics, by the NVRTC kernel in the CPU's
+ * operation order. */
+MPRT_CU_KERNEL void mprt_cu_bn_infer(int N, int C, long P, const float *x, const float *scale,
+                                     const float *bias, const float *running_mean,
+                                     const float *running_var, float eps, float *y)
+{
+    void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &y};
+    mprt_cu_each("bn_infer", (long)N * C * P, args);
+}
+
 /* Training: the batch's statistics; the running ones move as ONNX says
  * (new = momentum * old + (1 - momentum) * batch, the variance unbiased),
  * which is cuDNN's average with factor 1 - momentum; NULL running
  * statistics (a recomputation) stay as they are. Inference
- * (mprt_training == 0): the running statistics. */
+ * (mprt_training == 0): mprt_cu_bn_infer, as the CPU. */
 MPRT_CU_KERNEL void mprt_cu_bn_train(int N, int C, long P, const float *x, const float *scale,
                                      const float *bias, float *running_mean, float *running_var,
                                      float momentum, float eps, float *y)
 {
-    cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
-    float one = 1.0f, zero = 0.0f;
     if (!mprt_training) {
-        MPRT_CUDNN(cudnnBatchNormalizationForwardInference(
-            mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, scale, bias,
-            running_mean, running_var, (double)eps));
+        mprt_cu_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, y);
         return;
     }
+    cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
+    float one = 1.0f, zero = 0.0f;
     MPRT_CUDNN(cudnnBatchNormalizationForwardTraining(
         mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, scale, bias,
         1.0 - (double)momentum, running_mean, running_mean ? running_var : NULL, (double)eps,
@@ -796,7 +985,7 @@ MPRT_CU_KERNEL void mprt_cu_strided(int back, int rank, const long *shape, const
     } s;
     memset(&s, 0, sizeof s);
     if (rank > 8)
-        mprt_cu_die("a strided copy over %d dimensions (at most 8)", rank);
+        mprt_cu_refuse("a strided copy over %d dimensions (at most 8)", rank);
     long n = 1;
     s.rank = rank;
     for (int d = 0; d < rank; d++) {
@@ -853,6 +1042,49 @@ MPRT_CU_KERNEL void mprt_cu_cast(long n, int from, int to, const void *x, void *
 {
     void *args[] = {&n, &from, &to, &x, &y};
     mprt_cu_each("cast", n, args);
+}
+
+/* Comparisons and logic with broadcasting: bool results. */
+MPRT_CU_KERNEL void mprt_cu_compare(int op, int type, int rank, const long *shape, const void *a,
+                                    const long *sa, const void *b, const long *sb, uint8_t *y)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, sa, sb, NULL, &n);
+    void *args[] = {&op, &type, &n, &bc, &a, &b, &y};
+    mprt_cu_each("compare", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_not(long n, const uint8_t *x, uint8_t *y)
+{
+    void *args[] = {&n, &x, &y};
+    mprt_cu_each("not", n, args);
+}
+
+/* Pad (back == 0: y from x) and its gradient (back: dx from dy, gathered
+ * per input in the CPU's order; every input is written). */
+MPRT_CU_KERNEL void mprt_cu_pad(int back, int mode, int rank, const long *xs, const long *ys,
+                                const long *begin, float value, float *x, float *y)
+{
+    struct {
+        int64_t xs[8], ys[8], begin[8];
+        int rank, mode;
+    } p;
+    memset(&p, 0, sizeof p);
+    if (rank > 8)
+        mprt_cu_refuse("Pad over %d dimensions (at most 8)", rank);
+    long nx = 1, ny = 1;
+    p.rank = rank, p.mode = mode;
+    for (int d = 0; d < rank; d++) {
+        p.xs[d] = xs[d], p.ys[d] = ys[d], p.begin[d] = begin[d];
+        nx *= xs[d], ny *= ys[d];
+    }
+    if (back) {
+        void *args[] = {&p, &nx, &x, &y};
+        mprt_cu_each("pad_grad", nx, args);
+    } else {
+        void *args[] = {&p, &value, &ny, &x, &y};
+        mprt_cu_each("pad", ny, args);
+    }
 }
 
 /* Forward (back == 0): y from x. Gradient: x (dx) from y (dy), one thread

@@ -6,9 +6,13 @@
  * products and sums that a fused multiply-add would change are written
  * with the _rn intrinsics, which are never fused), reductions in double
  * where the CPU reduces in double, and the same dropout mask bit for bit.
- * Where the CPU scatters (gradients of Gather, MaxPool, Resize), the
- * kernels gather instead: each output element is owned by one thread that
- * adds its terms in the CPU's order, so the results are deterministic.
+ * Where the CPU scatters (gradients of Gather, MaxPool, AveragePool, Pad,
+ * Resize), the kernels gather instead: each output element is owned by one
+ * thread that adds its terms in the CPU's order, so the results are
+ * deterministic. Double products that the CPU rounds before adding are
+ * DMUL (__dmul_rn) for the same reason as the float ones. The op codes and
+ * the parameter structs passed by value are runtime/kernel.h's, the same
+ * values and layouts (tests/cuda/check_cuda_ops.py compares them).
  *
  * NVRTC has no libc headers: the fixed-width types are defined here.
  * Elementwise kernels are grid-stride loops; row kernels run one block per
@@ -23,6 +27,7 @@ typedef unsigned char u8;
 #define FADD __fadd_rn
 #define FSUB __fsub_rn
 #define FDIV __fdiv_rn
+#define DMUL __dmul_rn   /* a double product that must not fuse into the sum after it */
 
 #define FOR_EACH(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
@@ -30,19 +35,21 @@ typedef unsigned char u8;
 #define FOR_ROWS(r, n) for (i64 r = blockIdx.x; r < (n); r += gridDim.x)
 
 /* Faults a kernel cannot report itself (an index or a label out of range):
- * the first one is kept here, {code, value, bound, node}, where node is the
- * host's pointer to the node's name; the host reads it after a step. */
+ * the first one is kept here, {code, value, bound, node, ignore}, where
+ * node is the host's pointer to the node's name and ignore a loss's
+ * ignore_index; the host reads it after a step (mprt_cu_check_faults). */
 enum { FAULT_NONE, FAULT_INDEX, FAULT_LABEL };
 extern "C" {
-__device__ u64 mprt_k_fault[4];
+__device__ u64 mprt_k_fault[5];
 }
 
-static __device__ void fault(int code, i64 value, i64 bound, u64 node)
+static __device__ void fault(int code, i64 value, i64 bound, u64 node, i64 ignore)
 {
     if (atomicCAS(&mprt_k_fault[0], 0ULL, (u64)code) == 0ULL) {
         mprt_k_fault[1] = (u64)value;
         mprt_k_fault[2] = (u64)bound;
         mprt_k_fault[3] = node;
+        mprt_k_fault[4] = (u64)ignore;
     }
 }
 
@@ -145,12 +152,13 @@ extern "C" __global__ void mprt_k_sum(i64 n, int k, int acc, Ptrs x, float *y)
 }
 
 /* sum = (first ? 0 : sum) + g: a parameter's gradient summed over micro-batches */
-extern "C" __global__ void mprt_k_accumulate(i64 n, int first, const float *g, float *sum)
+extern "C" __global__ void mprt_k_accumulate(i64 n, float *sum, const float *g, int first)
 {
     FOR_EACH(i, n) sum[i] = FADD(first ? 0.0f : sum[i], g[i]);
 }
 
-enum { ADD, SUB, MUL, DIV, POW };
+/* The op codes of runtime/kernel.h, in its order (the values are the same). */
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, PRELU };
 
 extern "C" __global__ void mprt_k_binary(int op, i64 n, Bcast b, const float *x, const float *z,
                                          float *y)
@@ -164,6 +172,7 @@ extern "C" __global__ void mprt_k_binary(int op, i64 n, Bcast b, const float *x,
         case SUB: y[i] = FSUB(u, v); break;
         case MUL: y[i] = FMUL(u, v); break;
         case DIV: y[i] = FDIV(u, v); break;
+        case PRELU: y[i] = u > 0 ? u : FMUL(u, v); break;
         default: y[i] = powf(u, v); break;
         }
     }
@@ -195,9 +204,108 @@ extern "C" __global__ void mprt_k_where(i64 n, Bcast b, const u8 *cond, const fl
     }
 }
 
-enum { ERF, TANH, SQRT, EXP, LOG, NEG, SIGMOID, RECIPROCAL, ABS };
+/* The gradient of PRelu in x's shape (b: the slope's strides): wrt 0,
+ * dy * (x > 0 ? 1 : slope); wrt 1, dy * (x > 0 ? 0 : x). */
+extern "C" __global__ void mprt_k_prelu_grad(int wrt, i64 n, Bcast b, const float *dy,
+                                             const float *x, const float *slope, float *out)
+{
+    FOR_EACH(i, n) {
+        i64 off[1];
+        bcast_offsets(b, i, 1, off);
+        float v = x[i];
+        out[i] = wrt == 0 ? (v > 0 ? dy[i] : FMUL(dy[i], slope[off[0]]))
+                          : (v > 0 ? 0.0f : FMUL(dy[i], v));
+    }
+}
 
-extern "C" __global__ void mprt_k_unary(int op, i64 n, const float *x, float *y)
+/* ---- variadic ops with broadcasting: Sum, Mean, Min, Max (and Expand, Tile) ---- */
+
+/* k <= 8 operands broadcast into the output: their pointers and their
+ * strides per output dimension (0 where broadcast). */
+struct Nary {
+    const float *p[8];
+    i64 shape[8];
+    i64 stride[8][8];   /* [operand][dimension] */
+    int rank, k;
+};
+
+static __device__ void nary_offsets(const Nary &a, i64 i, i64 *off)
+{
+    for (int j = 0; j < a.k; j++)
+        off[j] = 0;
+    for (int d = a.rank - 1; d >= 0; d--) {
+        i64 q = i / a.shape[d], r = i - q * a.shape[d];
+        for (int j = 0; j < a.k; j++)
+            off[j] += r * a.stride[j][d];
+        i = q;
+    }
+}
+
+/* y = scale * (x[0] op x[1] op ...), left to right; a NaN operand gives NaN */
+extern "C" __global__ void mprt_k_nary(int op, i64 n, Nary a, float scale, float *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[8];
+        nary_offsets(a, i, off);
+        float v = a.p[0][off[0]];
+        for (int j = 1; j < a.k; j++) {
+            float u = a.p[j][off[j]];
+            v = op == ADD ? FADD(v, u) : v != v || u != u ? FADD(v, u)
+              : op == MIN ? (u < v ? u : v) : (u > v ? u : v);
+        }
+        y[i] = FMUL(v, scale);
+    }
+}
+
+/* The gradient of Min or Max for operand wrt, in y's shape: dy where the
+ * operand is the result, divided among the operands that tie there. */
+extern "C" __global__ void mprt_k_minmax_grad(int wrt, i64 n, Nary a, const float *dy,
+                                              const float *y, float *out)
+{
+    FOR_EACH(i, n) {
+        i64 off[8];
+        nary_offsets(a, i, off);
+        int ties = 0;
+        for (int j = 0; j < a.k; j++)
+            ties += a.p[j][off[j]] == y[i];
+        out[i] = a.p[wrt][off[wrt]] == y[i] ? FDIV(dy[i], (float)ties) : 0.0f;
+    }
+}
+
+enum { ERF, TANH, SQRT, EXP, LOG, NEG, SIGMOID, RECIPROCAL, ABS, HARD_SIGMOID, HARD_SWISH,
+       LEAKY_RELU, ELU, SELU, SOFTPLUS, GELU, CLIP };
+
+static __device__ float clampf(float v, float lo, float hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* sqrt(2/pi) and the cubic coefficient of Gelu's tanh approximation */
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+static __device__ float gelu(float v, float q)
+{
+    if (q != 0.0f)
+        return FMUL(FMUL(0.5f, v),
+                    FADD(1.0f, tanhf(FMUL(GELU_K, FADD(v, FMUL(FMUL(FMUL(GELU_C, v), v), v))))));
+    return FMUL(FMUL(0.5f, v), FADD(1.0f, erff(FMUL(v, 0.70710678118654752f))));
+}
+
+static __device__ float gelu_grad(float v, float q)
+{
+    if (q != 0.0f) {
+        float t = tanhf(FMUL(GELU_K, FADD(v, FMUL(FMUL(FMUL(GELU_C, v), v), v))));
+        float dt = FMUL(FMUL(FSUB(1.0f, FMUL(t, t)), GELU_K),
+                        FADD(1.0f, FMUL(FMUL(FMUL(3.0f, GELU_C), v), v)));
+        return FADD(FMUL(0.5f, FADD(1.0f, t)), FMUL(FMUL(0.5f, v), dt));
+    }
+    return FADD(FMUL(0.5f, FADD(1.0f, erff(FMUL(v, 0.70710678118654752f)))),
+                FMUL(FMUL(v, 0.39894228040143268f), expf(FMUL(FMUL(-0.5f, v), v))));
+}
+
+/* p, q: the op's parameters (kernel.h says which op has which) */
+extern "C" __global__ void mprt_k_unary(int op, i64 n, float p, float q, const float *x, float *y)
 {
     FOR_EACH(i, n) {
         float v = x[i];
@@ -210,13 +318,22 @@ extern "C" __global__ void mprt_k_unary(int op, i64 n, const float *x, float *y)
         case NEG: y[i] = -v; break;
         case SIGMOID: y[i] = FDIV(1.0f, FADD(1.0f, expf(-v))); break;
         case RECIPROCAL: y[i] = FDIV(1.0f, v); break;
+        case HARD_SIGMOID: y[i] = clampf(FADD(FMUL(p, v), q), 0.0f, 1.0f); break;
+        case HARD_SWISH: y[i] = FMUL(v, clampf(FADD(FDIV(v, 6.0f), 0.5f), 0.0f, 1.0f)); break;
+        case LEAKY_RELU: y[i] = v > 0 ? v : FMUL(p, v); break;
+        case ELU: y[i] = v > 0 ? v : FMUL(p, expm1f(v)); break;
+        case SELU: y[i] = FMUL(q, v > 0 ? v : FMUL(p, expm1f(v))); break;
+        case SOFTPLUS: y[i] = FADD(v > 0 ? v : 0.0f, log1pf(expf(-fabsf(v)))); break;
+        case GELU: y[i] = gelu(v, q); break;
+        case CLIP: y[i] = clampf(v, p, q); break;
         default: y[i] = fabsf(v); break;
         }
     }
 }
 
-extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, const float *dy, const float *x,
-                                             const float *y, float *dx)
+/* dx = dy * f'(x) from x or y = f(x), PyTorch's side at the kinks (as the CPU) */
+extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, float p, float q, const float *dy,
+                                             const float *x, const float *y, float *dx)
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     FOR_EACH(i, n) {
@@ -230,6 +347,20 @@ extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, const float *dy, con
         case NEG: dx[i] = -g; break;
         case SIGMOID: dx[i] = FMUL(FMUL(g, y[i]), FSUB(1.0f, y[i])); break;
         case RECIPROCAL: dx[i] = FMUL(FMUL(-g, y[i]), y[i]); break;
+        case HARD_SIGMOID: {
+            float t = FADD(FMUL(p, x[i]), q);
+            dx[i] = t > 0.0f && t < 1.0f ? FMUL(g, p) : 0.0f;
+            break;
+        }
+        case HARD_SWISH:
+            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? FMUL(g, FADD(FDIV(x[i], 3.0f), 0.5f)) : g;
+            break;
+        case LEAKY_RELU: dx[i] = x[i] > 0 ? g : FMUL(g, p); break;
+        case ELU: dx[i] = x[i] > 0 ? g : FMUL(g, FADD(y[i], p)); break;
+        case SELU: dx[i] = x[i] > 0 ? FMUL(g, q) : FMUL(FMUL(FMUL(g, q), p), expf(x[i])); break;
+        case SOFTPLUS: dx[i] = FDIV(g, FADD(1.0f, expf(-x[i]))); break;
+        case GELU: dx[i] = FMUL(g, gelu_grad(x[i], q)); break;
+        case CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
         default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
         }
     }
@@ -296,6 +427,102 @@ extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float al
     }
 }
 
+/* ---- ReduceMax and ReduceMin over the dims SumTo reduces ---- */
+
+/* Whether candidate (v, iv) replaces (m, im) as the CPU's running extreme
+ * would, the elements being taken in index order: a NaN wins (the last
+ * one), then a strictly larger (is_min: smaller) value, then among equal
+ * values (+0 and -0 too) the first. */
+static __device__ bool extreme_wins(int is_min, float v, i64 iv, float m, i64 im)
+{
+    if (v != v || m != m)
+        return v != v && (m == m || iv > im);
+    if (is_min ? v < m : v > m)
+        return true;
+    return v == m && iv < im;
+}
+
+/* One thread per output, the reduced elements in x's order. */
+extern "C" __global__ void mprt_k_reduce_max(int is_min, SumTo p, const float *x, i64 n_out,
+                                             float *y)
+{
+    FOR_EACH(o, n_out) {
+        i64 base = sum_to_base(p, o);
+        float m = is_min ? MPRT_INF : -MPRT_INF;
+        for (i64 r = 0; r < p.nred; r++) {
+            float v = x[base + sum_to_off(p, r)];
+            if (v != v || (is_min ? v < m : v > m))
+                m = v;
+        }
+        y[o] = m;
+    }
+}
+
+/* One block per output: each thread keeps the extreme of its elements
+ * with its index, and the block keeps the one the CPU's scan ends with. */
+extern "C" __global__ void mprt_k_reduce_max_rows(int is_min, SumTo p, const float *x,
+                                                  i64 n_out, float *y)
+{
+    __shared__ float val[1024];
+    __shared__ i64 at[1024];
+    FOR_ROWS(o, n_out) {
+        i64 base = sum_to_base(p, o), im = p.nred;
+        float m = is_min ? MPRT_INF : -MPRT_INF;
+        for (i64 r = threadIdx.x; r < p.nred; r += blockDim.x) {
+            float v = x[base + sum_to_off(p, r)];
+            if (extreme_wins(is_min, v, r, m, im))
+                m = v, im = r;
+        }
+        val[threadIdx.x] = m;
+        at[threadIdx.x] = im;
+        __syncthreads();
+        for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+            unsigned t = threadIdx.x, u = t + half;
+            if (t < half && extreme_wins(is_min, val[u], at[u], val[t], at[t]))
+                val[t] = val[u], at[t] = at[u];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0)
+            y[o] = val[0];
+        __syncthreads();
+    }
+}
+
+/* dx = dy where x is its output's extreme, split evenly among the ties: one
+ * thread per output counts its ties, then writes its elements. */
+extern "C" __global__ void mprt_k_reduce_max_grad(SumTo p, const float *dy, const float *x,
+                                                  const float *y, i64 n_out, float *dx)
+{
+    FOR_EACH(o, n_out) {
+        i64 base = sum_to_base(p, o);
+        float count = 0.0f;
+        for (i64 r = 0; r < p.nred; r++)
+            count = FADD(count, x[base + sum_to_off(p, r)] == y[o] ? 1.0f : 0.0f);
+        for (i64 r = 0; r < p.nred; r++) {
+            i64 k = base + sum_to_off(p, r);
+            dx[k] = x[k] == y[o] ? FDIV(dy[o], count) : 0.0f;
+        }
+    }
+}
+
+/* The same with one block per output (the ties counted exactly, as the
+ * CPU's float count is below 2^24 ties). */
+extern "C" __global__ void mprt_k_reduce_max_grad_rows(SumTo p, const float *dy, const float *x,
+                                                       const float *y, i64 n_out, float *dx)
+{
+    FOR_ROWS(o, n_out) {
+        i64 base = sum_to_base(p, o);
+        double c = 0;
+        for (i64 r = threadIdx.x; r < p.nred; r += blockDim.x)
+            c += x[base + sum_to_off(p, r)] == y[o];
+        float count = (float)block_sum(c);
+        for (i64 r = threadIdx.x; r < p.nred; r += blockDim.x) {
+            i64 k = base + sum_to_off(p, r);
+            dx[k] = x[k] == y[o] ? FDIV(dy[o], count) : 0.0f;
+        }
+    }
+}
+
 /* d bias[m] = sum over n and positions of dy[n, m, :], in double */
 extern "C" __global__ void mprt_k_channel_sum(int N, int M, i64 P, const float *dy, float *db)
 {
@@ -313,6 +540,20 @@ extern "C" __global__ void mprt_k_channel_sum(int N, int M, i64 P, const float *
 extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, float *y)
 {
     FOR_EACH(i, n) y[i] = FADD(y[i], b[(i / P) % M]);
+}
+
+/* Batch normalization with the running statistics: y = (x - mean) *
+ * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P. */
+extern "C" __global__ void mprt_k_bn_infer(int N, int C, i64 P, const float *x,
+                                           const float *scale, const float *bias,
+                                           const float *mean, const float *var, float eps,
+                                           float *y)
+{
+    FOR_EACH(k, (i64)N * C * P) {
+        int c = (int)((k / P) % C);
+        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+        y[k] = FADD(FMUL(FMUL(FSUB(x[k], mean[c]), inv), scale[c]), bias[c]);
+    }
 }
 
 /* Y[i, j] = C[i or 0, j or 0], before a GEMM with beta */
@@ -344,8 +585,11 @@ extern "C" __global__ void mprt_k_gap_grad(i64 NC, i64 P, const float *dy, float
     FOR_EACH(i, NC * P) dx[i] = FDIV(dy[i / P], (float)P);
 }
 
+/* runtime/kernel.h's MprtPool, passed by value */
 struct Pool {
     int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
+    int eh, ew;              /* trailing pads (average pooling) */
+    int count_include_pad;   /* average pooling: divide by the padded window */
 };
 
 /* Max pooling, taps in the CPU's order: a larger value or a NaN takes the
@@ -412,6 +656,73 @@ extern "C" __global__ void mprt_k_maxpool_grad_scatter(i64 n_out, const float *d
     FOR_EACH(i, n_out) if (idx[i] >= 0) atomicAdd(dx + idx[i], dy[i]);
 }
 
+/* One average-pooling window along a dim: [lo, hi) inside the input and
+ * the divisor's share, as the CPU's mprt_avg_window. */
+static __device__ int avg_window(int o, int stride, int pad, int k, int n, int end_pad,
+                                 int include_pad, int *lo, int *hi)
+{
+    int s = o * stride - pad, e = s + k < n + end_pad ? s + k : n + end_pad;
+    int padded = e - s;
+    *lo = s > 0 ? s : 0;
+    *hi = e < n ? e : n;
+    return include_pad ? padded : *hi - *lo;
+}
+
+static __device__ float avg_inv(int dh, int dw)
+{
+    return dh * dw > 0 ? FDIV(1.0f, (float)(dh * dw)) : 0.0f;
+}
+
+/* Average pooling: the window summed in double, times 1/count. */
+extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
+{
+    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    FOR_EACH(o, (i64)p.N * p.C * oplane) {
+        i64 nc = o / oplane, r = o - nc * oplane;
+        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        int h0, h1, w0, w1;
+        int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, p.count_include_pad, &h0, &h1);
+        int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, p.count_include_pad, &w0, &w1);
+        const float *xs = x + nc * plane;
+        double sum = 0;
+        for (int ih = h0; ih < h1; ih++)
+            for (int iw = w0; iw < w1; iw++)
+                sum += xs[(i64)ih * p.W + iw];
+        y[o] = (float)(sum * avg_inv(dh, dw));
+    }
+}
+
+/* Its gradient, gathered: each input adds dy * (1/count) of every window
+ * that holds it, in the outputs' order (the CPU's scatter order). */
+extern "C" __global__ void mprt_k_avgpool_grad(Pool p, float *dx, const float *dy)
+{
+    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    FOR_EACH(j, (i64)p.N * p.C * plane) {
+        i64 nc = j / plane, r = j - nc * plane;
+        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
+        /* the windows starting at or before the input and ending after it */
+        int th = ih + p.ph - p.KH, tw = iw + p.pw - p.KW;
+        int oh0 = th < 0 ? 0 : th / p.sh + 1, oh1 = (ih + p.ph) / p.sh;
+        int ow0 = tw < 0 ? 0 : tw / p.sw + 1, ow1 = (iw + p.pw) / p.sw;
+        oh1 = oh1 < p.OH - 1 ? oh1 : p.OH - 1;
+        ow1 = ow1 < p.OW - 1 ? ow1 : p.OW - 1;
+        float acc = 0.0f;
+        for (int oh = oh0; oh <= oh1; oh++) {
+            int h0, h1, w0, w1;
+            int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, p.count_include_pad, &h0, &h1);
+            if (ih < h0 || ih >= h1)
+                continue;
+            for (int ow = ow0; ow <= ow1; ow++) {
+                int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, p.count_include_pad, &w0,
+                                    &w1);
+                if (iw >= w0 && iw < w1)
+                    acc = FADD(acc, FMUL(dy[nc * oplane + (i64)oh * p.OW + ow], avg_inv(dh, dw)));
+            }
+        }
+        dx[j] = acc;
+    }
+}
+
 /* ---- convolution (2-D), direct: for shapes cuDNN cannot take (padding
  * that is not symmetric); each output sums its terms in one thread ---- */
 
@@ -439,7 +750,7 @@ extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, f
                 for (int kw = 0; kw < p.KW; kw++) {
                     int iw = ow * p.sw - p.pw + kw * p.dw;
                     if (iw >= 0 && iw < p.W)
-                        acc += ws[kh * p.KW + kw] * xs[(i64)ih * p.W + iw];
+                        acc = FADD(acc, FMUL(ws[kh * p.KW + kw], xs[(i64)ih * p.W + iw]));
                 }
             }
         }
@@ -467,7 +778,8 @@ extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const flo
                     int tw = iw + p.pw - kw * p.dw;
                     if (tw < 0 || tw % p.sw || tw / p.sw >= p.OW)
                         continue;
-                    acc += ws[kh * p.KW + kw] * ds[(i64)(th / p.sh) * p.OW + tw / p.sw];
+                    acc = FADD(acc, FMUL(ws[kh * p.KW + kw],
+                                         ds[(i64)(th / p.sh) * p.OW + tw / p.sw]));
                 }
             }
         }
@@ -495,7 +807,7 @@ extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const flo
                 for (int ow = 0; ow < p.OW; ow++) {
                     int iw = ow * p.sw - p.pw + kw * p.dw;
                     if (iw >= 0 && iw < p.W)
-                        acc += ds[(i64)oh * p.OW + ow] * xs[(i64)ih * p.W + iw];
+                        acc = FADD(acc, FMUL(ds[(i64)oh * p.OW + ow], xs[(i64)ih * p.W + iw]));
                 }
             }
         }
@@ -599,7 +911,7 @@ extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const
         if (t == ignore)
             continue;
         if (t < 0 || t >= C) {
-            fault(FAULT_LABEL, t, C, node);
+            fault(FAULT_LABEL, t, C, node, ignore);
             continue;
         }
         total -= x[((i / D) * C + t) * D + i % D];
@@ -609,6 +921,38 @@ extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const
     count = block_sum(count);
     if (threadIdx.x == 0)
         *loss = count != 0 ? (float)(total / count) : 0.0f;
+}
+
+/* NegativeLogLikelihoodLoss with class weights (or NULL) and reduction 0
+ * none (loss is N x D, 0 where ignored: any grid), 1 sum or 2 mean over
+ * the weights counted (one block, in double). */
+extern "C" __global__ void mprt_k_nll_forward(int N, int C, i64 D, const float *x,
+                                              const i64 *labels, const float *weight,
+                                              i64 ignore, int reduction, float *loss, u64 node)
+{
+    double total = 0, wsum = 0;
+    FOR_EACH(i, (i64)N * D) {
+        i64 t = labels[i];
+        if (t == ignore || t < 0 || t >= C) {
+            if (t != ignore)
+                fault(FAULT_LABEL, t, C, node, ignore);
+            if (reduction == 0)
+                loss[i] = 0.0f;
+            continue;
+        }
+        double w = weight ? (double)weight[t] : 1.0;
+        double l = DMUL(-w, (double)x[((i / D) * C + t) * D + i % D]);
+        if (reduction == 0)
+            loss[i] = (float)l;
+        total += l;
+        wsum += w;
+    }
+    if (reduction == 0)
+        return;
+    total = block_sum(total);
+    wsum = block_sum(wsum);
+    if (threadIdx.x == 0)
+        *loss = reduction == 1 ? (float)total : (float)(total / wsum);
 }
 
 /* How many labels are not `ignore` (every block counts them all). */
@@ -677,8 +1021,10 @@ extern "C" __global__ void mprt_k_layernorm(i64 rows, i64 D, const float *x, con
         for (i64 i = threadIdx.x; i < D; i += blockDim.x)
             s += xs[i];
         double mu = block_sum(s) / D;
-        for (i64 i = threadIdx.x; i < D; i += blockDim.x)
-            ss += (xs[i] - mu) * (xs[i] - mu);
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            double d = xs[i] - mu;
+            ss += DMUL(d, d);
+        }
         ss = block_sum(ss);
         float m = (float)mu, inv = (float)(1.0 / sqrt(ss / D + eps));
         for (i64 i = threadIdx.x; i < D; i += blockDim.x)
@@ -730,6 +1076,105 @@ extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float 
         dscale[i] = (float)as;
         if (dbias)
             dbias[i] = (float)ab;
+    }
+}
+
+/* ---- instance normalization, as group normalization with G groups ---- */
+
+/* A group's mean and 1 / sqrt(var + eps) over its D elements at xs, in
+ * double as the CPU's mprt_group_moments. Every kernel that calls it runs
+ * with the same block size for the same D (mprt_cu_rows(..., D, ...)), so
+ * they all get the same bits. */
+static __device__ void group_moments(const float *xs, i64 D, double eps, float *mean,
+                                     float *rstd)
+{
+    double s = 0, ss = 0;
+    for (i64 i = threadIdx.x; i < D; i += blockDim.x)
+        s += xs[i];
+    double mu = block_sum(s) / D;
+    for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+        double d = xs[i] - mu;
+        ss += DMUL(d, d);
+    }
+    ss = block_sum(ss);
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(ss / D + eps));
+}
+
+/* x is N x C x P; row r = (n, group) of C/G channels: one block per row. */
+extern "C" __global__ void mprt_k_group_norm(int N, int C, int G, i64 P, const float *x,
+                                             const float *scale, const float *bias, float eps,
+                                             float *y)
+{
+    int cg = C / G;
+    i64 D = (i64)cg * P;
+    FOR_ROWS(r, (i64)N * G) {
+        const float *xs = x + r * D;
+        float m, inv;
+        group_moments(xs, D, eps, &m, &inv);
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            y[r * D + i] = FADD(FMUL(FSUB(xs[i], m), FMUL(inv, scale[c])), bias[c]);
+        }
+    }
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale, per row */
+extern "C" __global__ void mprt_k_group_norm_grad_x(int N, int C, int G, i64 P, const float *dy,
+                                                    const float *x, const float *scale,
+                                                    float eps, float *dx)
+{
+    int cg = C / G;
+    i64 D = (i64)cg * P;
+    FOR_ROWS(r, (i64)N * G) {
+        const float *xs = x + r * D, *d = dy + r * D;
+        float m, inv;
+        group_moments(xs, D, eps, &m, &inv);
+        double sg = 0, sgx = 0;
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = FMUL(FSUB(xs[i], m), inv);
+            double gs = DMUL((double)d[i], (double)scale[c]);
+            sg += gs;
+            sgx += DMUL(gs, (double)xhat);
+        }
+        float mg = (float)(block_sum(sg) / D), mgx = (float)(block_sum(sgx) / D);
+        for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
+            int c = (int)(r % G) * cg + (int)(i / P);
+            float xhat = FMUL(FSUB(xs[i], m), inv);
+            dx[r * D + i] = FMUL(inv, FSUB(FSUB(FMUL(d[i], scale[c]), mg), FMUL(xhat, mgx)));
+        }
+    }
+}
+
+/* dscale[c] = sum of dy * xhat, dbias[c] = sum of dy over channel c of every
+ * image, in double: one block per channel, its group's moments recomputed
+ * per image (as the CPU does in the gradient). */
+extern "C" __global__ void mprt_k_group_norm_grad_w(int N, int C, int G, i64 P, const float *dy,
+                                                    const float *x, float eps, float *dscale,
+                                                    float *dbias)
+{
+    int cg = C / G;
+    i64 D = (i64)cg * P;
+    FOR_ROWS(c, C) {
+        i64 g = c / cg, j = c - g * cg;
+        double as = 0, ab = 0;
+        for (int n = 0; n < N; n++) {
+            i64 r = (i64)n * G + g;
+            float m, inv;
+            group_moments(x + r * D, D, eps, &m, &inv);
+            const float *xs = x + r * D + j * P, *d = dy + r * D + j * P;
+            for (i64 i = threadIdx.x; i < P; i += blockDim.x) {
+                as += DMUL((double)d[i], (double)FMUL(FSUB(xs[i], m), inv));
+                ab += d[i];
+            }
+        }
+        as = block_sum(as);
+        ab = block_sum(ab);
+        if (threadIdx.x == 0) {
+            dscale[c] = (float)as;
+            dbias[c] = (float)ab;
+        }
     }
 }
 
@@ -841,7 +1286,7 @@ extern "C" __global__ void mprt_k_gather(i64 outer, i64 dim, i64 inner, i64 nidx
         i64 oi = e / inner, j = e - oi * inner, o = oi / nidx, i = oi - o * nidx;
         i64 k = gather_index(idx[i], dim);
         if (k < 0) {
-            fault(FAULT_INDEX, idx[i], dim, node);
+            fault(FAULT_INDEX, idx[i], dim, node, 0);
             y[e] = 0.0f;
             continue;
         }
@@ -921,6 +1366,160 @@ extern "C" __global__ void mprt_k_cast(i64 n, int from, int to, const void *x, v
         case CAST_U8: ((u8 *)y)[i] = (u8)v; break;
         default: ((u8 *)y)[i] = v != 0; break;
         }
+    }
+}
+
+/* ---- comparisons and logic: bool (u8) results ---- */
+
+enum { EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL, AND, OR, XOR };
+enum { ELEM_F32, ELEM_I64, ELEM_BOOL };
+
+static __device__ double elem(int type, const void *p, i64 i)
+{
+    switch (type) {
+    case ELEM_F32: return ((const float *)p)[i];
+    case ELEM_I64: return (double)((const i64 *)p)[i];
+    default: return ((const u8 *)p)[i];
+    }
+}
+
+/* y = a op b with broadcasting; int64 operands compare exactly */
+extern "C" __global__ void mprt_k_compare(int op, int type, i64 n, Bcast b, const void *x,
+                                          const void *z, u8 *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[2];
+        bcast_offsets(b, i, 2, off);
+        int r;
+        if (type == ELEM_I64) {
+            i64 u = ((const i64 *)x)[off[0]], v = ((const i64 *)z)[off[1]];
+            r = op == EQUAL ? u == v : op == LESS ? u < v
+              : op == LESS_EQUAL ? u <= v : op == GREATER ? u > v : u >= v;
+        } else {
+            double u = elem(type, x, off[0]), v = elem(type, z, off[1]);
+            switch (op) {
+            case EQUAL: r = u == v; break;
+            case LESS: r = u < v; break;
+            case LESS_EQUAL: r = u <= v; break;
+            case GREATER: r = u > v; break;
+            case GREATER_EQUAL: r = u >= v; break;
+            case AND: r = u != 0 && v != 0; break;
+            case OR: r = u != 0 || v != 0; break;
+            default: r = (u != 0) != (v != 0); break;
+            }
+        }
+        y[i] = (u8)r;
+    }
+}
+
+extern "C" __global__ void mprt_k_not(i64 n, const u8 *x, u8 *y)
+{
+    FOR_EACH(i, n) y[i] = !x[i];
+}
+
+/* ---- Pad (constant, reflect, edge) over up to 8 dims ---- */
+
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };
+
+struct Pad {
+    i64 xs[8], ys[8], begin[8];   /* x's dims, y's dims, the pads before (negative: crop) */
+    int rank, mode;
+};
+
+/* The input index that output index o of a dim reads, or -1 for the
+ * constant (the CPU's mprt_pad_src). */
+static __device__ i64 pad_src(int mode, i64 o, i64 begin, i64 n)
+{
+    i64 i = o - begin;
+    if (i >= 0 && i < n)
+        return i;
+    if (mode == PAD_CONSTANT)
+        return -1;
+    if (mode == PAD_EDGE || n == 1)
+        return i < 0 ? 0 : n - 1;
+    i64 period = 2 * (n - 1);
+    i = i % period;
+    i = i < 0 ? i + period : i;
+    return i < n ? i : period - i;
+}
+
+/* The first output index at or after o (of out) that reads input index i
+ * of a dim: pad_src inverted; out if there is none. */
+static __device__ i64 pad_next(int mode, i64 i, i64 begin, i64 n, i64 out, i64 o)
+{
+    if (mode == PAD_REFLECT && n > 1) {
+        /* (o - begin) mod 2(n-1) is i or 2(n-1) - i */
+        i64 period = 2 * (n - 1), r = (o - begin) % period;
+        r = r < 0 ? r + period : r;
+        i64 d1 = i - r, d2 = (period - i) % period - r;
+        d1 = d1 < 0 ? d1 + period : d1;
+        d2 = d2 < 0 ? d2 + period : d2;
+        o += d1 < d2 ? d1 : d2;
+        return o < out ? o : out;
+    }
+    i64 lo = begin + i, hi = lo + 1;   /* [lo, hi): the outputs that read i */
+    if (mode != PAD_CONSTANT) {        /* edge: the first and last stretch out */
+        if (i == 0)
+            lo = 0;
+        if (i == n - 1)
+            hi = out;
+    }
+    lo = lo > o ? lo : o;
+    return lo < hi && lo < out ? lo : out;
+}
+
+extern "C" __global__ void mprt_k_pad(Pad p, float value, i64 n, const float *x, float *y)
+{
+    FOR_EACH(o, n) {
+        i64 off = 0, st = 1, k = o;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            i64 q = k / p.ys[d], i = pad_src(p.mode, k - q * p.ys[d], p.begin[d], p.xs[d]);
+            if (i < 0) {
+                off = -1;
+                break;
+            }
+            off += i * st;
+            st *= p.xs[d];
+            k = q;
+        }
+        y[o] = off >= 0 ? x[off] : value;
+    }
+}
+
+/* The gradient, gathered: each input adds the dy of every output that
+ * read it, in the outputs' order (the CPU's scatter order); the outputs
+ * that read it are, per dim, the indices pad_next lists, so they are
+ * walked as an odometer over those lists. */
+extern "C" __global__ void mprt_k_pad_grad(Pad p, i64 n, float *dx, const float *dy)
+{
+    FOR_EACH(j, n) {
+        i64 idx[8], o[8], k = j;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            i64 q = k / p.xs[d];
+            idx[d] = k - q * p.xs[d];
+            k = q;
+        }
+        int none = 0;
+        for (int d = 0; d < p.rank; d++) {
+            o[d] = pad_next(p.mode, idx[d], p.begin[d], p.xs[d], p.ys[d], 0);
+            none |= o[d] >= p.ys[d];
+        }
+        float acc = 0.0f;
+        while (!none) {
+            i64 flat = 0;
+            for (int d = 0; d < p.rank; d++)
+                flat = flat * p.ys[d] + o[d];
+            acc = FADD(acc, dy[flat]);
+            int d = p.rank - 1;
+            for (; d >= 0; d--) {
+                o[d] = pad_next(p.mode, idx[d], p.begin[d], p.xs[d], p.ys[d], o[d] + 1);
+                if (o[d] < p.ys[d])
+                    break;
+                o[d] = pad_next(p.mode, idx[d], p.begin[d], p.xs[d], p.ys[d], 0);
+            }
+            none = d < 0;
+        }
+        dx[j] = acc;
     }
 }
 

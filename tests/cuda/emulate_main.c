@@ -1,0 +1,593 @@
+/* emulate_main.c — the CUDA twins that run on NVRTC kernels against their
+ * CPU kernels, bit for bit, with the kernels of templates/kernels.cu run on
+ * the host (emulate_device.h, emulate_host.h): the twin's arguments, the
+ * structs it passes by value, the kernel's indexing and its float
+ * operation order. One thread per block, so it says nothing of races or
+ * of the order of a parallel reduction (block_sum), nor of cuBLAS and
+ * cuDNN. Left out: Gather's gradient (its kernel needs whole warps),
+ * channel_sum (the CPU sums with four accumulators) and the direct
+ * convolution kernels (the CPU's are BLAS GEMMs). Pasted after
+ * runtime/cuda_ops.c by tests/cuda/emulate.py; prints one line per kernel
+ * checked. */
+
+static int failures, checks;
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static float frand(float lo, float hi)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (hi - lo) * (float)(rng_state >> 40) / 16777216.0f;
+}
+
+/* n floats in [lo, hi), or small integers (ties) when lo == hi == 0 */
+static float *fvec(long n, float lo, float hi)
+{
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (long i = 0; i < n; i++)
+        v[i] = lo == hi ? (float)(int)frand(-3.0f, 3.0f) : frand(lo, hi);
+    return v;
+}
+
+static float *fzero(long n)
+{
+    return calloc((size_t)(n ? n : 1), sizeof(float));
+}
+
+static void *copy_of(const void *p, size_t bytes)
+{
+    void *q = malloc(bytes ? bytes : 1);
+    memcpy(q, p, bytes);
+    return q;
+}
+
+/* The CPU's result and the twin's, bit for bit. */
+static void same(const char *what, const void *cpu, const void *cu, size_t bytes)
+{
+    checks++;
+    if (memcmp(cpu, cu, bytes) == 0)
+        return;
+    failures++;
+    const unsigned char *a = cpu, *b = cu;
+    size_t i = 0;
+    while (a[i] == b[i])
+        i++;
+    i &= ~(size_t)3;
+    float x, y;
+    memcpy(&x, a + i, 4);
+    memcpy(&y, b + i, 4);
+    fprintf(stderr, "emulate: %s: differs at byte %zu (as floats: CPU %.9g, CUDA %.9g)\n", what,
+            i, (double)x, (double)y);
+}
+
+static void report(const char *kernel)
+{
+    printf("emulate: %-16s checked\n", kernel);
+}
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
+
+static void test_unary(void)
+{
+    const long n = 997;
+    float *x = fvec(n, -6.0f, 6.0f);
+    float special[] = {0.0f, -0.0f, 3.0f, -3.0f, 1.0f, -1.0f, 2.0f, 0.5f, NAN, INFINITY};
+    memcpy(x, special, sizeof special);
+    static const float pq[][2] = {[MPRT_HARD_SIGMOID] = {0.2f, 0.5f},
+                                  [MPRT_LEAKY_RELU] = {0.01f, 0.0f},
+                                  [MPRT_ELU] = {1.5f, 0.0f},
+                                  [MPRT_SELU] = {1.67326319f, 1.05070102f},
+                                  [MPRT_GELU] = {0.0f, 1.0f},
+                                  [MPRT_CLIP] = {-1.0f, 2.0f},
+                                  [MPRT_CLIP + 1] = {0.0f, 0.0f}};
+    for (int op = MPRT_ERF; op <= MPRT_CLIP + 1; op++) {
+        int code = op > MPRT_CLIP ? MPRT_GELU : op;   /* the last: Gelu with erf */
+        float p = pq[op][0], q = pq[op][1], *y = fzero(n), *cy = fzero(n);
+        float *dy = fvec(n, -1.0f, 1.0f), *dx = fzero(n), *cdx = fzero(n);
+        char what[64];
+        mprt_unary(code, n, p, q, x, y);
+        mprt_cu_unary(code, n, p, q, x, cy);
+        snprintf(what, sizeof what, "unary %d (q %g)", code, (double)q);
+        same(what, y, cy, (size_t)n * 4);
+        mprt_unary_grad(code, n, p, q, dy, x, y, dx);
+        mprt_cu_unary_grad(code, n, p, q, dy, x, y, cdx);
+        snprintf(what, sizeof what, "unary_grad %d (q %g)", code, (double)q);
+        same(what, dx, cdx, (size_t)n * 4);
+        free(y), free(cy), free(dy), free(dx), free(cdx);
+    }
+    free(x);
+    report("unary");
+    report("unary_grad");
+}
+
+static void test_binary(void)
+{
+    long shape[] = {2, 3, 4}, sa[] = {12, 4, 1}, sb[] = {0, 1, 0};
+    float *a = fvec(24, -2.0f, 2.0f), *b = fvec(3, 0.5f, 2.0f), *apos = fvec(24, 0.1f, 3.0f);
+    int ops[] = {MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW, MPRT_PRELU};
+    for (int k = 0; k < N_OF(ops); k++) {
+        const float *x = ops[k] == MPRT_POW ? apos : a;
+        float y[24], cy[24];
+        mprt_binary(ops[k], 3, shape, x, sa, b, sb, y);
+        mprt_cu_binary(ops[k], 3, shape, x, sa, b, sb, cy);
+        same("binary", y, cy, sizeof y);
+    }
+    float dy[24], out[24], cout[24];
+    for (int i = 0; i < 24; i++)
+        dy[i] = frand(-1, 1);
+    for (int wrt = 0; wrt < 2; wrt++) {
+        mprt_pow_grad(wrt, 3, shape, dy, apos, sa, b, sb, apos, out);
+        mprt_cu_pow_grad(wrt, 3, shape, dy, apos, sa, b, sb, apos, cout);
+        same("pow_grad", out, cout, sizeof out);
+        mprt_prelu_grad(wrt, 3, shape, dy, a, b, sb, out);
+        mprt_cu_prelu_grad(wrt, 3, shape, dy, a, b, sb, cout);
+        same("prelu_grad", out, cout, sizeof out);
+    }
+    free(a), free(b), free(apos);
+    report("binary");
+    report("pow_grad");
+    report("prelu_grad");
+}
+
+static void test_nary(void)
+{
+    long shape[] = {2, 3, 4}, s0[] = {12, 4, 1}, s1[] = {0, 1, 0}, s2[] = {0, 0, 0};
+    float *x0 = fvec(24, 0, 0), *x1 = fvec(3, 0, 0), *x2 = fvec(1, 0, 0);
+    x0[5] = NAN;
+    const float *const x[] = {x0, x1, x2};
+    const long *const sx[] = {s0, s1, s2};
+    int ops[] = {MPRT_ADD, MPRT_MIN, MPRT_MAX};
+    for (int k = 0; k < 3; k++) {
+        float y[24], cy[24], dy[24], out[24], cout[24];
+        mprt_nary(ops[k], 3, 3, shape, x, sx, 1.0f / 3, y);
+        mprt_cu_nary(ops[k], 3, 3, shape, x, sx, 1.0f / 3, cy);
+        same("nary", y, cy, sizeof y);
+        if (ops[k] == MPRT_ADD)
+            continue;
+        mprt_nary(ops[k], 3, 3, shape, x, sx, 1.0f, y);
+        for (int i = 0; i < 24; i++)
+            dy[i] = frand(-1, 1);
+        for (int wrt = 0; wrt < 3; wrt++) {
+            mprt_minmax_grad(wrt, 3, 3, shape, x, sx, dy, y, out);
+            mprt_cu_minmax_grad(wrt, 3, 3, shape, x, sx, dy, y, cout);
+            same("minmax_grad", out, cout, sizeof out);
+        }
+    }
+    float y[24], cy[24];   /* Expand: one operand */
+    mprt_nary(MPRT_ADD, 1, 3, shape, x + 1, sx + 1, 1.0f, y);
+    mprt_cu_nary(MPRT_ADD, 1, 3, shape, x + 1, sx + 1, 1.0f, cy);
+    same("nary (expand)", y, cy, sizeof y);
+    float s[24], cs[24];
+    mprt_sum(24, 1, x, s);
+    mprt_cu_sum(24, 1, x, cs);
+    same("sum", s, cs, sizeof s);
+    free(x0), free(x1), free(x2);
+    report("nary");
+    report("minmax_grad");
+    report("sum");
+}
+
+static void test_compare(void)
+{
+    long shape[] = {3, 5}, sa[] = {5, 1}, sb[] = {0, 1};
+    float fa[15], fb[5];
+    int64_t ia[15], ib[5];
+    uint8_t ba[15], bb[5];
+    for (int i = 0; i < 15; i++)
+        fa[i] = (float)(int)frand(-2, 2), ia[i] = (int64_t)frand(-3, 3) * 1000000007LL,
+        ba[i] = frand(0, 1) < 0.5f;
+    for (int i = 0; i < 5; i++)
+        fb[i] = (float)(int)frand(-2, 2), ib[i] = (int64_t)frand(-3, 3) * 1000000007LL,
+        bb[i] = frand(0, 1) < 0.5f;
+    fa[3] = NAN;
+    const void *as[] = {fa, ia, ba}, *bs[] = {fb, ib, bb};
+    for (int type = MPRT_ELEM_F32; type <= MPRT_ELEM_BOOL; type++)
+        for (int op = MPRT_EQUAL; op <= MPRT_XOR; op++) {
+            uint8_t y[15], cy[15];
+            mprt_compare(op, type, 2, shape, as[type], sa, bs[type], sb, y);
+            mprt_cu_compare(op, type, 2, shape, as[type], sa, bs[type], sb, cy);
+            same("compare", y, cy, sizeof y);
+        }
+    uint8_t y[15], cy[15];
+    mprt_not(15, ba, y);
+    mprt_cu_not(15, ba, cy);
+    same("not", y, cy, sizeof y);
+    report("compare");
+    report("not");
+}
+
+static void pad_case(int mode, int rank, const long *xs, const long *ys, const long *begin)
+{
+    long nx = 1, ny = 1;
+    for (int d = 0; d < rank; d++)
+        nx *= xs[d], ny *= ys[d];
+    float *x = fvec(nx, -1, 1), *y = fzero(ny), *cy = fzero(ny);
+    mprt_pad(0, mode, rank, xs, ys, begin, 0.25f, x, y);
+    mprt_cu_pad(0, mode, rank, xs, ys, begin, 0.25f, x, cy);
+    same("pad", y, cy, (size_t)ny * 4);
+    float *dy = fvec(ny, -1, 1), *dx = fvec(nx, 5, 6), *cdx = fvec(nx, 7, 8);
+    mprt_pad(1, mode, rank, xs, ys, begin, 0.0f, dx, dy);
+    mprt_cu_pad(1, mode, rank, xs, ys, begin, 0.0f, cdx, dy);
+    same("pad (back)", dx, cdx, (size_t)nx * 4);
+    free(x), free(y), free(cy), free(dy), free(dx), free(cdx);
+}
+
+static void test_pad(void)
+{
+    long xs[] = {2, 3, 4}, ys[] = {5, 4, 15}, begin[] = {1, 0, 5};   /* beyond a period */
+    long cys[] = {2, 2, 6}, cbegin[] = {0, -1, 1};                   /* a crop */
+    long one[] = {1}, one_y[] = {4}, one_b[] = {2};
+    for (int mode = MPRT_PAD_CONSTANT; mode <= MPRT_PAD_EDGE; mode++) {
+        pad_case(mode, 3, xs, ys, begin);
+        pad_case(mode, 3, xs, cys, cbegin);
+        pad_case(mode, 1, one, one_y, one_b);
+        pad_case(mode, 0, NULL, NULL, NULL);
+    }
+    report("pad");
+}
+
+static void pool_case(const MprtPool *p, int avg)
+{
+    long nx = (long)p->N * p->C * p->H * p->W, ny = (long)p->N * p->C * p->OH * p->OW;
+    float *x = fvec(nx, -1, 1), *y = fzero(ny), *cy = fzero(ny);
+    x[7] = NAN;
+    if (avg) {
+        mprt_avgpool(0, p, x, y);
+        mprt_cu_avgpool(0, p, x, cy);
+        same("avgpool", y, cy, (size_t)ny * 4);
+        float *dy = fvec(ny, -1, 1), *dx = fvec(nx, 3, 4), *cdx = fvec(nx, 5, 6);
+        mprt_avgpool(1, p, dx, dy);
+        mprt_cu_avgpool(1, p, cdx, dy);
+        same("avgpool (back)", dx, cdx, (size_t)nx * 4);
+        free(dy), free(dx), free(cdx);
+    } else {
+        int64_t *idx = malloc((size_t)ny * 8), *cidx = malloc((size_t)ny * 8);
+        mprt_maxpool(p, x, y, idx);
+        mprt_cu_maxpool(p, x, cy, cidx);
+        same("maxpool", y, cy, (size_t)ny * 4);
+        same("maxpool (indices)", idx, cidx, (size_t)ny * 8);
+        float *dy = fvec(ny, -1, 1), *dx = fzero(nx), *cdx = fvec(nx, 5, 6);
+        mprt_maxpool_grad(ny, nx, dy, idx, dx);
+        mprt_cu_maxpool_grad(ny, nx, dy, cidx, cdx);
+        same("maxpool_grad", dx, cdx, (size_t)nx * 4);
+        int64_t *other = copy_of(cidx, (size_t)ny * 8);   /* unknown windows: the scatter */
+        mprt_cu_maxpool_grad(ny, nx, dy, other, cdx);
+        same("maxpool_grad (scatter)", dx, cdx, (size_t)nx * 4);
+        free(idx), free(cidx), free(other), free(dy), free(dx), free(cdx);
+    }
+    free(x), free(y), free(cy);
+}
+
+static MprtPool pool(int H, int W, int k, int s, int d, int pad, int end, int cip)
+{
+    MprtPool p = {2, 3, H, W, 0, 0, k, k, s, s, d, d, pad, pad, end, end, cip};
+    p.OH = (H + pad + end - ((k - 1) * d + 1)) / s + 1;
+    p.OW = (W + pad + end - ((k - 1) * d + 1)) / s + 1;
+    return p;
+}
+
+static void test_pool(void)
+{
+    for (int cip = 0; cip < 2; cip++) {
+        MprtPool a = pool(7, 6, 3, 1, 1, 1, 1, cip), b = pool(7, 6, 3, 2, 1, 1, 0, cip),
+                 c = pool(7, 6, 2, 2, 1, 0, 1, cip), d = pool(9, 8, 4, 3, 1, 2, 2, cip);
+        pool_case(&a, 1), pool_case(&b, 1), pool_case(&c, 1), pool_case(&d, 1);
+    }
+    MprtPool m1 = pool(7, 6, 3, 2, 1, 1, 1, 0), m2 = pool(9, 8, 3, 1, 2, 2, 2, 0);
+    pool_case(&m1, 0), pool_case(&m2, 0);
+    float x[30], y[6], cy[6], dy[6], dx[30], cdx[30];
+    for (int i = 0; i < 30; i++)
+        x[i] = frand(-1, 1);
+    mprt_gap(6, 5, x, y);
+    mprt_cu_gap(6, 5, x, cy);
+    same("gap", y, cy, sizeof y);
+    for (int i = 0; i < 6; i++)
+        dy[i] = frand(-1, 1);
+    mprt_gap_grad(6, 5, dy, dx);
+    mprt_cu_gap_grad(6, 5, dy, cdx);
+    same("gap_grad", dx, cdx, sizeof dx);
+    report("avgpool");
+    report("maxpool");
+    report("maxpool_grad");
+    report("gap");
+    report("gap_grad");
+}
+
+static void test_norm(void)
+{
+    int N = 2, C = 4;
+    long P = 6, n = N * C * P;
+    float *x = fvec(n, -2, 3), *scale = fvec(C, 0.5f, 1.5f), *bias = fvec(C, -1, 1);
+    float *mean = fvec(C, -0.5f, 0.5f), *var = fvec(C, 0.5f, 2.0f);
+    float *y = fzero(n), *cy = fzero(n);
+    mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, y);
+    mprt_cu_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, cy);
+    same("bn_infer", y, cy, (size_t)n * 4);
+    mprt_training = 0;
+    mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, cy);
+    mprt_training = 1;
+    same("bn_train (inference)", y, cy, (size_t)n * 4);
+    for (int G = C; G >= 2; G /= 2) {
+        float *dy = fvec(n, -1, 1), *dx = fzero(n), *cdx = fzero(n);
+        float ds[4], db[4], cds[4], cdb[4];
+        mprt_group_norm(N, C, G, P, x, scale, bias, 1e-5f, y);
+        mprt_cu_group_norm(N, C, G, P, x, scale, bias, 1e-5f, cy);
+        same("group_norm", y, cy, (size_t)n * 4);
+        mprt_group_norm_grad(N, C, G, P, dy, x, scale, 1e-5f, dx, ds, db);
+        mprt_cu_group_norm_grad(N, C, G, P, dy, x, scale, 1e-5f, cdx, cds, cdb);
+        same("group_norm_grad (dx)", dx, cdx, (size_t)n * 4);
+        same("group_norm_grad (dscale)", ds, cds, sizeof ds);
+        same("group_norm_grad (dbias)", db, cdb, sizeof db);
+        free(dy), free(dx), free(cdx);
+    }
+    long rows = 5, D = 7;
+    float *lx = fvec(rows * D, -2, 2), *ls = fvec(D, 0.5f, 1.5f), *lb = fvec(D, -1, 1);
+    float *ly = fzero(rows * D), *cly = fzero(rows * D), lm[5], lr[5], clm[5], clr[5];
+    mprt_layernorm(rows, D, lx, ls, lb, 1e-5f, ly, lm, lr);
+    mprt_cu_layernorm(rows, D, lx, ls, lb, 1e-5f, cly, clm, clr);
+    same("layernorm", ly, cly, (size_t)rows * D * 4);
+    same("layernorm (mean)", lm, clm, sizeof lm);
+    same("layernorm (rstd)", lr, clr, sizeof lr);
+    float *ldy = fvec(rows * D, -1, 1), *ldx = fzero(rows * D), *cldx = fzero(rows * D);
+    float lds[7], ldb[7], clds[7], cldb[7];
+    mprt_layernorm_grad(rows, D, ldy, lx, ls, lm, lr, ldx, lds, ldb);
+    mprt_cu_layernorm_grad(rows, D, ldy, lx, ls, lm, lr, cldx, clds, cldb);
+    same("layernorm_grad (dx)", ldx, cldx, (size_t)rows * D * 4);
+    same("layernorm_grad (dscale)", lds, clds, sizeof lds);
+    same("layernorm_grad (dbias)", ldb, cldb, sizeof ldb);
+    free(x), free(scale), free(bias), free(mean), free(var), free(y), free(cy);
+    free(lx), free(ls), free(lb), free(ly), free(cly), free(ldy), free(ldx), free(cldx);
+    report("bn_infer");
+    report("group_norm");
+    report("group_norm_grad");
+    report("layernorm");
+    report("layernorm_grad");
+}
+
+static void reduce_case(int rank, const long *shape, const int *keep)
+{
+    long n = 1, n_out = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d], n_out *= keep[d] ? shape[d] : 1;
+    float *x = fvec(n, 0, 0), *y = fzero(n_out), *cy = fzero(n_out);
+    x[3] = -0.0f, x[n / 2] = NAN, x[n - 1] = NAN;
+    mprt_sum_to(rank, shape, keep, x, 0.5f, n_out, y);
+    mprt_cu_sum_to(rank, shape, keep, x, 0.5f, n_out, cy);
+    same("sum_to", y, cy, (size_t)n_out * 4);
+    for (int is_min = 0; is_min < 2; is_min++) {
+        mprt_reduce_max(is_min, rank, shape, keep, x, n_out, y);
+        mprt_cu_reduce_max(is_min, rank, shape, keep, x, n_out, cy);
+        same("reduce_max", y, cy, (size_t)n_out * 4);
+        float *dy = fvec(n_out, -1, 1), *dx = fzero(n), *cdx = fvec(n, 1, 2);
+        mprt_reduce_max_grad(rank, shape, keep, dy, x, y, n_out, dx);
+        mprt_cu_reduce_max_grad(rank, shape, keep, dy, x, y, n_out, cdx);
+        same("reduce_max_grad", dx, cdx, (size_t)n * 4);
+        free(dy), free(dx), free(cdx);
+    }
+    for (long i = 0; i < n; i++)   /* zeros of both signs, no NaN */
+        x[i] = i % 3 ? 0.0f : -0.0f;
+    mprt_reduce_max(0, rank, shape, keep, x, n_out, y);
+    mprt_cu_reduce_max(0, rank, shape, keep, x, n_out, cy);
+    same("reduce_max (signed zeros)", y, cy, (size_t)n_out * 4);
+    free(x), free(y), free(cy);
+}
+
+static void test_reduce(void)
+{
+    long s1[] = {4, 5, 6}, s2[] = {8, 3, 16};
+    int k1[] = {1, 0, 1}, k2[] = {0, 1, 0}, k3[] = {0, 0, 0};
+    reduce_case(3, s1, k1);   /* a thread per output */
+    reduce_case(3, s2, k2);   /* a block per output */
+    reduce_case(3, s2, k3);
+    report("sum_to");
+    report("reduce_max");
+    report("reduce_max_grad");
+}
+
+static void test_losses(void)
+{
+    int N = 3, C = 4;
+    long D = 5, n = N * C * D;
+    float *x = fvec(n, -3, 1), *w = fvec(C, 0.5f, 2), *logp = fzero(n), *clogp = fzero(n);
+    int64_t labels[15];
+    for (int i = 0; i < 15; i++)
+        labels[i] = i % 4 == 3 ? -100 : (int64_t)frand(0, (float)C);
+    for (int r = 0; r < 3; r++)
+        for (int wt = 0; wt < 2; wt++) {
+            float loss[15], closs[15];
+            memset(loss, 0, sizeof loss), memset(closs, 0, sizeof closs);
+            mprt_nll_forward(N, C, D, x, labels, wt ? w : NULL, -100, r, loss, "n");
+            mprt_cu_nll_forward(N, C, D, x, labels, wt ? w : NULL, -100, r, closs, "n");
+            same("nll_forward", loss, closs, sizeof loss);
+        }
+    labels[2] = 9;   /* a bad label: recorded, the CPU would stop */
+    float loss;
+    mprt_cu_nll_forward(N, C, D, x, labels, NULL, -100, 2, &loss, "bad");
+    checks++;
+    if (mprt_k_fault[0] != 2 || mprt_k_fault[1] != 9 || mprt_k_fault[2] != (unsigned)C ||
+        strcmp((const char *)(uintptr_t)mprt_k_fault[3], "bad") != 0 ||
+        (int64_t)mprt_k_fault[4] != -100) {
+        failures++;
+        fprintf(stderr, "emulate: nll_forward's fault record is wrong\n");
+    }
+    memset(mprt_k_fault, 0, 5 * sizeof *mprt_k_fault);
+    labels[2] = 1;
+    float l1, l2, dl = 0.75f, *dx = fzero(n), *cdx = fvec(n, 1, 2);
+    mprt_nll(N, C, D, x, labels, -100, &l1, "n");
+    mprt_cu_nll(N, C, D, x, labels, -100, &l2, "n");
+    same("nll", &l1, &l2, 4);
+    mprt_nll_grad(N, C, D, &dl, labels, -100, dx);
+    mprt_cu_nll_grad(N, C, D, &dl, labels, -100, cdx);
+    same("nll_grad", dx, cdx, (size_t)n * 4);
+    mprt_sce(N, C, D, x, labels, -100, &l1, logp);
+    mprt_cu_sce(N, C, D, x, labels, -100, &l2, clogp);
+    same("sce", &l1, &l2, 4);
+    same("sce (log-probabilities)", logp, clogp, (size_t)n * 4);
+    mprt_sce_grad(N, C, D, &dl, logp, labels, -100, dx);
+    mprt_cu_sce_grad(N, C, D, &dl, logp, labels, -100, cdx);
+    same("sce_grad", dx, cdx, (size_t)n * 4);
+    float *t = fvec(n, -1, 1);
+    mprt_mse(n, x, t, &l1);
+    mprt_cu_mse(n, x, t, &l2);
+    same("mse", &l1, &l2, 4);
+    mprt_mse_grad(n, &dl, x, t, dx);
+    mprt_cu_mse_grad(n, &dl, x, t, cdx);
+    same("mse_grad", dx, cdx, (size_t)n * 4);
+    float *y = fzero(n), *cy = fzero(n), *dy = fvec(n, -1, 1);
+    for (int lg = 0; lg < 2; lg++) {
+        (lg ? mprt_log_softmax : mprt_softmax)(3, 4, 5, x, y);
+        (lg ? mprt_cu_log_softmax : mprt_cu_softmax)(3, 4, 5, x, cy);
+        same(lg ? "log_softmax" : "softmax", y, cy, (size_t)n * 4);
+        (lg ? mprt_log_softmax_grad : mprt_softmax_grad)(3, 4, 5, dy, y, dx);
+        (lg ? mprt_cu_log_softmax_grad : mprt_cu_softmax_grad)(3, 4, 5, dy, y, cdx);
+        same(lg ? "log_softmax_grad" : "softmax_grad", dx, cdx, (size_t)n * 4);
+    }
+    free(x), free(w), free(logp), free(clogp), free(dx), free(cdx), free(t), free(y), free(cy),
+        free(dy);
+    report("nll_forward");
+    report("nll");
+    report("nll_grad");
+    report("sce");
+    report("sce_grad");
+    report("mse");
+    report("mse_grad");
+    report("softmax");
+    report("log_softmax");
+}
+
+static void test_move(void)
+{
+    /* Transpose (2,3,4) -> (4,2,3) and back */
+    long shape[] = {4, 2, 3}, stride[] = {1, 12, 4};
+    float *x = fvec(24, -1, 1), y[24], cy[24], dx[24], cdx[24];
+    mprt_strided(0, 3, shape, stride, 0, 24, x, y);
+    mprt_cu_strided(0, 3, shape, stride, 0, 24, x, cy);
+    same("strided", y, cy, sizeof y);
+    mprt_strided(1, 3, shape, stride, 0, 24, dx, y);
+    mprt_cu_strided(1, 3, shape, stride, 0, 24, cdx, y);
+    same("strided (back)", dx, cdx, sizeof dx);
+    long len[] = {2, 3};
+    float *p0 = fvec(2 * 2 * 5, -1, 1), *p1 = fvec(2 * 3 * 5, -1, 1), cat[50], ccat[50];
+    float *const parts[] = {p0, p1};
+    mprt_concat(0, 2, 5, 2, len, parts, cat);
+    mprt_cu_concat(0, 2, 5, 2, len, parts, ccat);
+    same("concat", cat, ccat, sizeof cat);
+    float *q0 = fzero(20), *q1 = fzero(30);
+    float *const back[] = {q0, q1};
+    mprt_cu_concat(1, 2, 5, 2, len, back, cat);
+    same("concat (split)", p0, q0, 80);
+    same("concat (split)", p1, q1, 120);
+    int64_t idx[] = {2, 0, -1, 2};
+    float gy[2 * 4 * 3], cgy[2 * 4 * 3];
+    float *table = fvec(2 * 3 * 3, -1, 1);
+    mprt_gather(2, 3, 3, 4, idx, table, gy, "g");
+    mprt_cu_gather(2, 3, 3, 4, idx, table, cgy, "g");
+    same("gather", gy, cgy, sizeof gy);
+    float f[6] = {1.5f, -2.7f, 0.0f, 3.0f, -0.4f, 255.9f};
+    int64_t i64[6], ci64[6];
+    uint8_t u8[6], cu8[6];
+    mprt_cast(6, MPRT_CAST_F32, MPRT_CAST_I64, f, i64);
+    mprt_cu_cast(6, MPRT_CAST_F32, MPRT_CAST_I64, f, ci64);
+    same("cast", i64, ci64, sizeof i64);
+    mprt_cast(6, MPRT_CAST_F32, MPRT_CAST_BOOL, f, u8);
+    mprt_cu_cast(6, MPRT_CAST_F32, MPRT_CAST_BOOL, f, cu8);
+    same("cast", u8, cu8, sizeof u8);
+    long ws[] = {2, 3}, sc[] = {3, 1}, sa[] = {0, 1}, sb[] = {1, 0};
+    uint8_t cond[6] = {1, 0, 1, 1, 0, 0};
+    float wy[6], cwy[6];
+    mprt_where(2, ws, cond, sc, x, sa, x + 3, sb, wy);
+    mprt_cu_where(2, ws, cond, sc, x, sa, x + 3, sb, cwy);
+    same("where", wy, cwy, sizeof wy);
+    uint64_t bytes[3] = {1, 2, 3}, cbytes[3] = {0, 0, 0};
+    mprt_cu_copy_bytes(sizeof bytes, bytes, cbytes);
+    same("copy_bytes", bytes, cbytes, sizeof bytes);
+    mprt_cu_copy(24, x, cy);
+    same("copy", x, cy, sizeof cy);
+    for (int coord = MPRT_HALF_PIXEL; coord <= MPRT_ASYMMETRIC; coord++)
+        for (int mode = MPRT_NEAREST_FLOOR; mode <= MPRT_LINEAR; mode++) {
+            MprtResize r = {6, 3, 4, 7, 9, coord, mode, 7.0f / 3, 9.0f / 4};
+            float *rx = fvec(6 * 12, -1, 1), *ry = fzero(6 * 63), *cry = fzero(6 * 63);
+            mprt_resize(0, &r, rx, ry);
+            mprt_cu_resize(0, &r, rx, cry);
+            same("resize", ry, cry, 6 * 63 * 4);
+            float *rdx = fzero(6 * 12), *crdx = fzero(6 * 12);
+            mprt_resize(1, &r, rdx, ry);
+            mprt_cu_resize(1, &r, crdx, ry);
+            same("resize (back)", rdx, crdx, 6 * 12 * 4);
+            free(rx), free(ry), free(cry), free(rdx), free(crdx);
+        }
+    free(x), free(p0), free(p1), free(q0), free(q1), free(table);
+    report("strided");
+    report("concat");
+    report("gather");
+    report("cast");
+    report("where");
+    report("copy_bytes");
+    report("resize");
+}
+
+static void test_update(void)
+{
+    long n = 100;
+    float *g = fvec(n, -1, 1), *sum = fzero(n), *csum = fvec(n, 3, 4);
+    mprt_accumulate(n, sum, g, 1);
+    mprt_cu_accumulate(n, csum, g, 1);
+    mprt_accumulate(n, sum, g, 0);
+    mprt_cu_accumulate(n, csum, g, 0);
+    same("accumulate", sum, csum, (size_t)n * 4);
+    float *w = fvec(n, -1, 1), *cw = copy_of(w, (size_t)n * 4), *buf = fzero(n), *cbuf = fzero(n);
+    for (int step = 0; step < 3; step++) {
+        mprt_sgd(n, w, g, buf, 0.5f, 0.1f, 0.9f, 1e-4f, step == 2, step == 0);
+        mprt_cu_sgd(n, cw, g, cbuf, 0.5f, 0.1f, 0.9f, 1e-4f, step == 2, step == 0);
+    }
+    same("sgd", w, cw, (size_t)n * 4);
+    float *m = fzero(n), *v = fzero(n), *cm = fzero(n), *cv = fzero(n);
+    for (long step = 1; step <= 3; step++) {
+        mprt_adamw(n, w, g, m, v, 0.5f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+        mprt_cu_adamw(n, cw, g, cm, cv, 0.5f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+    }
+    same("adamw", w, cw, (size_t)n * 4);
+    float *y = fzero(n), *cy = fzero(n);
+    uint8_t mask[100], cmask[100];
+    mprt_dropout_mb = 3;
+    mprt_dropout(n, 7, 0.3f, 1, g, y, mask);
+    mprt_cu_dropout(n, 7, 0.3f, 1, g, cy, cmask);
+    same("dropout", y, cy, (size_t)n * 4);
+    same("dropout (mask)", mask, cmask, sizeof mask);
+    mprt_dropout_grad(n, 7, 0.3f, g, y);
+    mprt_cu_dropout_grad(n, 7, 0.3f, g, cy);
+    same("dropout_grad", y, cy, (size_t)n * 4);
+    float rx[12], ry[12], cry[12], rdx[12], crdx[12];
+    for (int i = 0; i < 12; i++)
+        rx[i] = frand(-1, 1);
+    mprt_relu(12, rx, ry);
+    mprt_cu_relu(12, rx, cry);
+    same("relu", ry, cry, sizeof ry);
+    mprt_relu_grad(12, rx, ry, rdx);
+    mprt_cu_relu_grad(12, rx, ry, crdx);
+    same("relu_grad", rdx, crdx, sizeof rdx);
+    free(g), free(sum), free(csum), free(w), free(cw), free(buf), free(cbuf), free(m), free(v),
+        free(cm), free(cv), free(y), free(cy);
+    report("accumulate");
+    report("sgd");
+    report("adamw");
+    report("dropout");
+    report("relu");
+}
+
+int main(void)
+{
+    test_unary();
+    test_binary();
+    test_nary();
+    test_compare();
+    test_pad();
+    test_pool();
+    test_norm();
+    test_reduce();
+    test_losses();
+    test_move();
+    test_update();
+    printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
+           failures);
+    return failures != 0;
+}
