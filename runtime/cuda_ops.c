@@ -755,8 +755,9 @@ static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
     MPRT_CUDNN(cudnnSetConvolution2dDescriptor(c->conv, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw,
                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
-    /* no TF32: the products stay float, as on the CPU */
-    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, CUDNN_FMA_MATH));
+    /* no TF32 unless mpcc --tf32: the products stay float, as on the CPU */
+    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 ? CUDNN_DEFAULT_MATH
+                                                                 : CUDNN_FMA_MATH));
     c->x = mprt_cu_tensor(p->N, p->C, p->H, p->W);
     c->y = mprt_cu_tensor(p->N, p->M, p->OH, p->OW);
     int n, ch, h, w;
@@ -832,8 +833,8 @@ static int mprt_cu_conv_choose(MprtCuConv *c, int dir, int preferred)
     for (int pass = 0; pass < 2 && pick < 0; pass++)
         for (int i = 0; i < n && pick < 0; i++) {
             if (cand[i].status != CUDNN_STATUS_SUCCESS || cand[i].memory > room ||
-                cand[i].math == CUDNN_TENSOR_OP_MATH ||
-                cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+                (!mprt_cu_tf32 && (cand[i].math == CUDNN_TENSOR_OP_MATH ||
+                                   cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) ||
                 (pass == 0 && cand[i].det != CUDNN_DETERMINISTIC))
                 continue;
             ws = mprt_cu_conv_ws(c, dir, cand[i].algo);

@@ -23,6 +23,7 @@ typedef struct MprtCuDevice {
 static MprtCuDevice mprt_emu_device;
 static MprtCuDevice *mprt_cu = &mprt_emu_device;
 static const char *mprt_cu_node;
+static int mprt_cu_tf32;
 
 #define MPRT_EMU_OK(call, ok)                                                          \
     do {                                                                               \
