@@ -343,6 +343,20 @@ static void emit_reduce(CG *cg, const Node *n)
  * repeats. */
 static void emit_expand(CG *cg, const Node *n)
 {
+    DType t = cg->g->values[n->in[0]].dtype;
+    if (n->op == OP_EXPAND && t != DT_F32) {   /* the bytes: a bool mask, integers */
+        const Shape *ys = shape_of(cg, n->out[0]);
+        long shape[MAX_RANK], st[MAX_RANK];
+        for (int d = 0; d < ys->rank; d++)
+            shape[d] = (long)ys->d[d];
+        bcast_strides(ys, shape_of(cg, n->in[0]), st);
+        emit(cg, "    %s(%zu, %d, ", kernel(cg, "broadcast_bytes"), dtype_size(t), ys->rank);
+        emit_longs(cg, shape, ys->rank);
+        emit(cg, ", ");
+        emit_longs(cg, st, ys->rank);
+        emit(cg, ", %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]));
+        return;
+    }
     float_only(cg, n, n->in[0]);
     if (n->op == OP_EXPAND) {
         emit(cg, "    %s(MPRT_ADD, 1, ", kernel(cg, "nary"));

@@ -60,6 +60,22 @@ MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long 
     }
 }
 
+/* y (contiguous, `shape`) = x broadcast by its strides (0 along the
+ * dimensions it is broadcast on), for elements of any type: `size` bytes
+ * each. Expand on bool and integer tensors (a padding mask). */
+MPRT_KERNEL void mprt_broadcast_bytes(size_t size, int rank, const long *shape,
+                                      const long *stride, const void *x, void *y)
+{
+    long n = 1, idx[8] = {0}, off = 0;
+    const long *st[1] = {stride};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        memcpy((char *)y + (size_t)i * size, (const char *)x + (size_t)off * size, size);
+        mprt_bcast_next(rank, shape, idx, 1, &off, st);
+    }
+}
+
 /* Concat along an axis: the tensors are `outer` rows of len[j] * inner
  * elements each; y's rows are the inputs' rows one after another. Split
  * (back != 0) copies y's rows out; a NULL part is an unused output. */

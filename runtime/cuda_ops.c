@@ -271,6 +271,18 @@ MPRT_CU_KERNEL void mprt_cu_where(int rank, const long *shape, const uint8_t *co
     mprt_cu_each("where", n, args);
 }
 
+/* Expand of a tensor that is not float (a bool mask, int64 values): each
+ * element's `size` bytes, from x's broadcast position. */
+MPRT_CU_KERNEL void mprt_cu_broadcast_bytes(size_t size, int rank, const long *shape,
+                                            const long *stride, const void *x, void *y)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, stride, NULL, NULL, &n);
+    int64_t sz = (int64_t)size;
+    void *args[] = {&n, &bc, &sz, &x, &y};
+    mprt_cu_each("broadcast_bytes", n, args);
+}
+
 MPRT_CU_KERNEL void mprt_cu_unary(int op, long n, float p, float q, const float *x, float *y)
 {
     void *args[] = {&op, &n, &p, &q, &x, &y};

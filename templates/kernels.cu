@@ -204,6 +204,17 @@ extern "C" __global__ void mprt_k_where(i64 n, Bcast b, const u8 *cond, const fl
     }
 }
 
+/* Expand of bool or integer tensors: size bytes per element. */
+extern "C" __global__ void mprt_k_broadcast_bytes(i64 n, Bcast b, i64 size, const u8 *x, u8 *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[1];
+        bcast_offsets(b, i, 1, off);
+        for (i64 k = 0; k < size; k++)
+            y[i * size + k] = x[off[0] * size + k];
+    }
+}
+
 /* The gradient of PRelu in x's shape (b: the slope's strides): wrt 0,
  * dy * (x > 0 ? 1 : slope); wrt 1, dy * (x > 0 ? 0 : x). */
 extern "C" __global__ void mprt_k_prelu_grad(int wrt, i64 n, Bcast b, const float *dy,

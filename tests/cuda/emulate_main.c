@@ -491,6 +491,16 @@ static void test_move(void)
     mprt_cast(6, MPRT_CAST_F32, MPRT_CAST_BOOL, f, u8);
     mprt_cu_cast(6, MPRT_CAST_F32, MPRT_CAST_BOOL, f, cu8);
     same("cast", u8, cu8, sizeof u8);
+    /* Expand of a bool mask (2,1,3) -> (2,4,3) and of int64 (1,3) -> (4,3) */
+    long es[] = {2, 4, 3}, est[] = {3, 0, 1}, is[] = {4, 3}, ist[] = {0, 1};
+    uint8_t eb[24], ceb[24];
+    int64_t ei[12], cei[12];
+    mprt_broadcast_bytes(1, 3, es, est, u8, eb);
+    mprt_cu_broadcast_bytes(1, 3, es, est, u8, ceb);
+    same("broadcast_bytes (bool)", eb, ceb, sizeof eb);
+    mprt_broadcast_bytes(8, 2, is, ist, i64, ei);
+    mprt_cu_broadcast_bytes(8, 2, is, ist, i64, cei);
+    same("broadcast_bytes (int64)", ei, cei, sizeof ei);
     long ws[] = {2, 3}, sc[] = {3, 1}, sa[] = {0, 1}, sb[] = {1, 0};
     uint8_t cond[6] = {1, 0, 1, 1, 0, 0};
     float wy[6], cwy[6];

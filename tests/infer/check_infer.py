@@ -1,5 +1,6 @@
 """mpcc --infer end to end: a small ONNX model (Gemm + Relu, a Shape that
-folds to a constant, a Cast to bool, a graph input passed straight through)
+folds to a constant, a Cast to bool, Expand of that bool mask and of int64
+values, a graph input passed straight through)
 compiled into a forward-only program, built with -Wall -Wextra -Werror, run
 on .npy inputs; its .npy outputs must equal numpy's (float within 1e-6, the
 rest exactly). With --errors: bad inputs give one line on stderr naming the
@@ -22,6 +23,9 @@ def make_model(path, w, b):
         helper.make_node("Relu", ["h"], ["y"], name="relu"),
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
         helper.make_node("Cast", ["idx"], ["flags"], name="cast", to=TensorProto.BOOL),
+        helper.make_node("Expand", ["flags", "mask_shape"], ["mask"], name="expand_bool"),
+        helper.make_node("Unsqueeze", ["idx", "axis1"], ["col"], name="unsqueeze"),
+        helper.make_node("Expand", ["col", "wide_shape"], ["wide"], name="expand_int"),
     ]
     graph = helper.make_graph(
         nodes, "infer_check",
@@ -30,8 +34,13 @@ def make_model(path, w, b):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
          helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
          helper.make_tensor_value_info("flags", TensorProto.BOOL, [4]),
+         helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 4]),
+         helper.make_tensor_value_info("wide", TensorProto.INT64, [4, 3]),
          helper.make_tensor_value_info("idx", TensorProto.INT64, [4])],
-        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b"),
+         numpy_helper.from_array(np.array([2, 4], np.int64), "mask_shape"),
+         numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+         numpy_helper.from_array(np.array([4, 3], np.int64), "wide_shape")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)
     onnx.save(model, path)
@@ -58,7 +67,8 @@ def build(mpcc, work):
     if p.returncode != 0:
         sys.exit("FAIL: cc: " + p.stderr[:2000])
     return {"y": np.maximum(x @ w + b, 0), "s": np.array([2, 3], dtype=np.int64),
-            "flags": idx != 0, "idx": idx}
+            "flags": idx != 0, "mask": np.broadcast_to(idx != 0, (2, 4)),
+            "wide": np.broadcast_to(idx[:, None], (4, 3)), "idx": idx}
 
 
 def check_outputs(work, expected):

@@ -10,7 +10,9 @@ train() mode and writes what a C test needs to check a trainer against it:
   model.onnx    the model with its initial weights; the initializer names are
                 the state_dict keys (checked here: the script fails otherwise)
   x.npy         inputs, N = K*B rows: float32, or int64 tokens (N,T) for gpt
-  y.npy         int64 class labels (N,), or next-token labels (N,T) for gpt;
+                and bert (bert: token 0 is padding, and rows are padded)
+  y.npy         int64 class labels (N,), or next-token labels (N,T) for gpt,
+                or pixel labels (N,H,W) for deeplabv3 and unet;
                 step i uses rows i*B .. i*B+B-1 in file order
   losses.npy    float64 [K]: step i's mean cross-entropy loss, computed BEFORE
                 step i's update (mean over micro-batches when M > 1)
@@ -26,8 +28,8 @@ clip_grad_norm_ (with --clip-norm), optimizer.step(), zero_grad().  BatchNorm
 uses per-micro-batch statistics and updates its running stats once per
 micro-batch (momentum 0.1), as GPipe does.
 
-Run:  /usr/bin/python3 tests/train/ref_train.py --model mlp|cnn|resnet50|gpt|deeplabv3
-          --out DIR [--steps K] [--batch B] [--microbatches M]
+Run:  /usr/bin/python3 tests/train/ref_train.py --model MODEL --out DIR
+          [--steps K] [--batch B] [--microbatches M]
           [--optimizer sgd|adamw] [--lr F] [--momentum F] [--nesterov]
           [--weight-decay F] [--betas F,F] [--eps F] [--clip-norm F]
           [--seed S] [--mlp-sizes 784,256,10] [--zero-init-residual]
@@ -51,13 +53,23 @@ that step).  --eval-ignored K sets the label of every K-th held-out row
 (0, K, 2K, ...) to the ignore_index (-100, or the model's), which neither
 counts.
 
+MODEL: mlp, cnn, unet, bert (written here), gpt (tests/models/export_gpt.py),
+resnet50, deeplabv3, mobilenetv2, vgg11bn, efficientnet_b0 (torchvision; the
+"torch" string in config.json says how each is set up for small inputs).
+
 --fp64-check retrains in float64 and stores in config.json how far the
 float32 reference is from it: no float32 trainer can be expected to match more
 closely.  ResNet-50 with its default init at 32x32, B=4 is chaotic (gradient
 norm ~3e4; float32 and float64 disagree by percent after one SGD step); use
---zero-init-residual --lr 0.01 for a reproducible reference.  AdamW turns the
-rounding noise of gradients that are exactly zero in exact arithmetic (a conv
-bias before BatchNorm, the key part of in_proj_bias) into +-lr updates.
+--zero-init-residual --lr 0.01 for a reproducible reference.  The same holds
+for MobileNetV2 and EfficientNet-B0 (--zero-init-residual zeroes the last
+BatchNorm of their residual blocks), whose last BatchNorms also need more than
+a few values per channel: 64x64 images, micro-batches of 8.  Nor can the
+check see an activation within rounding error of a kink (ReLU, ReLU6): float32
+and float64 PyTorch may agree on its side while another float32 order of
+operations puts it on the other.  AdamW turns the rounding noise of
+gradients that are exactly zero in exact arithmetic (a conv bias before
+BatchNorm, the key part of in_proj_bias) into +-lr updates.
 """
 import argparse
 import collections
@@ -83,12 +95,20 @@ warnings.filterwarnings("ignore", category=UserWarning)
 OPSET = 17
 IN_NAME, OUT_NAME = "input", "logits"
 IMAGE = (3, 32, 32)
+IMAGE64 = (3, 64, 64)   # mobilenetv2, efficientnet_b0: 2x2 after stride 32
 GPT_CFG = dict(vocab=128, d=32, heads=2, layers=2, T=16)
-# per-model defaults: steps, batch
 SEG_CFG = dict(classes=5, image=[3, 32, 32], ignore_index=255, ignore_every=7)
+# bert: token 0 is padding, token 1 the [CLS] token every row starts with;
+# row lengths are drawn from [min_len, T], the rest is padding.
+BERT_CFG = dict(vocab=64, d=32, heads=2, layers=2, T=16, classes=4, min_len=5)
+# per-model defaults: steps, batch
 DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "gpt": (5, 4),
-            "deeplabv3": (2, 4)}
-BN_MODELS = ("cnn", "resnet50", "deeplabv3")
+            "deeplabv3": (2, 4), "mobilenetv2": (2, 8), "vgg11bn": (3, 4),
+            "unet": (3, 4), "efficientnet_b0": (3, 8), "bert": (3, 8)}
+BN_MODELS = ("cnn", "resnet50", "deeplabv3", "mobilenetv2", "vgg11bn",
+             "unet", "efficientnet_b0")
+SEG_MODELS = ("deeplabv3", "unet")
+ZERO_INIT_MODELS = ("resnet50", "mobilenetv2", "efficientnet_b0")
 SKIP_BUFFERS = ("num_batches_tracked",)
 
 
@@ -145,7 +165,162 @@ def build_model(args):
                                  "heads, layers, T)")
     if args.model == "deeplabv3":
         return build_deeplabv3(args)
+    if args.model == "mobilenetv2":
+        import torchvision
+        from torchvision.models.mobilenetv2 import InvertedResidual
+        model = torchvision.models.mobilenet_v2(weights=None, num_classes=10,
+                                                width_mult=0.5, dropout=0.0)
+        zi = zero_residual_bn(model, InvertedResidual,
+                              lambda b: b.conv[-1], args)
+        return model, {"image": list(IMAGE64), "classes": 10,
+                       "zero_init_residual": zi,
+                       "torch": "torchvision.models.mobilenet_v2(weights="
+                                "None, num_classes=10, width_mult=0.5, "
+                                "dropout=0.0)%s"
+                                % ("; the last BatchNorm of every residual "
+                                   "InvertedResidual starts at weight 0"
+                                   if zi else "")}
+    if args.model == "vgg11bn":
+        return build_vgg11bn(args)
+    if args.model == "unet":
+        c = SEG_CFG
+        return UNet(c["image"][0], c["classes"]), {
+            "image": c["image"], "classes": c["classes"],
+            "ignore_index": c["ignore_index"],
+            "torch": "UNet(3, %d) of tests/train/ref_train.py: widths 8-16-32,"
+                     " two MaxPool2 down, ConvTranspose2d(2, stride 2) and "
+                     "bilinear Upsample up, skips by torch.cat" % c["classes"]}
+    if args.model == "efficientnet_b0":
+        import torchvision
+        from torchvision.models.efficientnet import MBConv
+        model = torchvision.models.efficientnet_b0(
+            weights=None, num_classes=10, stochastic_depth_prob=0.0)
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
+        zi = zero_residual_bn(model, MBConv, lambda b: b.block[-1][1], args)
+        return model, {"image": list(IMAGE64), "classes": 10,
+                       "zero_init_residual": zi,
+                       "torch": "torchvision.models.efficientnet_b0(weights="
+                                "None, num_classes=10, stochastic_depth_prob="
+                                "0.0); classifier Dropout p=0%s"
+                                % ("; the last BatchNorm of every residual "
+                                   "MBConv starts at weight 0" if zi else "")}
+    if args.model == "bert":
+        c = BERT_CFG
+        return BERT(c["vocab"], c["d"], c["heads"], c["layers"], c["T"],
+                    c["classes"]), dict(
+            c, torch="BERT(vocab, d, heads, layers, T, classes) of "
+                     "tests/train/ref_train.py: nn.TransformerEncoder "
+                     "(post-LayerNorm, GELU, dropout 0) with "
+                     "src_key_padding_mask = (tokens == 0), classified from "
+                     "the first token")
     raise AssertionError(args.model)
+
+
+def zero_residual_bn(model, block_type, last_bn, args):
+    """--zero-init-residual for the inverted-residual models: the last
+    BatchNorm of every block with a skip connection starts at weight 0, so
+    that each such block starts as the identity (as resnet50's
+    zero_init_residual=True does for its Bottlenecks)."""
+    if args.zero_init_residual:
+        for b in model.modules():
+            if isinstance(b, block_type) and b.use_res_connect:
+                bn = last_bn(b)
+                assert isinstance(bn, nn.BatchNorm2d), bn
+                nn.init.zeros_(bn.weight)
+    return args.zero_init_residual
+
+
+def build_vgg11bn(args):
+    """VGG-11 with BatchNorm at 32x32: torchvision's convolutional features
+    end at 512x1x1 there, which its AdaptiveAvgPool2d((7, 7)) would copy 49
+    times into a 25088-wide, 4096-wide classifier (120M weights for a 32x32
+    image).  The pooling becomes AdaptiveAvgPool2d((1, 1)) and the
+    classifier keeps its shape (Linear, ReLU, Dropout, Linear, ReLU, Dropout,
+    Linear) at width 256, with Dropout p=0."""
+    import torchvision
+    model = torchvision.models.vgg11_bn(weights=None, num_classes=10)
+    model.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+    model.classifier = nn.Sequential(
+        nn.Linear(512, 256), nn.ReLU(True), nn.Dropout(p=0.0),
+        nn.Linear(256, 256), nn.ReLU(True), nn.Dropout(p=0.0),
+        nn.Linear(256, 10))
+    for m in model.classifier.modules():  # torchvision's VGG init
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0, 0.01)
+            nn.init.constant_(m.bias, 0)
+    return model, {"image": list(IMAGE), "classes": 10,
+                   "torch": "torchvision.models.vgg11_bn(weights=None, "
+                            "num_classes=10) with avgpool = "
+                            "AdaptiveAvgPool2d((1, 1)) and classifier = "
+                            "Linear(512,256) ReLU Dropout(0) Linear(256,256) "
+                            "ReLU Dropout(0) Linear(256,10) (normal(0, 0.01) "
+                            "weights, zero biases, as torchvision inits it)"}
+
+
+class DoubleConv(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class UNet(nn.Module):
+    """A small U-Net: two levels down (MaxPool2), a bottleneck, two levels
+    up, each joined to its encoder level's output by a long skip (torch.cat
+    along the channels).  The first up-sampling is a learned ConvTranspose2d,
+    the second a bilinear nn.Upsample followed by a 1x1 convolution, so both
+    kinds are exercised; a 1x1 convolution gives the per-pixel logits."""
+
+    def __init__(self, cin, classes, w=8):
+        super().__init__()
+        self.enc1 = DoubleConv(cin, w)
+        self.enc2 = DoubleConv(w, 2 * w)
+        self.pool = nn.MaxPool2d(2)
+        self.mid = DoubleConv(2 * w, 4 * w)
+        self.up2 = nn.ConvTranspose2d(4 * w, 2 * w, 2, stride=2)
+        self.dec2 = DoubleConv(4 * w, 2 * w)
+        self.up1 = nn.Sequential(
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+            nn.Conv2d(2 * w, w, 1))
+        self.dec1 = DoubleConv(2 * w, w)
+        self.head = nn.Conv2d(w, classes, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.pool(e1))
+        m = self.mid(self.pool(e2))
+        d2 = self.dec2(torch.cat([self.up2(m), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], dim=1))
+        return self.head(d1)
+
+
+class BERT(nn.Module):
+    """A BERT-style encoder: token + learned position embeddings, LayerNorm,
+    nn.TransformerEncoder (post-LayerNorm layers, GELU, dropout 0) whose
+    attention ignores the padding tokens (src_key_padding_mask = tokens ==
+    0), and a linear classifier on the first ([CLS]) token's output."""
+
+    def __init__(self, vocab, d, heads, layers, T, classes):
+        super().__init__()
+        self.T = T
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(T, d)
+        self.ln = nn.LayerNorm(d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0,
+                                           activation="gelu",
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers,
+                                             enable_nested_tensor=False)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        x = self.ln(self.tok(tokens) + self.pos(torch.arange(self.T)))
+        h = self.encoder(x, src_key_padding_mask=tokens == 0)
+        return self.head(h[:, 0])
 
 
 class SegOut(nn.Module):
@@ -196,7 +371,21 @@ def make_data(args, n, mcfg):
                 "x = seq[:, :T], y = seq[:, 1:]" % (V, T + 1))
         return (np.ascontiguousarray(seq[:, :T]),
                 np.ascontiguousarray(seq[:, 1:]), desc)
-    if args.model == "deeplabv3":
+    if args.model == "bert":
+        c = BERT_CFG
+        T = c["T"]
+        x = rng.integers(2, c["vocab"], size=(n, T), dtype=np.int64)
+        x[:, 0] = 1
+        lengths = rng.integers(c["min_len"], T + 1, size=n)
+        x[np.arange(T)[None, :] >= lengths[:, None]] = 0
+        y = rng.integers(0, c["classes"], size=(n,), dtype=np.int64)
+        desc = ("x = rng.integers(2, %d, size=(N, %d), dtype=int64); x[:, 0] "
+                "= 1 ([CLS]); lengths = rng.integers(%d, %d, size=N); "
+                "x[i, lengths[i]:] = 0 (padding); y = rng.integers(0, %d, "
+                "size=(N,), dtype=int64)"
+                % (c["vocab"], T, c["min_len"], T + 1, c["classes"]))
+        return x, y, desc
+    if args.model in SEG_MODELS:
         c = SEG_CFG
         x = rng.standard_normal(size=(n,) + tuple(c["image"]), dtype=np.float32)
         y = rng.integers(0, c["classes"], size=(n,) + tuple(c["image"][1:]),
@@ -209,7 +398,8 @@ def make_data(args, n, mcfg):
                    ",".join(map(str, c["image"][1:])), c["ignore_every"],
                    c["ignore_index"]))
         return x, y, desc
-    shape = (mcfg["sizes"][0],) if args.model == "mlp" else IMAGE
+    shape = ((mcfg["sizes"][0],) if args.model == "mlp"
+             else tuple(mcfg["image"]))
     x = rng.standard_normal(size=(n,) + shape, dtype=np.float32)
     y = rng.integers(0, mcfg["classes"], size=(n,), dtype=np.int64)
     desc = ("x = rng.standard_normal(size=(N,%s), dtype=float32); "
@@ -223,7 +413,7 @@ def ce_loss(logits, y):
     if logits.dim() == 3:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                y.reshape(-1))
-    if logits.dim() == 4:  # deeplabv3: per pixel, mean over labelled pixels
+    if logits.dim() == 4:  # deeplabv3, unet: per pixel, mean over labelled
         return F.cross_entropy(logits, y, ignore_index=SEG_CFG["ignore_index"])
     return F.cross_entropy(logits, y)
 
@@ -469,9 +659,14 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, choices=sorted(DEFAULTS))
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--steps", type=int, help="K (default 5; resnet50: 2)")
+    ap.add_argument("--steps", type=int,
+                    help="K (default per model: " + ", ".join(
+                        "%s %d" % (m, d[0]) for m, d in DEFAULTS.items())
+                    + ")")
     ap.add_argument("--batch", type=int,
-                    help="B (default mlp 32, cnn 16, resnet50 4, gpt 4)")
+                    help="B (default per model: " + ", ".join(
+                        "%s %d" % (m, d[1]) for m, d in DEFAULTS.items())
+                    + ")")
     ap.add_argument("--microbatches", type=int, default=1)
     ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     ap.add_argument("--lr", type=float,
@@ -488,9 +683,11 @@ def parse_args():
     ap.add_argument("--mlp-sizes", default="784,256,10",
                     help="mlp layer widths (e.g. 784,1024,1024,10)")
     ap.add_argument("--zero-init-residual", action="store_true",
-                    help="resnet50: zero_init_residual=True (the default "
-                         "init is too ill-conditioned at 32x32, B=4 for "
-                         "float32 results to be reproducible; see --fp64-check)")
+                    help="resnet50: zero_init_residual=True; mobilenetv2, "
+                         "efficientnet_b0: the same for their residual "
+                         "blocks (the default inits are too ill-conditioned "
+                         "at small images and batches for float32 results "
+                         "to be reproducible; see --fp64-check)")
     ap.add_argument("--rows", type=int,
                     help="training rows in x.npy (default K*B); the steps "
                          "wrap around them epoch after epoch")
@@ -533,8 +730,9 @@ def parse_args():
         ap.error("--mlp-sizes: want at least two positive widths")
     if args.model != "mlp" and args.mlp_sizes != [784, 256, 10]:
         ap.error("--mlp-sizes is for --model mlp")
-    if args.zero_init_residual and args.model != "resnet50":
-        ap.error("--zero-init-residual is for --model resnet50")
+    if args.zero_init_residual and args.model not in ZERO_INIT_MODELS:
+        ap.error("--zero-init-residual is for --model %s"
+                 % "|".join(ZERO_INIT_MODELS))
     if args.rows is not None and args.rows < 1:
         ap.error("--rows must be >= 1")
     if args.eval_rows is not None and args.eval_rows < 1:
@@ -672,11 +870,12 @@ def main():
                    if args.model == "gpt" else
                    "F.cross_entropy(logits, y, ignore_index=%d) (mean over the "
                    "labelled pixels)" % SEG_CFG["ignore_index"]
-                   if args.model == "deeplabv3" else
+                   if args.model in SEG_MODELS else
                    "F.cross_entropy(logits, y) (mean over the batch)")
     cfg["reported_loss"] = ("losses[i]: the loss of step i before its update,"
                             " mean over the M micro-batch losses")
-    cfg["train_mode"] = "model.train() throughout; no Dropout in the model"
+    cfg["train_mode"] = ("model.train() throughout; no Dropout with p > 0 "
+                         "in the model")
     if args.model in BN_MODELS:
         cfg["bn_momentum"] = 0.1
         cfg["bn_running_var_note"] = (
