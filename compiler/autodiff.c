@@ -270,31 +270,18 @@ static bool bn_training(const Graph *g, const Node *n)
     return g->opset < 14 && n->nout > 1;   /* older opsets: extra outputs mean training */
 }
 
-static void grad_batch_norm(AD *ad, uint32_t dy)
+/* BatchNorm (training mode) and InstanceNorm: BatchNormGrad or
+ * InstanceNormGrad (dy, x, scale) gives dX, dScale and dBias, recomputing
+ * the statistics from x. */
+static void grad_norm(AD *ad, uint32_t dy, Op op)
 {
     const Node *n = ad->n;
-    if (!bn_training(ad->g, n))
+    if (op == OP_BN_GRAD && !bn_training(ad->g, n))
         error_at(&n->loc, "BatchNormalization in inference mode has no gradient in mpcc "
                  "yet; export the model with training=TrainingMode.TRAINING");
     uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
                         new_grad(ad, "dBias", n->in[2])};
-    uint32_t id = ir_emit(ad->g, OP_BN_GRAD, grad_name(ad, "grad"),
-                          (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
-    Node *g = &ad->g->nodes[id];
-    g->loc = n->loc;
-    ir_set_float(ad->g, g, "epsilon", attr_float(n, "epsilon", 1e-5));
-    for (int k = 0; k < 3; k++)
-        contribute(ad, n->in[k], outs[k]);
-}
-
-/* InstanceNormalization: InstanceNormGrad(dy, x, scale) gives dX, dScale
- * and dBias, recomputing the statistics from x. */
-static void grad_instance_norm(AD *ad, uint32_t dy)
-{
-    const Node *n = ad->n;
-    uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
-                        new_grad(ad, "dBias", n->in[2])};
-    uint32_t id = ir_emit(ad->g, OP_INSTANCE_NORM_GRAD, grad_name(ad, "grad"),
+    uint32_t id = ir_emit(ad->g, op, grad_name(ad, "grad"),
                           (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
     Node *g = &ad->g->nodes[id];
     g->loc = n->loc;
@@ -834,8 +821,8 @@ static void differentiate(AD *ad, const uint32_t *dy)
     }
     case OP_CONV: grad_conv(ad, dy[0], false); break;
     case OP_CONV_TRANSPOSE: grad_conv(ad, dy[0], true); break;
-    case OP_BATCH_NORM: grad_batch_norm(ad, dy[0]); break;
-    case OP_INSTANCE_NORM: grad_instance_norm(ad, dy[0]); break;
+    case OP_BATCH_NORM: grad_norm(ad, dy[0], OP_BN_GRAD); break;
+    case OP_INSTANCE_NORM: grad_norm(ad, dy[0], OP_INSTANCE_NORM_GRAD); break;
     case OP_SOFTMAX_CE: grad_loss(ad, OP_SCE_GRAD, dy[0]); break;
     case OP_MUL: grad_mul(ad, dy[0]); break;
     case OP_DIV: grad_div(ad, dy[0]); break;

@@ -389,6 +389,8 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
         o->pipe.virt = 2;
     if (o->pipe.virt < 1)
         usage_error("--virtual-stages must be at least 1%s", "");
+    if (o->tf32 && !o->gpus && !(o->pipe.devices && strstr(o->pipe.devices, "cuda")))
+        usage_error("--tf32 is for CUDA devices (-gpus N); drop it for CPU devices%s", "");
     if (!o->input)
         usage_error("no model given%s", "");
 }

@@ -421,14 +421,16 @@ static void emit_sum(CG *cg, const Node *n)
     emit(cg, "}, %s);\n", buf(cg, n->out[0]));
 }
 
-static void loss_dims(CG *cg, uint32_t scores, long *N, long *C, long *D)
+/* N, C and the product of the rest: a (N, C, ...) tensor's batch, channels
+ * (or classes) and positions. */
+static void channel_dims(CG *cg, uint32_t x, long *N, long *C, long *P)
 {
-    const Shape *s = shape_of(cg, scores);
+    const Shape *s = shape_of(cg, x);
     *N = (long)s->d[0];
     *C = (long)s->d[1];
-    *D = 1;
+    *P = 1;
     for (int i = 2; i < s->rank; i++)
-        *D *= (long)s->d[i];
+        *P *= (long)s->d[i];
 }
 
 /* --infer: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss with
@@ -437,7 +439,7 @@ static void loss_dims(CG *cg, uint32_t scores, long *N, long *C, long *D)
 static void emit_loss_forward(CG *cg, const Node *n)
 {
     long N, C, D;
-    loss_dims(cg, n->in[0], &N, &C, &D);
+    channel_dims(cg, n->in[0], &N, &C, &D);
     if (cg->g->values[n->in[1]].dtype != DT_I64)
         unsupported(cg, n, "labels that are not int64");
     const char *red = attr_str(n, "reduction", "mean");
@@ -469,7 +471,7 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         emit_loss_forward(cg, n);
         return;
     }
-    loss_dims(cg, n->in[grad ? 1 : 0], &N, &C, &D);
+    channel_dims(cg, n->in[grad ? 1 : 0], &N, &C, &D);
     if (n->nin > (grad ? 3u : 2u))
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
     if (strcmp(attr_str(n, "reduction", "mean"), "mean") != 0)
@@ -495,7 +497,7 @@ static void emit_nll(CG *cg, const Node *n)
         emit_loss_forward(cg, n);
         return;
     }
-    loss_dims(cg, grad ? n->out[0] : n->in[0], &N, &C, &D);
+    channel_dims(cg, grad ? n->out[0] : n->in[0], &N, &C, &D);
     if (!grad && n->nin > 2 && n->in[2] != NONE)
         unsupported(cg, n, "class weights in NegativeLogLikelihoodLoss");
     if (strcmp(attr_str(n, "reduction", "mean"), "mean") != 0)
@@ -614,16 +616,6 @@ static void emit_conv(CG *cg, const Node *n)
              buf(cg, n->out[0]), workspace(cg));
         break;
     }
-}
-
-static void channel_dims(CG *cg, uint32_t x, long *N, long *C, long *P)
-{
-    const Shape *s = shape_of(cg, x);
-    *N = (long)s->d[0];
-    *C = (long)s->d[1];
-    *P = 1;
-    for (int i = 2; i < s->rank; i++)
-        *P *= (long)s->d[i];
 }
 
 static void emit_batch_norm(CG *cg, const Node *n)
@@ -2031,8 +2023,6 @@ static bool cuda_program(const Graph *g, const Options *o, const Plan *plan)
     if (ncuda && ncuda < plan->ds->n)
         error_file(g->file, "CPU and CUDA devices in one trainer are not supported yet; use "
                    "-cpus N or -gpus N");
-    if (!ncuda && o->tf32)
-        error_file(g->file, "--tf32 is for CUDA devices (-gpus N); drop it for CPU devices");
     if (ncuda && o->train.clip_norm > 0)
         error_file(g->file, "--clip-norm on CUDA devices is not supported yet; drop it or "
                    "train on CPU devices");

@@ -179,7 +179,7 @@ def main():
         f.write("\n".join(lines) + "\n")
     inc, lib = os.path.join(cuda, "include"), os.path.join(cuda, "lib64")
     cmd = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I", rt, "-I", inc, tu,
-           "-o", os.path.join(work, "cuda_ops_check"), "-L", lib, "-L", os.path.join(lib, "stubs"),
+           "-o", os.path.join(work, "cuda_ops_check"), "-L", lib,
            "-lcudnn", "-lcublas", "-lnvrtc", "-lcudart", "-lopenblas", "-lm", "-pthread"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

@@ -74,7 +74,7 @@ def main():
     run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", obj_dev])
     run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I", rt, "-I", inc, "-c", host,
          "-o", obj_host])
-    run([cxx, obj_host, obj_dev, "-o", exe, "-L", lib, "-L", os.path.join(lib, "stubs"),
+    run([cxx, obj_host, obj_dev, "-o", exe, "-L", lib,
          "-lcudnn", "-lcublas", "-lopenblas", "-lm", "-pthread"])
     r = subprocess.run([exe], capture_output=True, text=True)
     sys.stdout.write(r.stdout)
