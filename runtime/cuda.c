@@ -121,16 +121,24 @@ MPRT_KERNEL void mprt_cu_cache_dir(char *dir, size_t n)
         snprintf(dir, n, "%s/.cache/mpcc", h && *h ? h : "/tmp");
 }
 
-/* The cubin of the kernels for arch: from the cache, or compiled now. */
+/* NVRTC's options besides the architecture. --fmad=false: no contraction
+ * of a * b + c into one rounding, so the kernels round as the CPU's do. */
+static const char *const mprt_cu_opts[] = {"--std=c++17", "-default-device", "--fmad=false"};
+enum { MPRT_CU_NOPTS = sizeof mprt_cu_opts / sizeof mprt_cu_opts[0] };
+
+/* The cubin of the kernels for arch: from the cache (keyed by the source,
+ * the options, the architecture and NVRTC's version), or compiled now. */
 MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
 {
     int major, minor;
     MPRT_NVRTC(nvrtcVersion(&major, &minor));
     char dir[1024], path[1200], err[512];
     mprt_cu_cache_dir(dir, sizeof dir);
+    uint64_t key = mprt_fnv1a(mprt_cu_source, 0xcbf29ce484222325ULL);
+    for (int i = 0; i < MPRT_CU_NOPTS; i++)
+        key = mprt_fnv1a(mprt_cu_opts[i], key);
     snprintf(path, sizeof path, "%s/kernels-%016llx-sm%d-nvrtc%d.%d.cubin", dir,
-             (unsigned long long)mprt_fnv1a(mprt_cu_source, 0xcbf29ce484222325ULL), arch,
-             major, minor);
+             (unsigned long long)key, arch, major, minor);
     FILE *f = fopen(path, "rb");
     if (f) {
         fseek(f, 0, SEEK_END);
@@ -151,8 +159,10 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
     MPRT_NVRTC(nvrtcCreateProgram(&prog, mprt_cu_source, "templates/kernels.cu", 0, NULL, NULL));
     char opt_arch[64];
     snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=sm_%d", arch);
-    const char *opts[] = {opt_arch, "--std=c++17", "-default-device"};
-    if (nvrtcCompileProgram(prog, 3, opts) != NVRTC_SUCCESS) {
+    const char *opts[1 + MPRT_CU_NOPTS] = {opt_arch};
+    for (int i = 0; i < MPRT_CU_NOPTS; i++)
+        opts[1 + i] = mprt_cu_opts[i];
+    if (nvrtcCompileProgram(prog, 1 + MPRT_CU_NOPTS, opts) != NVRTC_SUCCESS) {
         size_t n = 0;
         nvrtcGetProgramLogSize(prog, &n);
         char *log = malloc(n + 1);

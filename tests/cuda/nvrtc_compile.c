@@ -49,7 +49,7 @@ static char *slurp(const char *path)
     } while (0)
 
 /* The trainer's NVRTC options besides the architecture: the string
- * literals of cuda.c's `opts[] = {opt_arch, ...}`. */
+ * literals of cuda.c's `mprt_cu_opts[] = {...}`. */
 static char trainer_opts[8][64];
 static int ntrainer_opts;
 
