@@ -33,7 +33,8 @@ typedef struct CG {
     uint32_t *profiled;   /* the nodes in the order of their --profile slots */
     int nprofiled;
     bool recomputing;     /* writing a forward node again inside a backward */
-    bool cuda;            /* the devices are CUDA devices */
+    bool cuda;            /* some devices are CUDA devices */
+    bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -1372,8 +1373,8 @@ static const char *build_line(CG *cg)
     if (cg->cuda)
         return arena_printf(cg->g->arena, "cc -O2 %s -o train -I" MPCC_CUDA_HOME "/include -L"
                             MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
-                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart -lm "
-                            "-pthread", out);
+                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart %s-lm "
+                            "-pthread", out, cg->mixed ? "-lopenblas " : "");
     return arena_printf(cg->g->arena, "cc -O2 %s -o train -lopenblas -lm -pthread", out);
 }
 
@@ -1460,8 +1461,8 @@ static void emit_kernel_source(CG *cg)
     emit(cg, "    \"\";\n");
 }
 
-/* The runtime files, in order: CPU devices' kernels and worker threads, or
- * CUDA devices' calls and their kernels. */
+/* The runtime files, in order: CPU devices' kernels and worker threads,
+ * CUDA devices' calls and their kernels, or both and what picks one. */
 static void emit_runtime(CG *cg)
 {
     static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
@@ -1470,10 +1471,16 @@ static void emit_runtime(CG *cg)
     static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                  "kernel_h", "timeline_c", "cuda_c", "cuda_ops_c", "program_c",
                                  "train_c", NULL};
+    static const char *mixed[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
+                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
+                                  "stream_c", "cuda_c", "cuda_ops_c", "mixed_c", "program_c",
+                                  "train_c", NULL};
     static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                   "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
                                   "stream_c", "program_c", "infer_c", NULL};
-    const char *const *order = cg->o->infer ? infer : cg->cuda ? cuda : cpu;
+    const char *const *order = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
+    if (cg->mixed)
+        emit(cg, "\n#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
     for (size_t i = 0; order[i]; i++)
         for (const EmbeddedFile *f = embedded_files; f->name; f++) {
             if (strcmp(f->name, order[i]) != 0)
@@ -1651,6 +1658,17 @@ static void emit_update_node(CG *cg, const Node *n)
              attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
 }
 
+/* One node between its profiling marks (MPRT_CU_PROF_* on a CUDA device,
+ * which also name the node for the CUDA calls' errors). */
+static void emit_timed(CG *cg, uint32_t node, void (*body)(CG *, const Node *))
+{
+    const char *kind = cuda_stage(cg) ? "CU_" : "";
+    emit(cg, "    {\n    MPRT_%sPROF_BEGIN(%d);\n", kind, cg->nprofiled);
+    body(cg, &cg->g->nodes[node]);
+    emit(cg, "    MPRT_%sPROF_END(%d);\n    }\n", kind, cg->nprofiled);
+    cg->profiled[cg->nprofiled++] = node;
+}
+
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
 {
     emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
@@ -1658,12 +1676,8 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    scale *= mprt_clip_scale(%d, clip_sq, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
-    for (int i = 0; i < n; i++) {
-        emit(cg, "    {\n    MPRT_PROF_BEGIN(%d);\n", cg->nprofiled);
-        emit_update_node(cg, &cg->g->nodes[nodes[i]]);
-        emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
-        cg->profiled[cg->nprofiled++] = nodes[i];
-    }
+    for (int i = 0; i < n; i++)
+        emit_timed(cg, nodes[i], emit_update_node);
 }
 
 /* One stage's action as a function of the micro-batch. */
@@ -1692,10 +1706,7 @@ static void emit_action(CG *cg, int stage, int kind)
     }
     for (int i = 0; i < p->nnodes[k]; i++) {
         const Node *n = &cg->g->nodes[p->nodes[k][i]];
-        emit(cg, "    {\n    MPRT_PROF_BEGIN(%d);\n", cg->nprofiled);
-        emit_node(cg, n);
-        emit(cg, "    MPRT_PROF_END(%d);\n    }\n", cg->nprofiled);
-        cg->profiled[cg->nprofiled++] = p->nodes[k][i];
+        emit_timed(cg, p->nodes[k][i], emit_node);
         if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
             emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
     }
@@ -1794,7 +1805,8 @@ static void emit_eval(CG *cg)
     const Plan *p = cg->plan;
     emit(cg, "\nstatic void eval_forward(void)\n{\n");
     for (int s = 0; s < p->st->n; s++) {
-        if (cg->cuda)   /* issued on the stage's device, finished before the copies */
+        cg->stage = s;
+        if (cuda_stage(cg))   /* issued on the stage's device, finished before the copies */
             emit(cg, "    mprt_cu_use(%d);\n    s%d_forward(0);\n    mprt_sync();\n",
                  p->st->dev[s], s);
         else
@@ -2014,24 +2026,23 @@ static const char *weights_path(Arena *a, const char *out)
     return arena_printf(a, "%.*s.weights.safetensors", (int)n, out);
 }
 
-/* All CUDA devices or all CPU devices: one runtime per program. */
-static bool cuda_program(const Graph *g, const Options *o, const Plan *plan)
+/* How many of the plan's devices are CUDA devices. */
+static int cuda_devices(const Graph *g, const Options *o, const Plan *plan)
 {
     int ncuda = 0;
     for (int d = 0; d < plan->ds->n; d++)
         ncuda += plan->ds->d[d].kind == DEV_CUDA;
-    if (ncuda && ncuda < plan->ds->n)
-        error_file(g->file, "CPU and CUDA devices in one trainer are not supported yet; use "
-                   "-cpus N or -gpus N");
     if (ncuda && o->train.clip_norm > 0)
         error_file(g->file, "--clip-norm on CUDA devices is not supported yet; drop it or "
                    "train on CPU devices");
-    return ncuda > 0;
+    return ncuda;
 }
 
 void codegen(Graph *g, const Options *o, const Plan *plan)
 {
-    CG cg = {.g = g, .o = o, .plan = plan, .cuda = cuda_program(g, o, plan)};
+    int ncuda = cuda_devices(g, o, plan);
+    CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
+             .mixed = ncuda > 0 && ncuda < plan->ds->n};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);

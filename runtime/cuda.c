@@ -34,7 +34,7 @@
 #endif
 
 typedef struct MprtCuDevice {
-    int ordinal;                 /* the physical GPU */
+    int ordinal;                 /* the physical GPU; -1: a CPU device of a mixed trainer */
     cudaStream_t compute;        /* kernels, cuBLAS and cuDNN run here */
     cublasHandle_t blas;         /* bound to compute */
     cudnnHandle_t dnn;           /* bound to compute */
@@ -256,16 +256,17 @@ MPRT_KERNEL int mprt_cu_count(void)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        fprintf(stderr, "train: error: no CUDA device (%s); this trainer was compiled for GPUs "
-                "(mpcc -gpus N); compile with mpcc -cpus N to train on this machine's CPU\n",
+        fprintf(stderr, "train: error: no CUDA device (%s); this trainer was compiled for CUDA "
+                "devices; compile with mpcc -cpus N to train on this machine's CPU\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
         exit(2);
     }
     return n;
 }
 
-/* Logical device d (names[d] = "cuda:K") onto the GPUs present. */
-MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
+/* Logical device d (names[d] = "cuda:K") onto the GPUs present; a mixed
+ * trainer's CPU devices ("cpu:K") get none. */
+MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
 {
     int gpus = mprt_cu_count();
     mprt_cu_ndev = ndev;
@@ -280,6 +281,9 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
     int shared = 0;
     for (int d = 0; d < ndev; d++) {
         MprtCuDevice *c = &mprt_cu_devs[d];
+        c->ordinal = -1;
+        if (strncmp(names[d], "cpu", 3) == 0)
+            continue;
         int k = strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5) : d;
         c->ordinal = k % gpus;
         shared |= k >= gpus;
@@ -298,13 +302,14 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
     if (shared) {
         fprintf(stderr, "train: warning: %d logical device(s) on %d GPU(s):", ndev, gpus);
         for (int d = 0; d < ndev; d++)
-            fprintf(stderr, " %s->GPU %d", names[d], mprt_cu_devs[d].ordinal);
+            if (mprt_cu_devs[d].ordinal >= 0)
+                fprintf(stderr, " %s->GPU %d", names[d], mprt_cu_devs[d].ordinal);
         fprintf(stderr, " (each keeps its own streams; copies between them stay on the GPU)\n");
     }
     for (int a = 0; a < ndev; a++)   /* direct copies where the GPUs allow them */
         for (int b = 0; b < ndev; b++) {
             int x = mprt_cu_devs[a].ordinal, y = mprt_cu_devs[b].ordinal, ok = 0;
-            if (x == y || cudaDeviceCanAccessPeer(&ok, x, y) != cudaSuccess || !ok)
+            if (x < 0 || y < 0 || x == y || cudaDeviceCanAccessPeer(&ok, x, y) != cudaSuccess || !ok)
                 continue;
             MPRT_CUDA(cudaSetDevice(x));
             cudaError_t e = cudaDeviceEnablePeerAccess(y, 0);
@@ -314,15 +319,17 @@ MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
         }
 }
 
-MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+MPRT_KERNEL int MPRT_GPU_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     (void)nstreams;
     mprt_clock0 = 0;
     mprt_clock0 = mprt_clock();
     mprt_cu_events = calloc((size_t)nevents + 1, sizeof *mprt_cu_events);
     mprt_cu_nevents = nevents;
-    mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
-    mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
+    if (!mprt_op_start)   /* a mixed trainer's CPU devices may have made them */
+        mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
+    if (!mprt_op_end)
+        mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
     mprt_cu_nops = nops;
     mprt_cu_tstart = calloc((size_t)nops + 1, sizeof *mprt_cu_tstart);
     mprt_cu_tend = calloc((size_t)nops + 1, sizeof *mprt_cu_tend);
@@ -360,6 +367,8 @@ static void mprt_cu_trace_refs(void)
     if (mprt_cu_ref_host[0] > 0)
         return;
     for (int d = 0; d < mprt_cu_ndev; d++) {
+        if (mprt_cu_devs[d].ordinal < 0)
+            continue;
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
         MPRT_CUDA(cudaEventRecord(mprt_cu_timing_event(&mprt_cu_ref[d]),
                                   mprt_cu_devs[d].compute));
@@ -398,7 +407,7 @@ MPRT_KERNEL void mprt_cu_trace_read(void)
         mprt_cu_ref_host[d] = 0;
 }
 
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
+MPRT_KERNEL void MPRT_GPU_API(launch)(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_cu_trace_mark(stream, label, 0);
     mprt_cu_use(stream / 3);
@@ -415,32 +424,37 @@ MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
     mprt_cu_trace_mark(stream, label, 1);
 }
 
+/* The GPU device whose arena holds p, or -1 (host memory). */
 MPRT_KERNEL int mprt_cu_owner(const void *p)
 {
     for (int d = 0; d < mprt_cu_ndev; d++)
-        if ((const unsigned char *)p >= mprt_cu_arena_base[d] &&
+        if (mprt_cu_devs[d].ordinal >= 0 && (const unsigned char *)p >= mprt_cu_arena_base[d] &&
             (const unsigned char *)p < mprt_cu_arena_base[d] + mprt_cu_arena_size[d])
             return d;
-    mprt_cu_call_failed(1, "mprt_memcpy_async", "a pointer outside every arena (a bug in mpcc)");
     return -1;
 }
 
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
+/* On the sender's copy stream: to another GPU's arena by a peer copy, or
+ * to a mixed trainer's CPU device, whose arena is pinned, by one DMA. */
+MPRT_KERNEL void MPRT_GPU_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
 {
     int to = mprt_cu_owner(dst), from = stream / 3;
     mprt_cu_trace_mark(stream, label, 0);
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
-    MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
-                                  mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
+    if (to < 0)
+        MPRT_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, mprt_cu_streams[stream]));
+    else
+        MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
+                                      mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
     mprt_cu_trace_mark(stream, label, 1);
 }
 
-MPRT_KERNEL void mprt_wait_event(int stream, int ev)
+MPRT_KERNEL void MPRT_GPU_API(wait_event)(int stream, int ev)
 {
     MPRT_CUDA(cudaStreamWaitEvent(mprt_cu_streams[stream], mprt_cu_events[ev], 0));
 }
 
-MPRT_KERNEL void mprt_record_event(int stream, int ev)
+MPRT_KERNEL void MPRT_GPU_API(record_event)(int stream, int ev)
 {
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
     if (!mprt_cu_events[ev])
@@ -455,6 +469,8 @@ MPRT_KERNEL void mprt_record_event(int stream, int ev)
 MPRT_KERNEL void mprt_cu_check_faults(void)
 {
     for (int d = 0; d < mprt_cu_ndev; d++) {
+        if (mprt_cu_devs[d].ordinal < 0)
+            continue;
         MprtCuModule *m = &mprt_cu_modules[mprt_cu_devs[d].ordinal];
         if (!m->lib)
             continue;   /* no kernel has run on this GPU */
@@ -481,10 +497,12 @@ MPRT_KERNEL void mprt_cu_check_faults(void)
 
 /* The end of a step: every stream drained (a kernel's failure surfaces
  * here, named as the step's), then the kernels' recorded faults. */
-MPRT_KERNEL void mprt_sync(void)
+MPRT_KERNEL void MPRT_GPU_API(sync)(void)
 {
     mprt_cu_node = "the step";
     for (int s = 0; s < 3 * mprt_cu_ndev; s++) {
+        if (mprt_cu_devs[s / 3].ordinal < 0)
+            continue;
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
         MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
     }
@@ -496,10 +514,10 @@ MPRT_KERNEL void mprt_sync(void)
 
 /* Around each node of a stage action, when profiling: the host waits for
  * the node, so its time is the GPU's (profiling runs are measurements). */
-#define MPRT_PROF_BEGIN(k)                                          \
+#define MPRT_CU_PROF_BEGIN(k)                                       \
     mprt_cu_node = mprt_prof_nodes[k].name;                         \
     double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
-#define MPRT_PROF_END(k)                                            \
+#define MPRT_CU_PROF_END(k)                                         \
     do {                                                            \
         if (mprt_profiling) {                                       \
             MPRT_CUDA(cudaStreamSynchronize(mprt_cu->compute));     \
@@ -510,7 +528,7 @@ MPRT_KERNEL void mprt_sync(void)
 
 /* ---- device memory ---- */
 
-MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+MPRT_KERNEL unsigned char *MPRT_GPU_API(arena_alloc)(int dev, const char *name, size_t n)
 {
     void *p = NULL;
     mprt_cu_use(dev);
@@ -532,19 +550,19 @@ MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
 }
 
 /* The memory plan's kernel scratch of a device (cuDNN's workspace). */
-MPRT_KERNEL void mprt_dev_scratch(int dev, void *p, size_t n)
+MPRT_KERNEL void MPRT_GPU_API(dev_scratch)(int dev, void *p, size_t n)
 {
     mprt_cu_devs[dev].scratch = p;
     mprt_cu_devs[dev].scratch_bytes = n;
 }
 
-MPRT_KERNEL void mprt_arena_free(int dev, unsigned char *p)
+MPRT_KERNEL void MPRT_GPU_API(arena_free)(int dev, unsigned char *p)
 {
     mprt_cu_use(dev);
     cudaFree(p);
 }
 
-MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+MPRT_KERNEL void MPRT_GPU_API(dev_write)(int dev, void *dst, const void *src, size_t n)
 {
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
@@ -565,7 +583,7 @@ MPRT_KERNEL void *mprt_cu_staging(int k, size_t n)
     return area[k];
 }
 
-MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+MPRT_KERNEL const void *MPRT_GPU_API(dev_read)(int dev, const void *src, size_t n, int k)
 {
     void *h = mprt_cu_staging(k, n);
     mprt_cu_use(dev);
@@ -573,7 +591,7 @@ MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
     return h;
 }
 
-MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
+MPRT_KERNEL const void *MPRT_GPU_API(dev_hold)(int dev, const void *src, size_t n)
 {
     void *h = malloc(n ? n : 1);
     if (!h)
@@ -583,45 +601,43 @@ MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
     return h;
 }
 
-MPRT_KERNEL void mprt_dev_unhold(const void *host, const void *src)
+MPRT_KERNEL void MPRT_GPU_API(dev_unhold)(const void *host, const void *src)
 {
     (void)src;
     free((void *)host);
 }
 
-MPRT_KERNEL void *mprt_dev_stage(int dev, void *dst, size_t n)
+MPRT_KERNEL void *MPRT_GPU_API(dev_stage)(int dev, void *dst, size_t n)
 {
     (void)dev, (void)dst;
     return mprt_cu_staging(3, n);
 }
 
-MPRT_KERNEL void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+MPRT_KERNEL void MPRT_GPU_API(dev_commit)(int dev, void *dst, const void *staged, size_t n)
 {
-    mprt_dev_write(dev, dst, staged, n);
+    MPRT_GPU_API(dev_write)(dev, dst, staged, n);
 }
 
-MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n)
+MPRT_KERNEL void MPRT_GPU_API(dev_zero)(int dev, void *dst, size_t n)
 {
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemset(dst, 0, n));
 }
 
-MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
+MPRT_KERNEL void MPRT_GPU_API(dev_copy)(void *dst, const void *src, size_t n)
 {
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
 }
 
-static float *mprt_losses;            /* pinned: written by the devices' streams */
-
-/* In a stage's forward: the loss of micro-batch mb, copied to the host on
- * the compute stream; read after mprt_sync. */
-MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
+/* In a stage's forward: the loss of micro-batch mb, copied to the host
+ * (mprt_losses, pinned) on the compute stream; read after mprt_sync. */
+MPRT_KERNEL void MPRT_GPU_API(keep_loss)(int mb, const float *loss)
 {
     MPRT_CUDA(cudaMemcpyAsync(&mprt_losses[mb], loss, sizeof(float), cudaMemcpyDeviceToHost,
                               mprt_cu->compute));
 }
 
-MPRT_KERNEL void mprt_losses_alloc(int n)
+MPRT_KERNEL void MPRT_GPU_API(losses_alloc)(int n)
 {
     MPRT_CUDA(cudaHostAlloc((void **)&mprt_losses, (size_t)n * sizeof *mprt_losses,
                             cudaHostAllocPortable));

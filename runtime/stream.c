@@ -38,13 +38,22 @@ MPRT_GLOBAL int mprt_nstreams;
 MPRT_GLOBAL unsigned char *mprt_events;
 MPRT_GLOBAL int mprt_nevents;
 
+static void mprt_host_bytes(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+/* How a copy stream moves bytes: memcpy, or (mixed.c) a CUDA copy when one
+ * side is a GPU's. */
+MPRT_GLOBAL void (*mprt_stream_copy)(void *dst, const void *src, size_t n) = mprt_host_bytes;
+
 MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
     double t0 = mprt_tracing ? mprt_clock() : 0;
     if (op->kind == MPRT_OP_RUN)
         op->fn(op->mb);
     else
-        memcpy(op->dst, op->src, op->n);
+        mprt_stream_copy(op->dst, op->src, op->n);
     if (mprt_tracing && op->label >= 0) {
         mprt_op_start[op->label] = t0;
         mprt_op_end[op->label] = mprt_clock();
@@ -78,14 +87,16 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
 }
 
 /* Starts nstreams worker threads; nops bounds the operations of one step. */
-MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+MPRT_KERNEL int MPRT_HOST_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     mprt_clock0 = 0;
     mprt_clock0 = mprt_clock();
     mprt_streams = calloc((size_t)nstreams, sizeof *mprt_streams);
     mprt_events = calloc((size_t)nevents + 1, 1);
-    mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
-    mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
+    if (!mprt_op_start)   /* a mixed trainer's GPUs may have made them */
+        mprt_op_start = calloc((size_t)nops + 1, sizeof(double));
+    if (!mprt_op_end)
+        mprt_op_end = calloc((size_t)nops + 1, sizeof(double));
     if (!mprt_streams || !mprt_events || !mprt_op_start || !mprt_op_end)
         return mprt_errf(err, errlen, "out of memory starting %d streams", nstreams);
     mprt_nstreams = nstreams;
@@ -114,29 +125,39 @@ MPRT_KERNEL void mprt_enqueue(int stream, MprtOp op)
     pthread_mutex_unlock(&mprt_mu);
 }
 
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
+MPRT_KERNEL void MPRT_HOST_API(launch)(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RUN, mb, -1, label, fn, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
+MPRT_KERNEL void MPRT_HOST_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_COPY, 0, -1, label, NULL, dst, src, n});
 }
 
-MPRT_KERNEL void mprt_wait_event(int stream, int ev)
+MPRT_KERNEL void MPRT_HOST_API(wait_event)(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_WAIT, 0, ev, -1, NULL, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void mprt_record_event(int stream, int ev)
+MPRT_KERNEL void MPRT_HOST_API(record_event)(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RECORD, 0, ev, -1, NULL, NULL, NULL, 0});
 }
 
+/* The host waits until event ev is recorded (mixed.c: before it issues a
+ * GPU's work that depends on a CPU device). */
+MPRT_KERNEL void mprt_host_wait(int ev)
+{
+    pthread_mutex_lock(&mprt_mu);
+    while (!mprt_events[ev])
+        pthread_cond_wait(&mprt_cv, &mprt_mu);
+    pthread_mutex_unlock(&mprt_mu);
+}
+
 /* Waits until every stream has run everything enqueued, then clears the
  * events for the next step. */
-MPRT_KERNEL void mprt_sync(void)
+MPRT_KERNEL void MPRT_HOST_API(sync)(void)
 {
     pthread_mutex_lock(&mprt_mu);
     for (int i = 0; i < mprt_nstreams; i++)
@@ -158,18 +179,18 @@ MPRT_KERNEL void mprt_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
+MPRT_KERNEL void MPRT_HOST_API(devices_open)(int ndev, const char *const *names)
 {
     (void)ndev, (void)names;
 }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
-MPRT_KERNEL void mprt_dev_scratch(int dev, void *p, size_t n)
+MPRT_KERNEL void MPRT_HOST_API(dev_scratch)(int dev, void *p, size_t n)
 {
     (void)dev, (void)p, (void)n;
 }
 
-MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name, size_t n)
 {
     (void)dev;
     unsigned char *p = calloc(1, n ? n : 1);
@@ -181,14 +202,14 @@ MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
     return p;
 }
 
-MPRT_KERNEL void mprt_arena_free(int dev, unsigned char *p)
+MPRT_KERNEL void MPRT_HOST_API(arena_free)(int dev, unsigned char *p)
 {
     (void)dev;
     free(p);
 }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
-MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+MPRT_KERNEL void MPRT_HOST_API(dev_write)(int dev, void *dst, const void *src, size_t n)
 {
     (void)dev;
     memcpy(dst, src, n);
@@ -196,57 +217,55 @@ MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
 
 /* The host's view of n device bytes at src (k: which staging area, so
  * that several views can be alive; CPU devices need none). */
-MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+MPRT_KERNEL const void *MPRT_HOST_API(dev_read)(int dev, const void *src, size_t n, int k)
 {
     (void)dev, (void)n, (void)k;
     return src;
 }
 
 /* A host copy of n device bytes that stays until mprt_dev_unhold. */
-MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
+MPRT_KERNEL const void *MPRT_HOST_API(dev_hold)(int dev, const void *src, size_t n)
 {
     (void)dev, (void)n;
     return src;
 }
 
-MPRT_KERNEL void mprt_dev_unhold(const void *host, const void *src)
+MPRT_KERNEL void MPRT_HOST_API(dev_unhold)(const void *host, const void *src)
 {
     (void)host, (void)src;
 }
 
 /* Where the host writes n bytes bound for dst, then mprt_dev_commit. */
-MPRT_KERNEL void *mprt_dev_stage(int dev, void *dst, size_t n)
+MPRT_KERNEL void *MPRT_HOST_API(dev_stage)(int dev, void *dst, size_t n)
 {
     (void)dev, (void)n;
     return dst;
 }
 
-MPRT_KERNEL void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+MPRT_KERNEL void MPRT_HOST_API(dev_commit)(int dev, void *dst, const void *staged, size_t n)
 {
     (void)dev, (void)dst, (void)staged, (void)n;
 }
 
-MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n)
+MPRT_KERNEL void MPRT_HOST_API(dev_zero)(int dev, void *dst, size_t n)
 {
     (void)dev;
     memset(dst, 0, n);
 }
 
 /* Outside the step (evaluation): bytes between any two devices. */
-MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
+MPRT_KERNEL void MPRT_HOST_API(dev_copy)(void *dst, const void *src, size_t n)
 {
     memcpy(dst, src, n);
 }
 
-MPRT_GLOBAL float *mprt_losses;            /* the loss of each micro-batch of the step */
-
 /* In a stage's forward: keep the loss of micro-batch mb for the host. */
-MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
+MPRT_KERNEL void MPRT_HOST_API(keep_loss)(int mb, const float *loss)
 {
     mprt_losses[mb] = loss[0];
 }
 
-MPRT_KERNEL void mprt_losses_alloc(int n)
+MPRT_KERNEL void MPRT_HOST_API(losses_alloc)(int n)
 {
     mprt_losses = calloc((size_t)n, sizeof *mprt_losses);
     if (!mprt_losses) {

@@ -19,6 +19,10 @@ case $build in
 *-lcudart*) ;;
 *) echo "FAIL: the header's build line is not a CUDA one: $build"; exit 1 ;;
 esac
+case " $* $build " in
+*--devices=*cpu*-lopenblas*) ;;
+*--devices=*cpu*) echo "FAIL: a trainer with CPU devices does not link a BLAS: $build"; exit 1 ;;
+esac
 case " $* " in
 *" --tf32 "*) grep -q 'mprt_cu_tf32 = 1;' train.c || { echo "FAIL: --tf32 not passed to the trainer"; exit 1; } ;;
 *) grep -q 'mprt_cu_tf32 = 0;' train.c || { echo "FAIL: TF32 on without --tf32"; exit 1; } ;;
