@@ -1315,7 +1315,7 @@ extern "C" __global__ void mprt_k_gather_grad(i64 outer, i64 dim, i64 inner, i64
 {
     __shared__ i64 hits[1024];
     __shared__ int wcount[32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     FOR_ROWS(i, nidx) {
         i64 k = gather_index(idx[i], dim);
         if (k < 0)

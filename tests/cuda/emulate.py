@@ -19,24 +19,33 @@ RUNTIME = ["mprt.h", "mprt.c", "npy.c", "safetensors.c", "state.c", "kernel.h", 
 
 
 def thunks(kernels_cu):
-    """A C++ function per kernel calling it with *(T *)args[i], and the
-    table mprt_emu_kernel looks names up in."""
+    """A C++ function per kernel calling it with *(T *)args[i], the table
+    mprt_emu_kernel looks names up in, and each kernel's argument sizes
+    (mprt_emu_kernel_sizes, for a launch that copies its arguments)."""
     out, table = [], []
     for m in re.finditer(r'extern "C" __global__ void mprt_k_([a-z0-9_]+)\(([^)]*)\)', kernels_cu):
         name, params = m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
-        args = []
+        args, sizes = [], []
         for i, p in enumerate(params):
             t = re.match(r"(.*?)\b[A-Za-z_][A-Za-z0-9_]*$", " ".join(p.split())).group(1).strip()
             args.append("*(%s *)a[%d]" % (t, i))
+            sizes.append("sizeof(%s)" % t)
         out.append("static void thunk_%s(void **a)\n{\n    mprt_k_%s(%s);\n}\n"
                    % (name, name, ", ".join(args)))
-        table.append('    {"%s", thunk_%s},' % (name, name))
-    out.append("static const struct {\n    const char *name;\n    void (*fn)(void **);\n} "
-               "thunks[] = {\n%s\n};\n" % "\n".join(table))
+        table.append('    {"%s", thunk_%s, %d, {%s}},' % (name, name, len(sizes),
+                                                         ", ".join(sizes) or "0"))
+    out.append("static const struct {\n    const char *name;\n    void (*fn)(void **);\n"
+               "    int nargs;\n    size_t sizes[24];\n} thunks[] = {\n%s\n};\n"
+               % "\n".join(table))
     out.append('extern "C" void (*mprt_emu_kernel(const char *name))(void **)\n{\n'
                "    for (size_t i = 0; i < sizeof thunks / sizeof *thunks; i++)\n"
                "        if (strcmp(thunks[i].name, name) == 0)\n"
                "            return thunks[i].fn;\n    return NULL;\n}\n")
+    out.append('extern "C" int mprt_emu_kernel_sizes(const char *name, size_t *sizes)\n{\n'
+               "    for (size_t i = 0; i < sizeof thunks / sizeof *thunks; i++)\n"
+               "        if (strcmp(thunks[i].name, name) == 0) {\n"
+               "            memcpy(sizes, thunks[i].sizes, sizeof thunks[i].sizes);\n"
+               "            return thunks[i].nargs;\n        }\n    return -1;\n}\n")
     return "\n".join(out), len(table)
 
 

@@ -482,6 +482,10 @@ static void test_move(void)
     mprt_gather(2, 3, 3, 4, idx, table, gy, "g");
     mprt_cu_gather(2, 3, 3, 4, idx, table, cgy, "g");
     same("gather", gy, cgy, sizeof gy);
+    float *gdy = fvec(2 * 4 * 3, -1, 1), gdx[2 * 3 * 3], cgdx[2 * 3 * 3];
+    mprt_gather_grad(2, 3, 3, 4, idx, gdy, gdx, "g");   /* row 2 three times, row 1 never */
+    mprt_cu_gather_grad(2, 3, 3, 4, idx, gdy, cgdx, "g");
+    same("gather_grad", gdx, cgdx, sizeof gdx);
     float f[6] = {1.5f, -2.7f, 0.0f, 3.0f, -0.4f, 255.9f};
     int64_t i64[6], ci64[6];
     uint8_t u8[6], cu8[6];

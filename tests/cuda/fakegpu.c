@@ -1,0 +1,575 @@
+/* fakegpu.c — GPUs made of the host, so that a whole generated CUDA
+ * trainer runs without one: the CUDA runtime, cuBLAS and NVRTC calls that
+ * runtime/cuda.c and cuda_ops.c make, linked into the trainer in place of
+ * the real libraries (tests/cuda/fakegpu.py).
+ *
+ * - Device memory is host memory; there are $FAKEGPU_COUNT GPUs (default 1).
+ * - Kernels are templates/kernels.cu compiled for the host (emulate.py's
+ *   thunks, one thread per block); a launch copies its arguments.
+ * - Streams are queues that nothing runs until the host synchronizes (a
+ *   stream, an event, or a cudaMemcpy's source). Then runnable streams run
+ *   one operation at a time, the next stream drawn at random
+ *   ($FAKEGPU_SEED): a wait runs only once the event's last record before
+ *   it has run. So work is as late and as reordered as streams allow, and
+ *   a missing wait or synchronisation shows as wrong numbers; a wait that
+ *   can never be met is reported as a deadlock.
+ * - cuBLAS's SGEMMs are OpenBLAS's, column-major, on the handle's stream.
+ * - NVRTC "compiles" nothing (tests/cuda/nvrtc_compile.c compiles the
+ *   real kernels); cuDNN is not here (fakegpu.py stubs it): models with
+ *   convolutions or batch norm cannot run on these GPUs.
+ * One mutex guards everything: a mixed trainer's CPU worker threads call
+ * in too.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*Thunk)(void **args);
+Thunk mprt_emu_kernel(const char *name);
+int mprt_emu_kernel_sizes(const char *name, size_t *sizes);
+extern unsigned long long mprt_k_fault[5];
+
+enum { MAX_ARGS = 24 };
+enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM };
+
+typedef struct {
+    int ta, tb, m, n, k, batch;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int lda, ldb, ldc;
+    long long sa, sb, sc;
+} Gemm;
+
+typedef struct {
+    int kind;
+    Thunk fn;                    /* OP_KERNEL: the kernel, its arguments' copies */
+    void *argv[MAX_ARGS];
+    unsigned char *argbuf;
+    void *dst;                   /* OP_COPY, OP_SET */
+    const void *src;
+    size_t n;
+    int value;
+    cudaEvent_t ev;              /* OP_RECORD, OP_WAIT: which record of it */
+    unsigned long gen;
+    Gemm gemm;
+} Op;
+
+struct CUstream_st {
+    int device;
+    Op *q;
+    int head, tail, cap;
+};
+
+struct CUevent_st {
+    int device;
+    unsigned long recorded, done;   /* records issued, records run */
+    double when;                    /* the fake clock when the last ran */
+};
+
+struct CUkern_st {
+    const char *name;
+    Thunk fn;
+    int nargs;
+    size_t sizes[MAX_ARGS];
+};
+
+struct CUlib_st {
+    struct CUkern_st *kernels;
+    int n;
+};
+
+struct cublasContext {
+    cudaStream_t stream;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int current;   /* cudaSetDevice is per host thread */
+static cudaStream_t *streams;
+static int nstreams;
+static uint64_t rng;
+static double clock_ms;             /* one operation = 1 ms of fake time */
+
+static int gpu_count(void)
+{
+    const char *c = getenv("FAKEGPU_COUNT");
+    return c && atoi(c) > 0 ? atoi(c) : 1;
+}
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "fakegpu: %s\n", what);
+    exit(3);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        fail("out of memory");
+    return p;
+}
+
+static uint64_t next_random(void)
+{
+    if (!rng) {
+        const char *s = getenv("FAKEGPU_SEED");
+        rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(s ? atoll(s) : 1);
+    }
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+/* ---- the streams' engine ---- */
+
+static void enqueue(cudaStream_t s, Op op)
+{
+    if (!s)
+        fail("an operation on the legacy default stream (the runtime uses its own streams)");
+    if (s->tail - s->head == s->cap) {
+        Op *q = xcalloc((size_t)(s->cap ? 2 * s->cap : 64), sizeof *q);
+        for (int i = s->head; i < s->tail; i++)
+            q[i - s->head] = s->q[i % s->cap];
+        s->tail -= s->head, s->head = 0;
+        free(s->q);
+        s->q = q;
+        s->cap = s->cap ? 2 * s->cap : 64;
+    }
+    s->q[s->tail++ % s->cap] = op;
+}
+
+static int runnable(cudaStream_t s)
+{
+    if (s->head == s->tail)
+        return 0;
+    const Op *op = &s->q[s->head % s->cap];
+    return op->kind != OP_WAIT || op->ev->done >= op->gen;
+}
+
+static void run_gemm(const Gemm *g)
+{
+    for (int i = 0; i < g->batch; i++)
+        cblas_sgemm(CblasColMajor, g->ta ? CblasTrans : CblasNoTrans,
+                    g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
+                    g->a + i * g->sa, g->lda, g->b + i * g->sb, g->ldb, g->beta,
+                    g->c + i * g->sc, g->ldc);
+}
+
+static void run_one(cudaStream_t s)
+{
+    Op *op = &s->q[s->head++ % s->cap];
+    clock_ms += 1;
+    switch (op->kind) {
+    case OP_KERNEL:
+        op->fn(op->argv);
+        free(op->argbuf);
+        break;
+    case OP_COPY: memmove(op->dst, op->src, op->n); break;
+    case OP_SET: memset(op->dst, op->value, op->n); break;
+    case OP_RECORD:
+        op->ev->done = op->gen;
+        op->ev->when = clock_ms;
+        break;
+    case OP_WAIT: break;
+    case OP_GEMM: run_gemm(&op->gemm); break;
+    }
+}
+
+/* Runs streams, one operation at a time from a random runnable one, until
+ * done(arg) holds. */
+static void run_until(int (*done)(const void *), const void *arg)
+{
+    while (!done(arg)) {
+        int k = 0;
+        for (int i = 0; i < nstreams; i++)
+            k += runnable(streams[i]);
+        if (!k)
+            fail("deadlock: every stream with work waits for an event that no stream will "
+                 "record");
+        int pick = (int)(next_random() % (uint64_t)k);
+        for (int i = 0; i < nstreams; i++)
+            if (runnable(streams[i]) && pick-- == 0) {
+                run_one(streams[i]);
+                break;
+            }
+    }
+}
+
+static int stream_empty(const void *s)
+{
+    return ((const struct CUstream_st *)s)->head == ((const struct CUstream_st *)s)->tail;
+}
+
+static int event_done(const void *e)
+{
+    return ((const struct CUevent_st *)e)->done >= ((const struct CUevent_st *)e)->recorded;
+}
+
+/* ---- the CUDA runtime ---- */
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    return e == cudaSuccess ? "no error" : "fakegpu error";
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    *count = gpu_count();
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    if (device < 0 || device >= gpu_count())
+        return cudaErrorInvalidDevice;
+    current = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    (void)device;
+    *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    *can = device != peer;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    (void)peer, (void)flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    streams = realloc(streams, (size_t)(nstreams + 1) * sizeof *streams);
+    if (!streams)
+        fail("out of memory");
+    *s = streams[nstreams++] = xcalloc(1, sizeof **s);
+    (*s)->device = current;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    pthread_mutex_lock(&mu);
+    run_until(stream_empty, s);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    (void)flags;
+    *e = xcalloc(1, sizeof **e);
+    (*e)->device = current;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    pthread_mutex_lock(&mu);
+    if (s->device != e->device)
+        fail("cudaEventRecord: the event and the stream are on different GPUs");
+    enqueue(s, (Op){.kind = OP_RECORD, .ev = e, .gen = ++e->recorded});
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    enqueue(s, (Op){.kind = OP_WAIT, .ev = e, .gen = e->recorded});
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    pthread_mutex_lock(&mu);
+    run_until(event_done, e);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    if (!event_done(a) || !event_done(b))
+        return cudaErrorNotReady;
+    *ms = (float)(b->when - a->when);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = xcalloc(1, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    *p = xcalloc(1, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    *free_bytes = *total = (size_t)80 << 30;
+    return cudaSuccess;
+}
+
+/* The synchronous calls: the runtime's streams are non-blocking, so
+ * cudaMemcpy and cudaMemset wait for none of them and run now. */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    (void)kind;
+    pthread_mutex_lock(&mu);
+    memmove(dst, src, n);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *dst, int value, size_t n)
+{
+    pthread_mutex_lock(&mu);
+    memset(dst, value, n);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+static cudaError_t enqueue_locked(cudaStream_t s, Op op)
+{
+    pthread_mutex_lock(&mu);
+    enqueue(s, op);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s)
+{
+    (void)kind;
+    return enqueue_locked(s, (Op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int to, const void *src, int from, size_t n,
+                                cudaStream_t s)
+{
+    if (to < 0 || to >= gpu_count() || from < 0 || from >= gpu_count())
+        return cudaErrorInvalidDevice;
+    return enqueue_locked(s, (Op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t s)
+{
+    return enqueue_locked(s, (Op){.kind = OP_SET, .dst = dst, .value = value, .n = n});
+}
+
+/* ---- kernels ---- */
+
+cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJitOption *jo,
+                                void **jv, unsigned int nj, enum cudaLibraryOption *lo,
+                                void **lv, unsigned int nl)
+{
+    (void)code, (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+    *lib = xcalloc(1, sizeof **lib);
+    return cudaSuccess;
+}
+
+cudaError_t cudaLibraryGetKernel(cudaKernel_t *k, cudaLibrary_t lib, const char *name)
+{
+    (void)lib;
+    if (strncmp(name, "mprt_k_", 7) != 0)
+        return cudaErrorSymbolNotFound;
+    struct CUkern_st *f = xcalloc(1, sizeof *f);
+    f->name = name;
+    f->fn = mprt_emu_kernel(name + 7);
+    f->nargs = mprt_emu_kernel_sizes(name + 7, f->sizes);
+    if (!f->fn || f->nargs < 0)
+        return cudaErrorSymbolNotFound;
+    *k = f;
+    return cudaSuccess;
+}
+
+cudaError_t cudaLibraryGetGlobal(void **p, size_t *bytes, cudaLibrary_t lib, const char *name)
+{
+    (void)lib;
+    if (strcmp(name, "mprt_k_fault") != 0)
+        return cudaErrorSymbolNotFound;
+    *p = mprt_k_fault;
+    *bytes = sizeof mprt_k_fault;
+    return cudaSuccess;
+}
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                             cudaStream_t s)
+{
+    (void)grid, (void)block, (void)shmem;
+    const struct CUkern_st *f = func;
+    Op op = {.kind = OP_KERNEL, .fn = f->fn};
+    size_t total = 0;
+    for (int i = 0; i < f->nargs; i++)
+        total += (f->sizes[i] + 15) / 16 * 16;
+    op.argbuf = xcalloc(1, total);
+    for (int i = 0, at = 0; i < f->nargs; i++) {
+        op.argv[i] = op.argbuf + at;
+        memcpy(op.argv[i], args[i], f->sizes[i]);
+        at += (int)((f->sizes[i] + 15) / 16 * 16);
+    }
+    return enqueue_locked(s, op);
+}
+
+/* ---- cuBLAS ---- */
+
+const char *cublasGetStatusString(cublasStatus_t status)
+{
+    return status == CUBLAS_STATUS_SUCCESS ? "success" : "fakegpu cuBLAS error";
+}
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
+{
+    *h = xcalloc(1, sizeof **h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
+{
+    (void)h, (void)mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t gemm(cublasHandle_t h, Gemm g)
+{
+    enqueue_locked(h->stream, (Op){.kind = OP_GEMM, .gemm = g});
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                              int m, int n, int k, const float *alpha, const float *a, int lda,
+                              const float *b, int ldb, const float *beta, float *c, int ldc)
+{
+    return gemm(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, 1, *alpha, *beta,
+                          a, b, c, lda, ldb, ldc, 0, 0, 0});
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *a, int lda,
+                                         long long sa, const float *b, int ldb, long long sb,
+                                         const float *beta, float *c, int ldc, long long sc,
+                                         int batch)
+{
+    return gemm(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, batch, *alpha, *beta,
+                          a, b, c, lda, ldb, ldc, sa, sb, sc});
+}
+
+/* ---- NVRTC: the kernels are already compiled for the host ---- */
+
+struct _nvrtcProgram {
+    int unused;
+};
+
+const char *nvrtcGetErrorString(nvrtcResult r)
+{
+    return r == NVRTC_SUCCESS ? "success" : "fakegpu NVRTC error";
+}
+
+nvrtcResult nvrtcVersion(int *major, int *minor)
+{
+    *major = 0, *minor = 0;
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name, int n,
+                               const char *const *headers, const char *const *names)
+{
+    (void)src, (void)name, (void)n, (void)headers, (void)names;
+    *p = xcalloc(1, sizeof **p);
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int n, const char *const *opts)
+{
+    (void)p, (void)n, (void)opts;
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetCUBINSize(nvrtcProgram p, size_t *size)
+{
+    (void)p;
+    *size = 8;
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetCUBIN(nvrtcProgram p, char *cubin)
+{
+    (void)p;
+    memcpy(cubin, "fakegpu", 8);
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram p, size_t *n)
+{
+    (void)p;
+    *n = 1;
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetProgramLog(nvrtcProgram p, char *log)
+{
+    (void)p;
+    log[0] = 0;
+    return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcDestroyProgram(nvrtcProgram *p)
+{
+    free(*p);
+    *p = NULL;
+    return NVRTC_SUCCESS;
+}

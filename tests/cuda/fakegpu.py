@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""fakegpu.py — runs whole generated CUDA trainers without a GPU, on the
+GPUs of tests/cuda/fakegpu.c (host memory, lazily and randomly ordered
+streams, templates/kernels.cu compiled for the host), and compares their
+losses and final weights, bit for bit, with the CPU trainer of the same
+model, batch and micro-batch count.
+
+  fakegpu.py build SRC CC CXX CUDA_HOME LIBDIR
+      compiles the fake runtime, the host kernels and cuDNN stubs into LIBDIR
+  fakegpu.py run SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
+      GPU_OPTIONS (e.g. "-batch 8 -gpus 2") name CUDA devices, possibly with
+      CPU ones; the trainer runs under three stream orders ($FAKEGPU_SEED)
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import emulate  # noqa: E402
+
+STEPS = 3
+SEEDS = (1, 2, 3)
+
+
+def run(cmd, env=None, cwd=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    if r.returncode != 0:
+        sys.exit("fakegpu: %s: exit %d\n%s%s" % (" ".join(cmd), r.returncode, r.stdout,
+                                                 r.stderr))
+    return r
+
+
+def cudnn_stubs(src, cuda):
+    """Every cuDNN function the runtime calls, failing with NOT_SUPPORTED,
+    except the handle's: these GPUs have no cuDNN."""
+    used = set()
+    for name in ("cuda.c", "cuda_ops.c"):
+        with open(os.path.join(src, "runtime", name)) as f:
+            used |= set(re.findall(r"\b(cudnn[A-Z]\w*)\s*\(", f.read()))
+    own = {"cudnnCreate", "cudnnSetStream", "cudnnGetErrorString"}
+    headers = ""
+    inc = os.path.join(cuda, "include")
+    for h in sorted(os.listdir(inc)):
+        if h.startswith("cudnn") and h.endswith(".h"):
+            with open(os.path.join(inc, h)) as f:
+                headers += f.read()
+    out = ["#include <cudnn.h>",
+           "struct cudnnContext { int unused; };",
+           "static struct cudnnContext handle;",
+           "cudnnStatus_t cudnnCreate(cudnnHandle_t *h) { *h = &handle; "
+           "return CUDNN_STATUS_SUCCESS; }",
+           "cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) "
+           "{ (void)h, (void)s; return CUDNN_STATUS_SUCCESS; }",
+           "const char *cudnnGetErrorString(cudnnStatus_t s) { return s ? "
+           "\"not supported by the fake GPU (no cuDNN: no convolution or batch norm)\" : "
+           "\"success\"; }"]
+    for name in sorted(used - own):
+        m = re.search(r"cudnnStatus_t\s+CUDNNWINAPI\s+%s\s*\(([^;]*?)\)\s*;" % name, headers)
+        if not m:
+            sys.exit("fakegpu: no prototype of %s in the cuDNN headers" % name)
+        out.append("cudnnStatus_t %s(%s) { return CUDNN_STATUS_NOT_SUPPORTED; }"
+                   % (name, m.group(1)))
+    return "\n".join(out) + "\n"
+
+
+def build(src, cc, cxx, cuda, lib):
+    src, lib = os.path.abspath(src), os.path.abspath(lib)
+    os.makedirs(lib, exist_ok=True)
+    here = os.path.join(src, "tests", "cuda")
+    with open(os.path.join(src, "templates", "kernels.cu")) as f:
+        table, n = emulate.thunks(f.read())
+    dev = os.path.join(lib, "kernels_host.cpp")
+    with open(dev, "w") as f:
+        f.write('#include "%s"\n#include "%s"\n\n%s' % (
+            os.path.join(here, "emulate_device.h"), os.path.join(src, "templates", "kernels.cu"),
+            table))
+    stubs = os.path.join(lib, "cudnn_stubs.c")
+    with open(stubs, "w") as f:
+        f.write(cudnn_stubs(src, cuda))
+    inc = os.path.join(cuda, "include")
+    run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", os.path.join(lib, "kernels_host.o")])
+    run([cc, "-std=c11", "-O1", "-w", "-I", inc, "-c", stubs, "-o",
+         os.path.join(lib, "cudnn_stubs.o")])
+    run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc, "-c",
+         os.path.join(here, "fakegpu.c"), "-o", os.path.join(lib, "fakegpu.o")])
+    print("fakegpu: the fake CUDA runtime and %d host kernels built in %s" % (n, lib))
+
+
+def tensors(path):
+    """A safetensors file's tensors: name -> raw bytes."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]]
+            for k, v in header.items() if k != "__metadata__"}
+
+
+def train(work, name, build_cmd, env, extra=()):
+    """Builds work/name.c and trains STEPS synthetic steps: the losses and
+    the final weights."""
+    run(build_cmd, cwd=work)
+    exe = os.path.join(work, name)
+    losses, ckpt = exe + ".losses", exe + ".safetensors"
+    r = run([exe, "--synthetic", "--seed", "7", "--steps", str(STEPS), "--loss-log", losses,
+             "--save", ckpt] + list(extra), env=env, cwd=work)
+    with open(losses) as f:
+        return f.read().split(), tensors(ckpt), r.stderr
+
+
+def generate(mpcc, model, options, out):
+    run([mpcc, model] + options + ["-o", out])
+    with open(out) as f:
+        return re.search(r"^ \* build: +(.*)$", f.read(), re.M).group(1).split()
+
+
+def main_run(args):
+    src, mpcc, cc, cuda, lib, work, model = args[:7]
+    sep = args.index("--")
+    gpu_opts, cpu_opts = args[7:sep], args[sep + 1:]
+    os.makedirs(work, exist_ok=True)
+    gpu_c, cpu_c = os.path.join(work, "gpu.c"), os.path.join(work, "cpu.c")
+    line = generate(mpcc, model, gpu_opts, gpu_c)
+    if "-lcudart" not in line:
+        sys.exit("fakegpu: %s is not a CUDA trainer" % " ".join(gpu_opts))
+    # The trainer's own build line, the CUDA libraries replaced by the fakes.
+    fake = [a for a in line if a not in ("-lcudnn", "-lcublas", "-lnvrtc", "-lcudart")]
+    fake = [cc if a == "cc" else a for a in fake]
+    fake[fake.index("-o") + 1] = "gpu"
+    fake += ["-Wall", "-Werror", os.path.join(lib, "fakegpu.o"),
+             os.path.join(lib, "cudnn_stubs.o"), os.path.join(lib, "kernels_host.o"),
+             "-lopenblas", "-lstdc++", "-lm"]
+    cpu_line = generate(mpcc, model, cpu_opts, cpu_c)
+    cpu_line[cpu_line.index("-o") + 1] = "cpu"
+    cpu_line = [cc if a == "cc" else a for a in cpu_line]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", MPCC_CACHE=os.path.join(work, "cache"))
+    gpus = re.findall(r"cuda:(\d+)", " ".join(gpu_opts))
+    m = re.search(r"-gpus (\d+)", " ".join(gpu_opts))
+    env["FAKEGPU_COUNT"] = str(int(m.group(1)) if m else max(int(g) for g in gpus) + 1)
+    ref_losses, ref_w, _ = train(work, "cpu", cpu_line, env)
+    trace = os.path.join(work, "trace.json")
+    for seed in SEEDS:   # the last run also writes its --trace (CUDA timing events)
+        env["FAKEGPU_SEED"] = str(seed)
+        losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env,
+                               ["--trace", trace] if seed == SEEDS[-1] else [])
+        if losses != ref_losses:
+            sys.exit("FAIL: stream order %d: losses %s, the CPU trainer's %s\n%s"
+                     % (seed, losses, ref_losses, log))
+        if sorted(w) != sorted(ref_w):
+            sys.exit("FAIL: the checkpoints hold different tensors: %s vs %s"
+                     % (sorted(w), sorted(ref_w)))
+        bad = [k for k in w if w[k] != ref_w[k]]
+        if bad:
+            sys.exit("FAIL: stream order %d: %d of %d tensors differ from the CPU trainer's, "
+                     "e.g. %s" % (seed, len(bad), len(w), bad[0]))
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    if not events or any(e["dur"] < 0 for e in events):
+        sys.exit("FAIL: --trace: %d operations, durations %s" % (len(events),
+                                                                   [e["dur"] for e in events]))
+    print("fakegpu: %s on %s GPU(s): %d steps under %d stream orders, losses %s and %d "
+          "tensors bit for bit the CPU trainer's (%s)"
+          % (" ".join(gpu_opts), env["FAKEGPU_COUNT"], STEPS, len(SEEDS), " ".join(ref_losses),
+             len(ref_w), " ".join(cpu_opts)))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "build":
+        build(*sys.argv[2:7])
+    elif len(sys.argv) > 1 and sys.argv[1] == "run":
+        main_run(sys.argv[2:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
