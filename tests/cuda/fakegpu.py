@@ -9,7 +9,8 @@ model, batch and micro-batch count.
       compiles the fake runtime, the host kernels and cuDNN stubs into LIBDIR
   fakegpu.py run SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
       GPU_OPTIONS (e.g. "-batch 8 -gpus 2") name CUDA devices, possibly with
-      CPU ones; the trainer runs under three stream orders ($FAKEGPU_SEED)
+      CPU ones; the trainer runs under three stream orders ($FAKEGPU_SEED),
+      on as many GPUs as it names or on $FAKEGPU_COUNT
 """
 import json
 import os
@@ -140,13 +141,19 @@ def main_run(args):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", MPCC_CACHE=os.path.join(work, "cache"))
     gpus = re.findall(r"cuda:(\d+)", " ".join(gpu_opts))
     m = re.search(r"-gpus (\d+)", " ".join(gpu_opts))
-    env["FAKEGPU_COUNT"] = str(int(m.group(1)) if m else max(int(g) for g in gpus) + 1)
+    logical = int(m.group(1)) if m else len(gpus)
+    if "FAKEGPU_COUNT" not in env:   # else fewer GPUs than logical devices: they share
+        env["FAKEGPU_COUNT"] = str(int(m.group(1)) if m else max(int(g) for g in gpus) + 1)
     ref_losses, ref_w, _ = train(work, "cpu", cpu_line, env)
     trace = os.path.join(work, "trace.json")
     for seed in SEEDS:   # the last run also writes its --trace (CUDA timing events)
         env["FAKEGPU_SEED"] = str(seed)
         losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env,
                                ["--trace", trace] if seed == SEEDS[-1] else [])
+        shared = int(env["FAKEGPU_COUNT"]) < logical
+        if shared and "logical device(s) on %s GPU(s)" % env["FAKEGPU_COUNT"] not in log:
+            sys.exit("FAIL: %d logical devices on %s GPU(s) without the warning:\n%s"
+                     % (logical, env["FAKEGPU_COUNT"], log))
         if losses != ref_losses:
             sys.exit("FAIL: stream order %d: losses %s, the CPU trainer's %s\n%s"
                      % (seed, losses, ref_losses, log))
