@@ -145,11 +145,11 @@ def main_run(args):
     if "FAKEGPU_COUNT" not in env:   # else fewer GPUs than logical devices: they share
         env["FAKEGPU_COUNT"] = str(int(m.group(1)) if m else max(int(g) for g in gpus) + 1)
     ref_losses, ref_w, _ = train(work, "cpu", cpu_line, env)
-    trace = os.path.join(work, "trace.json")
-    for seed in SEEDS:   # the last run also writes its --trace (CUDA timing events)
+    trace, prof = os.path.join(work, "trace.json"), os.path.join(work, "prof.json")
+    for seed in SEEDS:   # the second run also writes --profile, the last --trace
         env["FAKEGPU_SEED"] = str(seed)
-        losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env,
-                               ["--trace", trace] if seed == SEEDS[-1] else [])
+        extra = {SEEDS[1]: ["--profile", prof], SEEDS[-1]: ["--trace", trace]}.get(seed, [])
+        losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env, extra)
         shared = int(env["FAKEGPU_COUNT"]) < logical
         if shared and "logical device(s) on %s GPU(s)" % env["FAKEGPU_COUNT"] not in log:
             sys.exit("FAIL: %d logical devices on %s GPU(s) without the warning:\n%s"
@@ -164,6 +164,9 @@ def main_run(args):
         if bad:
             sys.exit("FAIL: stream order %d: %d of %d tensors differ from the CPU trainer's, "
                      "e.g. %s" % (seed, len(bad), len(w), bad[0]))
+    with open(prof) as f:
+        if not any(n["calls"] > 0 for n in json.load(f)["nodes"]):
+            sys.exit("FAIL: --profile timed no node")
     with open(trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     if not events or any(e["dur"] < 0 for e in events):
