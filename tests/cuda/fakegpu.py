@@ -15,7 +15,6 @@ model, batch and micro-batch count.
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 
@@ -92,13 +91,8 @@ def build(src, cc, cxx, cuda, lib):
 
 def tensors(path):
     """A safetensors file's tensors: name -> raw bytes."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]]
-            for k, v in header.items() if k != "__metadata__"}
+    from safetensors.numpy import load_file
+    return {k: v.tobytes() for k, v in load_file(path).items()}
 
 
 def train(work, name, build_cmd, env, extra=()):
