@@ -102,7 +102,7 @@ probe_blas() {
 # The CUDA toolkit: each header and library found in the first of CUDA_DIRS
 # that has it. Libraries present only with a version suffix (the NVIDIA
 # wheels' libcudnn.so.9) get an unversioned link in $work/cuda-lib.
-cuda_paths='' cuda_where=''
+cuda_paths='' cuda_where='' cuda_ld=''
 probe_cuda() {
     local dirs=${CUDA_DIRS:-}
     if [ -z "$dirs" ]; then
@@ -138,7 +138,9 @@ print(" ".join(os.path.join(p, d) for p in nvidia.__path__ for d in sorted(os.li
         return
     fi
     cuda_paths="$incs -L$links -Wl,-rpath,${rpaths//:/ -Wl,-rpath,}"
-    export LD_LIBRARY_PATH=$rpaths${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # for the trainers only (the libraries they load in turn: cuBLASLt, the
+    # parts of cuDNN, NVRTC's builtins), not for PyTorch, which has its own
+    cuda_ld=$rpaths${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     local t=$work/probe
     mkdir -p "$t"
     printf '%s\n' '#include <stdio.h>' '#include <cuda_runtime.h>' '#include <cublas_v2.h>' \
@@ -149,7 +151,7 @@ print(" ".join(os.path.join(p, d) for p in nvidia.__path__ for d in sorted(os.li
         '  return 0; }' >"$t/cuda.c"
     if $cc "$t/cuda.c" -o "$t/cuda" $cuda_paths -lcudnn -lcublas -lnvrtc -lcudart \
         >"$t/cuda.log" 2>&1; then
-        cuda_where="$("$t/cuda" 2>>"$t/cuda.log"), from ${rpaths//:/ and }"
+        cuda_where="$(LD_LIBRARY_PATH=$cuda_ld "$t/cuda" 2>>"$t/cuda.log"), from ${rpaths//:/ and }"
     else
         echo "the CUDA toolkit found ($cuda_paths) does not link: see $t/cuda.log"
         cuda_paths=
@@ -210,7 +212,8 @@ run_trainer() {
         cat "$(dirname "$bin")/status" >"$dir/status" 2>/dev/null || echo "not built" >"$dir/status"
         return 1
     fi
-    (cd "$dir" && timeout "$limit" "$bin" "$@") >"$dir/run.log" 2>&1
+    (cd "$dir" && LD_LIBRARY_PATH=${cuda_ld:-${LD_LIBRARY_PATH:-}} timeout "$limit" "$bin" "$@") \
+        >"$dir/run.log" 2>&1
     rc=$?
     if [ $rc = 0 ]; then echo ok
     elif [ $rc = 2 ] && grep -q 'no CUDA device' "$dir/run.log"; then echo "no GPU"
