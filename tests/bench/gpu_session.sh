@@ -365,6 +365,7 @@ bench_model() {
         fi
         flags=--class-axis=-1
     fi
+    nmax_all="${nmax_all:+$nmax_all, }$nmax for $m"
     echo "== bench $m: batch $b, $opts"
     rm -rf "$dir" && mkdir -p "$dir"
     "$py" "$here/gpu_models.py" $m --out "$dir" $opts >"$dir/export.log" 2>&1 ||
@@ -425,7 +426,7 @@ bench_model() {
 }
 
 phase_bench() {
-    local which=$1 m rows=""
+    local which=$1 m rows="" nmax_all=""
     mkdir -p "$work/bench"
     for m in resnet50 gpt; do
         [ "$which" = all ] || [ "$which" = $m ] && bench_model $m
@@ -438,8 +439,9 @@ phase_bench() {
         echo "SGD lr 0.01 momentum 0.9, cross-entropy, one batch of synthetic data reused every" \
             "step on both sides; fp32: TF32 off on both sides; tf32: mpcc --tf32, PyTorch" \
             "allow_tf32 for matmul and cuDNN. mpcc: (time of 3+N steps - time of 3 steps) / N," \
-            "N for about 15 s of steps; PyTorch: median of N synchronized steps after 5 warm-up" \
-            "steps (tests/bench/torch_cuda.py); measured alternating, the better of two each."
+            "N for about 15 s of steps, at most N'; PyTorch: the median of N' synchronized steps" \
+            "after 5 warm-up steps (tests/bench/torch_cuda.py); N' = $nmax_all. Measured" \
+            "alternating, the better of two each."
         echo
         echo "| model | batch | precision | mpcc s/step | mpcc samples/s | PyTorch s/step | PyTorch samples/s | ratio mpcc/PyTorch |"
         echo "|---|---|---|---|---|---|---|---|"
