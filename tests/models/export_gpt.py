@@ -35,6 +35,7 @@ from torch import nn
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_export import onnx_export  # noqa: E402
 from ref_shapes import write_torch_shapes  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -168,14 +169,14 @@ def main():
                 input_names=["tokens"], output_names=["logits"],
                 dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}})
     if not args.external:
-        torch.onnx.export(model, (tokens,), args.out, **opts)
+        onnx_export(model, (tokens,), args.out, **opts)
     else:
         import onnx
         out_dir = os.path.dirname(os.path.abspath(args.out))
         tmp = tempfile.mkdtemp(prefix=".export_gpt.", dir=out_dir)
         try:
             tmp_model = os.path.join(tmp, "model.onnx")
-            torch.onnx.export(model, (tokens,), tmp_model, **opts)
+            onnx_export(model, (tokens,), tmp_model, **opts)
             del model
             proto = onnx.load(tmp_model, load_external_data=False)
             to_one_data_file(proto, tmp, args.out)

@@ -21,6 +21,7 @@ import torchvision
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_export import onnx_export  # noqa: E402
 from ref_shapes import write_torch_shapes  # noqa: E402
 
 # torch.onnx warns at length about BN buffer updates dropped in training mode.
@@ -42,12 +43,12 @@ def export_training(model, x, out, opset, in_name, out_name):
         y = model(x)
     restore()
     write_torch_shapes(out + ".torch.txt", [(out_name, y)])
-    torch.onnx.export(model, (x,), out, opset_version=opset,
-                      training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False,
-                      input_names=[in_name], output_names=[out_name],
-                      dynamic_axes={in_name: {0: "batch"},
-                                    out_name: {0: "batch"}})
+    onnx_export(model, (x,), out, opset_version=opset,
+                training=torch.onnx.TrainingMode.TRAINING,
+                do_constant_folding=False,
+                input_names=[in_name], output_names=[out_name],
+                dynamic_axes={in_name: {0: "batch"},
+                              out_name: {0: "batch"}})
     restore()
 
 

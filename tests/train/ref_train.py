@@ -88,6 +88,7 @@ from torch import nn  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
+from onnx_export import onnx_export  # noqa: E402
 
 # torch.onnx warns at length about BN buffer updates dropped in training mode.
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -435,12 +436,12 @@ def export_onnx(model, x, path):
     model.train()
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     try:
-        torch.onnx.export(model, (x,), path, opset_version=OPSET,
-                          training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False,
-                          input_names=[IN_NAME], output_names=[OUT_NAME],
-                          dynamic_axes={IN_NAME: {0: "batch"},
-                                        OUT_NAME: {0: "batch"}})
+        onnx_export(model, (x,), path, opset_version=OPSET,
+                    training=torch.onnx.TrainingMode.TRAINING,
+                    do_constant_folding=False,
+                    input_names=[IN_NAME], output_names=[OUT_NAME],
+                    dynamic_axes={IN_NAME: {0: "batch"},
+                                  OUT_NAME: {0: "batch"}})
     finally:
         with torch.no_grad():
             for k, v in model.named_buffers():
