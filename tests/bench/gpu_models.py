@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Models, data and PyTorch reference losses for tests/bench/gpu_session.sh.
+"""Models, data and PyTorch reference losses for tests/bench/gpu_run.sh.
 
 Exports one model to DIR/model.onnx in training mode (TorchScript exporter,
 opset 17, no constant folding, symbolic batch axis), and with --rows N

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Compare the per-step losses of one model's trainer runs
-(tests/bench/gpu_session.sh check) and print Markdown table rows.
+(tests/bench/gpu_run.sh check) and print Markdown table rows.
 
 Each run is a folder holding `status` (one line: "ok", "no GPU", "build
 failed", ...), `losses.txt` (the trainer's --loss-log: step i's loss before

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch eager reference for tests/bench/gpu_session.sh bench: the median
+"""PyTorch eager reference for tests/bench/gpu_run.sh bench: the median
 time of one CUDA-synchronized training step (forward, cross-entropy,
 backward, SGD lr 0.01 momentum 0.9, zero_grad) after 5 warm-up steps, in
 float32, or with --tf32 letting cuBLAS and cuDNN use TF32 tensor cores

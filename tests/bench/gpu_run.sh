@@ -3,24 +3,24 @@
 # phases, each sized to take well under 10 minutes on one H100
 # (tests/bench/README.md, "A run on a GPU machine"):
 #
-#   gpu_session.sh pack       on the build machine: copy the mpcc binary, the
+#   gpu_run.sh pack       on the build machine: copy the mpcc binary, the
 #                             libprotobuf-c it needs and OpenBLAS (library and
 #                             headers, for the CPU trainers) into .gpu/
-#   gpu_session.sh check      loss curves over 20 steps of the CNN, ResNet-50
+#   gpu_run.sh check      loss curves over 20 steps of the CNN, ResNet-50
 #                             and a small GPT-style model: the CUDA trainer on
 #                             -gpus 1 and -gpus 2 (and -gpus 1 --tf32) against
 #                             the CPU trainer on -cpus 1 and -cpus 2, same
 #                             data, weights and micro-batches; PyTorch float32
 #                             and float64 as the yardstick
-#   gpu_session.sh bench [resnet50|gpt]
+#   gpu_run.sh bench [resnet50|gpt]
 #                             step time of the CUDA trainer against PyTorch
 #                             eager on the same GPU, fp32 and TF32: ResNet-50
 #                             batch 128 at 224x224, GPT-2-small size
-#   gpu_session.sh timeline   a 2-device 1F1B step of ResNet-50 on -gpus 2:
+#   gpu_run.sh timeline   a 2-device 1F1B step of ResNet-50 on -gpus 2:
 #                             the measured timeline (./train --trace) next to
 #                             mpcc's predicted one (mpcc --trace)
 #
-# Several phases may follow one another: `gpu_session.sh check timeline`.
+# Several phases may follow one another: `gpu_run.sh check timeline`.
 # Environment:
 #   MPCC       the mpcc binary (default build/mpcc)
 #   MPCC_LIBS  a folder put first on LD_LIBRARY_PATH (the libprotobuf-c mpcc
@@ -50,7 +50,7 @@ rm -f "$work/cuda-timed-out"
 
 abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 mpcc=$(abspath "${MPCC:-build/mpcc}")
-[ -x "$mpcc" ] || [ -z "${MPCC:-}" ] || { echo "gpu_session.sh: $mpcc is not an executable" >&2; exit 1; }
+[ -x "$mpcc" ] || [ -z "${MPCC:-}" ] || { echo "gpu_run.sh: $mpcc is not an executable" >&2; exit 1; }
 [ -x "$mpcc" ] || mpcc=$root/build/mpcc
 libs=
 if [ -n "${MPCC_LIBS:-}" ]; then
@@ -96,7 +96,7 @@ probe_blas() {
     else
         blas=
         echo "no OpenBLAS (cblas.h and -lopenblas), on the system or in MPCC_LIBS: the CPU" \
-            "trainers cannot be built (see $t/blas.log; gpu_session.sh pack copies it)"
+            "trainers cannot be built (see $t/blas.log; gpu_run.sh pack copies it)"
     fi
 }
 
@@ -550,7 +550,7 @@ while [ $# -gt 0 ]; do
     pack) phase_pack ;;
     check | bench | timeline)
         "$mpcc" --version >/dev/null 2>&1 || {
-            echo "gpu_session.sh: cannot run $mpcc: $("$mpcc" --version 2>&1 | head -1)" \
+            echo "gpu_run.sh: cannot run $mpcc: $("$mpcc" --version 2>&1 | head -1)" \
                 "(set MPCC, and MPCC_LIBS to the folder with its libprotobuf-c)" >&2
             exit 1
         }
@@ -566,7 +566,7 @@ while [ $# -gt 0 ]; do
             echo "=== $name done in $(($(date +%s) - start)) s; results in $res"
         } 2>&1 | tee "$res/$name.log"
         ;;
-    *) echo "gpu_session.sh: unknown phase '$phase' (pack, check, bench [resnet50|gpt], timeline)" >&2
+    *) echo "gpu_run.sh: unknown phase '$phase' (pack, check, bench [resnet50|gpt], timeline)" >&2
        exit 2 ;;
     esac
 done
