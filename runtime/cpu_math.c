@@ -5,7 +5,9 @@
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
- * compiler). Statistics (softmax sums, layer-norm moments) accumulate in
+ * compiler); mprt_ew_chain runs a chain of them and of mprt_binary's and
+ * mprt_relu's ops as one kernel, each step with its unfused kernel's float
+ * operations. Statistics (softmax sums, layer-norm moments) accumulate in
  * double.
  */
 #include "mprt.h"
@@ -92,29 +94,62 @@ static float mprt_gelu_grad(float v, float q)
            v * 0.39894228040143268f * expf(-0.5f * v * v);
 }
 
+/* One element of mprt_unary: f(v). Shared with the fused chains
+ * (mprt_ew_chain), so both do the same float operations. */
+static inline float mprt_unary_1(int op, float v, float p, float q)
+{
+    switch (op) {
+    case MPRT_ERF: return erff(v);
+    case MPRT_TANH: return tanhf(v);
+    case MPRT_SQRT: return sqrtf(v);
+    case MPRT_EXP: return expf(v);
+    case MPRT_LOG: return logf(v);
+    case MPRT_NEG: return -v;
+    case MPRT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case MPRT_RECIPROCAL: return 1.0f / v;
+    case MPRT_HARD_SIGMOID: return mprt_clampf(p * v + q, 0.0f, 1.0f);
+    case MPRT_HARD_SWISH: return v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f);
+    case MPRT_LEAKY_RELU: return v > 0 ? v : p * v;
+    case MPRT_ELU: return v > 0 ? v : p * expm1f(v);
+    case MPRT_SELU: return q * (v > 0 ? v : p * expm1f(v));
+    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
+    case MPRT_GELU: return mprt_gelu(v, q);
+    case MPRT_CLIP: return mprt_clampf(v, p, q);
+    default: return fabsf(v);
+    }
+}
+
 MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++) {
-        float v = x[i];
-        switch (op) {
-        case MPRT_ERF: y[i] = erff(v); break;
-        case MPRT_TANH: y[i] = tanhf(v); break;
-        case MPRT_SQRT: y[i] = sqrtf(v); break;
-        case MPRT_EXP: y[i] = expf(v); break;
-        case MPRT_LOG: y[i] = logf(v); break;
-        case MPRT_NEG: y[i] = -v; break;
-        case MPRT_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
-        case MPRT_RECIPROCAL: y[i] = 1.0f / v; break;
-        case MPRT_HARD_SIGMOID: y[i] = mprt_clampf(p * v + q, 0.0f, 1.0f); break;
-        case MPRT_HARD_SWISH: y[i] = v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f); break;
-        case MPRT_LEAKY_RELU: y[i] = v > 0 ? v : p * v; break;
-        case MPRT_ELU: y[i] = v > 0 ? v : p * expm1f(v); break;
-        case MPRT_SELU: y[i] = q * (v > 0 ? v : p * expm1f(v)); break;
-        case MPRT_SOFTPLUS: y[i] = (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))); break;
-        case MPRT_GELU: y[i] = mprt_gelu(v, q); break;
-        case MPRT_CLIP: y[i] = mprt_clampf(v, p, q); break;
-        default: y[i] = fabsf(v); break;
-        }
+    for (long i = 0; i < n; i++)
+        y[i] = mprt_unary_1(op, x[i], p, q);
+}
+
+/* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
+static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
+{
+    const float two_over_sqrt_pi = 1.12837916709551257f;
+    switch (op) {
+    case MPRT_ERF: return g * two_over_sqrt_pi * expf(-x * x);
+    case MPRT_TANH: return g * (1.0f - y * y);
+    case MPRT_SQRT: return g * 0.5f / y;
+    case MPRT_EXP: return g * y;
+    case MPRT_LOG: return g / x;
+    case MPRT_NEG: return -g;
+    case MPRT_SIGMOID: return g * y * (1.0f - y);
+    case MPRT_RECIPROCAL: return -g * y * y;
+    case MPRT_HARD_SIGMOID: {
+        float t = p * x + q;
+        return t > 0.0f && t < 1.0f ? g * p : 0.0f;
+    }
+    case MPRT_HARD_SWISH: return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
+    case MPRT_LEAKY_RELU: return x > 0 ? g : g * p;
+    case MPRT_ELU: return x > 0 ? g : g * (y + p);
+    case MPRT_SELU: return x > 0 ? g * q : g * q * p * expf(x);
+    case MPRT_SOFTPLUS: return g / (1.0f + expf(-x));
+    case MPRT_GELU: return g * mprt_gelu_grad(x, q);
+    case MPRT_CLIP: return x >= p && x <= q ? g : 0.0f;
+    default: return x > 0 ? g : x < 0 ? -g : 0.0f;
     }
 }
 
@@ -125,34 +160,129 @@ MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, fl
 MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
                                  const float *x, const float *y, float *dx)
 {
-    const float two_over_sqrt_pi = 1.12837916709551257f;
-    for (long i = 0; i < n; i++) {
-        float g = dy[i];
-        switch (op) {
-        case MPRT_ERF: dx[i] = g * two_over_sqrt_pi * expf(-x[i] * x[i]); break;
-        case MPRT_TANH: dx[i] = g * (1.0f - y[i] * y[i]); break;
-        case MPRT_SQRT: dx[i] = g * 0.5f / y[i]; break;
-        case MPRT_EXP: dx[i] = g * y[i]; break;
-        case MPRT_LOG: dx[i] = g / x[i]; break;
-        case MPRT_NEG: dx[i] = -g; break;
-        case MPRT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
-        case MPRT_RECIPROCAL: dx[i] = -g * y[i] * y[i]; break;
-        case MPRT_HARD_SIGMOID: {
-            float t = p * x[i] + q;
-            dx[i] = t > 0.0f && t < 1.0f ? g * p : 0.0f;
-            break;
+    for (long i = 0; i < n; i++)
+        dx[i] = mprt_unary_grad_1(op, dy[i], x[i], y[i], p, q);
+}
+
+/* ---- fused elementwise chains ---- */
+
+/* The chain runs over tiles of the output's last dimension: each step is
+ * one loop over the tile (its op a literal in each case, so the loop is
+ * vectorised as in the unfused kernels), the tile kept in the output's own
+ * memory, in cache, between steps. */
+#define MPRT_EW_TILE 256
+
+/* Operand values along a tile of m: the buffer itself where it is
+ * contiguous, else gathered (or the constant repeated) into tmp. */
+static const float *mprt_ew_operand(const float *x, long s, float c, long m, float *tmp)
+{
+    if (x && s == 1)
+        return x;
+    for (long j = 0; j < m; j++)
+        tmp[j] = x ? x[j * s] : c;
+    return tmp;
+}
+
+#define MPRT_EW_UNARY_CASE(OP)                      \
+    case OP:                                        \
+        for (long j = 0; j < m; j++)                \
+            v[j] = mprt_unary_1(OP, v[j], p, q);    \
+        break;
+#define MPRT_EW_GRAD_CASE(OP)                                    \
+    case OP:                                                     \
+        for (long j = 0; j < m; j++)                             \
+            v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
+        break;
+
+static void mprt_ew_unary(int op, long m, float p, float q, float *v)
+{
+    switch (op) {
+    MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
+    MPRT_EW_UNARY_CASE(MPRT_EXP) MPRT_EW_UNARY_CASE(MPRT_LOG) MPRT_EW_UNARY_CASE(MPRT_NEG)
+    MPRT_EW_UNARY_CASE(MPRT_SIGMOID) MPRT_EW_UNARY_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_UNARY_CASE(MPRT_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
+    }
+}
+
+static void mprt_ew_unary_grad(int op, long m, float p, float q, const float *x, const float *y,
+                               float *v)
+{
+    switch (op) {
+    MPRT_EW_GRAD_CASE(MPRT_ERF) MPRT_EW_GRAD_CASE(MPRT_TANH) MPRT_EW_GRAD_CASE(MPRT_SQRT)
+    MPRT_EW_GRAD_CASE(MPRT_EXP) MPRT_EW_GRAD_CASE(MPRT_LOG) MPRT_EW_GRAD_CASE(MPRT_NEG)
+    MPRT_EW_GRAD_CASE(MPRT_SIGMOID) MPRT_EW_GRAD_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_GRAD_CASE(MPRT_GELU) MPRT_EW_GRAD_CASE(MPRT_CLIP)
+    }
+}
+
+/* v = a op b elementwise, where a or b is v itself (mprt_binary_row's ops). */
+static void mprt_ew_binary(int op, long m, const float *a, const float *b, float *v)
+{
+    switch (op) {
+    case MPRT_ADD: for (long j = 0; j < m; j++) v[j] = a[j] + b[j]; break;
+    case MPRT_SUB: for (long j = 0; j < m; j++) v[j] = a[j] - b[j]; break;
+    case MPRT_MUL: for (long j = 0; j < m; j++) v[j] = a[j] * b[j]; break;
+    case MPRT_DIV: for (long j = 0; j < m; j++) v[j] = a[j] / b[j]; break;
+    default: for (long j = 0; j < m; j++) v[j] = powf(a[j], b[j]); break;
+    }
+}
+
+/* One step over a tile of m elements: operand k starts at x[k] + off[k]
+ * and moves by s[k] along the tile. */
+static void mprt_ew_step(const MprtEwStep *t, const float *const *x, const long *off,
+                         const long *s, long m, float *v)
+{
+    float ta[MPRT_EW_TILE], tb[MPRT_EW_TILE];
+    const float *u = NULL, *w = NULL;
+    if (t->kind == MPRT_EW_LOAD || t->kind == MPRT_EW_BINARY || t->a >= 0)
+        u = mprt_ew_operand(t->a >= 0 ? x[t->a] + off[t->a] : NULL, t->a >= 0 ? s[t->a] : 0,
+                            t->p, m, ta);
+    if (t->b >= 0)
+        w = mprt_ew_operand(x[t->b] + off[t->b], s[t->b], 0.0f, m, tb);
+    switch (t->kind) {
+    case MPRT_EW_LOAD: memcpy(v, u, (size_t)m * sizeof *v); break;
+    case MPRT_EW_UNARY: mprt_ew_unary(t->op, m, t->p, t->q, v); break;
+    case MPRT_EW_RELU:
+        for (long j = 0; j < m; j++)
+            v[j] = mprt_select(v[j] > 0.0f, v[j]);
+        break;
+    case MPRT_EW_BINARY: mprt_ew_binary(t->op, m, t->swap ? u : v, t->swap ? v : u, v); break;
+    case MPRT_EW_UNARY_GRAD: mprt_ew_unary_grad(t->op, m, t->p, t->q, u, w, v); break;
+    case MPRT_EW_RELU_GRAD:
+        for (long j = 0; j < m; j++)
+            v[j] = mprt_select(u[j] > 0.0f, v[j]);
+        break;
+    }
+}
+
+/* y = the chain's value at every element of the output (kernel.h). The
+ * output is written row by row of its last dimension, a tile at a time. */
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    int last = c->rank - 1;
+    long inner = last >= 0 ? c->shape[last] : 1, rows = 1, idx[8] = {0};
+    long off[MPRT_EW_OPERANDS] = {0}, s[MPRT_EW_OPERANDS] = {0}, o[MPRT_EW_OPERANDS];
+    const long *st[MPRT_EW_OPERANDS];
+    for (int k = 0; k < c->nops; k++)
+        st[k] = c->stride[k], s[k] = last >= 0 ? c->stride[k][last] : 0;
+    for (int d = 0; d < last; d++)
+        rows *= c->shape[d];
+    for (long r = 0; r < rows; r++) {
+        for (long j0 = 0; j0 < inner; j0 += MPRT_EW_TILE) {
+            long m = inner - j0 < MPRT_EW_TILE ? inner - j0 : MPRT_EW_TILE;
+            for (int k = 0; k < c->nops; k++)
+                o[k] = off[k] + j0 * s[k];
+            for (int i = 0; i < c->nsteps; i++)
+                mprt_ew_step(&c->step[i], x, o, s, m, y + r * inner + j0);
         }
-        case MPRT_HARD_SWISH:
-            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? g * (x[i] / 3.0f + 0.5f) : g;
-            break;
-        case MPRT_LEAKY_RELU: dx[i] = x[i] > 0 ? g : g * p; break;
-        case MPRT_ELU: dx[i] = x[i] > 0 ? g : g * (y[i] + p); break;
-        case MPRT_SELU: dx[i] = x[i] > 0 ? g * q : g * q * p * expf(x[i]); break;
-        case MPRT_SOFTPLUS: dx[i] = g / (1.0f + expf(-x[i])); break;
-        case MPRT_GELU: dx[i] = g * mprt_gelu_grad(x[i], q); break;
-        case MPRT_CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
-        default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
-        }
+        if (last > 0)
+            mprt_bcast_next(last, c->shape, idx, c->nops, off, st);
     }
 }
 
