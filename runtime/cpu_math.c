@@ -166,35 +166,27 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
 
 /* ---- fused elementwise chains ---- */
 
-/* The chain runs over tiles of the output's last dimension: each step is
- * one loop over the tile (its op a literal in each case, so the loop is
- * vectorised as in the unfused kernels), the tile kept in the output's own
- * memory, in cache, between steps. */
-#define MPRT_EW_TILE 256
-
-/* Operand values along a tile of m: the buffer itself where it is
- * contiguous, else gathered (or the constant repeated) into tmp. */
-static const float *mprt_ew_operand(const float *x, long s, float c, long m, float *tmp)
-{
-    if (x && s == 1)
-        return x;
-    for (long j = 0; j < m; j++)
-        tmp[j] = x ? x[j * s] : c;
-    return tmp;
-}
+/* The chain runs over tiles of MPRT_EW_TILE consecutive output elements:
+ * each operand's tile is its own memory where it is laid out as the output
+ * (else gathered, row segment by row segment), and each step is one loop
+ * over the tile, in place in the output's memory, in cache between steps.
+ * The loops have a fixed length and their operands cannot be the output
+ * (restrict), so the compiler vectorises the simple ones; the last, short
+ * tile is worked in a local tile padded with zeros. */
+#define MPRT_EW_TILE 1024
 
 #define MPRT_EW_UNARY_CASE(OP)                      \
     case OP:                                        \
-        for (long j = 0; j < m; j++)                \
+        for (long j = 0; j < MPRT_EW_TILE; j++)     \
             v[j] = mprt_unary_1(OP, v[j], p, q);    \
         break;
 #define MPRT_EW_GRAD_CASE(OP)                                    \
     case OP:                                                     \
-        for (long j = 0; j < m; j++)                             \
+        for (long j = 0; j < MPRT_EW_TILE; j++)                  \
             v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
         break;
 
-static void mprt_ew_unary(int op, long m, float p, float q, float *v)
+static void mprt_ew_unary(int op, float p, float q, float *v)
 {
     switch (op) {
     MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
@@ -207,8 +199,8 @@ static void mprt_ew_unary(int op, long m, float p, float q, float *v)
     }
 }
 
-static void mprt_ew_unary_grad(int op, long m, float p, float q, const float *x, const float *y,
-                               float *v)
+static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+                               const float *restrict y, float *v)
 {
     switch (op) {
     MPRT_EW_GRAD_CASE(MPRT_ERF) MPRT_EW_GRAD_CASE(MPRT_TANH) MPRT_EW_GRAD_CASE(MPRT_SQRT)
@@ -221,68 +213,131 @@ static void mprt_ew_unary_grad(int op, long m, float p, float q, const float *x,
     }
 }
 
-/* v = a op b elementwise, where a or b is v itself (mprt_binary_row's ops). */
-static void mprt_ew_binary(int op, long m, const float *a, const float *b, float *v)
+/* mprt_binary_row's ops: v = v op u, or u op v with swap; u is a tile, or
+ * the scalar c where u is NULL. */
+#define MPRT_EW_ADD(a, b) ((a) + (b))
+#define MPRT_EW_SUB(a, b) ((a) - (b))
+#define MPRT_EW_MUL(a, b) ((a) * (b))
+#define MPRT_EW_DIV(a, b) ((a) / (b))
+#define MPRT_EW_FOR(e) for (long j = 0; j < MPRT_EW_TILE; j++) v[j] = e
+#define MPRT_EW_BINARY_CASE(OP, F)         \
+    case OP:                              \
+        if (!u && !swap)                  \
+            MPRT_EW_FOR(F(v[j], c));      \
+        else if (!u)                      \
+            MPRT_EW_FOR(F(c, v[j]));      \
+        else if (!swap)                   \
+            MPRT_EW_FOR(F(v[j], u[j]));   \
+        else                              \
+            MPRT_EW_FOR(F(u[j], v[j]));   \
+        break;
+
+static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
 {
     switch (op) {
-    case MPRT_ADD: for (long j = 0; j < m; j++) v[j] = a[j] + b[j]; break;
-    case MPRT_SUB: for (long j = 0; j < m; j++) v[j] = a[j] - b[j]; break;
-    case MPRT_MUL: for (long j = 0; j < m; j++) v[j] = a[j] * b[j]; break;
-    case MPRT_DIV: for (long j = 0; j < m; j++) v[j] = a[j] / b[j]; break;
-    default: for (long j = 0; j < m; j++) v[j] = powf(a[j], b[j]); break;
+    MPRT_EW_BINARY_CASE(MPRT_ADD, MPRT_EW_ADD) MPRT_EW_BINARY_CASE(MPRT_SUB, MPRT_EW_SUB)
+    MPRT_EW_BINARY_CASE(MPRT_MUL, MPRT_EW_MUL) MPRT_EW_BINARY_CASE(MPRT_DIV, MPRT_EW_DIV)
+    MPRT_EW_BINARY_CASE(MPRT_POW, powf)
     }
 }
 
-/* One step over a tile of m elements: operand k starts at x[k] + off[k]
- * and moves by s[k] along the tile. */
-static void mprt_ew_step(const MprtEwStep *t, const float *const *x, const long *off,
-                         const long *s, long m, float *v)
+/* One step over a tile: u[k] is operand k's tile; a step without operand
+ * a reads the constant p. */
+static void mprt_ew_step(const MprtEwStep *t, const float *const *u, float *v)
 {
-    float ta[MPRT_EW_TILE], tb[MPRT_EW_TILE];
-    const float *u = NULL, *w = NULL;
-    if (t->kind == MPRT_EW_LOAD || t->kind == MPRT_EW_BINARY || t->a >= 0)
-        u = mprt_ew_operand(t->a >= 0 ? x[t->a] + off[t->a] : NULL, t->a >= 0 ? s[t->a] : 0,
-                            t->p, m, ta);
-    if (t->b >= 0)
-        w = mprt_ew_operand(x[t->b] + off[t->b], s[t->b], 0.0f, m, tb);
+    const float *a = t->a >= 0 ? u[t->a] : NULL;
+    float p = t->p;
     switch (t->kind) {
-    case MPRT_EW_LOAD: memcpy(v, u, (size_t)m * sizeof *v); break;
-    case MPRT_EW_UNARY: mprt_ew_unary(t->op, m, t->p, t->q, v); break;
-    case MPRT_EW_RELU:
-        for (long j = 0; j < m; j++)
-            v[j] = mprt_select(v[j] > 0.0f, v[j]);
+    case MPRT_EW_LOAD:
+        if (a)
+            memcpy(v, a, MPRT_EW_TILE * sizeof *v);
+        else
+            MPRT_EW_FOR(p);
         break;
-    case MPRT_EW_BINARY: mprt_ew_binary(t->op, m, t->swap ? u : v, t->swap ? v : u, v); break;
-    case MPRT_EW_UNARY_GRAD: mprt_ew_unary_grad(t->op, m, t->p, t->q, u, w, v); break;
-    case MPRT_EW_RELU_GRAD:
-        for (long j = 0; j < m; j++)
-            v[j] = mprt_select(u[j] > 0.0f, v[j]);
-        break;
+    case MPRT_EW_UNARY: mprt_ew_unary(t->op, t->p, t->q, v); break;
+    case MPRT_EW_RELU: MPRT_EW_FOR(mprt_select(v[j] > 0.0f, v[j])); break;
+    case MPRT_EW_BINARY: mprt_ew_binary(t->op, t->swap, a, p, v); break;
+    case MPRT_EW_UNARY_GRAD: mprt_ew_unary_grad(t->op, t->p, t->q, a, u[t->b], v); break;
+    case MPRT_EW_RELU_GRAD: MPRT_EW_FOR(mprt_select(a[j] > 0.0f, v[j])); break;
     }
 }
 
-/* y = the chain's value at every element of the output (kernel.h). The
- * output is written row by row of its last dimension, a tile at a time. */
-MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+/* Operand values at the output elements i0 .. i0 + m - 1, row segment by
+ * row segment of the last dimension (copied, repeated or strided). */
+static void mprt_ew_gather(const MprtEwChain *c, const float *x, const long *stride, long i0,
+                           long m, float *tmp)
 {
     int last = c->rank - 1;
-    long inner = last >= 0 ? c->shape[last] : 1, rows = 1, idx[8] = {0};
-    long off[MPRT_EW_OPERANDS] = {0}, s[MPRT_EW_OPERANDS] = {0}, o[MPRT_EW_OPERANDS];
-    const long *st[MPRT_EW_OPERANDS];
-    for (int k = 0; k < c->nops; k++)
-        st[k] = c->stride[k], s[k] = last >= 0 ? c->stride[k][last] : 0;
-    for (int d = 0; d < last; d++)
-        rows *= c->shape[d];
-    for (long r = 0; r < rows; r++) {
-        for (long j0 = 0; j0 < inner; j0 += MPRT_EW_TILE) {
-            long m = inner - j0 < MPRT_EW_TILE ? inner - j0 : MPRT_EW_TILE;
-            for (int k = 0; k < c->nops; k++)
-                o[k] = off[k] + j0 * s[k];
-            for (int i = 0; i < c->nsteps; i++)
-                mprt_ew_step(&c->step[i], x, o, s, m, y + r * inner + j0);
-        }
+    long idx[8], off = 0, rest = i0, inner = last >= 0 ? c->shape[last] : 1;
+    long s = last >= 0 ? stride[last] : 0;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rest % c->shape[d], rest /= c->shape[d];
+        off += idx[d] * stride[d];
+    }
+    for (long j = 0; j < m;) {
+        long at = last >= 0 ? idx[last] : 0, n = inner - at < m - j ? inner - at : m - j;
+        if (s == 1)
+            memcpy(tmp + j, x + off, (size_t)n * sizeof *tmp);
+        else
+            for (long e = 0; e < n; e++)
+                tmp[j + e] = x[off + e * s];
+        j += n;
+        if (last >= 0)
+            off -= at * s, idx[last] = 0;
         if (last > 0)
-            mprt_bcast_next(last, c->shape, idx, c->nops, off, st);
+            mprt_bcast_next(last, c->shape, idx, 1, &off, &stride);
+    }
+}
+
+/* Whether operand k is laid out as the output (its tiles are its memory). */
+static int mprt_ew_dense(const MprtEwChain *c, int k)
+{
+    long step = 1;
+    for (int d = c->rank - 1; d >= 0; d--) {
+        if (c->shape[d] > 1 && c->stride[k][d] != step)
+            return 0;
+        step *= c->shape[d];
+    }
+    return 1;
+}
+
+/* The operands' tiles at output element i0 (m values, then zeros). */
+static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int *dense,
+                          long i0, long m, float (*tmp)[MPRT_EW_TILE], const float **u)
+{
+    for (int k = 0; k < c->nops; k++) {
+        if (dense[k] && m == MPRT_EW_TILE) {
+            u[k] = x[k] + i0;
+        } else {
+            if (dense[k])
+                memcpy(tmp[k], x[k] + i0, (size_t)m * sizeof(float));
+            else
+                mprt_ew_gather(c, x[k], c->stride[k], i0, m, tmp[k]);
+            memset(tmp[k] + m, 0, (size_t)(MPRT_EW_TILE - m) * sizeof(float));
+            u[k] = tmp[k];
+        }
+    }
+}
+
+/* y = the chain's value at every element of the output (kernel.h). */
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    static _Thread_local float tmp[MPRT_EW_OPERANDS + 1][MPRT_EW_TILE];
+    const float *u[MPRT_EW_OPERANDS];
+    int dense[MPRT_EW_OPERANDS];
+    long n = 1;
+    for (int d = 0; d < c->rank; d++)
+        n *= c->shape[d];
+    for (int k = 0; k < c->nops; k++)
+        dense[k] = mprt_ew_dense(c, k);
+    for (long i0 = 0; i0 < n; i0 += MPRT_EW_TILE) {
+        long m = n - i0 < MPRT_EW_TILE ? n - i0 : MPRT_EW_TILE;
+        float *v = m == MPRT_EW_TILE ? y + i0 : tmp[MPRT_EW_OPERANDS];
+        mprt_ew_tiles(c, x, dense, i0, m, tmp, u);
+        for (int i = 0; i < c->nsteps; i++)
+            mprt_ew_step(&c->step[i], u, v);
+        if (v != y + i0)
+            memcpy(y + i0, v, (size_t)m * sizeof *v);
     }
 }
 

@@ -722,13 +722,16 @@ static void ew_forward_cases(void)
 }
 
 /* The backward: dy = a * b -> Gelu's gradient -> a Sum with v on the right
- * -> Relu's gradient, over (3,700) (more than a tile per row), and a chain
- * of one element (rank 0). */
+ * -> Relu's gradient, over (3,1500) (rows of more than a tile), then with
+ * operands read across their rows (a transposed x and y), and a chain of
+ * one element (rank 0). */
 static void ew_backward_cases(void)
 {
-    long n = 3 * 700;
-    MprtEwChain c = {2, 5, 0, {3, 700}, {{700, 1}, {0, 1}, {700, 1}, {700, 1}, {700, 1}}, {{0}}};
-    float *a = fvec(n, -2, 2), *b = fvec(700, -1, 1), *gx = fvec(n, -3, 3), *other = fvec(n, -1, 1);
+    long n = 3 * 1500;
+    MprtEwChain c = {2, 5, 0, {3, 1500}, {{1500, 1}, {0, 1}, {1500, 1}, {1500, 1}, {1500, 1}},
+                     {{0}}};
+    float *a = fvec(n, -2, 2), *b = fvec(1500, -1, 1), *gx = fvec(n, -3, 3);
+    float *other = fvec(n, -1, 1);
     float *gy = fzero(n), *ry = fvec(n, -1, 1);
     mprt_unary(MPRT_GELU, n, 0, 0, gx, gy);
     const float *const ops[] = {a, b, gx, gy, other};
@@ -740,6 +743,8 @@ static void ew_backward_cases(void)
     const float *const ops2[] = {a, b, gx, gy, ry};
     c.step[c.nsteps - 1] = ew_step(MPRT_EW_RELU_GRAD, 0, 4, -1, 0, 0, 0);
     ew_case("mul gelu_grad relu_grad", &c, ops2);
+    c.stride[2][0] = c.stride[3][0] = 1, c.stride[2][1] = c.stride[3][1] = 3;
+    ew_case("mul gelu_grad relu_grad (transposed)", &c, ops2);
     MprtEwChain s = {0, 1, 3, {0}, {{0}}, {{0}}};
     s.step[0] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
     s.step[1] = ew_step(MPRT_EW_UNARY, MPRT_TANH, -1, -1, 0, 0, 0);
