@@ -1443,7 +1443,8 @@ static void emit_node_comment(CG *cg, const Node *n)
     uint32_t tail = cg->fu->tail[n - cg->g->nodes];
     emit(cg, "    /* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
     if (tail != NONE)
-        emit(cg, ": fused into '%s' below, not written", comment_text(cg, cg->g->nodes[tail].name));
+        emit(cg, ": fused into '%s' below, not written",
+             comment_text(cg, cg->g->nodes[tail].name));
     emit(cg, " */\n");
 }
 
