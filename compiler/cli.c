@@ -72,6 +72,9 @@ static const char help_text[] =
 "                           docs/infer.md)\n"
 "  --emit-onnx              write the model (a .mp file in the DSL, docs/dsl.md) with\n"
 "                           its initial weights as ONNX to -o model.onnx, and stop\n"
+"  --no-fuse                one kernel call per node: do not run chains of\n"
+"                           elementwise nodes as one kernel (the numbers are the same\n"
+"                           bit for bit either way; docs/trainer.md)\n"
 "\n"
 "Inspection:\n"
 "  --dump=WHAT[,WHAT]       print a pass's result as text and stop:\n"
@@ -87,6 +90,8 @@ static const char help_text[] =
 "                                     and stream, with the simulator's prediction\n"
 "                             partition-dot  the graph in Graphviz, coloured by\n"
 "                                     device, cut edges labelled with bytes\n"
+"                             fuse    the chains of elementwise nodes that run as\n"
+"                                     one kernel each, per stage action\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -169,9 +174,11 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_schedule = true;
         else if (strcmp(w, "partition-dot") == 0)
             o->dump_dot = true;
+        else if (strcmp(w, "fuse") == 0)
+            o->dump_fuse = true;
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
-                        "schedule, partition-dot)", w);
+                        "schedule, partition-dot, fuse)", w);
     }
 }
 
@@ -180,7 +187,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
-               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_COUNT } OptId;
+               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -189,6 +196,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
     {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
+    {"no-fuse", OPT_NO_FUSE, false},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -307,6 +315,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_CHECK: o->check = true; break;
     case OPT_EMIT_ONNX: o->emit_onnx = true; break;
     case OPT_INFER: o->infer = true; break;
+    case OPT_NO_FUSE: o->no_fuse = true; break;
     case OPT_LIST_OPS: list_ops(stdout); exit(0);
     default: apply_pipeline(id, opt, val, o); break;
     case OPT_HELP: fputs(help_text, stdout); exit(0);

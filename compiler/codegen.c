@@ -13,6 +13,7 @@
  */
 #include "mpcc.h"
 #include "mprt.h"
+#include "kernel.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,6 +36,7 @@ typedef struct CG {
     bool recomputing;     /* writing a forward node again inside a backward */
     bool cuda;            /* some devices are CUDA devices */
     bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
+    const Fusion *fu;     /* the chains that run as one kernel each */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -1216,6 +1218,192 @@ static void emit_resize(CG *cg, const Node *n)
          resize_coord(cg, n), resize_mode(cg, n), scale[0], scale[1], buf(cg, x), buf(cg, y));
 }
 
+/* ---- fused elementwise chains (fuse.c; runtime/kernel.h's MprtEwChain) ---- */
+
+/* One step of a chain as the program writes it. */
+typedef struct ChainStep {
+    const char *kind, *op;   /* "MPRT_EW_BINARY", "MPRT_ADD" */
+    int a, b, swap;
+    double p, q;
+    bool literal;            /* p is a constant's float (written exactly), not a parameter */
+    const Node *node;
+} ChainStep;
+
+typedef struct Chain {
+    ChainStep step[MPRT_EW_STEPS];
+    int nsteps;
+    uint32_t ops[MPRT_EW_OPERANDS];   /* the operands' values */
+    int nops;
+} Chain;
+
+static int chain_operand(Chain *ch, uint32_t v)
+{
+    for (int k = 0; k < ch->nops; k++)
+        if (ch->ops[k] == v)
+            return k;
+    MPCC_ASSERT(ch->nops < MPRT_EW_OPERANDS);
+    ch->ops[ch->nops] = v;
+    return ch->nops++;
+}
+
+static ChainStep *chain_step(Chain *ch, const Node *n, const char *kind, const char *op)
+{
+    MPCC_ASSERT(ch->nsteps < MPRT_EW_STEPS);
+    ChainStep *t = &ch->step[ch->nsteps++];
+    *t = (ChainStep){.kind = kind, .op = op ? op : "0", .a = -1, .b = -1, .node = n};
+    return t;
+}
+
+/* What a load or binary step reads: operand v, or a scalar constant. */
+static void chain_read(CG *cg, Chain *ch, ChainStep *t, uint32_t v)
+{
+    float f;
+    if (fuse_constant(cg->g, v, &f))
+        t->p = f, t->literal = true;
+    else
+        t->a = chain_operand(ch, v);
+}
+
+static const char *binary_code(Op op)
+{
+    switch (op) {
+    case OP_SUB: return "MPRT_SUB";
+    case OP_MUL: return "MPRT_MUL";
+    case OP_DIV: return "MPRT_DIV";
+    case OP_POW: return "MPRT_POW";
+    default: return "MPRT_ADD";   /* Add, Sum */
+    }
+}
+
+/* Sum: the terms added to the value left to right (those before it on the
+ * left: the value came in through input via). */
+static void chain_sum(CG *cg, Chain *ch, const Node *n, uint32_t via)
+{
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (k != via) {
+            ChainStep *t = chain_step(ch, n, "MPRT_EW_BINARY", "MPRT_ADD");
+            t->swap = k < via;
+            chain_read(cg, ch, t, n->in[k]);
+        }
+}
+
+/* The steps of node n, the chain's value coming in through input via. */
+static void chain_node(CG *cg, Chain *ch, const Node *n, uint32_t via)
+{
+    ChainStep *t;
+    switch (n->op) {
+    case OP_RELU: chain_step(ch, n, "MPRT_EW_RELU", NULL); break;
+    case OP_RELU_GRAD:
+        chain_step(ch, n, "MPRT_EW_RELU_GRAD", NULL)->a = chain_operand(ch, n->in[1]);
+        break;
+    case OP_UNARY_GRAD: {
+        Op op = (Op)attr_int(n, "op", OP_UNKNOWN);
+        t = chain_step(ch, n, "MPRT_EW_UNARY_GRAD", unary_code(op));
+        unary_params(cg, n, op, &t->p, &t->q);
+        t->a = chain_operand(ch, n->in[1]);
+        t->b = chain_operand(ch, n->in[2]);
+        break;
+    }
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW:
+        t = chain_step(ch, n, "MPRT_EW_BINARY", binary_code(n->op));
+        t->swap = via == 1;
+        chain_read(cg, ch, t, n->in[1 - via]);
+        break;
+    case OP_SUM: chain_sum(cg, ch, n, via); break;
+    default:
+        MPCC_ASSERT(unary_code(n->op));
+        t = chain_step(ch, n, "MPRT_EW_UNARY", unary_code(n->op));
+        unary_params(cg, n, n->op, &t->p, &t->q);
+    }
+}
+
+/* The output's dims and each operand's strides, without the dims of 1 and
+ * with neighbours every operand walks as one merged into one. */
+static int chain_dims(CG *cg, const Chain *ch, uint32_t out, long *shape,
+                      long st[][MAX_RANK])
+{
+    const Shape *y = shape_of(cg, out);
+    long full[MPRT_EW_OPERANDS][MAX_RANK];
+    int r = 0;
+    for (int k = 0; k < ch->nops; k++)
+        bcast_strides(y, shape_of(cg, ch->ops[k]), full[k]);
+    for (int d = 0; d < y->rank; d++) {
+        if (y->d[d] == 1)
+            continue;
+        bool merge = r > 0;
+        for (int k = 0; k < ch->nops; k++)
+            merge = merge && st[k][r - 1] == full[k][d] * y->d[d];
+        if (!merge)
+            shape[r++] = 1;
+        shape[r - 1] *= (long)y->d[d];
+        for (int k = 0; k < ch->nops; k++)
+            st[k][r - 1] = full[k][d];
+    }
+    return r;
+}
+
+static void emit_braced(CG *cg, const long *v, int n)
+{
+    emit(cg, "{");
+    for (int i = 0; i < n; i++)
+        emit(cg, "%s%ld", i ? ", " : "", v[i]);
+    emit(cg, n ? "}" : "0}");
+}
+
+static void emit_chain_step(CG *cg, const ChainStep *t)
+{
+    emit(cg, "                {%s, %s, %d, %d, %d, ", t->kind, t->op, t->a, t->b, t->swap);
+    if (t->literal)
+        emit_float_literal(cg, t->p);
+    else
+        emit(cg, "(float)%.9g", t->p);
+    emit(cg, ", (float)%.9g},   /* '%s' */\n", t->q, comment_text(cg, t->node->name));
+}
+
+/* The chain's program, a constant of the block that runs it. */
+static void emit_chain_program(CG *cg, const Chain *ch, uint32_t out)
+{
+    long shape[MAX_RANK], st[MPRT_EW_OPERANDS][MAX_RANK];
+    int rank = chain_dims(cg, ch, out, shape, st);
+    emit(cg, "        static const MprtEwChain chain = {%d, %d, %d, ", rank, ch->nops, ch->nsteps);
+    emit_braced(cg, shape, rank);
+    emit(cg, ",\n            {");
+    for (int k = 0; k < ch->nops; k++) {
+        emit(cg, "%s", k ? ", " : "");
+        emit_braced(cg, st[k], rank);
+    }
+    emit(cg, "%s},\n            {\n", ch->nops ? "" : "{0}");
+    for (int i = 0; i < ch->nsteps; i++)
+        emit_chain_step(cg, &ch->step[i]);
+    emit(cg, "            }};\n");
+}
+
+/* The chain ending at node `tail`, as one kernel call. */
+static void emit_chain(CG *cg, const Node *tail)
+{
+    const Fusion *fu = cg->fu;
+    uint32_t ids[MPRT_EW_STEPS];
+    int n = 0;
+    for (uint32_t id = (uint32_t)(tail - cg->g->nodes); id != NONE; id = fu->prev[id])
+        ids[n++] = id;
+    Chain ch = {.nsteps = 0};
+    const Node *head = &cg->g->nodes[ids[n - 1]];
+    chain_read(cg, &ch, chain_step(&ch, head, "MPRT_EW_LOAD", NULL), head->in[0]);
+    emit(cg, "    /* fused:");
+    for (int i = n - 1; i >= 0; i--) {
+        const Node *nd = &cg->g->nodes[ids[i]];
+        chain_node(cg, &ch, nd, i == n - 1 ? 0 : fu->via[ids[i]]);
+        emit(cg, "%s'%s' (%s)", i == n - 1 ? " " : " -> ", comment_text(cg, nd->name),
+             comment_text(cg, nd->op_type));
+    }
+    emit(cg, ": one kernel, writing only the last value */\n    {\n");
+    emit_chain_program(cg, &ch, tail->out[0]);
+    emit(cg, "        %s(&chain, (const float *const[]){", kernel(cg, "ew_chain"));
+    for (int k = 0; k < ch.nops; k++)
+        emit(cg, "%s%s", k ? ", " : "", buf(cg, ch.ops[k]));
+    emit(cg, "%s}, %s);\n    }\n", ch.nops ? "" : "NULL", buf(cg, tail->out[0]));
+}
+
 static void float_only(CG *cg, const Node *n, uint32_t v);
 
 /* The float32 kernels: the first k inputs and the first output must be
@@ -1249,14 +1437,32 @@ static uint32_t float_inputs(const Node *n)
     }
 }
 
+/* The node's comment; a node inside a fused chain is computed by the
+ * chain's last node, and says so. */
+static void emit_node_comment(CG *cg, const Node *n)
+{
+    uint32_t tail = cg->fu->tail[n - cg->g->nodes];
+    emit(cg, "    /* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    if (tail != NONE)
+        emit(cg, ": fused into '%s' below, not written",
+             comment_text(cg, cg->g->nodes[tail].name));
+    emit(cg, " */\n");
+}
+
 static void emit_node(CG *cg, const Node *n)
 {
-    emit(cg, "    /* node '%s' (%s) */\n", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    emit_node_comment(cg, n);
     if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
         error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
                  n->op_type);
     if (float_inputs(n))
         float_kernel(cg, n, float_inputs(n));
+    if (cg->fu->tail[n - cg->g->nodes] != NONE)
+        return;
+    if (cg->fu->prev[n - cg->g->nodes] != NONE) {
+        emit_chain(cg, n);
+        return;
+    }
     switch (n->op) {
     case OP_GEMM: emit_gemm(cg, n); break;
     case OP_RELU:
@@ -1389,6 +1595,15 @@ static const char *program_name(CG *cg)
     return arena_strndup(cg->g->arena, base, n);
 }
 
+/* How many nodes run inside fused elementwise chains (fuse.c). */
+static void emit_fused_line(CG *cg)
+{
+    if (cg->fu->nchains)
+        emit(cg, " * fused:    %d elementwise chain(s) of %d nodes, one kernel each (%d kernel "
+             "calls fewer; --no-fuse: none)\n", cg->fu->nchains, cg->fu->nfused,
+             cg->fu->nfused - cg->fu->nchains);
+}
+
 static void emit_infer_header(CG *cg, const char *hash)
 {
     emit(cg, "/* Generated by mpcc %s. Do not edit: regenerate with the command below.\n"
@@ -1396,6 +1611,7 @@ static void emit_infer_header(CG *cg, const char *hash)
     emit(cg, " * model:    %s (sha256 %s)\n", comment_text(cg, cg->g->file), hash);
     emit(cg, " * forward only (--infer) on cpu:0; memory plan %zu bytes\n",
          cg->plan->arena_bytes[0]);
+    emit_fused_line(cg);
     emit(cg, " * build:    cc -O2 %s -o %s -lopenblas -lm -pthread\n",
          comment_text(cg, cg->o->output), comment_text(cg, program_name(cg)));
     emit(cg, " * run:      ./%s --input NAME=FILE.npy ... --output NAME=FILE.npy ...\n */\n",
@@ -1421,6 +1637,7 @@ static void emit_header(CG *cg, const char *hash)
     emit(cg, " * schedule: %s, %d stage(s) on %d device(s); predicted step %.6g s, bubble "
          "%.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->ndev, p->step_time,
          100 * p->bubble);
+    emit_fused_line(cg);
     for (int d = 0; d < p->sc->ndev; d++) {
         emit(cg, " * %-8s  stages", p->ds->d[d].name);
         for (int s = 0; s < p->st->n; s++)
@@ -2038,11 +2255,11 @@ static int cuda_devices(const Graph *g, const Options *o, const Plan *plan)
     return ncuda;
 }
 
-void codegen(Graph *g, const Options *o, const Plan *plan)
+void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
     int ncuda = cuda_devices(g, o, plan);
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
-             .mixed = ncuda > 0 && ncuda < plan->ds->n};
+             .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);

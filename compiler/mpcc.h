@@ -343,6 +343,8 @@ typedef struct Options {
     uint32_t nshapes;
     bool dump_ir, dump_shapes, dump_grad;
     bool dump_partition, dump_schedule, dump_dot;   /* the pipeline plan, then stop */
+    bool dump_fuse;            /* --dump=fuse: the fused elementwise chains, then stop */
+    bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
     bool infer;                /* --infer: a forward-only program, no training graph */
@@ -639,9 +641,28 @@ void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
 void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
 void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
 
+/* ------------------------------------------------------------------ fuse.c */
+
+/* Chains of float32 elementwise nodes of one stage action that run as one
+ * kernel (mprt_ew_chain): every node of a chain but the last computes a
+ * value only the next one reads, and writes nothing. */
+typedef struct Fusion {
+    uint32_t *prev;            /* [nnodes]: the chain node whose value this node takes in
+                                  and computes on the way, NONE if none */
+    uint8_t *via;              /* [nnodes]: the input of this node that value is */
+    uint32_t *tail;            /* [nnodes]: a node before the last of its chain: the
+                                  last, which runs the chain; NONE otherwise */
+    int nchains, nfused;       /* chains, and the nodes in them */
+} Fusion;
+
+Fusion *fuse(Graph *g, const Plan *p, const Options *o);   /* none with --no-fuse */
+bool fuse_constant(const Graph *g, uint32_t v, float *f);  /* a scalar float32 constant */
+void dump_fusion(const Graph *g, const Plan *p, const Fusion *f, FILE *out);  /* --dump=fuse */
+
 /* --------------------------------------------------------------- codegen.c */
 
-void codegen(Graph *g, const Options *o, const Plan *plan);  /* train.c + weights */
+/* train.c + weights; fu: the chains that run as one kernel each */
+void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu);
 
 /* ---------------------------------------------------------------- sha256.c */
 

@@ -5,7 +5,9 @@
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
- * compiler). Statistics (softmax sums, layer-norm moments) accumulate in
+ * compiler); mprt_ew_chain runs a chain of them and of mprt_binary's and
+ * mprt_relu's ops as one kernel, each step with its unfused kernel's float
+ * operations. Statistics (softmax sums, layer-norm moments) accumulate in
  * double.
  */
 #include "mprt.h"
@@ -92,29 +94,62 @@ static float mprt_gelu_grad(float v, float q)
            v * 0.39894228040143268f * expf(-0.5f * v * v);
 }
 
+/* One element of mprt_unary: f(v). Shared with the fused chains
+ * (mprt_ew_chain), so both do the same float operations. */
+static inline float mprt_unary_1(int op, float v, float p, float q)
+{
+    switch (op) {
+    case MPRT_ERF: return erff(v);
+    case MPRT_TANH: return tanhf(v);
+    case MPRT_SQRT: return sqrtf(v);
+    case MPRT_EXP: return expf(v);
+    case MPRT_LOG: return logf(v);
+    case MPRT_NEG: return -v;
+    case MPRT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case MPRT_RECIPROCAL: return 1.0f / v;
+    case MPRT_HARD_SIGMOID: return mprt_clampf(p * v + q, 0.0f, 1.0f);
+    case MPRT_HARD_SWISH: return v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f);
+    case MPRT_LEAKY_RELU: return v > 0 ? v : p * v;
+    case MPRT_ELU: return v > 0 ? v : p * expm1f(v);
+    case MPRT_SELU: return q * (v > 0 ? v : p * expm1f(v));
+    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
+    case MPRT_GELU: return mprt_gelu(v, q);
+    case MPRT_CLIP: return mprt_clampf(v, p, q);
+    default: return fabsf(v);
+    }
+}
+
 MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++) {
-        float v = x[i];
-        switch (op) {
-        case MPRT_ERF: y[i] = erff(v); break;
-        case MPRT_TANH: y[i] = tanhf(v); break;
-        case MPRT_SQRT: y[i] = sqrtf(v); break;
-        case MPRT_EXP: y[i] = expf(v); break;
-        case MPRT_LOG: y[i] = logf(v); break;
-        case MPRT_NEG: y[i] = -v; break;
-        case MPRT_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
-        case MPRT_RECIPROCAL: y[i] = 1.0f / v; break;
-        case MPRT_HARD_SIGMOID: y[i] = mprt_clampf(p * v + q, 0.0f, 1.0f); break;
-        case MPRT_HARD_SWISH: y[i] = v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f); break;
-        case MPRT_LEAKY_RELU: y[i] = v > 0 ? v : p * v; break;
-        case MPRT_ELU: y[i] = v > 0 ? v : p * expm1f(v); break;
-        case MPRT_SELU: y[i] = q * (v > 0 ? v : p * expm1f(v)); break;
-        case MPRT_SOFTPLUS: y[i] = (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))); break;
-        case MPRT_GELU: y[i] = mprt_gelu(v, q); break;
-        case MPRT_CLIP: y[i] = mprt_clampf(v, p, q); break;
-        default: y[i] = fabsf(v); break;
-        }
+    for (long i = 0; i < n; i++)
+        y[i] = mprt_unary_1(op, x[i], p, q);
+}
+
+/* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
+static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
+{
+    const float two_over_sqrt_pi = 1.12837916709551257f;
+    switch (op) {
+    case MPRT_ERF: return g * two_over_sqrt_pi * expf(-x * x);
+    case MPRT_TANH: return g * (1.0f - y * y);
+    case MPRT_SQRT: return g * 0.5f / y;
+    case MPRT_EXP: return g * y;
+    case MPRT_LOG: return g / x;
+    case MPRT_NEG: return -g;
+    case MPRT_SIGMOID: return g * y * (1.0f - y);
+    case MPRT_RECIPROCAL: return -g * y * y;
+    case MPRT_HARD_SIGMOID: {
+        float t = p * x + q;
+        return t > 0.0f && t < 1.0f ? g * p : 0.0f;
+    }
+    case MPRT_HARD_SWISH: return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
+    case MPRT_LEAKY_RELU: return x > 0 ? g : g * p;
+    case MPRT_ELU: return x > 0 ? g : g * (y + p);
+    case MPRT_SELU: return x > 0 ? g * q : g * q * p * expf(x);
+    case MPRT_SOFTPLUS: return g / (1.0f + expf(-x));
+    case MPRT_GELU: return g * mprt_gelu_grad(x, q);
+    case MPRT_CLIP: return x >= p && x <= q ? g : 0.0f;
+    default: return x > 0 ? g : x < 0 ? -g : 0.0f;
     }
 }
 
@@ -125,34 +160,184 @@ MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, fl
 MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
                                  const float *x, const float *y, float *dx)
 {
-    const float two_over_sqrt_pi = 1.12837916709551257f;
-    for (long i = 0; i < n; i++) {
-        float g = dy[i];
-        switch (op) {
-        case MPRT_ERF: dx[i] = g * two_over_sqrt_pi * expf(-x[i] * x[i]); break;
-        case MPRT_TANH: dx[i] = g * (1.0f - y[i] * y[i]); break;
-        case MPRT_SQRT: dx[i] = g * 0.5f / y[i]; break;
-        case MPRT_EXP: dx[i] = g * y[i]; break;
-        case MPRT_LOG: dx[i] = g / x[i]; break;
-        case MPRT_NEG: dx[i] = -g; break;
-        case MPRT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
-        case MPRT_RECIPROCAL: dx[i] = -g * y[i] * y[i]; break;
-        case MPRT_HARD_SIGMOID: {
-            float t = p * x[i] + q;
-            dx[i] = t > 0.0f && t < 1.0f ? g * p : 0.0f;
-            break;
+    for (long i = 0; i < n; i++)
+        dx[i] = mprt_unary_grad_1(op, dy[i], x[i], y[i], p, q);
+}
+
+/* ---- fused elementwise chains ---- */
+
+/* The chain runs over tiles of MPRT_EW_TILE consecutive output elements:
+ * each operand's tile is its own memory where it is laid out as the output
+ * (else gathered, row segment by row segment), and each step is one loop
+ * over the tile, in place in the output's memory, in cache between steps.
+ * The loops have a fixed length and their operands cannot be the output
+ * (restrict), so the compiler vectorises the simple ones; the last, short
+ * tile is worked in a local tile padded with zeros. */
+#define MPRT_EW_TILE 1024
+
+#define MPRT_EW_UNARY_CASE(OP)                      \
+    case OP:                                        \
+        for (long j = 0; j < MPRT_EW_TILE; j++)     \
+            v[j] = mprt_unary_1(OP, v[j], p, q);    \
+        break;
+#define MPRT_EW_GRAD_CASE(OP)                                    \
+    case OP:                                                     \
+        for (long j = 0; j < MPRT_EW_TILE; j++)                  \
+            v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
+        break;
+
+static void mprt_ew_unary(int op, float p, float q, float *v)
+{
+    switch (op) {
+    MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
+    MPRT_EW_UNARY_CASE(MPRT_EXP) MPRT_EW_UNARY_CASE(MPRT_LOG) MPRT_EW_UNARY_CASE(MPRT_NEG)
+    MPRT_EW_UNARY_CASE(MPRT_SIGMOID) MPRT_EW_UNARY_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_UNARY_CASE(MPRT_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
+    }
+}
+
+static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+                               const float *restrict y, float *v)
+{
+    switch (op) {
+    MPRT_EW_GRAD_CASE(MPRT_ERF) MPRT_EW_GRAD_CASE(MPRT_TANH) MPRT_EW_GRAD_CASE(MPRT_SQRT)
+    MPRT_EW_GRAD_CASE(MPRT_EXP) MPRT_EW_GRAD_CASE(MPRT_LOG) MPRT_EW_GRAD_CASE(MPRT_NEG)
+    MPRT_EW_GRAD_CASE(MPRT_SIGMOID) MPRT_EW_GRAD_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_GRAD_CASE(MPRT_GELU) MPRT_EW_GRAD_CASE(MPRT_CLIP)
+    }
+}
+
+/* mprt_binary_row's ops: v = v op u, or u op v with swap; u is a tile, or
+ * the scalar c where u is NULL. */
+#define MPRT_EW_ADD(a, b) ((a) + (b))
+#define MPRT_EW_SUB(a, b) ((a) - (b))
+#define MPRT_EW_MUL(a, b) ((a) * (b))
+#define MPRT_EW_DIV(a, b) ((a) / (b))
+#define MPRT_EW_FOR(e) for (long j = 0; j < MPRT_EW_TILE; j++) v[j] = e
+#define MPRT_EW_BINARY_CASE(OP, F)         \
+    case OP:                              \
+        if (!u && !swap)                  \
+            MPRT_EW_FOR(F(v[j], c));      \
+        else if (!u)                      \
+            MPRT_EW_FOR(F(c, v[j]));      \
+        else if (!swap)                   \
+            MPRT_EW_FOR(F(v[j], u[j]));   \
+        else                              \
+            MPRT_EW_FOR(F(u[j], v[j]));   \
+        break;
+
+static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
+{
+    switch (op) {
+    MPRT_EW_BINARY_CASE(MPRT_ADD, MPRT_EW_ADD) MPRT_EW_BINARY_CASE(MPRT_SUB, MPRT_EW_SUB)
+    MPRT_EW_BINARY_CASE(MPRT_MUL, MPRT_EW_MUL) MPRT_EW_BINARY_CASE(MPRT_DIV, MPRT_EW_DIV)
+    MPRT_EW_BINARY_CASE(MPRT_POW, powf)
+    }
+}
+
+/* One step over a tile: u[k] is operand k's tile; a step without operand
+ * a reads the constant p. */
+static void mprt_ew_step(const MprtEwStep *t, const float *const *u, float *v)
+{
+    const float *a = t->a >= 0 ? u[t->a] : NULL;
+    float p = t->p;
+    switch (t->kind) {
+    case MPRT_EW_LOAD:
+        if (a)
+            memcpy(v, a, MPRT_EW_TILE * sizeof *v);
+        else
+            MPRT_EW_FOR(p);
+        break;
+    case MPRT_EW_UNARY: mprt_ew_unary(t->op, t->p, t->q, v); break;
+    case MPRT_EW_RELU: MPRT_EW_FOR(mprt_select(v[j] > 0.0f, v[j])); break;
+    case MPRT_EW_BINARY: mprt_ew_binary(t->op, t->swap, a, p, v); break;
+    case MPRT_EW_UNARY_GRAD: mprt_ew_unary_grad(t->op, t->p, t->q, a, u[t->b], v); break;
+    case MPRT_EW_RELU_GRAD: MPRT_EW_FOR(mprt_select(a[j] > 0.0f, v[j])); break;
+    }
+}
+
+/* Operand values at the output elements i0 .. i0 + m - 1, row segment by
+ * row segment of the last dimension (copied, repeated or strided). */
+static void mprt_ew_gather(const MprtEwChain *c, const float *x, const long *stride, long i0,
+                           long m, float *tmp)
+{
+    int last = c->rank - 1;
+    long idx[8], off = 0, rest = i0, inner = last >= 0 ? c->shape[last] : 1;
+    long s = last >= 0 ? stride[last] : 0;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rest % c->shape[d], rest /= c->shape[d];
+        off += idx[d] * stride[d];
+    }
+    for (long j = 0; j < m;) {
+        long at = last >= 0 ? idx[last] : 0, n = inner - at < m - j ? inner - at : m - j;
+        if (s == 1)
+            memcpy(tmp + j, x + off, (size_t)n * sizeof *tmp);
+        else
+            for (long e = 0; e < n; e++)
+                tmp[j + e] = x[off + e * s];
+        j += n;
+        if (last >= 0)
+            off -= at * s, idx[last] = 0;
+        if (last > 0)
+            mprt_bcast_next(last, c->shape, idx, 1, &off, &stride);
+    }
+}
+
+/* Whether operand k is laid out as the output (its tiles are its memory). */
+static int mprt_ew_dense(const MprtEwChain *c, int k)
+{
+    long step = 1;
+    for (int d = c->rank - 1; d >= 0; d--) {
+        if (c->shape[d] > 1 && c->stride[k][d] != step)
+            return 0;
+        step *= c->shape[d];
+    }
+    return 1;
+}
+
+/* The operands' tiles at output element i0 (m values, then zeros). */
+static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int *dense,
+                          long i0, long m, float (*tmp)[MPRT_EW_TILE], const float **u)
+{
+    for (int k = 0; k < c->nops; k++) {
+        if (dense[k] && m == MPRT_EW_TILE) {
+            u[k] = x[k] + i0;
+        } else {
+            if (dense[k])
+                memcpy(tmp[k], x[k] + i0, (size_t)m * sizeof(float));
+            else
+                mprt_ew_gather(c, x[k], c->stride[k], i0, m, tmp[k]);
+            memset(tmp[k] + m, 0, (size_t)(MPRT_EW_TILE - m) * sizeof(float));
+            u[k] = tmp[k];
         }
-        case MPRT_HARD_SWISH:
-            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? g * (x[i] / 3.0f + 0.5f) : g;
-            break;
-        case MPRT_LEAKY_RELU: dx[i] = x[i] > 0 ? g : g * p; break;
-        case MPRT_ELU: dx[i] = x[i] > 0 ? g : g * (y[i] + p); break;
-        case MPRT_SELU: dx[i] = x[i] > 0 ? g * q : g * q * p * expf(x[i]); break;
-        case MPRT_SOFTPLUS: dx[i] = g / (1.0f + expf(-x[i])); break;
-        case MPRT_GELU: dx[i] = g * mprt_gelu_grad(x[i], q); break;
-        case MPRT_CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
-        default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
-        }
+    }
+}
+
+/* y = the chain's value at every element of the output (kernel.h). */
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    static _Thread_local float tmp[MPRT_EW_OPERANDS + 1][MPRT_EW_TILE];
+    const float *u[MPRT_EW_OPERANDS];
+    int dense[MPRT_EW_OPERANDS];
+    long n = 1;
+    for (int d = 0; d < c->rank; d++)
+        n *= c->shape[d];
+    for (int k = 0; k < c->nops; k++)
+        dense[k] = mprt_ew_dense(c, k);
+    for (long i0 = 0; i0 < n; i0 += MPRT_EW_TILE) {
+        long m = n - i0 < MPRT_EW_TILE ? n - i0 : MPRT_EW_TILE;
+        float *v = m == MPRT_EW_TILE ? y + i0 : tmp[MPRT_EW_OPERANDS];
+        mprt_ew_tiles(c, x, dense, i0, m, tmp, u);
+        for (int i = 0; i < c->nsteps; i++)
+            mprt_ew_step(&c->step[i], u, v);
+        if (v != y + i0)
+            memcpy(y + i0, v, (size_t)m * sizeof *v);
     }
 }
 

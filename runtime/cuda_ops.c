@@ -296,6 +296,26 @@ MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, float p, float q, const f
     mprt_cu_each("unary_grad", n, args);
 }
 
+/* A fused elementwise chain (kernel.h): the program passed by value, its
+ * operands' pointers in kernels.cu's struct EwPtrs. */
+MPRT_CU_KERNEL void mprt_cu_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    struct {
+        const float *p[MPRT_EW_OPERANDS];
+    } ptrs;
+    long n = 1;
+    memset(&ptrs, 0, sizeof ptrs);
+    if (c->rank > 8 || c->nops > MPRT_EW_OPERANDS || c->nsteps > MPRT_EW_STEPS)
+        mprt_cu_refuse("a fused chain of %d dimensions, %d operands, %d steps", c->rank,
+                       c->nops, c->nsteps);
+    for (int k = 0; k < c->nops; k++)
+        ptrs.p[k] = x[k];
+    for (int d = 0; d < c->rank; d++)
+        n *= c->shape[d];
+    void *args[] = {&n, (void *)c, &ptrs, &y};
+    mprt_cu_each("ew_chain", n, args);
+}
+
 /* k <= 8 operands broadcast into an output (kernels.cu's struct Nary) */
 typedef struct {
     const float *p[8];

@@ -18,6 +18,38 @@ enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOI
        MPRT_RECIPROCAL, MPRT_ABS, MPRT_HARD_SIGMOID, MPRT_HARD_SWISH, MPRT_LEAKY_RELU,
        MPRT_ELU, MPRT_SELU, MPRT_SOFTPLUS, MPRT_GELU, MPRT_CLIP };
 
+/* Fused elementwise chains (mprt_ew_chain): one value v per element of
+ * the output, started by an MPRT_EW_LOAD step and carried through the
+ * steps that follow, each the float operations of the node's own kernel in
+ * the same order: MPRT_EW_UNARY is mprt_unary's op (p, q its parameters),
+ * MPRT_EW_RELU mprt_relu, MPRT_EW_BINARY mprt_binary's op with v on the
+ * left (on the right with swap), MPRT_EW_UNARY_GRAD mprt_unary_grad's op
+ * with v as dy and operands a and b as x and y, MPRT_EW_RELU_GRAD
+ * mprt_relu_grad with v as dy and operand a as y. A step reads operand a
+ * (and b) at its strides; a LOAD or BINARY step with a = -1 reads the
+ * constant p instead. Operands: at most MPRT_EW_OPERANDS per chain,
+ * steps: at most MPRT_EW_STEPS. */
+#define MPRT_EW_STEPS 16
+#define MPRT_EW_OPERANDS 8
+enum { MPRT_EW_LOAD, MPRT_EW_UNARY, MPRT_EW_RELU, MPRT_EW_BINARY, MPRT_EW_UNARY_GRAD,
+       MPRT_EW_RELU_GRAD };
+
+typedef struct MprtEwStep {
+    int kind, op;   /* MPRT_EW_*, and MPRT_ERF.. or MPRT_ADD.. where it has one */
+    int a, b;       /* operands, -1 if none */
+    int swap;       /* MPRT_EW_BINARY: v = a op v */
+    float p, q;
+} MprtEwStep;
+
+/* The output's dims (rank, shape) and each operand's strides per output
+ * dimension (0 where it is broadcast). */
+typedef struct MprtEwChain {
+    int rank, nops, nsteps;
+    long shape[8];
+    long stride[MPRT_EW_OPERANDS][8];
+    MprtEwStep step[MPRT_EW_STEPS];
+} MprtEwChain;
+
 /* Comparisons and logic (bool results) and the operands' element type. */
 enum { MPRT_EQUAL, MPRT_LESS, MPRT_LESS_EQUAL, MPRT_GREATER, MPRT_GREATER_EQUAL,
        MPRT_AND, MPRT_OR, MPRT_XOR };

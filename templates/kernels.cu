@@ -160,21 +160,26 @@ extern "C" __global__ void mprt_k_accumulate(i64 n, float *sum, const float *g, 
 /* The op codes of runtime/kernel.h, in its order (the values are the same). */
 enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, PRELU };
 
+/* One element of mprt_k_binary: u op v (shared with mprt_k_ew_chain). */
+static __device__ float binary1(int op, float u, float v)
+{
+    switch (op) {
+    case ADD: return FADD(u, v);
+    case SUB: return FSUB(u, v);
+    case MUL: return FMUL(u, v);
+    case DIV: return FDIV(u, v);
+    case PRELU: return u > 0 ? u : FMUL(u, v);
+    default: return powf(u, v);
+    }
+}
+
 extern "C" __global__ void mprt_k_binary(int op, i64 n, Bcast b, const float *x, const float *z,
                                          float *y)
 {
     FOR_EACH(i, n) {
         i64 off[2];
         bcast_offsets(b, i, 2, off);
-        float u = x[off[0]], v = z[off[1]];
-        switch (op) {
-        case ADD: y[i] = FADD(u, v); break;
-        case SUB: y[i] = FSUB(u, v); break;
-        case MUL: y[i] = FMUL(u, v); break;
-        case DIV: y[i] = FDIV(u, v); break;
-        case PRELU: y[i] = u > 0 ? u : FMUL(u, v); break;
-        default: y[i] = powf(u, v); break;
-        }
+        y[i] = binary1(op, x[off[0]], z[off[1]]);
     }
 }
 
@@ -315,65 +320,124 @@ static __device__ float gelu_grad(float v, float q)
                 FMUL(FMUL(v, 0.39894228040143268f), expf(FMUL(FMUL(-0.5f, v), v))));
 }
 
-/* p, q: the op's parameters (kernel.h says which op has which) */
-extern "C" __global__ void mprt_k_unary(int op, i64 n, float p, float q, const float *x, float *y)
+/* One element of mprt_k_unary: f(v); p, q: the op's parameters (kernel.h
+ * says which op has which). Shared with mprt_k_ew_chain. */
+static __device__ float unary1(int op, float v, float p, float q)
 {
-    FOR_EACH(i, n) {
-        float v = x[i];
-        switch (op) {
-        case ERF: y[i] = erff(v); break;
-        case TANH: y[i] = tanhf(v); break;
-        case SQRT: y[i] = __fsqrt_rn(v); break;
-        case EXP: y[i] = expf(v); break;
-        case LOG: y[i] = logf(v); break;
-        case NEG: y[i] = -v; break;
-        case SIGMOID: y[i] = FDIV(1.0f, FADD(1.0f, expf(-v))); break;
-        case RECIPROCAL: y[i] = FDIV(1.0f, v); break;
-        case HARD_SIGMOID: y[i] = clampf(FADD(FMUL(p, v), q), 0.0f, 1.0f); break;
-        case HARD_SWISH: y[i] = FMUL(v, clampf(FADD(FDIV(v, 6.0f), 0.5f), 0.0f, 1.0f)); break;
-        case LEAKY_RELU: y[i] = v > 0 ? v : FMUL(p, v); break;
-        case ELU: y[i] = v > 0 ? v : FMUL(p, expm1f(v)); break;
-        case SELU: y[i] = FMUL(q, v > 0 ? v : FMUL(p, expm1f(v))); break;
-        case SOFTPLUS: y[i] = FADD(v > 0 ? v : 0.0f, log1pf(expf(-fabsf(v)))); break;
-        case GELU: y[i] = gelu(v, q); break;
-        case CLIP: y[i] = clampf(v, p, q); break;
-        default: y[i] = fabsf(v); break;
-        }
+    switch (op) {
+    case ERF: return erff(v);
+    case TANH: return tanhf(v);
+    case SQRT: return __fsqrt_rn(v);
+    case EXP: return expf(v);
+    case LOG: return logf(v);
+    case NEG: return -v;
+    case SIGMOID: return FDIV(1.0f, FADD(1.0f, expf(-v)));
+    case RECIPROCAL: return FDIV(1.0f, v);
+    case HARD_SIGMOID: return clampf(FADD(FMUL(p, v), q), 0.0f, 1.0f);
+    case HARD_SWISH: return FMUL(v, clampf(FADD(FDIV(v, 6.0f), 0.5f), 0.0f, 1.0f));
+    case LEAKY_RELU: return v > 0 ? v : FMUL(p, v);
+    case ELU: return v > 0 ? v : FMUL(p, expm1f(v));
+    case SELU: return FMUL(q, v > 0 ? v : FMUL(p, expm1f(v)));
+    case SOFTPLUS: return FADD(v > 0 ? v : 0.0f, log1pf(expf(-fabsf(v))));
+    case GELU: return gelu(v, q);
+    case CLIP: return clampf(v, p, q);
+    default: return fabsf(v);
     }
 }
 
-/* dx = dy * f'(x) from x or y = f(x), PyTorch's side at the kinks (as the CPU) */
+extern "C" __global__ void mprt_k_unary(int op, i64 n, float p, float q, const float *x, float *y)
+{
+    FOR_EACH(i, n) y[i] = unary1(op, x[i], p, q);
+}
+
+/* One element of mprt_k_unary_grad: g * f'(x) from x or y = f(x), PyTorch's
+ * side at the kinks (as the CPU). Shared with mprt_k_ew_chain. */
+static __device__ float unary_grad1(int op, float g, float x, float y, float p, float q)
+{
+    const float two_over_sqrt_pi = 1.12837916709551257f;
+    switch (op) {
+    case ERF: return FMUL(FMUL(g, two_over_sqrt_pi), expf(FMUL(-x, x)));
+    case TANH: return FMUL(g, FSUB(1.0f, FMUL(y, y)));
+    case SQRT: return FDIV(FMUL(g, 0.5f), y);
+    case EXP: return FMUL(g, y);
+    case LOG: return FDIV(g, x);
+    case NEG: return -g;
+    case SIGMOID: return FMUL(FMUL(g, y), FSUB(1.0f, y));
+    case RECIPROCAL: return FMUL(FMUL(-g, y), y);
+    case HARD_SIGMOID: {
+        float t = FADD(FMUL(p, x), q);
+        return t > 0.0f && t < 1.0f ? FMUL(g, p) : 0.0f;
+    }
+    case HARD_SWISH: return x < -3.0f ? 0.0f : x <= 3.0f ? FMUL(g, FADD(FDIV(x, 3.0f), 0.5f)) : g;
+    case LEAKY_RELU: return x > 0 ? g : FMUL(g, p);
+    case ELU: return x > 0 ? g : FMUL(g, FADD(y, p));
+    case SELU: return x > 0 ? FMUL(g, q) : FMUL(FMUL(FMUL(g, q), p), expf(x));
+    case SOFTPLUS: return FDIV(g, FADD(1.0f, expf(-x)));
+    case GELU: return FMUL(g, gelu_grad(x, q));
+    case CLIP: return x >= p && x <= q ? g : 0.0f;
+    default: return x > 0 ? g : x < 0 ? -g : 0.0f;
+    }
+}
+
 extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, float p, float q, const float *dy,
                                              const float *x, const float *y, float *dx)
 {
-    const float two_over_sqrt_pi = 1.12837916709551257f;
+    FOR_EACH(i, n) dx[i] = unary_grad1(op, dy[i], x[i], y[i], p, q);
+}
+
+/* ---- fused elementwise chains (kernel.h's MprtEwChain) ---- */
+
+#define MPRT_EW_STEPS 16
+#define MPRT_EW_OPERANDS 8
+enum { EW_LOAD, EW_UNARY, EW_RELU, EW_BINARY, EW_UNARY_GRAD, EW_RELU_GRAD };
+
+struct EwStep {
+    int kind, op;
+    int a, b;
+    int swap;
+    float p, q;
+};
+
+struct EwChain {
+    int rank, nops, nsteps;
+    i64 shape[8];
+    i64 stride[MPRT_EW_OPERANDS][8];
+    EwStep step[MPRT_EW_STEPS];
+};
+
+struct EwPtrs {
+    const float *p[MPRT_EW_OPERANDS];
+};
+
+/* One thread per element: its value through the chain's steps, each the
+ * float operations of the unfused kernel (binary1, unary1, unary_grad1,
+ * mprt_k_relu's and mprt_k_relu_grad's selects). */
+extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, float *y)
+{
     FOR_EACH(i, n) {
-        float g = dy[i];
-        switch (op) {
-        case ERF: dx[i] = FMUL(FMUL(g, two_over_sqrt_pi), expf(FMUL(-x[i], x[i]))); break;
-        case TANH: dx[i] = FMUL(g, FSUB(1.0f, FMUL(y[i], y[i]))); break;
-        case SQRT: dx[i] = FDIV(FMUL(g, 0.5f), y[i]); break;
-        case EXP: dx[i] = FMUL(g, y[i]); break;
-        case LOG: dx[i] = FDIV(g, x[i]); break;
-        case NEG: dx[i] = -g; break;
-        case SIGMOID: dx[i] = FMUL(FMUL(g, y[i]), FSUB(1.0f, y[i])); break;
-        case RECIPROCAL: dx[i] = FMUL(FMUL(-g, y[i]), y[i]); break;
-        case HARD_SIGMOID: {
-            float t = FADD(FMUL(p, x[i]), q);
-            dx[i] = t > 0.0f && t < 1.0f ? FMUL(g, p) : 0.0f;
-            break;
+        i64 off[MPRT_EW_OPERANDS], e = i;
+        for (int k = 0; k < c.nops; k++)
+            off[k] = 0;
+        for (int d = c.rank - 1; d >= 0; d--) {
+            i64 q = e / c.shape[d], r = e - q * c.shape[d];
+            for (int k = 0; k < c.nops; k++)
+                off[k] += r * c.stride[k][d];
+            e = q;
         }
-        case HARD_SWISH:
-            dx[i] = x[i] < -3.0f ? 0.0f : x[i] <= 3.0f ? FMUL(g, FADD(FDIV(x[i], 3.0f), 0.5f)) : g;
-            break;
-        case LEAKY_RELU: dx[i] = x[i] > 0 ? g : FMUL(g, p); break;
-        case ELU: dx[i] = x[i] > 0 ? g : FMUL(g, FADD(y[i], p)); break;
-        case SELU: dx[i] = x[i] > 0 ? FMUL(g, q) : FMUL(FMUL(FMUL(g, q), p), expf(x[i])); break;
-        case SOFTPLUS: dx[i] = FDIV(g, FADD(1.0f, expf(-x[i]))); break;
-        case GELU: dx[i] = FMUL(g, gelu_grad(x[i], q)); break;
-        case CLIP: dx[i] = x[i] >= p && x[i] <= q ? g : 0.0f; break;
-        default: dx[i] = x[i] > 0 ? g : x[i] < 0 ? -g : 0.0f; break;
+        float v = 0.0f;
+        for (int s = 0; s < c.nsteps; s++) {
+            const EwStep &t = c.step[s];
+            float u = t.a >= 0 ? x.p[t.a][off[t.a]] : t.p;
+            switch (t.kind) {
+            case EW_LOAD: v = u; break;
+            case EW_UNARY: v = unary1(t.op, v, t.p, t.q); break;
+            case EW_RELU: v = v > 0.0f ? v : 0.0f; break;
+            case EW_BINARY: v = t.swap ? binary1(t.op, u, v) : binary1(t.op, v, u); break;
+            case EW_UNARY_GRAD: v = unary_grad1(t.op, v, u, x.p[t.b][off[t.b]], t.p, t.q); break;
+            default: v = u > 0.0f ? v : 0.0f; break;
+            }
         }
+        y[i] = v;
     }
 }
 

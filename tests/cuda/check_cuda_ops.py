@@ -27,8 +27,10 @@ it (the CUDA trainer has no BLAS).
 
 kernels.cu's enums and the structs passed by value must be kernel.h's: an
 enum of kernels.cu whose first name is a kernel.h name less MPRT_ lists
-the same names in the same order, and struct Conv, Pool and Resize have
-MprtConv's, MprtPool's and MprtResize's fields, names and types, in order.
+the same names in the same order; struct Conv, Pool, Resize, EwStep and
+EwChain have MprtConv's, MprtPool's, MprtResize's, MprtEwStep's and
+MprtEwChain's fields, names and types, in order; and a macro MPRT_X that
+both files define (the fused chains' limits) has the same value in both.
 """
 import os
 import re
@@ -43,8 +45,9 @@ EXPAND = {"%ssoftmax": ["softmax", "log_softmax"],
 # (refused with CUDA devices by codegen.c's cuda_program).
 HOST_ONLY = {"sq_norm", "clip_scale"}
 CPU_FILES = ["cpu.c", "cpu_move.c", "cpu_math.c"]
-STRUCTS = {"Conv": "MprtConv", "Pool": "MprtPool", "Resize": "MprtResize"}
-CU_TYPES = {"i64": "long", "u64": "uint64_t", "u8": "uint8_t"}
+STRUCTS = {"Conv": "MprtConv", "Pool": "MprtPool", "Resize": "MprtResize",
+           "EwStep": "MprtEwStep", "EwChain": "MprtEwChain"}
+CU_TYPES = {"i64": "long", "u64": "uint64_t", "u8": "uint8_t", "EwStep": "MprtEwStep"}
 
 
 def fail(msg):
@@ -117,6 +120,11 @@ def fields(body, types):
     return out
 
 
+def defines(text):
+    """The object-like macros MPRT_X of a file and their values."""
+    return dict(re.findall(r"^#define (MPRT_[A-Z0-9_]+) (\S+)$", text, re.M))
+
+
 def check_shared(kernel_h, kernels_cu):
     """kernels.cu's copies of kernel.h's op codes and parameter blocks."""
     host = {tuple(n[len("MPRT_"):] for n in e): e for e in enums(kernel_h)}
@@ -128,6 +136,10 @@ def check_shared(kernel_h, kernels_cu):
                 fail("kernels.cu's enum {%s} differs from kernel.h's {%s}" %
                      (", ".join(e), ", ".join(host[firsts[e[0]]])))
             checked += 1
+    host_defs, cu_defs = defines(kernel_h), defines(kernels_cu)
+    for name in sorted(host_defs.keys() & cu_defs.keys()):
+        if host_defs[name] != cu_defs[name]:
+            fail(f"kernels.cu defines {name} as {cu_defs[name]}, kernel.h as {host_defs[name]}")
     for cu, h in STRUCTS.items():
         m = re.search(r"\bstruct %s\s*\{(.*?)\};" % cu, kernels_cu, re.S)
         n = re.search(r"typedef struct %s\s*\{(.*?)\}\s*%s;" % (h, h), kernel_h, re.S)

@@ -6,7 +6,9 @@
  * of the order of a parallel reduction (block_sum), nor of cuBLAS and
  * cuDNN. Left out: Gather's gradient (its kernel needs whole warps),
  * channel_sum (the CPU sums with four accumulators) and the direct
- * convolution kernels (the CPU's are BLAS GEMMs). Pasted after
+ * convolution kernels (the CPU's are BLAS GEMMs). The fused elementwise
+ * chain is checked twice: the CPU's mprt_ew_chain against the unfused
+ * kernels run one step at a time, and its twin against it. Pasted after
  * runtime/cuda_ops.c by tests/cuda/emulate.py; prints one line per kernel
  * checked. */
 
@@ -40,21 +42,42 @@ static void *copy_of(const void *p, size_t bytes)
     return q;
 }
 
-/* The CPU's result and the twin's, bit for bit. */
+/* Whether the 4-byte words at i of a and b are both float NaNs. */
+static int both_nan(const unsigned char *a, const unsigned char *b, size_t i)
+{
+    float x, y;
+    memcpy(&x, a + i, 4);
+    memcpy(&y, b + i, 4);
+    return x != x && y != y;
+}
+
+/* Whether a and b hold the same bits, where a NaN equals any NaN: which
+ * operand's NaN x86 keeps (and so its sign) is the register allocator's
+ * choice, and a GPU's NaN is canonical. */
+static int same_bits(const unsigned char *a, const unsigned char *b, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i += 4) {
+        size_t n = bytes - i < 4 ? bytes - i : 4;
+        if (memcmp(a + i, b + i, n) != 0 && !(n == 4 && both_nan(a, b, i)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The CPU's result and the twin's, bit for bit (NaNs as NaNs). */
 static void same(const char *what, const void *cpu, const void *cu, size_t bytes)
 {
     checks++;
-    if (memcmp(cpu, cu, bytes) == 0)
+    if (same_bits(cpu, cu, bytes))
         return;
     failures++;
     const unsigned char *a = cpu, *b = cu;
     size_t i = 0;
-    while (a[i] == b[i])
-        i++;
-    i &= ~(size_t)3;
-    float x, y;
-    memcpy(&x, a + i, 4);
-    memcpy(&y, b + i, 4);
+    while (i + 4 <= bytes && (memcmp(a + i, b + i, 4) == 0 || both_nan(a, b, i)))
+        i += 4;
+    float x = 0, y = 0;
+    memcpy(&x, a + i, bytes - i < 4 ? bytes - i : 4);
+    memcpy(&y, b + i, bytes - i < 4 ? bytes - i : 4);
     fprintf(stderr, "emulate: %s: differs at byte %zu (as floats: CPU %.9g, CUDA %.9g)\n", what,
             i, (double)x, (double)y);
 }
@@ -588,6 +611,159 @@ static void test_update(void)
     report("relu");
 }
 
+/* ---- fused elementwise chains ---- */
+
+/* Operand k of the chain (or the constant p) broadcast into a dense tensor
+ * of the output's shape, as the unfused kernels would read it. */
+static float *ew_dense(const MprtEwChain *c, const float *const *x, int k, float p, long n)
+{
+    float *d = fzero(n);
+    if (k < 0) {
+        for (long i = 0; i < n; i++)
+            d[i] = p;
+        return d;
+    }
+    long shape[8];
+    for (int i = 0; i < c->rank; i++)
+        shape[i] = c->shape[i];
+    mprt_broadcast_bytes(4, c->rank, shape, c->stride[k], x[k], d);
+    return d;
+}
+
+/* The chain run as its unfused kernels, one call and one tensor per step. */
+static void ew_unfused(const MprtEwChain *c, const float *const *x, float *y)
+{
+    long n = 1, shape[8], dense[8];
+    for (int i = 0; i < c->rank; i++)
+        shape[i] = c->shape[i], n *= c->shape[i];
+    for (int i = c->rank - 1, k = 1; i >= 0; k *= (int)c->shape[i], i--)
+        dense[i] = k;
+    float *v = fzero(n), *w = fzero(n);
+    for (int s = 0; s < c->nsteps; s++) {
+        const MprtEwStep *t = &c->step[s];
+        float *u = t->kind == MPRT_EW_UNARY || t->kind == MPRT_EW_RELU ? NULL
+                 : ew_dense(c, x, t->a, t->p, n);
+        float *b = t->kind == MPRT_EW_UNARY_GRAD ? ew_dense(c, x, t->b, 0, n) : NULL;
+        switch (t->kind) {
+        case MPRT_EW_LOAD: memcpy(w, u, (size_t)n * 4); break;
+        case MPRT_EW_UNARY: mprt_unary(t->op, n, t->p, t->q, v, w); break;
+        case MPRT_EW_RELU: mprt_relu(n, v, w); break;
+        case MPRT_EW_BINARY:
+            mprt_binary(t->op, c->rank, shape, t->swap ? u : v, dense, t->swap ? v : u, dense, w);
+            break;
+        case MPRT_EW_UNARY_GRAD: mprt_unary_grad(t->op, n, t->p, t->q, v, u, b, w); break;
+        default: mprt_relu_grad(n, v, u, w); break;
+        }
+        float *tmp = v;
+        v = w, w = tmp;
+        free(u), free(b);
+    }
+    memcpy(y, v, (size_t)n * 4);
+    free(v), free(w);
+}
+
+/* The fused CPU kernel against the unfused sequence, and the CUDA twin
+ * against the fused CPU kernel, bit for bit. */
+static void ew_case(const char *what, const MprtEwChain *c, const float *const *x)
+{
+    long n = 1;
+    for (int i = 0; i < c->rank; i++)
+        n *= c->shape[i];
+    float *ref = fzero(n), *y = fvec(n, 5, 6), *cy = fvec(n, 7, 8);
+    ew_unfused(c, x, ref);
+    mprt_ew_chain(c, x, y);
+    mprt_cu_ew_chain(c, x, cy);
+    char name[96];
+    snprintf(name, sizeof name, "ew_chain %s (against the unfused kernels)", what);
+    same(name, ref, y, (size_t)n * 4);
+    snprintf(name, sizeof name, "ew_chain %s (CUDA)", what);
+    same(name, y, cy, (size_t)n * 4);
+    free(ref), free(y), free(cy);
+}
+
+static MprtEwStep ew_step(int kind, int op, int a, int b, int swap, float p, float q)
+{
+    MprtEwStep t = {kind, op, a, b, swap, p, q};
+    return t;
+}
+
+/* (2,3,4,5): Add(bias (1,3,1,1), x) -> Relu, as a residual block's end;
+ * then Mul by a constant, Sub from a row (1,1,1,5) and every unary op. */
+static void ew_forward_cases(void)
+{
+    MprtEwChain c = {4, 3, 0, {2, 3, 4, 5}, {{0, 1, 0, 0}, {60, 20, 5, 1}, {0, 0, 0, 1}}, {{0}}};
+    float *bias = fvec(3, -1, 1), *x = fvec(120, -2, 2), *row = fvec(5, -1, 1);
+    x[7] = NAN, x[8] = -0.0f, x[9] = INFINITY;
+    const float *const ops[] = {bias, x, row};
+    c.step[c.nsteps++] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_ADD, 1, -1, 0, 0, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_RELU, 0, -1, -1, 0, 0, 0);
+    ew_case("add relu", &c, ops);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_MUL, -1, -1, 0, 0.5f, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_SUB, 2, -1, 1, 0, 0);
+    ew_case("add relu mul sub", &c, ops);
+    static const float pq[][2] = {[MPRT_HARD_SIGMOID] = {0.2f, 0.5f},
+                                  [MPRT_LEAKY_RELU] = {0.01f, 0.0f}, [MPRT_ELU] = {1.5f, 0.0f},
+                                  [MPRT_SELU] = {1.67326319f, 1.05070102f},
+                                  [MPRT_GELU] = {0.0f, 1.0f}, [MPRT_CLIP] = {-1.0f, 2.0f}};
+    for (int op = MPRT_ERF; op <= MPRT_CLIP; op++) {
+        MprtEwChain u = c;
+        u.step[u.nsteps++] = ew_step(MPRT_EW_UNARY, op, -1, -1, 0, pq[op][0], pq[op][1]);
+        u.step[u.nsteps++] = ew_step(MPRT_EW_BINARY, op % 2 ? MPRT_DIV : MPRT_ADD, 0, -1, op % 3,
+                                     0, 0);
+        char what[32];
+        snprintf(what, sizeof what, "unary %d", op);
+        ew_case(what, &u, ops);
+    }
+    c.nsteps = 0;   /* a constant first, a power, the most steps */
+    c.step[c.nsteps++] = ew_step(MPRT_EW_LOAD, 0, -1, -1, 0, 1.5f, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_SUB, 1, -1, 0, 0, 0);
+    for (int k = c.nsteps; k < MPRT_EW_STEPS; k++)
+        c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, k % 2 ? MPRT_POW : MPRT_MUL, k % 2 ? -1 : 2,
+                                     -1, 0, 2.0f, 0);
+    ew_case("constant sub pow mul", &c, ops);
+    free(bias), free(x), free(row);
+}
+
+/* The backward: dy = a * b -> Gelu's gradient -> a Sum with v on the right
+ * -> Relu's gradient, over (3,1500) (rows of more than a tile), then with
+ * operands read across their rows (a transposed x and y), and a chain of
+ * one element (rank 0). */
+static void ew_backward_cases(void)
+{
+    long n = 3 * 1500;
+    MprtEwChain c = {2, 5, 0, {3, 1500}, {{1500, 1}, {0, 1}, {1500, 1}, {1500, 1}, {1500, 1}},
+                     {{0}}};
+    float *a = fvec(n, -2, 2), *b = fvec(1500, -1, 1), *gx = fvec(n, -3, 3);
+    float *other = fvec(n, -1, 1);
+    float *gy = fzero(n), *ry = fvec(n, -1, 1);
+    mprt_unary(MPRT_GELU, n, 0, 0, gx, gy);
+    const float *const ops[] = {a, b, gx, gy, other};
+    c.step[c.nsteps++] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_MUL, 1, -1, 0, 0, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_UNARY_GRAD, MPRT_GELU, 2, 3, 0, 0, 0);
+    c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_ADD, 4, -1, 1, 0, 0);
+    ew_case("mul gelu_grad sum", &c, ops);
+    const float *const ops2[] = {a, b, gx, gy, ry};
+    c.step[c.nsteps - 1] = ew_step(MPRT_EW_RELU_GRAD, 0, 4, -1, 0, 0, 0);
+    ew_case("mul gelu_grad relu_grad", &c, ops2);
+    c.stride[2][0] = c.stride[3][0] = 1, c.stride[2][1] = c.stride[3][1] = 3;
+    ew_case("mul gelu_grad relu_grad (transposed)", &c, ops2);
+    MprtEwChain s = {0, 1, 3, {0}, {{0}}, {{0}}};
+    s.step[0] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
+    s.step[1] = ew_step(MPRT_EW_UNARY, MPRT_TANH, -1, -1, 0, 0, 0);
+    s.step[2] = ew_step(MPRT_EW_BINARY, MPRT_DIV, -1, -1, 1, 3.0f, 0);
+    ew_case("scalar", &s, ops);
+    free(a), free(b), free(gx), free(other), free(gy), free(ry);
+}
+
+static void test_ew_chain(void)
+{
+    ew_forward_cases();
+    ew_backward_cases();
+    report("ew_chain");
+}
+
 int main(void)
 {
     test_unary();
@@ -601,6 +777,7 @@ int main(void)
     test_losses();
     test_move();
     test_update();
+    test_ew_chain();
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
     return failures != 0;
