@@ -115,7 +115,9 @@ static void find_units(Build *b)
     Stages *st = b->st;
     b->unit = arena_array(g->arena, g->nnodes, sizeof(int));
     b->unit_pos = arena_array(g->arena, g->nnodes, sizeof(int));
-    st->units = arena_array(g->arena, g->norder + 1, sizeof(uint32_t));
+    /* each node at most once: the order's, and the forward producers they
+     * pull in that the order does not list */
+    st->units = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     for (uint32_t i = 0; i < g->nnodes; i++)
         b->unit[i] = b->unit_pos[i] = -1;
     bool *data = reads_data(b);
