@@ -192,12 +192,20 @@ static void bcast_strides(const Shape *out, const Shape *in, long *s)
     }
 }
 
-static void emit_longs(CG *cg, const long *v, int n)
+
+/* {v0, v1, ...}, or {0} when empty (a C initializer cannot be). */
+static void emit_braced(CG *cg, const long *v, int n)
 {
-    emit(cg, "(const long[]){");
+    emit(cg, "{");
     for (int i = 0; i < n; i++)
         emit(cg, "%s%ld", i ? ", " : "", v[i]);
     emit(cg, n ? "}" : "0}");
+}
+
+static void emit_longs(CG *cg, const long *v, int n)
+{
+    emit(cg, "(const long[])");
+    emit_braced(cg, v, n);
 }
 
 static void emit_binary(CG *cg, const Node *n)
@@ -1342,13 +1350,6 @@ static int chain_dims(CG *cg, const Chain *ch, uint32_t out, long *shape,
     return r;
 }
 
-static void emit_braced(CG *cg, const long *v, int n)
-{
-    emit(cg, "{");
-    for (int i = 0; i < n; i++)
-        emit(cg, "%s%ld", i ? ", " : "", v[i]);
-    emit(cg, n ? "}" : "0}");
-}
 
 static void emit_chain_step(CG *cg, const ChainStep *t)
 {
