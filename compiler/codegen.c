@@ -1834,20 +1834,15 @@ static int clip_slot(CG *cg, uint32_t param)
     return param == NONE ? k : -1;
 }
 
-static void emit_clip_table(CG *cg)
-{
-    if (cg->o->train.clip_norm > 0)
-        emit(cg, "\n/* --clip-norm: each parameter's squared gradient norm, filled by the "
-             "action\n * finishing its gradient, summed in this order by every update. */\n"
-             "static double clip_sq[%d];\n", clip_slot(cg, NONE));
-}
-
-/* After the last micro-batch's action finishing a gradient: its squared norm. */
+/* After the last micro-batch's action finishing a gradient: its squared
+ * norm, in the runtime's table (mprt_norm_sq); on a GPU, written by its
+ * kernel, and an event that says this device's entries are in. */
 static void emit_clip_partials(CG *cg, int kind)
 {
     Graph *g = cg->g;
     if (cg->o->train.clip_norm <= 0)
         return;
+    bool any = false;
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int k = val->trainable ? clip_slot(cg, v) : -1;
@@ -1855,9 +1850,13 @@ static void emit_clip_partials(CG *cg, int kind)
             cg->plan->st->act[g->values[val->grad].producer] != kind)
             continue;
         emit(cg, "    if (mb == %d)  /* the squared norm of the gradient of '%s' */\n"
-             "        clip_sq[%d] = mprt_sq_norm(%ld, %s, 1.0f / %d);\n", cg->plan->sc->M - 1,
-             comment_text(cg, val->name), k, numel(cg, v), grad_buf(cg, v), cg->plan->sc->M);
+             "        %s(%ld, %s, 1.0f / %d, &mprt_norm_sq[%d]);\n", cg->plan->sc->M - 1,
+             comment_text(cg, val->name), kernel(cg, "sq_norm"), numel(cg, v), grad_buf(cg, v),
+             cg->plan->sc->M, k);
+        any = true;
     }
+    if (any && cuda_stage(cg))
+        emit(cg, "    if (mb == %d)\n        mprt_cu_norm_mark();\n", cg->plan->sc->M - 1);
 }
 
 static void emit_update_node(CG *cg, const Node *n)
@@ -1891,8 +1890,10 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
 {
     emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
          "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
+    if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
+        emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
     if (cg->o->train.clip_norm > 0)
-        emit(cg, "    scale *= mprt_clip_scale(%d, clip_sq, (float)%.9g);   /* every stage's "
+        emit(cg, "    scale *= mprt_clip_scale(%d, mprt_norm_sq, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++)
         emit_timed(cg, nodes[i], emit_update_node);
@@ -1937,7 +1938,6 @@ static void emit_action(CG *cg, int stage, int kind)
 
 static void emit_actions(CG *cg)
 {
-    emit_clip_table(cg);
     for (int s = 0; s < cg->plan->st->n; s++)
         for (int k = 0; k < ACT_KINDS; k++)
             if (k != ACT_WGRAD || cg->plan->sc->kind == SCHED_ZB)
@@ -2165,6 +2165,8 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
+    if (cg->o->train.clip_norm > 0)
+        emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
@@ -2245,20 +2247,17 @@ static const char *weights_path(Arena *a, const char *out)
 }
 
 /* How many of the plan's devices are CUDA devices. */
-static int cuda_devices(const Graph *g, const Options *o, const Plan *plan)
+static int cuda_devices(const Plan *plan)
 {
     int ncuda = 0;
     for (int d = 0; d < plan->ds->n; d++)
         ncuda += plan->ds->d[d].kind == DEV_CUDA;
-    if (ncuda && o->train.clip_norm > 0)
-        error_file(g->file, "--clip-norm on CUDA devices is not supported yet; drop it or "
-                   "train on CPU devices");
     return ncuda;
 }
 
 void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
-    int ncuda = cuda_devices(g, o, plan);
+    int ncuda = cuda_devices(plan);
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
              .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));

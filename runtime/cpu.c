@@ -699,24 +699,41 @@ MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first)
         sum[i] = (first ? 0.0f : sum[i]) + g[i];
 }
 
-/* One parameter's share of the global norm: the sum of squares of its
- * gradient times scale (1/M), in double. */
-MPRT_KERNEL double mprt_sq_norm(long n, const float *g, float scale)
+/* Adds s[0 .. 2 w) by halving, where only s[0 .. m) can be non-zero: the
+ * pairs with a zero partner are skipped, as adding +0.0 changes no sum of
+ * squares (so a short gradient costs its length, not the lanes'). */
+static inline double mprt_sq_halving(double *s, long m, long w)
 {
-    double s = 0;
-    for (long i = 0; i < n; i++)
-        s += (double)(g[i] * scale) * (g[i] * scale);
-    return s;
+    for (; w > 0; w >>= 1) {
+        for (long t = 0; t + w < m; t++)
+            s[t] += s[t + w];
+        if (m > w)
+            m = w;
+    }
+    return m > 0 ? s[0] : 0.0;
 }
 
-/* The factor that clips the gradients to a global L2 norm, as
- * torch.nn.utils.clip_grad_norm_, from every parameter's share (summed in
- * the table's order, the same on every layout). */
-MPRT_KERNEL float mprt_clip_scale(int k, const double *sq, float max_norm)
+/* One parameter's share of the global norm: the sum of squares of its
+ * gradient times scale (1/M), in double, in kernel.h's order, which the
+ * CUDA kernels repeat, so both kinds of device clip by the same factor. */
+MPRT_KERNEL void mprt_sq_norm(long n, const float *g, float scale, double *out)
 {
-    double s = 0;
-    for (int j = 0; j < k; j++)
-        s += sq[j];
-    double c = max_norm / (sqrt(s) + 1e-6);
-    return c < 1.0 ? (float)c : 1.0f;
+    enum { LANES = MPRT_SQ_GROUP * MPRT_SQ_GROUPS };
+    static _Thread_local double s[LANES];
+    long lanes = n < LANES ? n : LANES;
+    for (long l = 0; l < lanes; l++)
+        s[l] = 0.0;
+    for (long b = 0; b < n; b += LANES) {
+        long m = n - b < LANES ? n - b : LANES;
+        for (long l = 0; l < m; l++)
+            s[l] += (double)(g[b + l] * scale) * (g[b + l] * scale);
+    }
+    double part[MPRT_SQ_GROUPS];
+    for (int k = 0; k < MPRT_SQ_GROUPS; k++) {
+        long m = lanes - (long)k * MPRT_SQ_GROUP;
+        part[k] = mprt_sq_halving(s + (long)k * MPRT_SQ_GROUP,
+                                  m < 0 ? 0 : m > MPRT_SQ_GROUP ? MPRT_SQ_GROUP : m,
+                                  MPRT_SQ_GROUP / 2);
+    }
+    *out = mprt_sq_halving(part, MPRT_SQ_GROUPS, MPRT_SQ_GROUPS / 2);
 }

@@ -40,6 +40,8 @@ typedef struct MprtCuDevice {
     cudnnHandle_t dnn;           /* bound to compute */
     void *scratch;               /* the memory plan's kernel scratch on this device */
     size_t scratch_bytes;
+    double *norm_part;           /* --clip-norm: a gradient's group sums (MPRT_SQ_GROUPS) */
+    cudaEvent_t norm_done;       /* --clip-norm: recorded after its last squared norm */
 } MprtCuDevice;
 
 static MprtCuDevice *mprt_cu;        /* the device whose action is being issued */
@@ -642,4 +644,40 @@ MPRT_KERNEL void MPRT_GPU_API(losses_alloc)(int n)
     MPRT_CUDA(cudaHostAlloc((void **)&mprt_losses, (size_t)n * sizeof *mprt_losses,
                             cudaHostAllocPortable));
     memset(mprt_losses, 0, (size_t)n * sizeof *mprt_losses);
+}
+
+/* --clip-norm: the table of squared gradient norms (mprt_norm_sq), pinned
+ * and mapped, so that a GPU's kernel writes its entries in place (one
+ * address on the host and every GPU, unified addressing), and each GPU's
+ * group sums and the event that says its entries are in. */
+MPRT_KERNEL void MPRT_GPU_API(norm_alloc)(int n)
+{
+    MPRT_CUDA(cudaHostAlloc((void **)&mprt_norm_sq, (size_t)n * sizeof *mprt_norm_sq,
+                            cudaHostAllocPortable | cudaHostAllocMapped));
+    memset(mprt_norm_sq, 0, (size_t)n * sizeof *mprt_norm_sq);
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MprtCuDevice *c = &mprt_cu_devs[d];
+        if (c->ordinal < 0)
+            continue;
+        MPRT_CUDA(cudaSetDevice(c->ordinal));
+        MPRT_CUDA(cudaMalloc((void **)&c->norm_part, MPRT_SQ_GROUPS * sizeof(double)));
+        MPRT_CUDA(cudaEventCreateWithFlags(&c->norm_done, cudaEventDisableTiming));
+    }
+}
+
+/* At the end of the action that wrote this device's last squared norm. */
+MPRT_KERNEL void mprt_cu_norm_mark(void)
+{
+    MPRT_CUDA(cudaEventRecord(mprt_cu->norm_done, mprt_cu->compute));
+}
+
+/* Before an update computes the clipping factor on the host: every GPU's
+ * squared norms are in (a CPU device's are, as its last backward's event
+ * was waited for on the host before this update was issued). The one
+ * place the host waits inside a step. */
+MPRT_KERNEL void mprt_cu_norm_wait(void)
+{
+    for (int d = 0; d < mprt_cu_ndev; d++)
+        if (mprt_cu_devs[d].ordinal >= 0)
+            MPRT_CUDA(cudaEventSynchronize(mprt_cu_devs[d].norm_done));
 }

@@ -1133,6 +1133,20 @@ MPRT_CU_KERNEL void mprt_cu_resize(int back, const MprtResize *p, float *x, floa
     }
 }
 
+/* ---- --clip-norm ---- */
+
+/* *out = the squared norm of g * scale in the CPU's order (kernel.h): the
+ * lanes' group sums into the device's norm_part, then their total, written
+ * by the GPU into the pinned table (mprt_norm_sq). */
+MPRT_CU_KERNEL void mprt_cu_sq_norm(long n, const float *g, float scale, double *out)
+{
+    double *part = mprt_cu->norm_part;
+    void *args[] = {&n, &g, &scale, &part};
+    mprt_cu_launch("sq_lanes", MPRT_SQ_GROUPS, MPRT_SQ_GROUP, 0, args);
+    void *total[] = {&part, &out};
+    mprt_cu_launch("sq_total", 1, MPRT_SQ_GROUPS, 0, total);
+}
+
 /* ---- optimizers ---- */
 
 MPRT_CU_KERNEL void mprt_cu_sgd(long n, float *w, const float *g, float *buf, float scale,

@@ -87,4 +87,12 @@ typedef struct MprtResize {
     float scale_h, scale_w;    /* output / input, as given or from the sizes */
 } MprtResize;
 
+/* --clip-norm: the order in which a gradient's squared norm is summed, the
+ * same on both kinds of device. Lane l of MPRT_SQ_GROUPS * MPRT_SQ_GROUP
+ * sums the squares of elements l, l + lanes, l + 2 lanes ... in double;
+ * each group of MPRT_SQ_GROUP consecutive lanes, then the groups' sums,
+ * are added by halving (s[t] += s[t + w] for w = half the count ... 1). */
+#define MPRT_SQ_GROUP 256
+#define MPRT_SQ_GROUPS 128
+
 #endif

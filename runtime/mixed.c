@@ -214,3 +214,9 @@ MPRT_KERNEL void mprt_losses_alloc(int n)
 {
     mprt_gpu_losses_alloc(n);
 }
+
+/* cuda.c's: pinned and mapped, so that a GPU writes its entries in place. */
+MPRT_KERNEL void mprt_norm_alloc(int n)
+{
+    mprt_gpu_norm_alloc(n);
+}

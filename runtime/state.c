@@ -36,6 +36,9 @@
 
 MPRT_GLOBAL int mprt_training = 1;
 MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, set by the devices */
+/* --clip-norm: each parameter's squared gradient norm, in the order of the
+ * updates, filled by the action that finishes the gradient. */
+MPRT_GLOBAL double *mprt_norm_sq;
 
 /* ---- Dropout's counter-based generator ---- */
 
@@ -60,3 +63,15 @@ MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
     return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
 }
 
+/* The factor that clips the gradients to a global L2 norm, as
+ * torch.nn.utils.clip_grad_norm_, from every parameter's share (summed in
+ * the table's order, the same on every layout), on the host for every kind
+ * of device. */
+MPRT_KERNEL float mprt_clip_scale(int k, const double *sq, float max_norm)
+{
+    double s = 0;
+    for (int j = 0; j < k; j++)
+        s += sq[j];
+    double c = max_norm / (sqrt(s) + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}

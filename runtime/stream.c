@@ -273,3 +273,12 @@ MPRT_KERNEL void MPRT_HOST_API(losses_alloc)(int n)
         exit(1);
     }
 }
+
+MPRT_KERNEL void MPRT_HOST_API(norm_alloc)(int n)
+{
+    mprt_norm_sq = calloc((size_t)n, sizeof *mprt_norm_sq);
+    if (!mprt_norm_sq) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+}

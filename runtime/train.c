@@ -29,6 +29,7 @@ typedef struct MprtModel {
     const MprtOpInfo *ops;              /* [nops]: for --trace */
     const MprtProfNode *prof_nodes;     /* for --profile */
     int nprof_nodes;
+    int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
@@ -495,6 +496,8 @@ static void mprt_start_devices(const MprtModel *m)
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
     mprt_devices_open(m->ndev, m->device_names);
     mprt_losses_alloc(m->microbatches);
+    if (m->norm_terms)
+        mprt_norm_alloc(m->norm_terms);
     for (int d = 0; d < m->ndev; d++) {
         mprt_arenas[d] = mprt_arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
         mprt_dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);

@@ -1308,6 +1308,55 @@ extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *
     }
 }
 
+/* ---- --clip-norm: a gradient's squared norm, in runtime/kernel.h's
+ * order (the CPU's mprt_sq_norm), whatever the launch shape ---- */
+
+#define MPRT_SQ_GROUP 256
+#define MPRT_SQ_GROUPS 128
+
+/* s[0 .. 2 w) added by halving into s[0]; every thread of the block calls it. */
+static __device__ void sq_halving(double *s, int w)
+{
+    for (; w > 0; w >>= 1) {
+        __syncthreads();
+        for (int t = threadIdx.x; t < w; t += blockDim.x)
+            s[t] += s[t + w];
+    }
+    __syncthreads();
+}
+
+/* part[k]: the sum of group k's lanes. */
+extern "C" __global__ void mprt_k_sq_lanes(i64 n, const float *g, float scale, double *part)
+{
+    __shared__ double s[MPRT_SQ_GROUP];
+    const i64 lanes = (i64)MPRT_SQ_GROUP * MPRT_SQ_GROUPS;
+    FOR_ROWS(k, MPRT_SQ_GROUPS) {
+        for (int t = threadIdx.x; t < MPRT_SQ_GROUP; t += blockDim.x) {
+            double a = 0.0;
+            for (i64 i = k * MPRT_SQ_GROUP + t; i < n; i += lanes) {
+                float x = FMUL(g[i], scale);
+                a += DMUL((double)x, (double)x);
+            }
+            s[t] = a;
+        }
+        sq_halving(s, MPRT_SQ_GROUP / 2);
+        if (threadIdx.x == 0)
+            part[k] = s[0];
+        __syncthreads();
+    }
+}
+
+/* *out: the groups' sums added by halving (one block). */
+extern "C" __global__ void mprt_k_sq_total(const double *part, double *out)
+{
+    __shared__ double s[MPRT_SQ_GROUPS];
+    for (int t = threadIdx.x; t < MPRT_SQ_GROUPS; t += blockDim.x)
+        s[t] = part[t];
+    sq_halving(s, MPRT_SQ_GROUPS / 2);
+    if (threadIdx.x == 0)
+        *out = s[0];
+}
+
 /* ---- data movement ---- */
 
 /* y[i] = x[base + sum idx[d] * stride[d]] (Transpose, Slice); back: the

@@ -41,9 +41,6 @@ import sys
 EXPAND = {"%ssoftmax": ["softmax", "log_softmax"],
           "%ssoftmax_grad": ["softmax_grad", "log_softmax_grad"],
           "gather%s": ["gather", "gather_grad"]}
-# CPU functions codegen.c names that no CUDA stage calls: --clip-norm's
-# (refused with CUDA devices by codegen.c's cuda_program).
-HOST_ONLY = {"sq_norm", "clip_scale"}
 CPU_FILES = ["cpu.c", "cpu_move.c", "cpu_math.c"]
 STRUCTS = {"Conv": "MprtConv", "Pool": "MprtPool", "Resize": "MprtResize",
            "EwStep": "MprtEwStep", "EwChain": "MprtEwChain"}
@@ -82,7 +79,7 @@ def emitted_kernels(codegen, cpu_kernels):
             else:
                 fail(f'codegen.c hands kernel() "{lit}", which is not a kernel name')
     for m in re.finditer(r'"[^"\n]*?\bmprt_([a-z0-9_]+)\b', codegen):
-        if m.group(1) in cpu_kernels and m.group(1) not in names | HOST_ONLY:
+        if m.group(1) in cpu_kernels and m.group(1) not in names:
             direct.add(m.group(1))
     return sorted(names | direct), sorted(direct)
 

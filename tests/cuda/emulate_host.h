@@ -18,6 +18,7 @@ typedef struct MprtCuDevice {
     cudnnHandle_t dnn;
     void *scratch;
     size_t scratch_bytes;
+    double *norm_part;
 } MprtCuDevice;
 
 static MprtCuDevice mprt_emu_device;

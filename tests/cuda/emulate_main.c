@@ -611,6 +611,34 @@ static void test_update(void)
     report("relu");
 }
 
+/* --clip-norm's squared norm: the CUDA kernels' lanes, groups and halving
+ * give the CPU's double bit for bit, at sizes below, at and above the lane
+ * count; and both are the plain sum of squares up to rounding. */
+static void test_sq_norm(void)
+{
+    static const long sizes[] = {1, 300, 256L * 128, 100001};
+    double part[128];
+    mprt_emu_device.norm_part = part;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        long n = sizes[k];
+        float *g = fvec(n, -2, 2);
+        double cpu = -1, cu = -2, plain = 0;
+        mprt_sq_norm(n, g, 0.25f, &cpu);
+        mprt_cu_sq_norm(n, g, 0.25f, &cu);
+        same("sq_norm", &cpu, &cu, sizeof cpu);
+        for (long i = 0; i < n; i++)
+            plain += (double)(g[i] * 0.25f) * (g[i] * 0.25f);
+        checks++;
+        if (fabs(cpu - plain) > 1e-12 * plain) {
+            fprintf(stderr, "emulate: sq_norm of %ld: %.17g, the plain sum %.17g\n", n, cpu, plain);
+            failures++;
+        }
+        free(g);
+    }
+    mprt_emu_device.norm_part = NULL;
+    report("sq_norm");
+}
+
 /* ---- fused elementwise chains ---- */
 
 /* Operand k of the chain (or the constant p) broadcast into a dense tensor
@@ -777,6 +805,7 @@ int main(void)
     test_losses();
     test_move();
     test_update();
+    test_sq_norm();
     test_ew_chain();
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
