@@ -15,8 +15,9 @@
  *   can never be met is reported as a deadlock.
  * - cuBLAS's SGEMMs are OpenBLAS's, column-major, on the handle's stream.
  * - NVRTC "compiles" nothing (tests/cuda/nvrtc_compile.c compiles the
- *   real kernels); cuDNN is not here (fakegpu.py stubs it): models with
- *   convolutions or batch norm cannot run on these GPUs.
+ *   real kernels); cuDNN's convolutions and batch norm are fakecudnn.c's:
+ *   the descriptors read back, the CPU trainer's kernels run as an
+ *   operation of the handle's stream (fakegpu_enqueue_host).
  * One mutex guards everything: a mixed trainer's CPU worker threads call
  * in too.
  */
@@ -37,7 +38,7 @@ int mprt_emu_kernel_sizes(const char *name, size_t *sizes);
 extern unsigned long long mprt_k_fault[5];
 
 enum { MAX_ARGS = 24 };
-enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM };
+enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM, OP_HOST };
 
 typedef struct {
     int ta, tb, m, n, k, batch;
@@ -60,6 +61,8 @@ typedef struct {
     cudaEvent_t ev;              /* OP_RECORD, OP_WAIT: which record of it */
     unsigned long gen;
     Gemm gemm;
+    void (*host)(void *);        /* OP_HOST: host(arg), then arg freed (fakecudnn.c) */
+    void *arg;
 } Op;
 
 struct CUstream_st {
@@ -179,6 +182,10 @@ static void run_one(cudaStream_t s)
         break;
     case OP_WAIT: break;
     case OP_GEMM: run_gemm(&op->gemm); break;
+    case OP_HOST:
+        op->host(op->arg);
+        free(op->arg);
+        break;
     }
 }
 
@@ -210,6 +217,16 @@ static int stream_empty(const void *s)
 static int event_done(const void *e)
 {
     return ((const struct CUevent_st *)e)->done >= ((const struct CUevent_st *)e)->recorded;
+}
+
+/* For tests/cuda/fakecudnn.c: fn(arg) as stream s's next operation; arg
+ * (malloc'd) is freed after it ran. */
+void fakegpu_enqueue_host(cudaStream_t s, void (*fn)(void *), void *arg);
+void fakegpu_enqueue_host(cudaStream_t s, void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&mu);
+    enqueue(s, (Op){.kind = OP_HOST, .host = fn, .arg = arg});
+    pthread_mutex_unlock(&mu);
 }
 
 /* ---- the CUDA runtime ---- */

@@ -1,0 +1,439 @@
+/* fakecudnn.c — the cuDNN calls of runtime/cuda_ops.c for the fake GPUs
+ * (tests/cuda/fakegpu.c), so that whole CUDA trainers with convolutions
+ * and batch norm run on the host.
+ *
+ * The descriptors are read as cuDNN documents them (NCHW tensors, KCRS
+ * filters with C the channels of one group, symmetric pads, strides,
+ * dilations, the group count), turned back into the runtime's MprtConv,
+ * and the work runs as an operation of the handle's stream: the CPU
+ * trainer's own kernels (runtime/cpu.c), with the workspace the caller
+ * passed as their im2col buffer. So a trainer on these GPUs gives the CPU
+ * trainer's bits exactly when every descriptor, pointer, scale and
+ * workspace that cuda_ops.c hands cuDNN says what the CPU kernel was given:
+ * what this checks is that wiring, not cuDNN's arithmetic.
+ *
+ * - Convolution: one algorithm per direction, deterministic, whose
+ *   workspace is the im2col buffer (C/group x KH x KW x OH x OW floats); a
+ *   smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
+ *   that does not match the tensors is an error.
+ * - Batch norm (spatial): the running statistics move as cuDNN says,
+ *   running = factor * batch + (1 - factor) * running, which is the CPU's
+ *   momentum = 1 - factor; alpha and beta must be 1 and 0.
+ */
+#include "mprt.h"
+#include "state.c"
+#include "kernel.h"
+#include "cpu.c"
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+void fakegpu_enqueue_host(cudaStream_t s, void (*fn)(void *), void *arg);
+
+struct cudnnContext {
+    cudaStream_t stream;
+};
+
+struct cudnnTensorStruct {
+    int n, c, h, w, set;
+};
+
+struct cudnnFilterStruct {
+    int k, c, h, w, set;
+};
+
+struct cudnnConvolutionStruct {
+    int ph, pw, sh, sw, dh, dw, group, set;
+};
+
+enum { CONV_FWD, CONV_DATA, CONV_FILTER, BN_FWD, BN_BWD };
+
+/* One queued call: what runs when the stream reaches it. */
+typedef struct {
+    int kind;
+    MprtConv p;
+    const float *a, *b, *scale, *bias;
+    float *out, *col, *d1, *d2;
+    float momentum, eps;
+    int N, C;
+    long P;
+} Call;
+
+static cudnnStatus_t bad(const char *why)
+{
+    fprintf(stderr, "fakecudnn: %s\n", why);
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    return s == CUDNN_STATUS_SUCCESS ? "success" : "rejected by the fake cuDNN (see above)";
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    *h = calloc(1, sizeof **h);
+    return *h ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
+                                         cudnnDataType_t type, int n, int c, int h, int w)
+{
+    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || n < 1 || c < 1 || h < 1 ||
+        w < 1)
+        return bad("a tensor descriptor that is not a float NCHW tensor");
+    *d = (struct cudnnTensorStruct){n, c, h, w, 1};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w)
+{
+    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || k < 1 || c < 1 || h < 1 ||
+        w < 1)
+        return bad("a filter descriptor that is not a float KCRS filter");
+    *d = (struct cudnnFilterStruct){k, c, h, w, 1};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    if (!*d)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    (*d)->group = 1;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw,
+                                              int u, int v, int dh, int dw,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t type)
+{
+    if (mode != CUDNN_CROSS_CORRELATION || type != CUDNN_DATA_FLOAT || ph < 0 || pw < 0 ||
+        u < 1 || v < 1 || dh < 1 || dw < 1)
+        return bad("a convolution descriptor other than a float cross-correlation");
+    int group = d->group;
+    *d = (struct cudnnConvolutionStruct){ph, pw, u, v, dh, dw, group, 1};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int group)
+{
+    if (group < 1)
+        return bad("a group count below 1");
+    d->group = group;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t math)
+{
+    (void)d;
+    return math == CUDNN_DEFAULT_MATH || math == CUDNN_FMA_MATH ? CUDNN_STATUS_SUCCESS
+                                                                : bad("an unexpected math type");
+}
+
+static int out_dim(int in, int pad, int k, int dil, int stride)
+{
+    return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+}
+
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t c,
+                                                    const cudnnTensorDescriptor_t x,
+                                                    const cudnnFilterDescriptor_t w, int *n,
+                                                    int *ch, int *h, int *wd)
+{
+    if (!c->set || !x->set || !w->set)
+        return bad("an output size asked of descriptors never set");
+    *n = x->n, *ch = w->k;
+    *h = out_dim(x->h, c->ph, w->h, c->dh, c->sh);
+    *wd = out_dim(x->w, c->pw, w->w, c->dw, c->sw);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* The runtime's description of the convolution the descriptors give, or
+ * an error if they do not agree with each other. */
+static cudnnStatus_t conv_of(const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+                             const cudnnConvolutionDescriptor_t c,
+                             const cudnnTensorDescriptor_t y, MprtConv *p)
+{
+    if (!x->set || !w->set || !c->set || !y->set)
+        return bad("a convolution with a descriptor never set");
+    if (x->c != w->c * c->group || w->k % c->group || y->c != w->k || y->n != x->n)
+        return bad("the filter's channels do not match the tensors' and the group count");
+    if (y->h != out_dim(x->h, c->ph, w->h, c->dh, c->sh) ||
+        y->w != out_dim(x->w, c->pw, w->w, c->dw, c->sw))
+        return bad("the output tensor is not the size the convolution gives");
+    *p = (MprtConv){.N = x->n, .C = x->c, .H = x->h, .W = x->w, .M = w->k, .KH = w->h,
+                    .KW = w->w, .OH = y->h, .OW = y->w, .group = c->group, .sh = c->sh,
+                    .sw = c->sw, .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw};
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static size_t col_bytes(const MprtConv *p)
+{
+    return (size_t)(p->C / p->group) * p->KH * p->KW * p->OH * p->OW * sizeof(float);
+}
+
+static cudnnStatus_t workspace(const cudnnTensorDescriptor_t x,
+                               const cudnnFilterDescriptor_t w,
+                               const cudnnConvolutionDescriptor_t c,
+                               const cudnnTensorDescriptor_t y, size_t *bytes)
+{
+    MprtConv p;
+    cudnnStatus_t s = conv_of(x, w, c, y, &p);
+    if (s == CUDNN_STATUS_SUCCESS)
+        *bytes = col_bytes(&p);
+    return s;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h,
+                                                      const cudnnTensorDescriptor_t x,
+                                                      const cudnnFilterDescriptor_t w,
+                                                      const cudnnConvolutionDescriptor_t c,
+                                                      const cudnnTensorDescriptor_t y,
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t *n)
+{
+    (void)h, (void)algo;
+    return workspace(x, w, c, y, n);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h,
+                                                           const cudnnFilterDescriptor_t w,
+                                                           const cudnnTensorDescriptor_t dy,
+                                                           const cudnnConvolutionDescriptor_t c,
+                                                           const cudnnTensorDescriptor_t dx,
+                                                           cudnnConvolutionBwdDataAlgo_t algo,
+                                                           size_t *n)
+{
+    (void)h, (void)algo;
+    return workspace(dx, w, c, dy, n);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnFilterDescriptor_t dw,
+    cudnnConvolutionBwdFilterAlgo_t algo, size_t *n)
+{
+    (void)h, (void)algo;
+    return workspace(x, dw, c, dy, n);
+}
+
+/* One candidate, as cuDNN's heuristics would rank them: deterministic,
+ * FMA math, the im2col buffer as workspace. The three directions' result
+ * structs have one layout, so the forward one is filled and copied. */
+static cudnnStatus_t one_algo(const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+                              const cudnnConvolutionDescriptor_t c,
+                              const cudnnTensorDescriptor_t y, int count, int *got, void *perf)
+{
+    _Static_assert(sizeof(cudnnConvolutionFwdAlgoPerf_t) ==
+                           sizeof(cudnnConvolutionBwdDataAlgoPerf_t) &&
+                       sizeof(cudnnConvolutionFwdAlgoPerf_t) ==
+                           sizeof(cudnnConvolutionBwdFilterAlgoPerf_t),
+                   "cuDNN's algorithm results share a layout");
+    cudnnConvolutionFwdAlgoPerf_t one;
+    memset(&one, 0, sizeof one);
+    cudnnStatus_t s = workspace(x, w, c, y, &one.memory);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if (count < 1)
+        return bad("no room for an algorithm");
+    one.status = CUDNN_STATUS_SUCCESS;
+    one.determinism = CUDNN_DETERMINISTIC;
+    one.mathType = CUDNN_FMA_MATH;
+    memcpy(perf, &one, sizeof one);
+    *got = 1;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h,
+                                                     const cudnnTensorDescriptor_t x,
+                                                     const cudnnFilterDescriptor_t w,
+                                                     const cudnnConvolutionDescriptor_t c,
+                                                     const cudnnTensorDescriptor_t y,
+                                                     const int count, int *got,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perf)
+{
+    (void)h;
+    return one_algo(x, w, c, y, count, got, perf);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnTensorDescriptor_t dx, const int count,
+    int *got, cudnnConvolutionBwdDataAlgoPerf_t *perf)
+{
+    (void)h;
+    return one_algo(dx, w, c, dy, count, got, perf);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t c, const cudnnFilterDescriptor_t dw, const int count,
+    int *got, cudnnConvolutionBwdFilterAlgoPerf_t *perf)
+{
+    (void)h;
+    return one_algo(x, dw, c, dy, count, got, perf);
+}
+
+static void run_call(void *arg)
+{
+    Call *k = arg;
+    switch (k->kind) {
+    case CONV_FWD: mprt_conv(&k->p, k->a, k->b, NULL, k->out, k->col); break;
+    case CONV_DATA: mprt_conv_grad_x(&k->p, k->a, k->b, k->out, k->col); break;
+    case CONV_FILTER: mprt_conv_grad_w(&k->p, k->a, k->b, k->out, k->col); break;
+    case BN_FWD:
+        mprt_bn_train(k->N, k->C, k->P, k->a, k->scale, k->bias, k->d1, k->d2, k->momentum,
+                      k->eps, k->out);
+        break;
+    case BN_BWD:
+        mprt_bn_grad(k->N, k->C, k->P, k->a, k->b, k->scale, k->eps, k->out, k->d1, k->d2);
+        break;
+    }
+}
+
+static cudnnStatus_t enqueue(cudnnHandle_t h, const Call *c)
+{
+    Call *k = malloc(sizeof *k);
+    if (!k)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    *k = *c;
+    fakegpu_enqueue_host(h->stream, run_call, k);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static int is(const void *p, float v)
+{
+    return p && *(const float *)p == v;
+}
+
+/* A convolution call: the descriptors, the scales and the workspace. */
+static cudnnStatus_t conv_call(cudnnHandle_t h, int kind, const void *alpha, const void *beta,
+                               const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+                               const cudnnConvolutionDescriptor_t c,
+                               const cudnnTensorDescriptor_t y, void *ws, size_t ws_bytes,
+                               const void *a, const void *b, void *out)
+{
+    Call k = {.kind = kind, .a = a, .b = b, .out = out, .col = ws};
+    cudnnStatus_t s = conv_of(x, w, c, y, &k.p);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if (!is(alpha, 1.0f) || !is(beta, 0.0f))
+        return bad("a convolution with alpha != 1 or beta != 0");
+    if (!ws || ws_bytes < col_bytes(&k.p))
+        return bad("a convolution with less workspace than its algorithm asked for");
+    return enqueue(h, &k);
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
+                                      const cudnnTensorDescriptor_t xd, const void *x,
+                                      const cudnnFilterDescriptor_t wd, const void *w,
+                                      const cudnnConvolutionDescriptor_t c,
+                                      cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes,
+                                      const void *beta, const cudnnTensorDescriptor_t yd,
+                                      void *y)
+{
+    (void)algo;
+    return conv_call(h, CONV_FWD, alpha, beta, xd, wd, c, yd, ws, ws_bytes, x, w, y);
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
+                                           const cudnnFilterDescriptor_t wd, const void *w,
+                                           const cudnnTensorDescriptor_t dyd, const void *dy,
+                                           const cudnnConvolutionDescriptor_t c,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void *ws,
+                                           size_t ws_bytes, const void *beta,
+                                           const cudnnTensorDescriptor_t dxd, void *dx)
+{
+    (void)algo;
+    return conv_call(h, CONV_DATA, alpha, beta, dxd, wd, c, dyd, ws, ws_bytes, dy, w, dx);
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
+                                             const cudnnTensorDescriptor_t xd, const void *x,
+                                             const cudnnTensorDescriptor_t dyd, const void *dy,
+                                             const cudnnConvolutionDescriptor_t c,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
+                                             size_t ws_bytes, const void *beta,
+                                             const cudnnFilterDescriptor_t dwd, void *dw)
+{
+    (void)algo;
+    return conv_call(h, CONV_FILTER, alpha, beta, xd, dwd, c, dyd, ws, ws_bytes, dy, x, dw);
+}
+
+/* Spatial batch norm's descriptors: x N x C x H x W, the statistics 1 x C x 1 x 1. */
+static cudnnStatus_t bn_shape(cudnnBatchNormMode_t mode, const cudnnTensorDescriptor_t x,
+                              const cudnnTensorDescriptor_t other,
+                              const cudnnTensorDescriptor_t stats, Call *k)
+{
+    if (mode != CUDNN_BATCHNORM_SPATIAL)
+        return bad("a batch norm other than spatial");
+    if (!x->set || !other->set || !stats->set)
+        return bad("a batch norm with a descriptor never set");
+    if (other->n != x->n || other->c != x->c || other->h != x->h || other->w != x->w ||
+        stats->n != 1 || stats->c != x->c || stats->h != 1 || stats->w != 1)
+        return bad("batch norm descriptors that do not agree (x, y, 1 x C x 1 x 1)");
+    k->N = x->n, k->C = x->c, k->P = (long)x->h * x->w;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    const cudnnTensorDescriptor_t xd, const void *x, const cudnnTensorDescriptor_t yd, void *y,
+    const cudnnTensorDescriptor_t sd, const void *scale, const void *bias, double factor,
+    void *running_mean, void *running_var, double eps, void *save_mean, void *save_inv_var)
+{
+    Call k = {.kind = BN_FWD, .a = x, .scale = scale, .bias = bias, .out = y,
+              .d1 = running_mean, .d2 = running_var, .momentum = (float)(1.0 - factor),
+              .eps = (float)eps};
+    cudnnStatus_t s = bn_shape(mode, xd, yd, sd, &k);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if (!is(alpha, 1.0f) || !is(beta, 0.0f))
+        return bad("a batch norm with alpha != 1 or beta != 0");
+    if (!running_mean != !running_var || save_mean || save_inv_var)
+        return bad("a batch norm with one running statistic, or saved ones");
+    return enqueue(h, &k);
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void *alpha_data, const void *beta_data,
+    const void *alpha_param, const void *beta_param, const cudnnTensorDescriptor_t xd,
+    const void *x, const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnTensorDescriptor_t dxd, void *dx, const cudnnTensorDescriptor_t sd,
+    const void *scale, void *dscale, void *dbias, double eps, const void *saved_mean,
+    const void *saved_inv_var)
+{
+    Call k = {.kind = BN_BWD, .a = dy, .b = x, .scale = scale, .out = dx, .d1 = dscale,
+              .d2 = dbias, .eps = (float)eps};
+    cudnnStatus_t s = bn_shape(mode, xd, dyd, sd, &k);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = bn_shape(mode, xd, dxd, sd, &k);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
+    if (!is(alpha_data, 1.0f) || !is(beta_data, 0.0f) || !is(alpha_param, 1.0f) ||
+        !is(beta_param, 0.0f))
+        return bad("a batch norm gradient with alphas != 1 or betas != 0");
+    if (saved_mean || saved_inv_var)
+        return bad("a batch norm gradient with saved statistics");
+    return enqueue(h, &k);
+}
