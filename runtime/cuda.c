@@ -5,9 +5,11 @@
  * topological order of the schedule, so every cudaStreamWaitEvent names an
  * event already recorded. An action (mprt_launch) is a function that
  * enqueues its kernels on its device's compute stream and returns: the
- * host never waits inside a step. Copies go on the sender's copy streams
- * (cudaMemcpyPeerAsync; with peer access they are direct, without it the
- * driver stages them through host memory).
+ * host never waits inside a step. Copies go on the sender's copy streams:
+ * cudaMemcpyPeerAsync where it is direct (peer access enabled, or both
+ * logical devices on one GPU); where the GPUs have no peer access, staged
+ * in chunks through pinned host buffers of the runtime's own, double
+ * buffered so that the two halves of the copy overlap (mprt_cu_stage_copy).
  *
  * Logical devices map onto the GPUs present: cuda:k runs on GPU k modulo
  * their count (with a warning when several share one), each keeping its
@@ -44,6 +46,23 @@ typedef struct MprtCuDevice {
     cudaEvent_t norm_done;       /* --clip-norm: recorded after its last squared norm */
 } MprtCuDevice;
 
+/* Copies between GPUs without peer access (mprt_cu_stage_copy) go in
+ * chunks of MPRT_CU_STAGE_BYTES (a test builds with a tiny one: many
+ * chunks, both buffers reused). */
+#ifndef MPRT_CU_STAGE_BYTES
+#define MPRT_CU_STAGE_BYTES ((size_t)4 << 20)
+#endif
+
+typedef struct MprtCuStager {    /* a sender stream's, made at its first staged copy */
+    unsigned char *buf;          /* pinned, two chunks: buffer b at b * MPRT_CU_STAGE_BYTES */
+    cudaEvent_t staged[2];       /* on the sender's GPU: buffer b holds its chunk */
+} MprtCuStager;
+
+typedef struct MprtCuLanding {   /* a sender stream's to one device, made at its first copy */
+    cudaStream_t stream;         /* on the receiver's GPU: the host-to-device halves */
+    cudaEvent_t landed[2];       /* on the receiver's GPU: buffer b's chunk is in place */
+} MprtCuLanding;
+
 static MprtCuDevice *mprt_cu;        /* the device whose action is being issued */
 static const char *mprt_cu_node;     /* the node being issued, for error messages */
 
@@ -52,6 +71,9 @@ static int mprt_cu_ndev;
 static cudaStream_t *mprt_cu_streams;    /* [ndev * 3]: compute, send, send-back */
 static cudaEvent_t *mprt_cu_events;      /* created on first record, on its device */
 static int mprt_cu_nevents;
+static unsigned char *mprt_cu_direct;    /* [ndev * ndev]: a copy from a to b is a peer copy */
+static MprtCuStager *mprt_cu_stagers;    /* [ndev * 3]: per sender stream */
+static MprtCuLanding *mprt_cu_landings;  /* [ndev * 3 * ndev]: per sender stream and receiver */
 static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's device */
 static size_t *mprt_cu_arena_size;
 static const char *mprt_cu_source;   /* templates/kernels.cu, set by the generated program */
@@ -277,8 +299,11 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
     mprt_cu_modules = calloc((size_t)gpus, sizeof *mprt_cu_modules);
     mprt_cu_arena_base = calloc((size_t)ndev, sizeof *mprt_cu_arena_base);
     mprt_cu_arena_size = calloc((size_t)ndev, sizeof *mprt_cu_arena_size);
+    mprt_cu_direct = calloc((size_t)ndev * ndev, 1);
+    mprt_cu_stagers = calloc((size_t)ndev * 3, sizeof *mprt_cu_stagers);
+    mprt_cu_landings = calloc((size_t)ndev * 3 * ndev, sizeof *mprt_cu_landings);
     if (!mprt_cu_devs || !mprt_cu_streams || !mprt_cu_modules || !mprt_cu_arena_base ||
-        !mprt_cu_arena_size)
+        !mprt_cu_arena_size || !mprt_cu_direct || !mprt_cu_stagers || !mprt_cu_landings)
         mprt_cu_call_failed(1, "calloc", "out of memory");
     int shared = 0;
     for (int d = 0; d < ndev; d++) {
@@ -308,16 +333,26 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
                 fprintf(stderr, " %s->GPU %d", names[d], mprt_cu_devs[d].ordinal);
         fprintf(stderr, " (each keeps its own streams; copies between them stay on the GPU)\n");
     }
-    for (int a = 0; a < ndev; a++)   /* direct copies where the GPUs allow them */
+    /* Direct copies: within one GPU (cudaMemcpyPeerAsync with equal
+     * ordinals is a device-to-device copy), or where the GPUs allow peer
+     * access. The others are staged (memcpy_async). */
+    for (int a = 0; a < ndev; a++)
         for (int b = 0; b < ndev; b++) {
             int x = mprt_cu_devs[a].ordinal, y = mprt_cu_devs[b].ordinal, ok = 0;
-            if (x < 0 || y < 0 || x == y || cudaDeviceCanAccessPeer(&ok, x, y) != cudaSuccess || !ok)
+            if (x < 0 || y < 0)
                 continue;
-            MPRT_CUDA(cudaSetDevice(x));
-            cudaError_t e = cudaDeviceEnablePeerAccess(y, 0);
-            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-                mprt_cu_call_failed(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
-            cudaGetLastError();
+            if (x != y) {
+                if (cudaDeviceCanAccessPeer(&ok, x, y) != cudaSuccess || !ok) {
+                    cudaGetLastError();
+                    continue;
+                }
+                MPRT_CUDA(cudaSetDevice(x));
+                cudaError_t e = cudaDeviceEnablePeerAccess(y, 0);
+                if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                    mprt_cu_call_failed(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
+                cudaGetLastError();
+            }
+            mprt_cu_direct[a * ndev + b] = 1;
         }
 }
 
@@ -436,8 +471,87 @@ MPRT_KERNEL int mprt_cu_owner(const void *p)
     return -1;
 }
 
-/* On the sender's copy stream: to another GPU's arena by a peer copy, or
- * to a mixed trainer's CPU device, whose arena is pinned, by one DMA. */
+/* ---- copies between GPUs without peer access: staged ---- */
+
+static MprtCuStager *mprt_cu_stager(int stream)
+{
+    MprtCuStager *s = &mprt_cu_stagers[stream];
+    if (s->buf)
+        return s;
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
+    MPRT_CUDA(cudaHostAlloc((void **)&s->buf, 2 * (size_t)MPRT_CU_STAGE_BYTES,
+                            cudaHostAllocPortable));
+    for (int b = 0; b < 2; b++)
+        MPRT_CUDA(cudaEventCreateWithFlags(&s->staged[b], cudaEventDisableTiming));
+    return s;
+}
+
+/* Its own staging stream for each sender stream, so that a copy whose
+ * source is not ready holds up no other sender's copy to the device. */
+static MprtCuLanding *mprt_cu_landing(int stream, int to)
+{
+    MprtCuLanding *l = &mprt_cu_landings[stream * mprt_cu_ndev + to];
+    if (l->stream)
+        return l;
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[to].ordinal));
+    MPRT_CUDA(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; b++)
+        MPRT_CUDA(cudaEventCreateWithFlags(&l->landed[b], cudaEventDisableTiming));
+    return l;
+}
+
+/* n bytes from src, on the GPU of sender stream `stream`, to dst on device
+ * to's, with no peer access between them: chunk i goes through buffer
+ * b = i % 2 of the stream's pinned pair,
+ *
+ *   sender stream:   (i >= 2: wait landed[b])  D2H chunk i -> b  record staged[b]
+ *   staging stream:  wait staged[b]  H2D b -> dst chunk i  record landed[b]
+ *
+ * so chunk i+1's device-to-host copy overlaps chunk i's host-to-device
+ * copy. The staging stream starts each chunk after staged[b], so after
+ * the waits the plan put on the sender stream (the destination is free).
+ * At the end the sender stream waits for the last landed[b]: the event
+ * the plan records next on it means the data has arrived, which is all
+ * that its consumers wait for, and both buffers are free for the
+ * stream's next copy.
+ *
+ * Two events of each kind, reused by every chunk and every copy, are
+ * enough: the one host thread issues everything in a topological order,
+ * and cudaStreamWaitEvent waits for the event's latest record issued
+ * before the wait. Each wait here is issued after the record it means
+ * and before the next record of that event (landed[b] of chunk i is
+ * waited for by chunk i+2 before that chunk records it again). */
+static void mprt_cu_stage_copy(int stream, int to, void *dst, const void *src, size_t n)
+{
+    MprtCuStager *s = mprt_cu_stager(stream);
+    MprtCuLanding *l = mprt_cu_landing(stream, to);
+    cudaStream_t send = mprt_cu_streams[stream];
+    int from = mprt_cu_devs[stream / 3].ordinal, recv = mprt_cu_devs[to].ordinal;
+    const size_t chunk = MPRT_CU_STAGE_BYTES, chunks = (n + chunk - 1) / chunk;
+    for (size_t i = 0; i < chunks; i++) {
+        int b = (int)(i % 2);
+        size_t at = i * chunk, len = n - at < chunk ? n - at : chunk;
+        unsigned char *host = s->buf + b * chunk;
+        MPRT_CUDA(cudaSetDevice(from));
+        if (i >= 2)
+            MPRT_CUDA(cudaStreamWaitEvent(send, l->landed[b], 0));
+        MPRT_CUDA(cudaMemcpyAsync(host, (const unsigned char *)src + at, len,
+                                  cudaMemcpyDeviceToHost, send));
+        MPRT_CUDA(cudaEventRecord(s->staged[b], send));
+        MPRT_CUDA(cudaSetDevice(recv));
+        MPRT_CUDA(cudaStreamWaitEvent(l->stream, s->staged[b], 0));
+        MPRT_CUDA(cudaMemcpyAsync((unsigned char *)dst + at, host, len, cudaMemcpyHostToDevice,
+                                  l->stream));
+        MPRT_CUDA(cudaEventRecord(l->landed[b], l->stream));
+    }
+    MPRT_CUDA(cudaSetDevice(from));
+    if (chunks)
+        MPRT_CUDA(cudaStreamWaitEvent(send, l->landed[(chunks - 1) % 2], 0));
+}
+
+/* On the sender's copy stream: to another GPU's arena by a peer copy where
+ * that is direct, else staged through host memory; to a mixed trainer's
+ * CPU device, whose arena is pinned, by one DMA. */
 MPRT_KERNEL void MPRT_GPU_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
 {
     int to = mprt_cu_owner(dst), from = stream / 3;
@@ -445,9 +559,11 @@ MPRT_KERNEL void MPRT_GPU_API(memcpy_async)(int stream, void *dst, const void *s
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
     if (to < 0)
         MPRT_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, mprt_cu_streams[stream]));
-    else
+    else if (mprt_cu_direct[from * mprt_cu_ndev + to])
         MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
                                       mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
+    else
+        mprt_cu_stage_copy(stream, to, dst, src, n);
     mprt_cu_trace_mark(stream, label, 1);
 }
 
@@ -508,6 +624,11 @@ MPRT_KERNEL void MPRT_GPU_API(sync)(void)
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
         MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
     }
+    for (int k = 0; k < 3 * mprt_cu_ndev * mprt_cu_ndev; k++)   /* idle: their senders waited */
+        if (mprt_cu_landings[k].stream) {
+            MPRT_CUDA(cudaSetDevice(mprt_cu_devs[k % mprt_cu_ndev].ordinal));
+            MPRT_CUDA(cudaStreamSynchronize(mprt_cu_landings[k].stream));
+        }
     mprt_cu_check_faults();
     if (mprt_tracing)
         mprt_cu_trace_read();

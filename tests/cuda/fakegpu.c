@@ -4,6 +4,12 @@
  * the real libraries (tests/cuda/fakegpu.py).
  *
  * - Device memory is host memory; there are $FAKEGPU_COUNT GPUs (default 1).
+ * - With $FAKEGPU_NOPEER=1, distinct GPUs have no peer access:
+ *   cudaDeviceCanAccessPeer says 0, and an asynchronous copy between two
+ *   of them (cudaMemcpyPeerAsync, or cudaMemcpyAsync from one's memory to
+ *   the other's) fails with cudaErrorPeerAccessNotEnabled, where a real
+ *   driver would stage it through host memory: a trainer that runs must
+ *   stage its copies itself (runtime/cuda.c, mprt_cu_stage_copy).
  * - Kernels are templates/kernels.cu compiled for the host (emulate.py's
  *   thunks, one thread per block); a launch copies its arguments.
  * - Streams are queues that nothing runs until the host synchronizes (a
@@ -99,11 +105,23 @@ static cudaStream_t *streams;
 static int nstreams;
 static uint64_t rng;
 static double clock_ms;             /* one operation = 1 ms of fake time */
+static struct Alloc {               /* cudaMalloc's blocks, for FAKEGPU_NOPEER */
+    const unsigned char *p;
+    size_t n;
+    int device;
+} *allocs;
+static int nallocs;
 
 static int gpu_count(void)
 {
     const char *c = getenv("FAKEGPU_COUNT");
     return c && atoi(c) > 0 ? atoi(c) : 1;
+}
+
+static int no_peer(void)
+{
+    const char *c = getenv("FAKEGPU_NOPEER");
+    return c && atoi(c) != 0;
 }
 
 static void fail(const char *what)
@@ -233,7 +251,10 @@ void fakegpu_enqueue_host(cudaStream_t s, void (*fn)(void *), void *arg)
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaSuccess ? "no error" : "fakegpu error";
+    return e == cudaSuccess                    ? "no error"
+           : e == cudaErrorPeerAccessNotEnabled ? "peer access has not been enabled "
+                                                  "(fakegpu: FAKEGPU_NOPEER)"
+                                                : "fakegpu error";
 }
 
 cudaError_t cudaGetLastError(void)
@@ -264,14 +285,14 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 
 cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
 {
-    *can = device != peer;
+    *can = device != peer && !no_peer();
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
 {
-    (void)peer, (void)flags;
-    return cudaSuccess;
+    (void)flags;
+    return peer != current && no_peer() ? cudaErrorPeerAccessUnsupported : cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
@@ -345,14 +366,37 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
+    pthread_mutex_lock(&mu);
     *p = xcalloc(1, n);
+    allocs = realloc(allocs, (size_t)(nallocs + 1) * sizeof *allocs);
+    if (!allocs)
+        fail("out of memory");
+    allocs[nallocs++] = (struct Alloc){*p, n, current};
+    pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
 
 cudaError_t cudaFree(void *p)
 {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].p == p) {
+            allocs[i] = allocs[--nallocs];
+            break;
+        }
     free(p);
+    pthread_mutex_unlock(&mu);
     return cudaSuccess;
+}
+
+/* The GPU whose cudaMalloc'd memory holds p, or -1 (host memory). */
+static int owner(const void *p)
+{
+    for (int i = 0; i < nallocs; i++)
+        if ((const unsigned char *)p >= allocs[i].p &&
+            (const unsigned char *)p < allocs[i].p + allocs[i].n)
+            return allocs[i].device;
+    return -1;
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
@@ -405,6 +449,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
                             cudaStream_t s)
 {
     (void)kind;
+    pthread_mutex_lock(&mu);
+    int to = owner(dst), from = owner(src);
+    pthread_mutex_unlock(&mu);
+    if (to >= 0 && from >= 0 && to != from && no_peer())
+        return cudaErrorPeerAccessNotEnabled;
     return enqueue_locked(s, (Op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
 }
 
@@ -413,6 +462,8 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int to, const void *src, int from, si
 {
     if (to < 0 || to >= gpu_count() || from < 0 || from >= gpu_count())
         return cudaErrorInvalidDevice;
+    if (to != from && no_peer())
+        return cudaErrorPeerAccessNotEnabled;
     return enqueue_locked(s, (Op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
 }
 

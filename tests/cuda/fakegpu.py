@@ -11,11 +11,15 @@ model, batch and micro-batch count.
   fakegpu.py run SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
       GPU_OPTIONS (e.g. "-batch 8 -gpus 2") name CUDA devices, possibly with
       CPU ones; the trainer runs under three stream orders ($FAKEGPU_SEED),
-      on as many GPUs as it names or on $FAKEGPU_COUNT
+      on as many GPUs as it names or on $FAKEGPU_COUNT ($FAKEGPU_NOPEER=1:
+      without peer access between them, fakegpu.c); $FAKEGPU_CFLAGS (split
+      as a shell would) are added to the CUDA trainer's build line, e.g.
+      "-DMPRT_CU_STAGE_BYTES=256" for staged copies of many chunks
 """
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -126,6 +130,7 @@ def main_run(args):
     fake += ["-Wall", "-Werror", os.path.join(lib, "fakegpu.o"),
              os.path.join(lib, "fakecudnn.o"), os.path.join(lib, "cudnn_stubs.o"), os.path.join(lib, "kernels_host.o"),
              "-lopenblas", "-lstdc++", "-lm"]
+    fake += shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
     cpu_line = generate(mpcc, model, cpu_opts, cpu_c)
     cpu_line[cpu_line.index("-o") + 1] = "cpu"
     cpu_line = [cc if a == "cc" else a for a in cpu_line]
