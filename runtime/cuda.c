@@ -335,7 +335,9 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
     }
     /* Direct copies: within one GPU (cudaMemcpyPeerAsync with equal
      * ordinals is a device-to-device copy), or where the GPUs allow peer
-     * access. The others are staged (memcpy_async). */
+     * access. The others are staged (memcpy_async); built with
+     * -DMPRT_CU_STAGE_ALL, every copy between two logical devices is, so
+     * that one GPU runs the staged path. */
     for (int a = 0; a < ndev; a++)
         for (int b = 0; b < ndev; b++) {
             int x = mprt_cu_devs[a].ordinal, y = mprt_cu_devs[b].ordinal, ok = 0;
@@ -352,7 +354,9 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
                     mprt_cu_call_failed(1, "cudaDeviceEnablePeerAccess", cudaGetErrorString(e));
                 cudaGetLastError();
             }
+#ifndef MPRT_CU_STAGE_ALL
             mprt_cu_direct[a * ndev + b] = 1;
+#endif
         }
 }
 

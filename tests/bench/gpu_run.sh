@@ -8,7 +8,9 @@
 #                             headers, for the CPU trainers) into .gpu/
 #   gpu_run.sh check      loss curves over 20 steps of the CNN, ResNet-50
 #                             and a small GPT-style model: the CUDA trainer on
-#                             -gpus 1 and -gpus 2 (and -gpus 1 --tf32) against
+#                             -gpus 1 and -gpus 2 (and -gpus 2 with every
+#                             copy staged through host memory,
+#                             -DMPRT_CU_STAGE_ALL; -gpus 1 --tf32) against
 #                             the CPU trainer on -cpus 1 and -cpus 2, same
 #                             data, weights and micro-batches; PyTorch float32
 #                             and float64 as the yardstick
@@ -193,7 +195,7 @@ make_trainer() {
         [ -n "$blas" ] || { echo "no OpenBLAS" >"$dir/status"; return 1; }
         line=${line/-lopenblas/$blas} ;;
     esac
-    line=$cc${line#cc}
+    line="$cc${line#cc} ${TRAINER_CFLAGS:-}"
     echo "$line" >"$dir/build.log"
     if ! (cd "$dir" && eval "$line") >>"$dir/build.log" 2>&1; then
         echo "build failed" >"$dir/status"
@@ -274,6 +276,7 @@ phase_check() {
         make_trainer "$dir/cpu2" "$dir/model.onnx" -cpus 2 $flags
         make_trainer "$dir/gpu1" "$dir/model.onnx" -gpus 1 $flags
         make_trainer "$dir/gpu2" "$dir/model.onnx" -gpus 2 $flags
+        TRAINER_CFLAGS=-DMPRT_CU_STAGE_ALL make_trainer "$dir/gpu2staged" "$dir/model.onnx" -gpus 2 $flags
         make_trainer "$dir/gpu1tf32" "$dir/model.onnx" -gpus 1 --tf32 $flags
         args="--data $dir/x.npy --labels $dir/y.npy --steps $steps --log-every 1 --loss-log losses.txt --save ckpt.safetensors"
         # CPU runs in the background, one BLAS thread each (bit for bit
@@ -288,6 +291,7 @@ phase_check() {
         run_trainer "$dir/run-gpu1" "$dir/gpu1/train" 120 $args
         run_trainer "$dir/run-gpu1-again" "$dir/gpu1/train" 120 $args
         run_trainer "$dir/run-gpu2" "$dir/gpu2/train" 120 $args
+        run_trainer "$dir/run-gpu2staged" "$dir/gpu2staged/train" 120 $args
         run_trainer "$dir/run-gpu1tf32" "$dir/gpu1tf32/train" 120 $args
         echo "$m: -gpus 1 $(cat "$dir/run-gpu1/status"), -gpus 2 $(cat "$dir/run-gpu2/status")," \
             "-gpus 1 --tf32 $(cat "$dir/run-gpu1tf32/status")"
@@ -311,6 +315,7 @@ phase_check() {
             [ -f "$dir/x.npy" ] || continue
             "$py" "$here/loss_table.py" "$m" "$dir" "-cpus 1=$dir/run-cpu1" "-cpus 2=$dir/run-cpu2" \
                 "-gpus 1=$dir/run-gpu1" "-gpus 1, again=$dir/run-gpu1-again" "-gpus 2=$dir/run-gpu2" \
+                "-gpus 2, copies staged=$dir/run-gpu2staged" \
                 "-gpus 1 --tf32=$dir/run-gpu1tf32" 2>>"$w/tolerance.log"
         done
         echo
