@@ -70,10 +70,24 @@ const char *cudnnGetErrorString(cudnnStatus_t s)
     return s == CUDNN_STATUS_SUCCESS ? "success" : "rejected by the fake cuDNN (see above)";
 }
 
+static cudnnStatus_t made(const void *p)
+{
+    return p ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+
+/* A 4-d float NCHW shape (a tensor's, or a filter's as KCRS). */
+static cudnnStatus_t shape4(cudnnTensorFormat_t format, cudnnDataType_t type, int a, int b,
+                            int c, int d, const char *what)
+{
+    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || a < 1 || b < 1 || c < 1 ||
+        d < 1)
+        return bad(what);
+    return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
-    *h = calloc(1, sizeof **h);
-    return *h ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+    return made(*h = calloc(1, sizeof **h));
 }
 
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
@@ -84,40 +98,35 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
 {
-    *d = calloc(1, sizeof **d);
-    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+    return made(*d = calloc(1, sizeof **d));
 }
 
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w)
 {
-    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || n < 1 || c < 1 || h < 1 ||
-        w < 1)
-        return bad("a tensor descriptor that is not a float NCHW tensor");
-    *d = (struct cudnnTensorStruct){n, c, h, w, 1};
-    return CUDNN_STATUS_SUCCESS;
+    cudnnStatus_t s = shape4(format, type, n, c, h, w, "a tensor that is not float NCHW");
+    if (s == CUDNN_STATUS_SUCCESS)
+        *d = (struct cudnnTensorStruct){n, c, h, w, 1};
+    return s;
 }
 
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
 {
-    *d = calloc(1, sizeof **d);
-    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+    return made(*d = calloc(1, sizeof **d));
 }
 
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w)
 {
-    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || k < 1 || c < 1 || h < 1 ||
-        w < 1)
-        return bad("a filter descriptor that is not a float KCRS filter");
-    *d = (struct cudnnFilterStruct){k, c, h, w, 1};
-    return CUDNN_STATUS_SUCCESS;
+    cudnnStatus_t s = shape4(format, type, k, c, h, w, "a filter that is not float KCRS");
+    if (s == CUDNN_STATUS_SUCCESS)
+        *d = (struct cudnnFilterStruct){k, c, h, w, 1};
+    return s;
 }
 
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
 {
-    *d = calloc(1, sizeof **d);
-    if (!*d)
+    if (!(*d = calloc(1, sizeof **d)))
         return CUDNN_STATUS_ALLOC_FAILED;
     (*d)->group = 1;
     return CUDNN_STATUS_SUCCESS;
