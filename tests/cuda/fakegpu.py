@@ -38,32 +38,6 @@ def run(cmd, env=None, cwd=None):
     return r
 
 
-def cudnn_stubs(src, cuda):
-    """Every cuDNN function the runtime calls that fakecudnn.c does not
-    define, failing with NOT_SUPPORTED (none today; a new call shows up as
-    a clear failure, not as a link error)."""
-    used = set()
-    for name in ("cuda.c", "cuda_ops.c"):
-        with open(os.path.join(src, "runtime", name)) as f:
-            used |= set(re.findall(r"\b(cudnn[A-Z]\w*)\s*\(", f.read()))
-    with open(os.path.join(src, "tests", "cuda", "fakecudnn.c")) as f:
-        own = set(re.findall(r"^(?:cudnnStatus_t|const char \*)\s*(cudnn\w+)\(", f.read(), re.M))
-    headers = ""
-    inc = os.path.join(cuda, "include")
-    for h in sorted(os.listdir(inc)):
-        if h.startswith("cudnn") and h.endswith(".h"):
-            with open(os.path.join(inc, h)) as f:
-                headers += f.read()
-    out = ["#include <cudnn.h>"]
-    for name in sorted(used - own):
-        m = re.search(r"cudnnStatus_t\s+CUDNNWINAPI\s+%s\s*\(([^;]*?)\)\s*;" % name, headers)
-        if not m:
-            sys.exit("fakegpu: no prototype of %s in the cuDNN headers" % name)
-        out.append("cudnnStatus_t %s(%s) { return CUDNN_STATUS_NOT_SUPPORTED; }"
-                   % (name, m.group(1)))
-    return "\n".join(out) + "\n"
-
-
 def build(src, cc, cxx, cuda, lib):
     src, lib = os.path.abspath(src), os.path.abspath(lib)
     os.makedirs(lib, exist_ok=True)
@@ -75,13 +49,8 @@ def build(src, cc, cxx, cuda, lib):
         f.write('#include "%s"\n#include "%s"\n\n%s' % (
             os.path.join(here, "emulate_device.h"), os.path.join(src, "templates", "kernels.cu"),
             table))
-    stubs = os.path.join(lib, "cudnn_stubs.c")
-    with open(stubs, "w") as f:
-        f.write(cudnn_stubs(src, cuda))
     inc = os.path.join(cuda, "include")
     run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", os.path.join(lib, "kernels_host.o")])
-    run([cc, "-std=c11", "-O1", "-w", "-I", inc, "-c", stubs, "-o",
-         os.path.join(lib, "cudnn_stubs.o")])
     run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc, "-c",
          os.path.join(here, "fakegpu.c"), "-o", os.path.join(lib, "fakegpu.o")])
     run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
@@ -128,7 +97,7 @@ def main_run(args):
     fake = [cc if a == "cc" else a for a in fake]
     fake[fake.index("-o") + 1] = "gpu"
     fake += ["-Wall", "-Werror", os.path.join(lib, "fakegpu.o"),
-             os.path.join(lib, "fakecudnn.o"), os.path.join(lib, "cudnn_stubs.o"), os.path.join(lib, "kernels_host.o"),
+             os.path.join(lib, "fakecudnn.o"), os.path.join(lib, "kernels_host.o"),
              "-lopenblas", "-lstdc++", "-lm"]
     fake += shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
     cpu_line = generate(mpcc, model, cpu_opts, cpu_c)
