@@ -13,10 +13,11 @@
  * read by the update), values another stage receives.
  *
  * A chain runs where its last node runs. Every value it reads is there by
- * then, and still holds: the memory plan gives each value a buffer of its
- * own, which nothing else writes within an action. So the partition, the
- * schedule and the memory plan are the unfused program's; this pass only
- * tells the code generator which kernel calls to merge. Each step keeps
+ * then, and still holds: the memory plan (share.c) counts a chain's reads
+ * where the chain runs, and the values its nodes compute on the way are
+ * never written, so their buffers take no memory of their own. The
+ * partition and the schedule are the unfused program's; this pass tells
+ * the code generator which kernel calls to merge. Each step keeps
  * the float operations of the node's own kernel, so a trainer gives the
  * same numbers bit for bit with and without fusion (--no-fuse).
  */

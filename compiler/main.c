@@ -91,7 +91,7 @@ static void dump_plan(const Options *o, const Pipeline *pl)
     if (o->dump_dot)
         dump_partition_dot(pl, out);
     if (o->dump_fuse)
-        dump_fusion(pl->g, pl->plan, fuse(pl->g, pl->plan, &pl->opt), out);
+        dump_fusion(pl->g, pl->plan, pl->plan->fu, out);
     close_output(o, out);
 }
 
@@ -115,13 +115,12 @@ static int emit_onnx(Arena *arena, const Options *o)
 /* The forward-only program, or with --dump=fuse its fused chains. */
 static void infer_emit(const Options *o, Graph *g, const Plan *plan)
 {
-    Fusion *fu = fuse(g, plan, o);
     if (!o->dump_fuse) {
-        codegen(g, o, plan, fu);
+        codegen(g, o, plan, plan->fu);
         return;
     }
     FILE *out = open_output(o);
-    dump_fusion(g, plan, fu, out);
+    dump_fusion(g, plan, plan->fu, out);
     close_output(o, out);
 }
 
@@ -143,7 +142,7 @@ static int infer(Arena *arena, const Options *o)
     Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1);
     Schedule *sc = schedule_build(arena, SCHED_GPIPE, st, 1, 1, &why);
     MPCC_ASSERT(sc);
-    infer_emit(o, g, plan_build(g, st, sc, &ds, false));
+    infer_emit(o, g, plan_build(g, st, sc, &ds, o));
     arena_free(arena);
     return 0;
 }
@@ -170,7 +169,7 @@ int main(int argc, char **argv)
             if (dump_plan_only)
                 dump_plan(&opt, pl);
             else
-                codegen(pl->g, &pl->opt, pl->plan, fuse(pl->g, pl->plan, &pl->opt));
+                codegen(pl->g, &pl->opt, pl->plan, pl->plan->fu);
             arena_free(arena);
             return 0;
         }

@@ -586,7 +586,10 @@ typedef struct Plan {
     int *acc_of;               /* [nvalues]: gradient accumulator of a parameter, -1 */
     uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
     int *nnodes;
+    const struct Fusion *fu;   /* the chains that run as one kernel (fuse.c) */
     size_t *arena_bytes;       /* [ndev]: the memory plan's peak per device */
+    size_t *shared_bytes;      /* [ndev]: of which buffers that take turns (share.c) */
+    size_t *shared_apart;      /* [ndev]: what those buffers would take apart */
     size_t *work_offset;       /* [ndev]: the kernels' scratch, after the buffers */
     size_t *work_bytes;        /* [ndev]: the most any node of the device needs */
     /* the simulator's prediction */
@@ -597,8 +600,19 @@ typedef struct Plan {
 /* Buffers, copies and events for a schedule; their memory plan; the
  * simulation that orders them; and the static checks. */
 Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                 bool global_norm);   /* --clip-norm: updates wait for every stage */
+                 const Options *o);   /* fuses unless --no-fuse; --clip-norm: updates
+                                         wait for every stage */
 int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has none */
+
+/* share.c: what a device's compute stream reads and writes, in order: fn
+ * gets each buffer, micro-batch and position, and the node. */
+typedef void (*TouchFn)(void *ctx, int buf, int mb, int pos, bool write, uint32_t node);
+void plan_walk(const Plan *p, int dev, TouchFn fn, void *ctx);
+/* The offsets: buffers that are never alive together share memory. */
+void plan_place(Plan *p, Arena *a);
+/* [nvalues]: read by the host or by code after an action's nodes (graph
+ * outputs, the loss node's values, parameters' gradients): never shared. */
+bool *plan_read_outside(const Graph *g, Arena *a);
 
 /* ------------------------------------------------------------------- sim.c */
 
@@ -614,6 +628,8 @@ bool simulate(Plan *p, const char **stuck);
  * op wrote for that micro-batch, a copy whose source may be overwritten
  * before it ends. */
 void plan_verify(const Plan *p);
+/* verify_memory.c: a replay of the step against the memory plan */
+void plan_verify_memory(const Plan *p);
 const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
 
 /* -------------------------------------------------------------- pipeline.c */

@@ -60,13 +60,13 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
     if (o->pipe.recompute == RECOMPUTE_ALL)
         for (int s = 0; s < st->n; s++)
             set_recompute(st, s);
-    pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o->train.clip_norm > 0);   /* keeps &pl->ds */
+    pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o);   /* keeps &pl->ds */
     int worst;
     if (!fits(pl->plan, ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
         for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
             if ((int64_t)pl->plan->arena_bytes[st->dev[s]] > ds->d[st->dev[s]].prof.memory)
                 set_recompute(st, s);
-        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o->train.clip_norm > 0);
+        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o);
     }
     if (!fits(pl->plan, ds, &worst)) {
         *why = arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "

@@ -285,13 +285,7 @@ static void place_workspace(PB *b)
 
 static void place_bufs(PB *b)
 {
-    Plan *p = b->p;
-    p->arena_bytes = arena_array(b->a, (size_t)b->sc->ndev, sizeof(size_t));
-    for (int i = 0; i < p->nbufs; i++) {
-        Buf *buf = &p->bufs[i];
-        buf->offset = p->arena_bytes[buf->dev];
-        p->arena_bytes[buf->dev] += buf->bytes * (size_t)buf->slots;
-    }
+    plan_place(b->p, b->a);
     place_workspace(b);
 }
 
@@ -571,15 +565,16 @@ static void issue_order(PB *b)
  * behind it are what frees it), the transfer buffers get a slot for every
  * micro-batch instead, and nothing waits for a slot. */
 static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                   bool global_norm, bool own_slots, const char **stuck)
+                   const Options *o, bool own_slots, const char **stuck)
 {
     Plan *p = arena_alloc(g->arena, sizeof *p);
     *p = (Plan){.g = g, .st = st, .sc = sc, .ds = ds, .nstreams = sc->ndev * STREAMS_PER_DEV,
-                .global_norm = global_norm};
+                .global_norm = o->train.clip_norm > 0 && !o->infer};
     PB b = {.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
             .own_slots = own_slots};
     collect_nodes(&b);
     make_bufs(&b);
+    p->fu = fuse(g, p, o);
     lifetimes(&b);
     choose_slots(&b);
     place_bufs(&b);
@@ -593,15 +588,16 @@ static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices
 }
 
 Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                 bool global_norm)
+                 const Options *o)
 {
     const char *stuck;
-    Plan *p = build(g, st, sc, ds, global_norm, false, &stuck);
+    Plan *p = build(g, st, sc, ds, o, false, &stuck);
     if (!p)
-        p = build(g, st, sc, ds, global_norm, true, &stuck);
+        p = build(g, st, sc, ds, o, true, &stuck);
     if (!p)
         mpcc_die(__FILE__, __LINE__, "the %s schedule deadlocks%s", schedule_name(sc->kind),
                  stuck);
     plan_verify(p);
+    plan_verify_memory(p);
     return p;
 }
