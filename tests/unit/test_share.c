@@ -1,0 +1,177 @@
+/* test_share.c — buffers taking turns with memory (share.c), and the replay
+ * that checks them (verify_memory.c).
+ *
+ * The samples are planned under each schedule, with micro-batches, with
+ * recomputation and without fusion. Every plan must pass the replay (it
+ * runs inside plan_build, which aborts on a failure), and the buffers
+ * taking turns must need less memory than they would apart. Then each
+ * plan is broken in three ways, each in a child process that must abort
+ * with the replay's internal error:
+ *   - every buffer taking turns moved to one offset;
+ *   - an activation held over several micro-batches given one slot;
+ *   - a parameter moved onto a buffer taking turns.
+ * The trainers' numbers (the train.* and pipeline.* tests, against
+ * PyTorch) show the code follows the plan.
+ */
+#include "mpcc.h"
+#include "check.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *samples;
+
+static Graph *front(Arena *a, const Options *o)
+{
+    Graph *g = import_model(a, o->input);
+    bind_shapes(g, o, true);
+    ir_toposort(g);
+    infer_shapes(g);
+    prune(g);
+    add_loss(g, o);
+    autodiff(g, o);
+    add_optimizer(g, o);
+    return g;
+}
+
+static Pipeline *plan(Arena *a, const char *model, const char **flags)
+{
+    char *argv[16] = {"mpcc", (char *)model};
+    int argc = 2;
+    for (; flags[argc - 2]; argc++)
+        argv[argc] = (char *)flags[argc - 2];
+    Options o;
+    cli_parse(a, argc, argv, &o);
+    return pipeline_choose(a, &o, front);
+}
+
+/* Runs fn on the plan in a child: true if the child aborted. */
+static bool aborts(Plan *p, void (*fn)(Plan *))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        fn(p);
+        plan_verify_memory(p);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* The buffers taking turns: those that overlap another. */
+static bool *overlapping(const Plan *p)
+{
+    bool *o = calloc((size_t)p->nbufs + 1, 1);
+    for (int a = 0; a < p->nbufs; a++)
+        for (int b = a + 1; b < p->nbufs; b++) {
+            const Buf *x = &p->bufs[a], *y = &p->bufs[b];
+            if (x->dev == y->dev && x->offset < y->offset + y->bytes * (size_t)y->slots &&
+                y->offset < x->offset + x->bytes * (size_t)x->slots)
+                o[a] = o[b] = true;
+        }
+    return o;
+}
+
+static void one_offset(Plan *p)
+{
+    bool *o = overlapping(p);
+    for (int b = 0; b < p->nbufs; b++)
+        if (o[b])
+            for (int c = 0; c < p->nbufs; c++)
+                if (o[c] && p->bufs[c].dev == p->bufs[b].dev)
+                    p->bufs[c].offset = p->bufs[b].offset;
+    free(o);
+}
+
+/* An activation held over micro-batches that no copy reads or writes:
+ * its slots are as many as are alive at once (a copy's take one more). */
+static int slotted(const Plan *p)
+{
+    for (int b = 0; b < p->nbufs; b++) {
+        bool copied = false;
+        for (int i = 0; i < p->nops; i++)
+            copied |= p->ops[i].kind == OPK_COPY && (p->ops[i].src == b || p->ops[i].dst == b);
+        if (p->bufs[b].slots > 1 && !copied &&
+            p->g->values[p->bufs[b].value].kind == VK_ACTIVATION)
+            return b;
+    }
+    return -1;
+}
+
+static void one_slot(Plan *p)
+{
+    p->bufs[slotted(p)].slots = 1;
+}
+
+static void param_on_shared(Plan *p)
+{
+    bool *o = overlapping(p);
+    for (int b = 0; b < p->nbufs; b++)
+        if (o[b])
+            for (int c = 0; c < p->nbufs; c++)
+                if (p->g->values[p->bufs[c].value].kind == VK_PARAM &&
+                    p->bufs[c].dev == p->bufs[b].dev) {
+                    p->bufs[c].offset = p->bufs[b].offset;
+                    free(o);
+                    return;
+                }
+    free(o);
+}
+
+static void check_case(const char *sample, const char **flags)
+{
+    Arena *a = arena_new();
+    char model[1024];
+    snprintf(model, sizeof model, "%s/%s", samples, sample);
+    Pipeline *pl = plan(a, model, flags);
+    Plan *p = (Plan *)pl->plan;   /* broken only in the children */
+    size_t turns = 0, apart = 0;
+    for (int d = 0; d < p->sc->ndev; d++)
+        turns += p->shared_bytes[d], apart += p->shared_apart[d];
+    printf("%s", sample);
+    for (const char **f = flags; *f; f++)
+        printf(" %s", *f);
+    printf(": %s, M=%d, %zu bytes taking turns in %zu\n", schedule_name(p->sc->kind), p->sc->M,
+           apart, turns);
+    CHECK(turns < apart);
+    CHECK(aborts(p, one_offset));
+    CHECK(aborts(p, param_on_shared));
+    if (slotted(p) >= 0)
+        CHECK(aborts(p, one_slot));
+    arena_free(a);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_share SAMPLES_DIR\n");
+        return 2;
+    }
+    samples = argv[1];
+    setenv("MPCC_CPU_PROFILE", "1e11,1e10", 1);
+    static const char *cases[][8] = {
+        {"-batch", "8", NULL},
+        {"-batch", "8", "--no-fuse", NULL},
+        {"-batch", "8", "--microbatches=4", NULL},
+        {"-batch", "8", "-cpus", "2", "--schedule=1f1b", "--microbatches=4", NULL},
+        {"-batch", "8", "-cpus", "2", "--schedule=gpipe", "--microbatches=4", NULL},
+        {"-batch", "8", "-cpus", "2", "--schedule=zb", "--microbatches=4", NULL},
+        {"-batch", "8", "-cpus", "2", "--schedule=interleaved", "--microbatches=4", NULL},
+        {"-batch", "8", "-cpus", "2", "--schedule=1f1b", "--microbatches=4", "--recompute=all",
+         NULL},
+    };
+    const char *models[] = {"gpt.mp", "resnet.mp", "cnn_bn.mp"};
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            check_case(models[m], cases[c]);
+    return check_summary("share");
+}
