@@ -113,13 +113,20 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         p->memory = (int64_t)v;
         return;
     }
+    if (strcmp(key, "peer_access") == 0) {
+        if (v != 0 && v != 1)
+            error_file(path, "line %d: peer_access is 1 (the default) or 0 (copies between "
+                       "GPUs are staged through host memory)", line);
+        p->no_peer = v == 0;
+        return;
+    }
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strcmp(key, fields[i].key) == 0) {
             *fields[i].field = v;
             return;
         }
     error_file(path, "line %d: unknown key '%s' (known: flops, bandwidth, overhead, memory, "
-               "peer_bandwidth, peer_latency, host_bandwidth, host_latency)", line, key);
+               "peer_bandwidth, peer_latency, peer_access, host_bandwidth, host_latency)", line, key);
 }
 
 static Profile read_profile(Arena *a, const char *path, Profile base)
@@ -213,11 +220,19 @@ Devices devices_resolve(Arena *a, const Options *o)
 }
 
 /* Two devices of one kind talk over their peer link (NVLink, or shared
- * memory between CPU threads); anything else goes through host memory. */
+ * memory between CPU threads); anything else goes through host memory.
+ * Without peer access a copy between two devices of one kind is staged
+ * through host memory: out of one and into the other, in chunks that
+ * overlap, so at the host link's rate after two of its latencies. */
+static bool peer_link(const Devices *ds, int a, int b)
+{
+    return ds->d[a].kind == ds->d[b].kind && !ds->d[a].prof.no_peer && !ds->d[b].prof.no_peer;
+}
+
 double link_bandwidth(const Devices *ds, int a, int b)
 {
     const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
-    if (ds->d[a].kind == ds->d[b].kind)
+    if (peer_link(ds, a, b))
         return fmin(pa->peer_bw, pb->peer_bw);
     return fmin(pa->host_bw, pb->host_bw);
 }
@@ -225,9 +240,10 @@ double link_bandwidth(const Devices *ds, int a, int b)
 double link_latency(const Devices *ds, int a, int b)
 {
     const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
-    if (ds->d[a].kind == ds->d[b].kind)
+    if (peer_link(ds, a, b))
         return fmax(pa->peer_latency, pb->peer_latency);
-    return fmax(pa->host_latency, pb->host_latency);
+    double hop = fmax(pa->host_latency, pb->host_latency);
+    return ds->d[a].kind == ds->d[b].kind ? 2 * hop : hop;
 }
 
 /* ---- the cost of one node ---- */

@@ -389,6 +389,8 @@ typedef struct Profile {
     int64_t memory;                  /* bytes the trainer may use */
     double peer_bw, peer_latency;    /* to a device of the same kind */
     double host_bw, host_latency;    /* through host memory */
+    bool no_peer;                    /* peer_access = 0: copies to a device of the same
+                                        kind are staged through host memory */
 } Profile;
 
 typedef struct Device {

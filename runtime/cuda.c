@@ -288,6 +288,25 @@ MPRT_KERNEL int mprt_cu_count(void)
     return n;
 }
 
+/* Which pairs of GPUs copy through host memory, said once at start-up:
+ * slower than a peer copy, and the plan may have priced them as one. */
+static void staged_note(int ndev, const char *const *names)
+{
+    int n = 0;
+    for (int a = 0; a < ndev; a++)
+        for (int b = a + 1; b < ndev; b++) {
+            if (mprt_cu_devs[a].ordinal < 0 || mprt_cu_devs[b].ordinal < 0 ||
+                (mprt_cu_direct[a * ndev + b] && mprt_cu_direct[b * ndev + a]))
+                continue;
+            fprintf(stderr, "%s %s-%s", n++ ? "," : "train: note: no peer access between",
+                    names[a], names[b]);
+        }
+    if (n)
+        fprintf(stderr, ": their copies are staged through pinned host memory (a profile "
+                "file with peer_access = 0 plans for that: docs/pipeline.md)\n");
+}
+
+
 /* Logical device d (names[d] = "cuda:K") onto the GPUs present; a mixed
  * trainer's CPU devices ("cpu:K") get none. */
 MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
@@ -358,6 +377,7 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
             mprt_cu_direct[a * ndev + b] = 1;
 #endif
         }
+    staged_note(ndev, names);
 }
 
 MPRT_KERNEL int MPRT_GPU_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)

@@ -119,6 +119,10 @@ def main_run(args):
         if shared and "logical device(s) on %s GPU(s)" % env["FAKEGPU_COUNT"] not in log:
             sys.exit("FAIL: %d logical devices on %s GPU(s) without the warning:\n%s"
                      % (logical, env["FAKEGPU_COUNT"], log))
+        staged = env.get("FAKEGPU_NOPEER") == "1" or "MPRT_CU_STAGE_ALL" in " ".join(fake)
+        if staged != ("train: note: no peer access between cuda:0-cuda:1" in log):
+            sys.exit("FAIL: staged copies %s, but the start-up note says otherwise:\n%s"
+                     % ("expected" if staged else "not expected", log))
         if losses != ref_losses:
             sys.exit("FAIL: stream order %d: losses %s, the CPU trainer's %s\n%s"
                      % (seed, losses, ref_losses, log))
