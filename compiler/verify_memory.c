@@ -56,14 +56,7 @@ static int by_place(const void *x, const void *y)
     return (a->lo > b->lo) - (a->lo < b->lo);
 }
 
-static void add_over(Shadow *sh, Arena *a, int b, int c)
-{
-    sh->over[b] = arena_grow(a, sh->over[b], (size_t)sh->nover[b], (size_t)sh->nover[b] + 1,
-                             sizeof(int));
-    sh->over[b][sh->nover[b]++] = c;
-}
-
-/* Pairs of buffers on one device whose memory meets. */
+/* Pairs of buffers on one device whose memory meets: counted, then listed. */
 static void find_overlaps(Shadow *sh, Arena *a)
 {
     const Plan *p = sh->p;
@@ -71,12 +64,20 @@ static void find_overlaps(Shadow *sh, Arena *a)
     for (int b = 0; b < p->nbufs; b++)
         by[b] = (Placed){p->bufs[b].dev, b, lo(p, b)};
     qsort(by, (size_t)p->nbufs, sizeof(Placed), by_place);
-    for (int i = 0; i < p->nbufs; i++)
-        for (int j = i + 1; j < p->nbufs && by[j].dev == by[i].dev &&
-                            by[j].lo < hi(p, by[i].buf); j++) {
-            add_over(sh, a, by[i].buf, by[j].buf);
-            add_over(sh, a, by[j].buf, by[i].buf);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int b = 0; pass && b < p->nbufs; b++) {
+            sh->over[b] = arena_array(a, (size_t)sh->nover[b] + 1, sizeof(int));
+            sh->nover[b] = 0;
         }
+        for (int i = 0; i < p->nbufs; i++)
+            for (int j = i + 1; j < p->nbufs && by[j].dev == by[i].dev &&
+                                by[j].lo < hi(p, by[i].buf); j++) {
+                int x = by[i].buf, y = by[j].buf;
+                if (pass)
+                    sh->over[x][sh->nover[x]] = y, sh->over[y][sh->nover[y]] = x;
+                sh->nover[x]++, sh->nover[y]++;
+            }
+    }
 }
 
 /* The copies' buffers, at either end. */
