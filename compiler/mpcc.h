@@ -558,6 +558,7 @@ typedef struct Buf {
     size_t offset;             /* in the device's arena */
     bool received;             /* written by copies from the home stage */
     bool acc;                  /* a parameter's gradient summed over micro-batches */
+    bool turns;                /* takes turns with other buffers for its memory (share.c) */
 } Buf;
 
 typedef enum { OPK_RUN, OPK_COPY } OpKind;
@@ -592,6 +593,7 @@ typedef struct Plan {
     size_t *arena_bytes;       /* [ndev]: the memory plan's peak per device */
     size_t *shared_bytes;      /* [ndev]: of which buffers that take turns (share.c) */
     size_t *shared_apart;      /* [ndev]: what those buffers would take apart */
+    size_t *stage_turns;       /* [nstages]: the most a stage's such buffers hold at once */
     size_t *work_offset;       /* [ndev]: the kernels' scratch, after the buffers */
     size_t *work_bytes;        /* [ndev]: the most any node of the device needs */
     /* the simulator's prediction */

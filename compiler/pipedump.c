@@ -17,12 +17,13 @@ static const char *node_name(const Graph *g, uint32_t id)
 
 /* ---- --dump=partition ---- */
 
-/* Its buffers, and the scratch its largest kernel needs. */
+/* Its buffers of their own, the most its buffers that take turns hold at
+ * once, and the scratch its largest kernel needs. */
 static int64_t stage_memory(const Plan *p, int s)
 {
-    int64_t m = 0, work = 0;
+    int64_t m = (int64_t)p->stage_turns[s], work = 0;
     for (int b = 0; b < p->nbufs; b++)
-        if (p->bufs[b].stage == s)
+        if (p->bufs[b].stage == s && !p->bufs[b].turns)
             m += (int64_t)(p->bufs[b].bytes * (size_t)p->bufs[b].slots);
     for (uint32_t i = 0; i < p->g->norder; i++) {
         uint32_t id = p->g->order[i];

@@ -269,6 +269,7 @@ static void place_shared(Plan *p, const Life *life, const bool *share, int d, Ar
     size_t base = p->arena_bytes[d], end = 0, apart = 0;
     for (int i = 0; i < n; i++) {
         Buf *bf = &p->bufs[order[i].buf];
+        bf->turns = true;
         bf->offset = first_fit(p, life, order, i, busy);
         if (bf->offset + order[i].bytes > end)
             end = bf->offset + order[i].bytes;
@@ -299,6 +300,44 @@ static Life *lives(const Plan *p, Arena *a, bool *share)
     return L.life;
 }
 
+typedef struct Step {
+    int pos;
+    long long bytes;   /* + where an interval starts, - after it ends */
+} Step;
+
+static int by_pos(const void *x, const void *y)
+{
+    const Step *a = x, *b = y;
+    if (a->pos != b->pos)
+        return (a->pos > b->pos) - (a->pos < b->pos);
+    return (a->bytes > b->bytes) - (a->bytes < b->bytes);   /* ends first */
+}
+
+/* Per stage, the most its buffers taking turns hold at once. */
+static void stage_peaks(Plan *p, const Life *life, Arena *a)
+{
+    p->stage_turns = arena_array(a, (size_t)p->st->n, sizeof(size_t));
+    size_t n = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        n += p->bufs[b].turns ? 2 * (size_t)life[b].n : 0;
+    Step *ev = arena_array(a, n + 1, sizeof(Step));
+    for (int s = 0; s < p->st->n; s++) {
+        size_t k = 0;
+        for (int b = 0; b < p->nbufs; b++)
+            for (int i = 0; p->bufs[b].turns && p->bufs[b].stage == s && i < life[b].n; i++) {
+                long long bytes = (long long)block(p, b);
+                ev[k++] = (Step){life[b].span[i].start, bytes};
+                ev[k++] = (Step){life[b].span[i].end + 1, -bytes};
+            }
+        qsort(ev, k, sizeof(Step), by_pos);
+        long long held = 0, most = 0;
+        for (size_t i = 0; i < k; i++)
+            if ((held += ev[i].bytes) > most)
+                most = held;
+        p->stage_turns[s] = (size_t)most;
+    }
+}
+
 void plan_place(Plan *p, Arena *a)
 {
     int ndev = p->sc->ndev;
@@ -315,4 +354,5 @@ void plan_place(Plan *p, Arena *a)
         }
     for (int d = 0; d < ndev; d++)
         place_shared(p, life, share, d, a);
+    stage_peaks(p, life, a);
 }
