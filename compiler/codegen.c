@@ -1661,22 +1661,23 @@ static const EmbeddedFile *embedded(const char *name)
     mpcc_die(__FILE__, __LINE__, "runtime file %s is not embedded", name);
 }
 
-/* templates/kernels.cu as one C string, for NVRTC at start-up. */
+/* templates/kernels.cu line by line, for NVRTC at start-up (joined there:
+ * one literal would pass the 4095 characters ISO C promises). */
 static void emit_kernel_source(CG *cg)
 {
     const char *p = embedded("kernels_cu")->text;
     emit(cg, "\n/* ---- templates/kernels.cu, compiled by NVRTC at start-up ---- */\n"
-         "static const char mprt_cu_kernels[] =\n");
+         "static const char *const mprt_cu_kernels[] = {\n");
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
         char *line = arena_alloc(cg->g->arena, len + 1);
         memcpy(line, p, len);
         line[len] = 0;
-        emit(cg, "    %s\n", c_string(cg, line));
+        emit(cg, "    %s,\n", c_string(cg, line));
         p += len;
     }
-    emit(cg, "    \"\";\n");
+    emit(cg, "    NULL\n};\n");
 }
 
 /* The runtime files, in order: CPU devices' kernels and worker threads,
@@ -2170,7 +2171,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
-        emit(cg, "    mprt_cu_source = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
+        emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
     emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
 }
 

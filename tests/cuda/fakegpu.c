@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -593,10 +594,30 @@ nvrtcResult nvrtcVersion(int *major, int *minor)
     return NVRTC_SUCCESS;
 }
 
+/* The source must be templates/kernels.cu as it is, byte for byte: the
+ * host kernels the fake runs were built from that file. */
+static bool is_kernels_cu(const char *src)
+{
+    FILE *f = fopen(FAKEGPU_KERNELS, "rb");
+    if (!f)
+        return false;
+    bool same = true;
+    int c;
+    for (size_t i = 0; same && (c = fgetc(f)) != EOF; i++)
+        same = src[i] == (char)c;
+    long n = ftell(f);
+    fclose(f);
+    return same && n >= 0 && strlen(src) == (size_t)n;
+}
+
 nvrtcResult nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name, int n,
                                const char *const *headers, const char *const *names)
 {
-    (void)src, (void)name, (void)n, (void)headers, (void)names;
+    (void)name, (void)n, (void)headers, (void)names;
+    if (!src || !is_kernels_cu(src)) {
+        fprintf(stderr, "fakegpu: the program's source is not %s\n", FAKEGPU_KERNELS);
+        return NVRTC_ERROR_INVALID_INPUT;
+    }
     *p = xcalloc(1, sizeof **p);
     return NVRTC_SUCCESS;
 }

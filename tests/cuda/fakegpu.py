@@ -51,7 +51,9 @@ def build(src, cc, cxx, cuda, lib):
             table))
     inc = os.path.join(cuda, "include")
     run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", os.path.join(lib, "kernels_host.o")])
-    run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc, "-c",
+    kernels = os.path.join(src, "templates", "kernels.cu")   # the source NVRTC must get
+    run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc,
+         "-DFAKEGPU_KERNELS=%s" % json.dumps(kernels), "-c",
          os.path.join(here, "fakegpu.c"), "-o", os.path.join(lib, "fakegpu.o")])
     run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
          "-I", os.path.join(src, "runtime"), "-I", inc, "-c", os.path.join(here, "fakecudnn.c"),

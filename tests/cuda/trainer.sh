@@ -27,8 +27,8 @@ case " $* " in
 *" --tf32 "*) grep -q 'mprt_cu_tf32 = 1;' train.c || { echo "FAIL: --tf32 not passed to the trainer"; exit 1; } ;;
 *) grep -q 'mprt_cu_tf32 = 0;' train.c || { echo "FAIL: TF32 on without --tf32"; exit 1; } ;;
 esac
-echo "build: $build -Wall -Werror"
-$build -Wall -Werror
+echo "build: $build -Wall -Werror -pedantic"
+$build -Wall -Werror -pedantic
 status=0
 ./train --synthetic --steps 2 >out.txt 2>err.txt || status=$?
 if [ -e /proc/driver/nvidia/version ]; then

@@ -13,7 +13,7 @@ cd "$work"
 "$mpcc" model.onnx -cpus 1 $mpcc_args --check   # exits 1 if anything is missing
 "$mpcc" model.onnx -cpus 1 $mpcc_args -o train.c
 build=$(sed -n 's/^ \* build:  //p' train.c)   # the build line mpcc wrote
-echo "build: $build -Wall -Werror"
-$build -Wall -Werror
+echo "build: $build -Wall -Werror -pedantic"
+$build -Wall -Werror -pedantic
 ./train --data x.npy --labels y.npy --save ckpt.safetensors --loss-log losses.txt $train_args
 /usr/bin/python3 "$here/compare_train.py" . losses.txt ckpt.safetensors $cmp_args
