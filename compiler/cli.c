@@ -92,6 +92,10 @@ static const char help_text[] =
 "                                     device, cut edges labelled with bytes\n"
 "                             fuse    the chains of elementwise nodes that run as\n"
 "                                     one kernel each, per stage action\n"
+"                             memory  what each device's arena holds: weights,\n"
+"                                     gradients, optimizer state, activations,\n"
+"                                     buffers taking turns, scratch; the largest\n"
+"                                     buffers\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -176,9 +180,11 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_dot = true;
         else if (strcmp(w, "fuse") == 0)
             o->dump_fuse = true;
+        else if (strcmp(w, "memory") == 0)
+            o->dump_memory = true;
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
-                        "schedule, partition-dot, fuse)", w);
+                        "schedule, partition-dot, fuse, memory)", w);
     }
 }
 

@@ -92,6 +92,8 @@ static void dump_plan(const Options *o, const Pipeline *pl)
         dump_partition_dot(pl, out);
     if (o->dump_fuse)
         dump_fusion(pl->g, pl->plan, pl->plan->fu, out);
+    if (o->dump_memory)
+        dump_memory(pl, out);
     close_output(o, out);
 }
 
@@ -160,7 +162,7 @@ int main(int argc, char **argv)
         return infer(arena, &opt);
 
     bool dump_plan_only = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
-                          opt.dump_fuse;
+                          opt.dump_fuse || opt.dump_memory;
     if (dump_plan_only || opt.output) {
         if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
             Pipeline *pl = pipeline_choose(arena, &opt, front);

@@ -344,6 +344,7 @@ typedef struct Options {
     bool dump_ir, dump_shapes, dump_grad;
     bool dump_partition, dump_schedule, dump_dot;   /* the pipeline plan, then stop */
     bool dump_fuse;            /* --dump=fuse: the fused elementwise chains, then stop */
+    bool dump_memory;          /* --dump=memory: what each device's arena holds, then stop */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
@@ -659,6 +660,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front);
 void dump_partition(const Pipeline *pl, FILE *out);      /* --dump=partition */
 void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
 void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
+void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
 void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
 
 /* ------------------------------------------------------------------ fuse.c */
