@@ -70,7 +70,8 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
     }
     if (!fits(pl->plan, ds, &worst)) {
         *why = arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
-                            "devices, lower -batch or raise --microbatches",
+                            "devices, lower -batch or raise --microbatches (--dump=memory shows what "
+                            "it holds)",
                             (double)pl->plan->arena_bytes[worst] / 1e6, ds->d[worst].name,
                             (double)ds->d[worst].prof.memory / 1e6);
         return NULL;

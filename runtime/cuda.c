@@ -712,7 +712,7 @@ MPRT_KERNEL unsigned char *MPRT_GPU_API(arena_alloc)(int dev, const char *name, 
         fprintf(stderr, "train: error: out of memory on %s (GPU %d): its arena, every buffer "
                 "of its stages, needs %.1f MB (the memory plan's peak) and %.1f MB of %.1f MB "
                 "are free; try mpcc --recompute=auto, more devices (-gpus N) or a smaller "
-                "-batch\n", name, mprt_cu->ordinal, (double)n / 1e6, (double)free_b / 1e6,
+                "-batch (mpcc --dump=memory shows what the arena holds)\n", name, mprt_cu->ordinal, (double)n / 1e6, (double)free_b / 1e6,
                 (double)total / 1e6);
         exit(1);
     }
