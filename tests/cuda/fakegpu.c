@@ -10,6 +10,8 @@
  *   the other's) fails with cudaErrorPeerAccessNotEnabled, where a real
  *   driver would stage it through host memory: a trainer that runs must
  *   stage its copies itself (runtime/cuda.c, mprt_cu_stage_copy).
+ * - With $FAKEGPU_MEMORY=N, each GPU has N bytes: a cudaMalloc past them
+ *   fails with cudaErrorMemoryAllocation, and cudaMemGetInfo counts them.
  * - Kernels are templates/kernels.cu compiled for the host (emulate.py's
  *   thunks, one thread per block); a launch copies its arguments.
  * - Streams are queues that nothing runs until the host synchronizes (a
@@ -21,7 +23,7 @@
  *   can never be met is reported as a deadlock.
  * - cuBLAS's SGEMMs are OpenBLAS's, column-major, on the handle's stream.
  * - NVRTC "compiles" nothing (tests/cuda/nvrtc_compile.c compiles the
- *   real kernels); cuDNN's convolutions and batch norm are fakecudnn.c's:
+ *   real kernels) but takes only templates/kernels.cu as the source; cuDNN's convolutions and batch norm are fakecudnn.c's:
  *   the descriptors read back, the CPU trainer's kernels run as an
  *   operation of the handle's stream (fakegpu_enqueue_host).
  * One mutex guards everything: a mixed trainer's CPU worker threads call
@@ -117,6 +119,22 @@ static int gpu_count(void)
 {
     const char *c = getenv("FAKEGPU_COUNT");
     return c && atoi(c) > 0 ? atoi(c) : 1;
+}
+
+/* $FAKEGPU_MEMORY: each GPU's bytes (default 80 GiB). */
+static size_t gpu_memory(void)
+{
+    const char *c = getenv("FAKEGPU_MEMORY");
+    return c && atoll(c) > 0 ? (size_t)atoll(c) : (size_t)80 << 30;
+}
+
+/* What device d has allocated; under mu. */
+static size_t gpu_used(int d)
+{
+    size_t n = 0;
+    for (int i = 0; i < nallocs; i++)
+        n += allocs[i].device == d ? allocs[i].n : 0;
+    return n;
 }
 
 static int no_peer(void)
@@ -368,6 +386,11 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     pthread_mutex_lock(&mu);
+    if (gpu_used(current) + n > gpu_memory()) {
+        pthread_mutex_unlock(&mu);
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
     *p = xcalloc(1, n);
     allocs = realloc(allocs, (size_t)(nallocs + 1) * sizeof *allocs);
     if (!allocs)
@@ -415,7 +438,10 @@ cudaError_t cudaFreeHost(void *p)
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
-    *free_bytes = *total = (size_t)80 << 30;
+    pthread_mutex_lock(&mu);
+    *total = gpu_memory();
+    *free_bytes = *total - gpu_used(current);
+    pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
 

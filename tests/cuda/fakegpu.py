@@ -15,6 +15,9 @@ model, batch and micro-batch count.
       without peer access between them, fakegpu.c); $FAKEGPU_CFLAGS (split
       as a shell would) are added to the CUDA trainer's build line, e.g.
       "-DMPRT_CU_STAGE_BYTES=256" for staged copies of many chunks
+  fakegpu.py oom MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
+      runs the CUDA trainer on fake GPUs one byte short of the largest
+      arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
 """
 import json
 import os
@@ -85,23 +88,65 @@ def generate(mpcc, model, options, out):
         return re.search(r"^ \* build: +(.*)$", f.read(), re.M).group(1).split()
 
 
-def main_run(args):
-    src, mpcc, cc, cuda, lib, work, model = args[:7]
-    sep = args.index("--")
-    gpu_opts, cpu_opts = args[7:sep], args[sep + 1:]
-    os.makedirs(work, exist_ok=True)
-    gpu_c, cpu_c = os.path.join(work, "gpu.c"), os.path.join(work, "cpu.c")
-    line = generate(mpcc, model, gpu_opts, gpu_c)
+def fake_build(line, cc, lib, opts):
+    """The trainer's own build line, the CUDA libraries replaced by the fakes."""
     if "-lcudart" not in line:
-        sys.exit("fakegpu: %s is not a CUDA trainer" % " ".join(gpu_opts))
-    # The trainer's own build line, the CUDA libraries replaced by the fakes.
+        sys.exit("fakegpu: %s is not a CUDA trainer" % " ".join(opts))
     fake = [a for a in line if a not in ("-lcudnn", "-lcublas", "-lnvrtc", "-lcudart")]
     fake = [cc if a == "cc" else a for a in fake]
     fake[fake.index("-o") + 1] = "gpu"
     fake += ["-Wall", "-Werror", os.path.join(lib, "fakegpu.o"),
              os.path.join(lib, "fakecudnn.o"), os.path.join(lib, "kernels_host.o"),
              "-lopenblas", "-lstdc++", "-lm"]
-    fake += shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
+    return fake + shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
+
+
+def main_oom(args):
+    """A GPU one byte short of its arena: one line naming the device, the
+    planned peak, what is free, and what to try; exit 1."""
+    mpcc, cc, lib, work, model = args[:5]
+    opts = args[5:]
+    os.makedirs(work, exist_ok=True)
+    gpu_c = os.path.join(work, "gpu.c")
+    fake = fake_build(generate(mpcc, model, opts, gpu_c), cc, lib, opts)
+    with open(gpu_c) as f:
+        arenas = {d: int(n) for d, n in
+                  re.findall(r"^ \* (cuda:\d+) +stages [^;]*; memory plan (\d+) bytes", f.read(),
+                             re.M)}
+    if not arenas:
+        sys.exit("FAIL: no cuda device's memory plan in the header of %s" % gpu_c)
+    run(fake, cwd=work)
+    limit = max(arenas.values()) - 1   # the largest arena fails, the others fit
+    env = dict(os.environ, FAKEGPU_MEMORY=str(limit), FAKEGPU_COUNT=str(len(arenas)),
+               MPCC_CACHE=os.path.join(work, "cache"), OPENBLAS_NUM_THREADS="1")
+    r = subprocess.run([os.path.join(work, "gpu"), "--synthetic", "--steps", "1"], env=env,
+                       cwd=work, capture_output=True, text=True)
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    print(r.stderr)
+    m = re.search(r"^train: error: out of memory on (cuda:\d+) \(GPU \d+\): .* needs "
+                  r"([0-9.]+) MB \(the memory plan's peak\) and ([0-9.]+) MB of ([0-9.]+) MB "
+                  r"are free; try mpcc --recompute=auto, .*--dump=memory", r.stderr, re.M)
+    if r.returncode != 1 or len(errors) != 1 or not m:
+        sys.exit("FAIL: exit %d, %d error line(s), want 1 and the out-of-memory line"
+                 % (r.returncode, len(errors)))
+    dev, need, free, total = m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))
+    want = arenas[dev] / 1e6
+    if arenas[dev] != max(arenas.values()):
+        sys.exit("FAIL: %s failed, but its arena fits" % dev)
+    if abs(need - want) > 0.05 or abs(total - limit / 1e6) > 0.05 or free > total:
+        sys.exit("FAIL: %s needs %.1f MB of %.1f MB (free %.1f); the plan says %.1f MB of %.1f"
+                 % (dev, need, total, free, want, limit / 1e6))
+    print("fakegpu: %s one byte short: the error names %s, its %.1f MB and the flags to try"
+          % (dev, dev, need))
+
+
+def main_run(args):
+    src, mpcc, cc, cuda, lib, work, model = args[:7]
+    sep = args.index("--")
+    gpu_opts, cpu_opts = args[7:sep], args[sep + 1:]
+    os.makedirs(work, exist_ok=True)
+    gpu_c, cpu_c = os.path.join(work, "gpu.c"), os.path.join(work, "cpu.c")
+    fake = fake_build(generate(mpcc, model, gpu_opts, gpu_c), cc, lib, gpu_opts)
     cpu_line = generate(mpcc, model, cpu_opts, cpu_c)
     cpu_line[cpu_line.index("-o") + 1] = "cpu"
     cpu_line = [cc if a == "cc" else a for a in cpu_line]
@@ -154,6 +199,8 @@ def main():
         build(*sys.argv[2:7])
     elif len(sys.argv) > 1 and sys.argv[1] == "run":
         main_run(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "oom":
+        main_oom(sys.argv[2:])
     else:
         sys.exit(__doc__)
 
