@@ -33,14 +33,6 @@ static bool is_gradient(const Graph *g, uint32_t v)
     return false;
 }
 
-static bool is_sent(const Plan *p, const Buf *bf)
-{
-    for (int s = 0; s < p->st->n; s++)
-        if (s != bf->stage && plan_buf(p, bf->value, s) >= 0)
-            return true;
-    return false;
-}
-
 static int row_of(const Plan *p, const Buf *bf)
 {
     const Value *val = &p->g->values[bf->value];
@@ -55,7 +47,7 @@ static int row_of(const Plan *p, const Buf *bf)
     case VK_INPUT: return bf->received ? M_COPY : M_INPUT;
     default: break;
     }
-    if (bf->received || is_sent(p, bf))
+    if (bf->received || plan_sent(p, bf))
         return M_COPY;
     return is_gradient(p->g, bf->value) ? M_GRAD : M_HOST;
 }
@@ -92,28 +84,15 @@ static void device_rows(const Plan *p, int d, FILE *out)
     fprintf(out, "  %-18s %12.2f MB\n", "arena", mb(total));
 }
 
-typedef struct Big {
-    size_t bytes;
-    int buf;
-} Big;
-
-static int largest_first(const void *x, const void *y)
-{
-    const Big *a = x, *b = y;
-    if (a->bytes != b->bytes)
-        return a->bytes < b->bytes ? 1 : -1;
-    return a->buf - b->buf;
-}
-
 /* The device's n largest buffers, by what each takes apart. */
 static void largest(const Plan *p, int d, int n, FILE *out)
 {
-    Big *big = arena_array(p->g->arena, (size_t)p->nbufs + 1, sizeof(Big));
+    Sized *big = arena_array(p->g->arena, (size_t)p->nbufs + 1, sizeof(Sized));
     int k = 0;
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].dev == d)
-            big[k++] = (Big){block(&p->bufs[b]), b};
-    qsort(big, (size_t)k, sizeof(Big), largest_first);
+            big[k++] = (Sized){block(&p->bufs[b]), b};
+    qsort(big, (size_t)k, sizeof(Sized), sized_largest_first);
     fprintf(out, "  largest buffers:\n");
     for (int i = 0; i < k && i < n; i++) {
         const Buf *bf = &p->bufs[big[i].buf];

@@ -618,6 +618,14 @@ void plan_place(Plan *p, Arena *a);
 /* [nvalues]: read by the host or by code after an action's nodes (graph
  * outputs, the loss node's values, parameters' gradients): never shared. */
 bool *plan_read_outside(const Graph *g, Arena *a);
+/* A buffer a copy sends: another stage holds a received copy of its value. */
+bool plan_sent(const Plan *p, const Buf *bf);
+/* A buffer and the bytes it takes; sized_largest_first orders them for qsort. */
+typedef struct Sized {
+    size_t bytes;
+    int buf;
+} Sized;
+int sized_largest_first(const void *x, const void *y);
 
 /* ------------------------------------------------------------------- sim.c */
 

@@ -120,8 +120,7 @@ bool *plan_read_outside(const Graph *g, Arena *a)
     return out;
 }
 
-/* A buffer a copy sends: another stage holds a received copy of its value. */
-static bool is_sent(const Plan *p, const Buf *bf)
+bool plan_sent(const Plan *p, const Buf *bf)
 {
     for (int s = 0; s < p->st->n; s++)
         if (s != bf->stage && plan_buf(p, bf->value, s) >= 0)
@@ -133,7 +132,7 @@ static bool may_share(const Plan *p, int b, const bool *outside)
 {
     const Buf *bf = &p->bufs[b];
     return p->g->values[bf->value].kind == VK_ACTIVATION && !bf->received && !bf->acc &&
-           !outside[bf->value] && plan_buf(p, bf->value, bf->stage) == b && !is_sent(p, bf);
+           !outside[bf->value] && plan_buf(p, bf->value, bf->stage) == b && !plan_sent(p, bf);
 }
 
 /* ---- lives ---- */
@@ -219,12 +218,7 @@ static int by_lo(const void *x, const void *y)
     return (a->lo > b->lo) - (a->lo < b->lo);
 }
 
-typedef struct Sized {
-    size_t bytes;
-    int buf;
-} Sized;
-
-static int largest_first(const void *x, const void *y)
+int sized_largest_first(const void *x, const void *y)
 {
     const Sized *a = x, *b = y;
     if (a->bytes != b->bytes)
@@ -264,7 +258,7 @@ static void place_shared(Plan *p, const Life *life, const bool *share, int d, Ar
     for (int b = 0; b < p->nbufs; b++)
         if (share[b] && p->bufs[b].dev == d)
             order[n++] = (Sized){block(p, b), b};
-    qsort(order, (size_t)n, sizeof(Sized), largest_first);
+    qsort(order, (size_t)n, sizeof(Sized), sized_largest_first);
     Range *busy = arena_array(a, (size_t)n + 1, sizeof(Range));
     size_t base = p->arena_bytes[d], end = 0, apart = 0;
     for (int i = 0; i < n; i++) {
