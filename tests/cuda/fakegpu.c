@@ -10,6 +10,7 @@
  *   the other's) fails with cudaErrorPeerAccessNotEnabled, where a real
  *   driver would stage it through host memory: a trainer that runs must
  *   stage its copies itself (runtime/cuda.c, mprt_cu_stage_copy).
+ * - With $FAKEGPU_NVRTC_LOG set, NVRTC's compilation fails with that log.
  * - With $FAKEGPU_MEMORY=N, each GPU has N bytes: a cudaMalloc past them
  *   fails with cudaErrorMemoryAllocation, and cudaMemGetInfo counts them.
  * - Kernels are templates/kernels.cu compiled for the host (emulate.py's
@@ -648,10 +649,17 @@ nvrtcResult nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *nam
     return NVRTC_SUCCESS;
 }
 
+/* $FAKEGPU_NVRTC_LOG: the compilation fails with this log. */
+static const char *nvrtc_log(void)
+{
+    const char *l = getenv("FAKEGPU_NVRTC_LOG");
+    return l ? l : "";
+}
+
 nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int n, const char *const *opts)
 {
     (void)p, (void)n, (void)opts;
-    return NVRTC_SUCCESS;
+    return *nvrtc_log() ? NVRTC_ERROR_COMPILATION : NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetCUBINSize(nvrtcProgram p, size_t *size)
@@ -671,14 +679,14 @@ nvrtcResult nvrtcGetCUBIN(nvrtcProgram p, char *cubin)
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram p, size_t *n)
 {
     (void)p;
-    *n = 1;
+    *n = strlen(nvrtc_log()) + 1;
     return NVRTC_SUCCESS;
 }
 
 nvrtcResult nvrtcGetProgramLog(nvrtcProgram p, char *log)
 {
     (void)p;
-    log[0] = 0;
+    strcpy(log, nvrtc_log());
     return NVRTC_SUCCESS;
 }
 

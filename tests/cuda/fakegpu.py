@@ -18,11 +18,15 @@ model, batch and micro-batch count.
   fakegpu.py oom MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       runs the CUDA trainer on fake GPUs one byte short of the largest
       arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
+  fakegpu.py nvrtc_error MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
+      the same trainer when NVRTC fails ($FAKEGPU_NVRTC_LOG): NVRTC's log,
+      then one error line, exit 1
 """
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -101,12 +105,14 @@ def fake_build(line, cc, lib, opts):
     return fake + shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
 
 
-def main_oom(args):
-    """A GPU one byte short of its arena: one line naming the device, the
-    planned peak, what is free, and what to try; exit 1."""
+def failing_trainer(args, **fake_env):
+    """Builds the CUDA trainer of MODEL GPU_OPTIONS on the fakes; runs it
+    with fake_env (fn(arenas) -> value, or a value); returns the device
+    arenas of its header and the run."""
     mpcc, cc, lib, work, model = args[:5]
     opts = args[5:]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)   # no cached kernels
+    os.makedirs(work)
     gpu_c = os.path.join(work, "gpu.c")
     fake = fake_build(generate(mpcc, model, opts, gpu_c), cc, lib, opts)
     with open(gpu_c) as f:
@@ -116,13 +122,33 @@ def main_oom(args):
     if not arenas:
         sys.exit("FAIL: no cuda device's memory plan in the header of %s" % gpu_c)
     run(fake, cwd=work)
-    limit = max(arenas.values()) - 1   # the largest arena fails, the others fit
-    env = dict(os.environ, FAKEGPU_MEMORY=str(limit), FAKEGPU_COUNT=str(len(arenas)),
+    env = dict(os.environ, FAKEGPU_COUNT=str(len(arenas)),
                MPCC_CACHE=os.path.join(work, "cache"), OPENBLAS_NUM_THREADS="1")
+    env.update({k: str(v(arenas) if callable(v) else v) for k, v in fake_env.items()})
     r = subprocess.run([os.path.join(work, "gpu"), "--synthetic", "--steps", "1"], env=env,
                        cwd=work, capture_output=True, text=True)
-    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
     print(r.stderr)
+    return arenas, r
+
+
+def main_nvrtc_error(args):
+    """NVRTC fails: its log, then one error line, exit 1."""
+    log = "templates/kernels.cu(42): error: fakegpu: a compile error"
+    _, r = failing_trainer(args, FAKEGPU_NVRTC_LOG=log)
+    if r.returncode != 1 or log not in r.stderr.splitlines() or not re.search(
+            r"^train: error: NVRTC could not compile the kernels for sm_\d+ \(the log above "
+            r"names the lines of templates/kernels.cu\)$", r.stderr, re.M):
+        sys.exit("FAIL: exit %d; want 1, NVRTC's log and the error line" % r.returncode)
+    print("fakegpu: an NVRTC error: its log with the line, one error line, exit 1")
+
+
+def main_oom(args):
+    """A GPU one byte short of its arena: one line naming the device, the
+    planned peak, what is free, and what to try; exit 1."""
+    # the largest arena fails, the others fit
+    arenas, r = failing_trainer(args, FAKEGPU_MEMORY=lambda a: max(a.values()) - 1)
+    limit = max(arenas.values()) - 1
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
     m = re.search(r"^train: error: out of memory on (cuda:\d+) \(GPU \d+\): .* needs "
                   r"([0-9.]+) MB \(the memory plan's peak\) and ([0-9.]+) MB of ([0-9.]+) MB "
                   r"are free; try mpcc --recompute=auto, .*--dump=memory", r.stderr, re.M)
@@ -201,6 +227,8 @@ def main():
         main_run(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "oom":
         main_oom(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "nvrtc_error":
+        main_nvrtc_error(sys.argv[2:])
     else:
         sys.exit(__doc__)
 

@@ -109,6 +109,45 @@ static char *compile(const char *src, const char *arch, int cubin, size_t *size)
     return img;
 }
 
+/* A compile error is reported at its line of templates/kernels.cu: the
+ * name the trainer gives the program (cuda.c's nvrtcCreateProgram) and the
+ * line NVRTC's log names, for the source with one bad line appended. */
+static int error_location(const char *src, const char *cuda, const char *cuda_path)
+{
+    const char *name = "templates/kernels.cu";
+    char call[128];
+    snprintf(call, sizeof call, "nvrtcCreateProgram(&prog, source, \"%s\"", name);
+    if (!strstr(cuda, call)) {
+        fprintf(stderr, "nvrtc_compile: %s does not name its program %s\n", cuda_path, name);
+        return 1;
+    }
+    int line = 1;
+    for (const char *p = src; *p; p++)
+        line += *p == '\n';
+    size_t n = strlen(src);
+    char *bad = malloc(n + 64);
+    snprintf(bad, n + 64, "%s%sint mprt_broken = ;\n", src, n && src[n - 1] != '\n' ? "\n" : "");
+    line += n && src[n - 1] != '\n';
+    nvrtcProgram prog;
+    NVRTC(nvrtcCreateProgram(&prog, bad, name, 0, NULL, NULL));
+    const char *opts[] = {"--gpu-architecture=sm_80"};
+    nvrtcResult r = nvrtcCompileProgram(prog, 1, opts);
+    size_t loglen = 0;
+    NVRTC(nvrtcGetProgramLogSize(prog, &loglen));
+    char *log = malloc(loglen + 1), want[64];
+    NVRTC(nvrtcGetProgramLog(prog, log));
+    snprintf(want, sizeof want, "%s(%d): error", name, line);
+    int ok = r != NVRTC_SUCCESS && strstr(log, want);
+    printf("nvrtc: a bad line %d of %s: %s\n", line, name,
+           ok ? "the log names it" : "NOT named by the log");
+    if (!ok)
+        fprintf(stderr, "nvrtc_compile: want '%s' in the log:\n%s\n", want, log);
+    NVRTC(nvrtcDestroyProgram(&prog));
+    free(log);
+    free(bad);
+    return !ok;
+}
+
 static int contains(const char *img, size_t n, const char *s)
 {
     size_t k = strlen(s) + 1;   /* with its terminating NUL, as in a string table */
@@ -220,6 +259,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int missing = unlaunched_literals(ops, argv[2]);
+    missing += error_location(src, cuda, argv[3]);
 
     /* PTX names every entry: count them, and check the launched ones */
     size_t n;

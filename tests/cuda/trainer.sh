@@ -27,6 +27,11 @@ case " $* " in
 *" --tf32 "*) grep -q 'mprt_cu_tf32 = 1;' train.c || { echo "FAIL: --tf32 not passed to the trainer"; exit 1; } ;;
 *) grep -q 'mprt_cu_tf32 = 0;' train.c || { echo "FAIL: TF32 on without --tf32"; exit 1; } ;;
 esac
+if [ "${CUDA_TRAINER_NVTX:-}" = 1 ]; then   # NVTX ranges (its headers are not -pedantic clean)
+    echo "build: $build -Wall -Werror -DMPCC_NVTX"
+    $build -Wall -Werror -DMPCC_NVTX || { echo "FAIL: the -DMPCC_NVTX build"; exit 1; }
+    nm train | grep -q nvtxRangePushA || { echo "FAIL: -DMPCC_NVTX pushes no NVTX range"; exit 1; }
+fi
 echo "build: $build -Wall -Werror -pedantic"
 $build -Wall -Werror -pedantic
 status=0
