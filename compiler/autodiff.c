@@ -262,21 +262,13 @@ static void grad_conv(AD *ad, uint32_t dy, bool transposed)
     }
 }
 
-static bool bn_training(const Graph *g, const Node *n)
-{
-    const Attr *a = ir_attr(n, "training_mode");
-    if (a)
-        return a->kind == AT_INT && a->i != 0;
-    return g->opset < 14 && n->nout > 1;   /* older opsets: extra outputs mean training */
-}
-
 /* BatchNorm (training mode) and InstanceNorm: BatchNormGrad or
  * InstanceNormGrad (dy, x, scale) gives dX, dScale and dBias, recomputing
  * the statistics from x. */
 static void grad_norm(AD *ad, uint32_t dy, Op op)
 {
     const Node *n = ad->n;
-    if (op == OP_BN_GRAD && !bn_training(ad->g, n))
+    if (op == OP_BN_GRAD && !bn_is_training(ad->g, n))
         error_at(&n->loc, "BatchNormalization in inference mode has no gradient in mpcc "
                  "yet; export the model with training=TrainingMode.TRAINING");
     uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),

@@ -1,8 +1,11 @@
 /* bind.c — fixes every graph input's shape at compile time.
  *
  * --shapes=name:DxD.. gives an input's whole shape; -batch N binds a
- * symbolic first dimension. Whatever is still symbolic afterwards is an
- * error that says which flag to add: mpcc compiles static shapes only.
+ * symbolic first dimension. A first dimension the export fixed (as
+ * torch.onnx.export writes it without dynamic_axes) is re-bound too: the
+ * input is handed to rebatch.c, which follows the batch through the graph.
+ * Whatever is still symbolic afterwards is an error that says which flag to
+ * add: mpcc compiles static shapes only.
  */
 #include "mpcc.h"
 
@@ -25,7 +28,26 @@ static const char *input_list(Graph *g)
     return g->ninputs ? s : "none";
 }
 
-static void bind_given(Graph *g, const ShapeBinding *b)
+/* The rows of a whole batch, for diagnostics (o->batch is one micro-batch). */
+static int64_t whole_batch(const Options *o)
+{
+    return o->batch * (o->train.microbatches > 1 ? o->train.microbatches : 1);
+}
+
+static void rebatch(Graph *g, uint32_t input, int64_t to, const Options *o)
+{
+    Value *v = &g->values[input];
+    int64_t from = rebatch_from(g);
+    if (from && v->shape.d[0] != from) {   /* not a batch: another input fixed it first */
+        warn_once(&v->loc, "the first dimension is fixed to %lld, not to the exported "
+                  "batch %lld; it is left as it is (give its shape with --shapes to change "
+                  "it)", (long long)v->shape.d[0], (long long)from);
+        return;
+    }
+    rebatch_request(g, input, to, o->batch ? whole_batch(o) : to);
+}
+
+static void bind_given(Graph *g, const ShapeBinding *b, const Options *o)
 {
     Value *v = input_named(g, b->name);
     if (!v)
@@ -34,17 +56,19 @@ static void bind_given(Graph *g, const ShapeBinding *b)
     if (v->shape.rank >= 0 && v->shape.rank != b->shape.rank)
         error_at(&v->loc, "--shapes gives %d dimensions but the input has rank %d",
                  b->shape.rank, v->shape.rank);
-    for (int i = 0; i < v->shape.rank; i++)
+    for (int i = 1; i < v->shape.rank; i++)
         if (!v->sym[i] && v->shape.d[i] != b->shape.d[i])
             error_at(&v->loc, "--shapes gives %s but dimension %d is fixed to %lld "
-                     "in the model", shape_str(g->arena, &b->shape), i,
-                     (long long)v->shape.d[i]);
+                     "in the model (only the batch, dimension 0, can be re-bound)",
+                     shape_str(g->arena, &b->shape), i, (long long)v->shape.d[i]);
+    if (v->shape.rank > 0 && !v->sym[0] && v->shape.d[0] != b->shape.d[0])
+        rebatch(g, (uint32_t)(v - g->values), b->shape.d[0], o);
     v->shape = b->shape;
     memset(v->sym, 0, sizeof v->sym);
     v->symbolic = false;
 }
 
-static void bind_batch(Graph *g, Value *v, int64_t batch)
+static void bind_batch(Graph *g, Value *v, int64_t batch, const Options *o, bool batch_fixed)
 {
     if (v->shape.rank < 1)
         return;
@@ -56,12 +80,25 @@ static void bind_batch(Graph *g, Value *v, int64_t batch)
                 v->shape.d[i] = batch, v->sym[i] = NULL;
         v->shape.d[0] = batch;
         v->sym[0] = NULL;
+    } else if (v->shape.d[0] != batch && batch_fixed) {
+        rebatch(g, (uint32_t)(v - g->values), batch, o);
     } else if (v->shape.d[0] != batch) {
-        warn_at(&v->loc, "the batch dimension is fixed to %lld in the model; -batch "
-                "%lld does not change it (export with a dynamic batch axis, or use "
-                "--shapes)", (long long)v->shape.d[0], (long long)batch);
+        warn_once(&v->loc, "the first dimension is fixed to %lld in the model while another "
+                  "input's batch is symbolic: it is not the batch, and -batch %lld leaves it as "
+                  "it is (give its shape with --shapes to change it)",
+                  (long long)v->shape.d[0], (long long)batch);
     }
-    (void)g;
+}
+
+/* The export fixed the batch: no input has a symbolic first dimension. */
+static bool batch_fixed(const Graph *g)
+{
+    for (uint32_t i = 0; i < g->ninputs; i++) {
+        const Value *v = &g->values[g->inputs[i]];
+        if (v->shape.rank >= 1 && v->sym[0])
+            return false;
+    }
+    return true;
 }
 
 static bool still_symbolic(const Value *v)
@@ -103,12 +140,13 @@ static bool given(const Options *o, const char *name)
 bool bind_shapes(Graph *g, const Options *o, bool require)
 {
     bool all_static = true;
+    bool fixed = batch_fixed(g);
     for (uint32_t i = 0; i < o->nshapes; i++)
-        bind_given(g, &o->shapes[i]);
+        bind_given(g, &o->shapes[i], o);
     for (uint32_t i = 0; i < g->ninputs; i++) {
         Value *v = &g->values[g->inputs[i]];
         if (o->batch && !given(o, v->name))
-            bind_batch(g, v, o->batch);
+            bind_batch(g, v, o->batch, o, fixed);
         if (!require && still_symbolic(v))
             all_static = false;
         else

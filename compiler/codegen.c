@@ -633,8 +633,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
 {
     long N, C, P;
     channel_dims(cg, n->in[0], &N, &C, &P);
-    bool training = ir_attr(n, "training_mode") ? attr_int(n, "training_mode", 0) != 0
-                                                : cg->g->opset < 14 && n->nout > 1;
+    bool training = bn_is_training(cg->g, n);
     if (!training && cg->o->infer) {
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "bn_infer"), N, C,
              P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),

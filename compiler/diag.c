@@ -19,6 +19,7 @@
 
 jmp_buf *diag_jmp;
 bool diag_quiet;
+const char *diag_context;
 
 enum { NAME_MAX_SHOWN = 160, SOURCE_LINE_SHOWN = 200 };
 
@@ -170,11 +171,23 @@ static void vreport(const Loc *loc, const char *kind, const char *fmt, va_list a
         put_source_line(stderr, loc);
 }
 
+/* An error's message, then what the pass in progress adds (diag_context). */
+static void verror(const Loc *loc, const char *fmt, va_list ap)
+{
+    if (!diag_context) {
+        vreport(loc, "error: ", fmt, ap);
+        return;
+    }
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    report_at(loc, "%s; %s", buf, diag_context);
+}
+
 void error_at(const Loc *loc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vreport(loc, "error: ", fmt, ap);
+    verror(loc, fmt, ap);
     va_end(ap);
     fail();
 }
@@ -184,7 +197,7 @@ void error_file(const char *file, const char *fmt, ...)
     Loc loc = {.file = file, .index = -1};
     va_list ap;
     va_start(ap, fmt);
-    vreport(&loc, "error: ", fmt, ap);
+    verror(&loc, fmt, ap);
     va_end(ap);
     fail();
 }
@@ -202,6 +215,61 @@ void warn_at(const Loc *loc, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vreport(loc, "warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void note_at(const Loc *loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(loc, "note: ", fmt, ap);
+    va_end(ap);
+}
+
+/* The diagnostics said once per run: FNV-1a hashes of where and what. A
+ * pass that runs once per candidate plan says a thing once, not per plan. */
+static bool first_time(const Loc *loc, const char *fmt, va_list ap)
+{
+    static uint64_t said[256];
+    static int nsaid;
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    uint64_t h = 1469598103934665603ull;
+    const char *parts[] = {loc && loc->file ? loc->file : "", loc && loc->name ? loc->name : "",
+                           buf};
+    for (int k = 0; k < 3; k++)
+        for (const char *p = parts[k]; ; p++) {
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+            if (!*p)
+                break;
+        }
+    for (int i = 0; i < nsaid; i++)
+        if (said[i] == h)
+            return false;
+    if (nsaid < (int)(sizeof said / sizeof said[0]))
+        said[nsaid++] = h;
+    return true;
+}
+
+void warn_once(const Loc *loc, const char *fmt, ...)
+{
+    va_list ap, copy;
+    va_start(ap, fmt);
+    va_copy(copy, ap);
+    if (first_time(loc, fmt, copy))
+        vreport(loc, "warning: ", fmt, ap);
+    va_end(copy);
+    va_end(ap);
+}
+
+void note_once(const Loc *loc, const char *fmt, ...)
+{
+    va_list ap, copy;
+    va_start(ap, fmt);
+    va_copy(copy, ap);
+    if (first_time(loc, fmt, copy))
+        vreport(loc, "note: ", fmt, ap);
+    va_end(copy);
     va_end(ap);
 }
 

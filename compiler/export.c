@@ -14,7 +14,9 @@
  * Checks, in order: every floating-point initializer is in the checkpoint,
  * with the same dtype and shape (the optimizer state beside the weights is
  * not looked at); the checkpoint's model_sha256, when it has one, is the
- * model's. The output is written to FILE.tmp and renamed, so a failure
+ * model's. A weight the compiler untied from an Identity (export_mode.c) is
+ * in the checkpoint under the Identity's output name: that Identity node is
+ * left out and its output becomes an initializer of its own. The output is written to FILE.tmp and renamed, so a failure
  * leaves an existing FILE as it was.
  */
 #include "mpcc.h"
@@ -25,7 +27,8 @@
 #define ONNX_MAX_BYTES 2000000000u  /* onnx.checker's limit for one file */
 
 /* Fields of the messages that export walks (onnx.proto). */
-enum { MODEL_GRAPH = 7, GRAPH_INITIALIZER = 5, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
+enum { MODEL_GRAPH = 7, GRAPH_NODE = 1, GRAPH_INITIALIZER = 5, TENSOR_DIMS = 1,
+       TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
        TENSOR_DATA_LOCATION = 14, DATA_LOCATION_EXTERNAL = 1 };
 
 /* One initializer of the graph, as the model file holds it. */
@@ -41,6 +44,16 @@ typedef struct Init {
     size_t size;                 /* the TensorProto's length as written */
 } Init;
 
+/* A weight shared through an Identity node, trained as one of its own. */
+typedef struct Untied {
+    int32_t node;                /* the Identity's index in the file */
+    Span field;                  /* its field in the graph, left out */
+    const char *name;            /* its output, now an initializer */
+    const Value *weight;         /* the weight it copied, as imported */
+    const MprtStTensor *ckpt;
+    size_t size;                 /* the new TensorProto's length */
+} Untied;
+
 typedef struct Export {
     Arena *a;
     const char *model, *ckpt, *output;
@@ -49,6 +62,8 @@ typedef struct Export {
     Span graph_field, graph;     /* the model's graph field; its GraphProto */
     Init *inits;
     uint32_t ninits, cap;
+    Untied *untied;
+    uint32_t nuntied;
     size_t graph_size, model_size, written;
     MprtOut out;
 } Export;
@@ -71,7 +86,10 @@ static const char help_text[] =
 "names the model's SHA-256 must name this model's. Integer initializers\n"
 "not in the checkpoint and the graph itself are copied unchanged, and the\n"
 "optimizer state in the checkpoint (NAME.momentum_buffer, NAME.exp_avg,\n"
-"NAME.exp_avg_sq) is left out. Weights held in external data are written\n"
+"NAME.exp_avg_sq) is left out. A weight the compiler untied from an Identity\n"
+"node (an inference export shares equal initializers so) becomes an\n"
+"initializer under the Identity's output name, the node left out.\n"
+"Weights held in external data are written\n"
 "inline: the result is one .onnx file, at most 2 GB.\n"
 "\n"
 "Exit status: 0 success, 1 a problem with the inputs or the command line.\n"
@@ -193,6 +211,46 @@ static void add_init(Export *e, Span field, Span tensor)
     in->val = &e->g->values[v];
 }
 
+/* ---- weights untied from Identity nodes ---- */
+
+static Untied *untied_at(Export *e, int32_t node)
+{
+    for (uint32_t i = 0; i < e->nuntied; i++)
+        if (e->untied[i].node == node)
+            return &e->untied[i];
+    return NULL;
+}
+
+static size_t untied_size(const Untied *u)
+{
+    size_t n = field_size(TENSOR_NAME, strlen(u->name)) +
+               varint_size(TENSOR_DATA_TYPE << 3) + varint_size((uint64_t)u->weight->dtype) +
+               field_size(TENSOR_RAW_DATA, u->ckpt->nbytes);
+    for (int i = 0; i < u->weight->shape.rank; i++)
+        n += varint_size(TENSOR_DIMS << 3) + varint_size((uint64_t)u->weight->shape.d[i]);
+    return n;
+}
+
+/* The Identity nodes of a weight whose output the checkpoint holds. */
+static void find_untied(Export *e)
+{
+    Graph *g = e->g;
+    e->untied = arena_array(e->a, g->nnodes + 1, sizeof *e->untied);
+    for (uint32_t i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_IDENTITY || n->nin != 1 || n->nout != 1 || n->loc.index < 0)
+            continue;
+        const Value *w = &g->values[n->in[0]];
+        const char *name = g->values[n->out[0]].name;
+        const MprtStTensor *t = mprt_st_find(&e->st, name);
+        if (w->kind != VK_PARAM || !dtype_is_float(w->dtype) || !t)
+            continue;
+        Untied *u = &e->untied[e->nuntied++];
+        *u = (Untied){.node = n->loc.index, .name = name, .weight = w, .ckpt = t};
+        u->size = untied_size(u);
+    }
+}
+
 /* The graph's bytes and its initializers, in file order. */
 static void find_initializers(Export *e)
 {
@@ -204,10 +262,16 @@ static void find_initializers(Export *e)
             e->graph_field = f.whole, e->graph = f.payload;
     }
     end = e->graph.p + e->graph.n;
+    int32_t node = 0;
     for (const uint8_t *p = e->graph.p; p < end;) {
         next_field(&p, end, &f);
         if (f.num == GRAPH_INITIALIZER && f.wire == 2)
             add_init(e, f.whole, f.payload);
+        if (f.num == GRAPH_NODE && f.wire == 2) {
+            Untied *u = untied_at(e, node++);
+            if (u)
+                u->field = f.whole;
+        }
     }
 }
 
@@ -224,17 +288,17 @@ static const char *esc(Export *e, const char *s)
     return str_escaped(e->a, s, 160);
 }
 
-static void check_same_type(Export *e, const Init *in)
+static void check_same_type(Export *e, const char *name, const MprtStTensor *t,
+                            const Value *val)
 {
-    const MprtStTensor *t = in->ckpt;
     Shape s = {.rank = t->rank};
     memcpy(s.d, t->shape, sizeof(int64_t) * (size_t)t->rank);
     DType dt = dtype_of_mprt[t->dtype];
-    if (dt == in->val->dtype && shape_eq(&s, &in->val->shape))
+    if (dt == val->dtype && shape_eq(&s, &val->shape))
         return;
     error_file(e->ckpt, "tensor '%s' is %s %s here but %s %s in %s; export a checkpoint "
-               "of this model", esc(e, in->name), dtype_name(dt), shape_str(e->a, &s),
-               dtype_name(in->val->dtype), shape_str(e->a, &in->val->shape), esc(e, e->model));
+               "of this model", esc(e, name), dtype_name(dt), shape_str(e->a, &s),
+               dtype_name(val->dtype), shape_str(e->a, &val->shape), esc(e, e->model));
 }
 
 /* Finds each initializer's checkpoint tensor; at least one weight must be
@@ -260,11 +324,13 @@ static void match_checkpoint(Export *e)
     for (uint32_t i = 0; i < e->ninits; i++) {
         const Init *in = &e->inits[i];
         if (in->ckpt)
-            check_same_type(e, in);
+            check_same_type(e, in->name, in->ckpt, in->val);
         else if (dtype_is_float(in->val->dtype))
             error_file(e->ckpt, "has no tensor '%s', a weight of %s; is it a checkpoint "
                        "of another model?", esc(e, in->name), esc(e, e->model));
     }
+    for (uint32_t i = 0; i < e->nuntied; i++)
+        check_same_type(e, e->untied[i].name, e->untied[i].ckpt, e->untied[i].weight);
 }
 
 /* The trainer records the SHA-256 of the model file it was compiled from. */
@@ -331,6 +397,11 @@ static void plan(Export *e)
         kept -= e->inits[i].field.n;
         added += field_size(GRAPH_INITIALIZER, e->inits[i].size);
     }
+    for (uint32_t i = 0; i < e->nuntied; i++) {
+        MPCC_ASSERT(e->untied[i].field.p);
+        kept -= e->untied[i].field.n;
+        added += field_size(GRAPH_INITIALIZER, e->untied[i].size);
+    }
     e->graph_size = kept + added;
     e->model_size = e->g->source_size - e->graph_field.n +
                     field_size(MODEL_GRAPH, e->graph_size);
@@ -379,13 +450,34 @@ static void write_tensor(Export *e, const Init *in)
     put(e, in->data.p, in->data.n);
 }
 
+static void put_varint_field(Export *e, uint32_t num, uint64_t v)
+{
+    put_varint(e, (uint64_t)num << 3);
+    put_varint(e, v);
+}
+
+static void write_untied(Export *e, const Untied *u)
+{
+    put_header(e, GRAPH_INITIALIZER, u->size);
+    for (int i = 0; i < u->weight->shape.rank; i++)
+        put_varint_field(e, TENSOR_DIMS, (uint64_t)u->weight->shape.d[i]);
+    put_varint_field(e, TENSOR_DATA_TYPE, (uint64_t)u->weight->dtype);
+    put_header(e, TENSOR_NAME, strlen(u->name));
+    put(e, u->name, strlen(u->name));
+    put_header(e, TENSOR_RAW_DATA, u->ckpt->nbytes);
+    put(e, u->ckpt->data, u->ckpt->nbytes);
+}
+
 static void write_graph(Export *e)
 {
     const uint8_t *end = e->graph.p + e->graph.n;
     uint32_t k = 0;
+    int32_t node = 0;
     WireField f;
     for (const uint8_t *p = e->graph.p; p < end;) {
         next_field(&p, end, &f);
+        if (f.num == GRAPH_NODE && f.wire == 2 && untied_at(e, node++))
+            continue;   /* an Identity whose output is now an initializer */
         if (!(f.num == GRAPH_INITIALIZER && f.wire == 2)) {
             put(e, f.whole.p, f.whole.n);
             continue;
@@ -399,6 +491,8 @@ static void write_graph(Export *e)
         write_tensor(e, in);
     }
     MPCC_ASSERT(k == e->ninits);
+    for (uint32_t i = 0; i < e->nuntied; i++)
+        write_untied(e, &e->untied[i]);
 }
 
 static void write_model(Export *e)
@@ -440,6 +534,7 @@ int export_main(int argc, char **argv)
     if (mprt_st_open(e.ckpt, &e.st, err, sizeof err) != 0)
         fail_runtime(e.ckpt, err);
     arena_defer(e.a, close_checkpoint, &e.st);
+    find_untied(&e);
     find_initializers(&e);
     match_checkpoint(&e);
     check_model_hash(&e);

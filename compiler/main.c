@@ -51,11 +51,27 @@ static bool all_ops_known(const Graph *g)
 #define VERIFY(g) ir_verify(g)   /* debug builds re-check the IR after each pass */
 #endif
 
-static void analyse(Graph *g)
+/* A batch the export fixed and bind_shapes re-bound is followed against
+ * the model as exported, its shapes inferred at that batch. */
+static void reference(Arena *a, const Options *o, Graph *g)
+{
+    Graph *ref = import_model(a, o->input);
+    rebatch_bind_reference(g, ref);
+    ir_toposort(ref);
+    infer_shapes(ref);
+    diag_context = rebatch_advice(g);   /* ends every error of re-batched inference */
+}
+
+static void analyse(Arena *a, const Options *o, Graph *g)
 {
     ir_toposort(g);
     VERIFY(g);
+    if (g->rebatch)
+        reference(a, o, g);
     infer_shapes(g);
+    diag_context = NULL;
+    if (g->rebatch)
+        rebatch_note(g);
     VERIFY(g);
     prune(g);
     VERIFY(g);
@@ -64,6 +80,7 @@ static void analyse(Graph *g)
 /* The training graph: loss, gradients, optimizer updates. */
 static void build_training(Graph *g, const Options *o)
 {
+    check_export_mode(g);
     add_loss(g, o);
     autodiff(g, o);
     VERIFY(g);
@@ -76,7 +93,7 @@ static Graph *front(Arena *arena, const Options *o)
 {
     Graph *g = import_model(arena, o->input);
     bind_shapes(g, o, true);
-    analyse(g);
+    analyse(arena, o, g);
     build_training(g, o);
     return g;
 }
@@ -108,7 +125,7 @@ static int emit_onnx(Arena *arena, const Options *o)
         bound.batch = 2;
     Graph *typed = import_model(arena, o->input);
     bind_shapes(typed, &bound, true);
-    analyse(typed);
+    analyse(arena, &bound, typed);
     onnx_write(import_model(arena, o->input), typed, o->output);
     arena_free(arena);
     return 0;
@@ -136,7 +153,7 @@ static int infer(Arena *arena, const Options *o)
                    "and --microbatches");
     Graph *g = import_model(arena, o->input);
     bind_shapes(g, o, true);
-    analyse(g);
+    analyse(arena, o, g);
     forward_outputs(g);
     VERIFY(g);
     Devices ds = devices_resolve(arena, o);
@@ -191,7 +208,7 @@ int main(int argc, char **argv)
             warn_at(&loc, "shapes are not checked: an input has a symbolic "
                     "dimension (give -batch N or --shapes)");
         } else if (all_ops_known(g)) {
-            analyse(g);
+            analyse(arena, &opt, g);
         }
         FILE *out = open_output(&opt);
         int problems = check_ops(g, out, opt.infer);
@@ -200,7 +217,7 @@ int main(int argc, char **argv)
         return problems ? 1 : 0;
     }
 
-    analyse(g);
+    analyse(arena, &opt, g);
 
     if (opt.dump_grad) {
         build_training(g, &opt);

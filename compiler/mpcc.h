@@ -66,6 +66,10 @@ _Noreturn void error_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 _Noreturn void error_file(const char *file, const char *fmt, ...) FMT(2, 3);
 void warn_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 void report_at(const Loc *loc, const char *fmt, ...) FMT(2, 3); /* error, no exit */
+void note_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
+/* Said only the first time this run (a pass run once per candidate plan). */
+void warn_once(const Loc *loc, const char *fmt, ...) FMT(2, 3);
+void note_once(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 _Noreturn void mpcc_die(const char *file, int line, const char *fmt, ...) FMT(3, 4);
 /* The text of a DSL file, so diagnostics at file:line:col can show the
  * line with a caret (the text must outlive the diagnostics). */
@@ -73,6 +77,7 @@ void diag_source(const char *file, const char *text, size_t n);
 void diag_forget_sources(void);
 extern jmp_buf *diag_jmp;   /* set by the fuzzer and tests: errors unwind here */
 extern bool diag_quiet;     /* suppress diagnostics (fuzzing) */
+extern const char *diag_context;  /* while set, every error ends with it */
 
 #define MPCC_ASSERT(c) \
     ((c) ? (void)0 : mpcc_die(__FILE__, __LINE__, "assertion failed: %s", #c))
@@ -208,6 +213,7 @@ typedef struct Node {
 enum { PH_FORWARD, PH_BACKWARD, PH_UPDATE };
 
 typedef struct NameMap NameMap;
+typedef struct Rebatch Rebatch;
 
 typedef struct Graph {
     Arena *arena;
@@ -227,6 +233,7 @@ typedef struct Graph {
     const char **output_names;  /* --infer: each output's ONNX name (forward.c may have
                                    given the output a copy of its own), else NULL */
     uint32_t cur_origin;   /* autodiff: the forward node being differentiated */
+    Rebatch *rebatch;      /* a batch the export fixed, re-bound (rebatch.c), or NULL */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
 } Graph;
@@ -359,12 +366,35 @@ typedef struct Options {
  * otherwise the result says whether every input is static. */
 bool bind_shapes(Graph *g, const Options *o, bool require);
 
+/* -------------------------------------------------------------- rebatch.c */
+
+/* A first dimension the export fixed, re-bound to -batch (or --shapes):
+ * bind.c requests it per input; the driver infers the shapes of the model as
+ * exported (the reference); shape inference then follows the batch and
+ * rewrites the Reshape and Expand targets that pin it. */
+void rebatch_request(Graph *g, uint32_t input, int64_t to, int64_t rows);
+void rebatch_bind_reference(Graph *g, Graph *ref);
+void rebatch_start(Graph *g);
+void rebatch_before(Graph *g, Node *n);
+void rebatch_after(Graph *g, Node *n);
+void rebatch_note(Graph *g);            /* says so, once the batch is followed */
+int64_t rebatch_from(const Graph *g);   /* the exported batch, 0 if none */
+const char *rebatch_advice(Graph *g);   /* what its errors end with */
+
 /* --------------------------------------------------------------- forward.c */
 
 /* --infer: every graph output becomes the output of a node of its own (a
  * copy when it is a graph input, a constant or another output), so that
  * the program has a buffer to write it from. Sets g->output_names. */
 void forward_outputs(Graph *g);
+
+/* ----------------------------------------------------------- export_mode.c */
+
+/* An export for inference: BatchNormalization in inference form is an error
+ * that says how to export for training; BatchNorm folded into Conv weights
+ * ('onnx::Conv_N') a warning. */
+void check_export_mode(Graph *g);
+bool bn_is_training(const Graph *g, const Node *n);   /* training_mode, or old opsets' outputs */
 
 /* ------------------------------------------------------------------ loss.c */
 

@@ -1181,13 +1181,19 @@ static void check_inputs_typed(const Inf *c)
 
 void infer_shapes(Graph *g)
 {
+    if (g->rebatch)
+        rebatch_start(g);
     for (uint32_t i = 0; i < g->norder; i++) {
         if (g->nodes[g->order[i]].op == OP_EINSUM)
             lower_einsum(g, i);   /* the first of its replacement is next */
         Node *n = &g->nodes[g->order[i]];
         Inf c = {g, n};
         check_inputs_typed(&c);
+        if (g->rebatch)
+            rebatch_before(g, n);   /* a batch the export fixed, re-bound */
         infer_node(&c);
+        if (g->rebatch)
+            rebatch_after(g, n);
         fold_node(g, n);
     }
 }

@@ -1,8 +1,9 @@
 /* fuzz_onnx.c — the importer's fuzz target (libFuzzer entry point).
  *
  * Feeds arbitrary bytes through the front half of the pipeline: import,
- * shape binding, topological order, shape inference with folding, pruning
- * and both dumps. User errors unwind through diag_jmp; anything else (a
+ * shape binding (re-batching a fixed first dimension to 2, against the
+ * model's own shapes inferred first, as main.c does), topological order,
+ * shape inference with folding, pruning and both dumps. User errors unwind through diag_jmp; anything else (a
  * crash, a sanitizer report, an internal-error abort) is a finding.
  *
  * Built two ways: with clang -fsanitize=fuzzer by tests/fuzz/build.sh, and
@@ -29,6 +30,12 @@ static void pipeline(Arena *a, const uint8_t *data, size_t size)
     if (!bind_shapes(g, &o, false) || !all_known(g))
         return;
     ir_toposort(g);
+    if (g->rebatch) {
+        Graph *ref = onnx_import_bytes(a, "fuzz/model.onnx", data, size);
+        rebatch_bind_reference(g, ref);
+        ir_toposort(ref);
+        infer_shapes(ref);
+    }
     infer_shapes(g);
     prune(g);
     ir_verify(g);

@@ -19,7 +19,11 @@ weights are never held twice in memory.
 
 Run:  /usr/bin/python3 tests/models/export_gpt.py --out /tmp/gpt.onnx \
           [--vocab 512] [--d 64] [--heads 4] [--layers 2] [--T 32] \
-          [--batch 2] [--opset 17] [--external]       (opset >= 14: Trilu)
+          [--batch 2] [--opset 17] [--external] [--fixed-batch]   (opset >= 14: Trilu)
+With --fixed-batch the model is exported as torch.onnx.export(model, x,
+path) writes it by default: the batch fixed at --batch rows, torch's
+constant folding on (its Reshape targets then hold the batch).
+
 Big:  ... --out /tmp/big/gpt.onnx --vocab 50304 --d 1536 --layers 16 --external
 """
 import argparse
@@ -142,6 +146,9 @@ def main():
     ap.add_argument("--T", type=int, default=32)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--fixed-batch", action="store_true",
+                    help="export as torch.onnx.export does by default: the "
+                    "batch fixed at --batch, constant folding on")
     ap.add_argument("--external", action="store_true",
                     help="store weights in one external data file OUT.data")
     args = ap.parse_args()
@@ -168,6 +175,8 @@ def main():
                 do_constant_folding=False,
                 input_names=["tokens"], output_names=["logits"],
                 dynamic_axes={"tokens": {0: "batch"}, "logits": {0: "batch"}})
+    if args.fixed_batch:
+        del opts["do_constant_folding"], opts["dynamic_axes"]
     if not args.external:
         onnx_export(model, (tokens,), args.out, **opts)
     else:

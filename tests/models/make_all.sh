@@ -12,6 +12,8 @@ $py "$here/export_resnet50.py" --out "$out/resnet50.onnx" --opset 13 >/dev/null
 $py "$here/export_deeplabv3.py" --out "$out/deeplabv3.onnx" --opset 17 >/dev/null
 $py "$here/export_deeplabv3.py" --out "$out/deeplabv3_r101.onnx" --backbone resnet101 --opset 13 >/dev/null
 $py "$here/export_gpt.py" --out "$out/gpt.onnx" >/dev/null
+$py "$here/export_gpt.py" --out "$out/gpt_b1.onnx" --fixed-batch --batch 1 >/dev/null
+$py "$here/export_gpt.py" --out "$out/gpt_b2.onnx" --fixed-batch --batch 2 >/dev/null
 mkdir -p "$out/gptx"
 $py "$here/export_gpt.py" --out "$out/gptx/gpt.onnx" --external >/dev/null
 $py "$here/../../samples/export_mlp.py" --out "$out/mlp.onnx" >/dev/null

@@ -219,6 +219,17 @@ def main():
     m.ClearField("graph")
     write("no_graph.onnx", m, "ModelProto without a graph")
 
+    stats = [numpy_helper.from_array(np.full(3, v, np.float32), n)
+             for n, v in (("scale", 1.0), ("bias", 0.0), ("mean", 0.0), ("var", 1.0))]
+    write("inference_bn.onnx",
+          make_model(node_list() + [helper.make_node(
+              "BatchNormalization", ["m", "scale", "bias", "mean", "var"], ["y"],
+              name="bn")], inits=[W_tensor()] + stats,
+              opsets=[helper.make_opsetid("", 15)]),
+          "VALID for inference: BatchNormalization in inference form (one output, "
+          "no training_mode), as torch.onnx.export writes it in eval mode; "
+          "training it is an error that says how to export")
+
     write("typed_fields.onnx", typed_fields_model(),
           "VALID: initializers in float_data/int64_data/int32_data/"
           "double_data mixed with raw_data; Constant with int64_data feeds "

@@ -19,6 +19,8 @@ train() mode and writes what a C test needs to check a trainer against it:
   grad_norms.npy float64 [K]: step i's total gradient 2-norm (before clipping)
   final.npz     every state_dict entry after K steps (parameters and buffers,
                 no num_batches_tracked), float32, keyed by state_dict name
+                (with --export-batch: a weight torch's constant folding
+                renamed is under its initializer name, transposed as there)
   config.json   all the settings used (optimizer class and arguments, ...)
   xe.npy, ye.npy, eval.json   with --eval-rows (see below)
 
@@ -33,6 +35,7 @@ Run:  /usr/bin/python3 tests/train/ref_train.py --model MODEL --out DIR
           [--optimizer sgd|adamw] [--lr F] [--momentum F] [--nesterov]
           [--weight-decay F] [--betas F,F] [--eps F] [--clip-norm F]
           [--seed S] [--mlp-sizes 784,256,10] [--zero-init-residual]
+          [--export-batch B0]
           [--fp64-check] [--rows N] [--shuffle-seed S]
           [--eval-rows N [--eval-every N] [--eval-ignored K]]
 
@@ -53,8 +56,13 @@ that step).  --eval-ignored K sets the label of every K-th held-out row
 (0, K, 2K, ...) to the ignore_index (-100, or the model's), which neither
 counts.
 
+--export-batch B0 exports the model the way torch.onnx.export(model, x,
+path) does by default: x of B0 rows, no dynamic axes (the batch is fixed at
+B0 in the model), torch's constant folding on.  The reference still trains
+at --batch: mpcc has to re-batch the model.
+
 MODEL: mlp, cnn, unet, bert (written here), gpt (tests/models/export_gpt.py),
-resnet50, deeplabv3, mobilenetv2, vgg11bn, efficientnet_b0 (torchvision; the
+resnet18, resnet50, deeplabv3, mobilenetv2, vgg11bn, efficientnet_b0 (torchvision; the
 "torch" string in config.json says how each is set up for small inputs).
 
 --fp64-check retrains in float64 and stores in config.json how far the
@@ -103,13 +111,14 @@ SEG_CFG = dict(classes=5, image=[3, 32, 32], ignore_index=255, ignore_every=7)
 # row lengths are drawn from [min_len, T], the rest is padding.
 BERT_CFG = dict(vocab=64, d=32, heads=2, layers=2, T=16, classes=4, min_len=5)
 # per-model defaults: steps, batch
-DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "gpt": (5, 4),
+DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "resnet18": (2, 4),
+            "gpt": (5, 4),
             "deeplabv3": (2, 4), "mobilenetv2": (2, 8), "vgg11bn": (3, 4),
             "unet": (3, 4), "efficientnet_b0": (3, 8), "bert": (3, 8)}
-BN_MODELS = ("cnn", "resnet50", "deeplabv3", "mobilenetv2", "vgg11bn",
+BN_MODELS = ("cnn", "resnet50", "resnet18", "deeplabv3", "mobilenetv2", "vgg11bn",
              "unet", "efficientnet_b0")
 SEG_MODELS = ("deeplabv3", "unet")
-ZERO_INIT_MODELS = ("resnet50", "mobilenetv2", "efficientnet_b0")
+ZERO_INIT_MODELS = ("resnet50", "resnet18", "mobilenetv2", "efficientnet_b0")
 SKIP_BUFFERS = ("num_batches_tracked",)
 
 
@@ -154,6 +163,16 @@ def build_model(args):
         return model, {"image": list(IMAGE), "classes": 10,
                        "zero_init_residual": zi,
                        "torch": "torchvision.models.resnet50(weights=None, "
+                                "num_classes=10%s)"
+                                % (", zero_init_residual=True" if zi else "")}
+    if args.model == "resnet18":
+        import torchvision
+        zi = args.zero_init_residual
+        model = torchvision.models.resnet18(weights=None, num_classes=10,
+                                            zero_init_residual=zi)
+        return model, {"image": list(IMAGE64), "classes": 10,
+                       "zero_init_residual": zi,
+                       "torch": "torchvision.models.resnet18(weights=None, "
                                 "num_classes=10%s)"
                                 % (", zero_init_residual=True" if zi else "")}
     if args.model == "gpt":
@@ -427,9 +446,45 @@ def reference_state(model):
 
 # --------------------------------------------------------------- export ----
 
-def export_onnx(model, x, path):
+def export_kw(fixed):
+    """Symbolic batch, no constant folding; or (fixed) the batch of the
+    traced input and torch's default constant folding, as
+    torch.onnx.export(model, x, path) writes it."""
+    if fixed:
+        return {}
+    return dict(do_constant_folding=False,
+                dynamic_axes={IN_NAME: {0: "batch"}, OUT_NAME: {0: "batch"}})
+
+
+def folded_names(state, inits, numpy_helper):
+    """With constant folding torch renames some weights ('onnx::MatMul_12'
+    is a Linear weight transposed; 'onnx::Add_3' an embedding gathered
+    whole). Each state_dict entry missing by name is matched by value with
+    an unclaimed initializer, as is or transposed: {entry: (name, T?)}."""
+    free = {k: numpy_helper.to_array(t) for k, t in inits.items()
+            if k not in state}
+    out = {}
+    for k, v in state.items():
+        if k in inits:
+            continue
+        ref = v.numpy()
+        for name, a in free.items():
+            if a.shape == ref.shape and np.array_equal(a, ref):
+                out[k] = (name, False)
+            elif a.ndim == 2 and a.shape == ref.T.shape and \
+                    np.array_equal(a, ref.T):
+                out[k] = (name, True)
+            else:
+                continue
+            del free[name]
+            break
+    return out
+
+
+def export_onnx(model, x, path, fixed=False):
     """Training-mode export.  Buffers (BN running stats) are saved and
-    restored around the trace, so the model trains from its initial state."""
+    restored around the trace, so the model trains from its initial state.
+    fixed: the batch of x, as torch.onnx.export writes it by default."""
     import onnx
     from onnx import numpy_helper
 
@@ -438,10 +493,8 @@ def export_onnx(model, x, path):
     try:
         onnx_export(model, (x,), path, opset_version=OPSET,
                     training=torch.onnx.TrainingMode.TRAINING,
-                    do_constant_folding=False,
                     input_names=[IN_NAME], output_names=[OUT_NAME],
-                    dynamic_axes={IN_NAME: {0: "batch"},
-                                  OUT_NAME: {0: "batch"}})
+                    **export_kw(fixed))
     finally:
         with torch.no_grad():
             for k, v in model.named_buffers():
@@ -454,7 +507,8 @@ def export_onnx(model, x, path):
     onnx.checker.check_model(proto)
     inits = {t.name: t for t in proto.graph.initializer}
     state = reference_state(model)
-    missing = [k for k in state if k not in inits]
+    renamed = folded_names(state, inits, numpy_helper) if fixed else {}
+    missing = [k for k in state if k not in inits and k not in renamed]
     if missing:
         die("%s: %d state_dict entr%s not found as ONNX initializer%s: %s\n"
             "  initializers not in state_dict: %s"
@@ -463,6 +517,8 @@ def export_onnx(model, x, path):
                ", ".join(sorted(set(inits) - set(state))) or "(none)"))
     patched, bad = [], []
     for k, v in state.items():
+        if k in renamed:
+            continue
         a = numpy_helper.to_array(inits[k])
         ref = v.numpy()
         if a.shape != ref.shape or a.dtype != ref.dtype:
@@ -485,10 +541,11 @@ def export_onnx(model, x, path):
         die("%s: graph inputs %s, outputs %s (want [%s] -> [%s, ...])"
             % (path, ins, outs, IN_NAME, OUT_NAME))
     ops = collections.Counter(n.op_type for n in proto.graph.node)
-    extra = sorted(set(inits) - set(state))
+    extra = sorted(set(inits) - set(state) -
+                   set(name for name, _ in renamed.values()))
     return {"ops": dict(sorted(ops.items())), "graph_outputs": outs,
             "initializers": len(inits), "extra_initializers": extra,
-            "patched_buffers": patched}
+            "patched_buffers": patched, "renamed": renamed}
 
 
 # ---------------------------------------------------------------- train ----
@@ -681,6 +738,11 @@ def parse_args():
     ap.add_argument("--clip-norm", type=float,
                     help="clip_grad_norm_(params, F) before each step")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export-batch", type=int,
+                    help="export as torch.onnx.export does by default: the "
+                    "batch fixed at this many rows, constant folding on "
+                    "(mpcc must re-batch it); final.npz then holds the "
+                    "weights torch folded under their initializer names")
     ap.add_argument("--mlp-sizes", default="784,256,10",
                     help="mlp layer widths (e.g. 784,1024,1024,10)")
     ap.add_argument("--zero-init-residual", action="store_true",
@@ -792,7 +854,9 @@ def main():
     xs, ys = x[idx], y[idx]  # the rows of the steps, in step order
 
     onnx_path = os.path.join(args.out, "model.onnx")
-    info = export_onnx(model, torch.from_numpy(xs[:args.batch]), onnx_path)
+    traced = args.export_batch or args.batch
+    info = export_onnx(model, torch.from_numpy(xs[:traced]), onnx_path,
+                       fixed=args.export_batch is not None)
     t_export = time.time() - t0
     print("exported %s: %d initializers (state_dict names: ok%s)"
           % (onnx_path, info["initializers"],
@@ -833,6 +897,9 @@ def main():
     np.save(os.path.join(args.out, "grad_norms.npy"), norms)
     final = {k: v.numpy().astype(np.float32)
              for k, v in reference_state(model).items()}
+    for k, (name, transposed) in info["renamed"].items():  # as in the model
+        v = final.pop(k)
+        final[name] = np.ascontiguousarray(v.T) if transposed else v
     np.savez(os.path.join(args.out, "final.npz"), **final)
 
     B, M = args.batch, args.microbatches
@@ -916,7 +983,12 @@ def main():
     cfg["onnx"] = {"file": "model.onnx", "opset": OPSET,
                    "export": "torch.onnx.export(training=TrainingMode."
                              "TRAINING, do_constant_folding=False, "
-                             "dynamic_axes batch)",
+                             "dynamic_axes batch)" if args.export_batch is None
+                             else "torch.onnx.export(training=TrainingMode."
+                             "TRAINING) of a batch of %d rows: the batch fixed"
+                             ", torch's constant folding" % args.export_batch,
+                   "renamed": {k: {"initializer": n, "transposed": t}
+                               for k, (n, t) in info["renamed"].items()},
                    "ops": info["ops"], "graph_outputs": info["graph_outputs"],
                    "initializers": info["initializers"],
                    "extra_initializers": info["extra_initializers"]}
