@@ -45,6 +45,9 @@ static const char help_text[] =
 "  --recompute=none|auto|all  recompute stage forwards in the backward pass to\n"
 "                           save activation memory (auto: only stages that would\n"
 "                           not fit otherwise; default none)\n"
+"  --objective=time|memory  what the plan minimises: the step time (default), or\n"
+"                           the largest device's memory, spreading weights and\n"
+"                           activations evenly (for models that do not fit)\n"
 "\n"
 "Training (the trainer's own flags override the learning rate):\n"
 "  --loss=cross_entropy|mse the loss on the model's output (default: the model's own\n"
@@ -193,7 +196,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
-               OPT_TRACE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE, OPT_COUNT } OptId;
+               OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -214,6 +217,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"measured", OPT_MEASURED, true},   {"schedule", OPT_SCHEDULE, true},
     {"virtual-stages", OPT_VIRT, true}, {"split", OPT_SPLIT, true},
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
+    {"objective", OPT_OBJECTIVE, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
@@ -290,6 +294,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
 {
     static const char *const sched[] = {"auto", "gpipe", "1f1b", "interleaved", "zb"};
     static const char *const recompute[] = {"none", "auto", "all"};
+    static const char *const objective[] = {"time", "memory"};
     PipeOptions *p = &o->pipe;
     switch (id) {
     case OPT_DEVICES: p->devices = val; break;
@@ -299,6 +304,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_VIRT: p->virt = (int)parse_count(opt, val, 64); break;
     case OPT_SPLIT: p->split = val; break;
     case OPT_RECOMPUTE: p->recompute = (RecomputeKind)pick(opt, val, recompute, 3); break;
+    case OPT_OBJECTIVE: p->objective = (Objective)pick(opt, val, objective, 2); break;
     case OPT_TRACE: p->trace = val; break;
     default: apply_training(id, opt, val, o); break;
     }

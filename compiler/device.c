@@ -16,14 +16,40 @@
 #include <string.h>
 #include <time.h>
 
-/* Figures from the vendors' data sheets, derated to what fp32 training
- * kernels sustain (about 60% of the TF32 dense peak, 80% of the memory
- * bandwidth). */
-static const Profile builtin[] = {
-    {"h100-sxm", 300e12, 2.7e12, 5e-6, 80LL << 30, 360e9, 3e-6, 50e9, 10e-6},
-    {"h100-pcie", 230e12, 1.6e12, 5e-6, 80LL << 30, 50e9, 10e-6, 50e9, 10e-6},
-    {"a100", 94e12, 1.5e12, 5e-6, 80LL << 30, 240e9, 3e-6, 25e9, 10e-6},
+/* Figures from NVIDIA's documents (docs/pipeline.md names them): the dense
+ * peaks of fp32 (CUDA cores), TF32 and bf16 (tensor cores), derated to what
+ * training kernels sustain: 80% of the fp32 peak and of the memory
+ * bandwidth, 70% of the tensor-core peaks; links at 80% of one direction.
+ * Matrix products and convolutions run at the rate of the precision in
+ * effect (fp32 unless --tf32), everything else at the fp32 rate. */
+typedef struct Builtin {
+    const char *name;
+    double fp32, tf32, bf16;         /* dense peak FLOP/s */
+    double hbm;                      /* bytes/s */
+    double peer, host;               /* bytes/s, one direction */
+} Builtin;
+
+static const Builtin builtin[] = {
+    {"h100-sxm", 66.9e12, 494.7e12, 989.4e12, 3.35e12, 450e9, 64e9},
+    {"h100-pcie", 51.2e12, 378e12, 756e12, 2.0e12, 64e9, 64e9},
+    {"a100", 19.5e12, 156e12, 312e12, 2.039e12, 300e9, 32e9},
 };
+
+enum { NBUILTIN = sizeof builtin / sizeof builtin[0] };
+
+static Profile gpu_profile(const Builtin *b, bool tf32)
+{
+    Profile p = {b->name, 0.8 * b->fp32, 0.8 * b->hbm, 5e-6, 80LL << 30, 0.8 * b->peer, 3e-6,
+                 0.8 * b->host, 10e-6};
+    if (strcmp(b->name, "h100-pcie") == 0)
+        p.peer_latency = 10e-6;   /* no NVLink: peer copies cross PCIe */
+    p.matrix_flops = 0.8 * b->fp32;
+    p.tf32_flops = 0.7 * b->tf32;
+    p.bf16_flops = 0.7 * b->bf16;
+    if (tf32)
+        p.matrix_flops = p.tf32_flops;
+    return p;
+}
 
 static double now(void)
 {
@@ -96,6 +122,7 @@ static Profile cpu_profile(void)
         }
         p = (Profile){"cpu", f, b, 2e-6, 0, b / 2, 5e-6, b / 2, 5e-6};
         p.memory = (int64_t)16 << 30;
+        p.matrix_flops = p.tf32_flops = p.bf16_flops = f;
     }
     return p;
 }
@@ -108,6 +135,8 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         {"flops", &p->flops}, {"bandwidth", &p->bandwidth}, {"overhead", &p->overhead},
         {"peer_bandwidth", &p->peer_bw}, {"peer_latency", &p->peer_latency},
         {"host_bandwidth", &p->host_bw}, {"host_latency", &p->host_latency},
+        {"matrix_flops", &p->matrix_flops}, {"tf32_flops", &p->tf32_flops},
+        {"bf16_flops", &p->bf16_flops},
     };
     if (strcmp(key, "memory") == 0) {
         p->memory = (int64_t)v;
@@ -125,11 +154,12 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
             *fields[i].field = v;
             return;
         }
-    error_file(path, "line %d: unknown key '%s' (known: flops, bandwidth, overhead, memory, "
-               "peer_bandwidth, peer_latency, peer_access, host_bandwidth, host_latency)", line, key);
+    error_file(path, "line %d: unknown key '%s' (known: flops, matrix_flops, tf32_flops, "
+               "bf16_flops, bandwidth, overhead, memory, peer_bandwidth, peer_latency, "
+               "peer_access, host_bandwidth, host_latency)", line, key);
 }
 
-static Profile read_profile(Arena *a, const char *path, Profile base)
+static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -137,6 +167,7 @@ static Profile read_profile(Arena *a, const char *path, Profile base)
                    "cannot be read as a profile file: %s", strerror(errno));
     Profile p = base;
     p.name = arena_strdup(a, path);
+    p.flops = p.matrix_flops = -1;   /* given or not */
     char line[512], key[64];
     for (int no = 1; fgets(line, sizeof line, f); no++) {
         char *hash = strchr(line, '#');
@@ -144,28 +175,38 @@ static Profile read_profile(Arena *a, const char *path, Profile base)
             *hash = 0;
         double v;
         char rest;
-        if (sscanf(line, " %63[a-z_] = %lf %c", key, &v, &rest) == 2 && v >= 0)
+        if (sscanf(line, " %63[a-z0-9_] = %lf %c", key, &v, &rest) == 2 && v >= 0)
             profile_set(path, no, &p, key, v);
         else if (strspn(line, " \t\r\n") != strlen(line))
             error_file(path, "line %d: expected 'key = number'", no);
     }
     fclose(f);
-    if (p.flops <= 0 || p.bandwidth <= 0 || p.peer_bw <= 0 || p.host_bw <= 0)
-        error_file(path, "flops, bandwidth and the link bandwidths must be positive");
+    bool flops_given = p.flops >= 0;
+    p.flops = flops_given ? p.flops : base.flops;
+    if (p.matrix_flops < 0)   /* a file that sets flops alone means every node at that rate */
+        p.matrix_flops = flops_given ? p.flops : base.matrix_flops;
+    if (p.flops <= 0 || p.bandwidth <= 0 || p.peer_bw <= 0 || p.host_bw <= 0 ||
+        p.matrix_flops <= 0 || p.tf32_flops <= 0 || p.bf16_flops <= 0)
+        error_file(path, "the rates (flops, matrix_flops, tf32_flops, bf16_flops, bandwidth and "
+                   "the link bandwidths) must be positive");
+    if (tf32)
+        p.matrix_flops = p.tf32_flops;
     return p;
 }
 
 static Profile profile_for(Arena *a, const Options *o, DevKind kind)
 {
     const char *name = o->pipe.profile;
+    bool tf32 = o->tf32 && kind == DEV_CUDA;
     if (!name)
-        return kind == DEV_CPU ? cpu_profile() : builtin[0];
+        return kind == DEV_CPU ? cpu_profile() : gpu_profile(&builtin[0], tf32);
     if (strcmp(name, "cpu") == 0)
         return cpu_profile();
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+    for (int i = 0; i < NBUILTIN; i++)
         if (strcmp(name, builtin[i].name) == 0)
-            return builtin[i];
-    return read_profile(a, name, kind == DEV_CPU ? cpu_profile() : builtin[0]);
+            return gpu_profile(&builtin[i], tf32);
+    return read_profile(a, name, kind == DEV_CPU ? cpu_profile() : gpu_profile(&builtin[0], false),
+                        tf32);
 }
 
 /* ---- the device list ---- */
@@ -331,5 +372,6 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
             return t;
     }
     NodeCost c = node_cost(g, n);
-    return fmax(c.flops / p->flops, c.bytes / p->bandwidth) + p->overhead;
+    double rate = contraction(g, n) > 0 ? p->matrix_flops : p->flops;
+    return fmax(c.flops / rate, c.bytes / p->bandwidth) + p->overhead;
 }

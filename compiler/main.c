@@ -158,7 +158,7 @@ static int infer(Arena *arena, const Options *o)
     VERIFY(g);
     Devices ds = devices_resolve(arena, o);
     const char *why = NULL;
-    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1);
+    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL);
     Schedule *sc = schedule_build(arena, SCHED_GPIPE, st, 1, 1, &why);
     MPCC_ASSERT(sc);
     infer_emit(o, g, plan_build(g, st, sc, &ds, o));

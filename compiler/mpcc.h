@@ -326,6 +326,7 @@ typedef struct TrainOptions {
 
 typedef enum { SCHED_AUTO, SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } SchedKind;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_AUTO, RECOMPUTE_ALL } RecomputeKind;
+typedef enum { OBJECTIVE_TIME, OBJECTIVE_MEMORY } Objective;
 
 /* How the step is spread over devices (see docs/pipeline.md). */
 typedef struct PipeOptions {
@@ -336,6 +337,7 @@ typedef struct PipeOptions {
     int virt;                  /* interleaved: stages per device (default 2) */
     const char *split;         /* --split=node,node: cut after these nodes */
     RecomputeKind recompute;
+    Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
     bool micro_given;          /* --microbatches was given (else auto may choose) */
 } PipeOptions;
@@ -414,7 +416,7 @@ typedef enum { DEV_CPU, DEV_CUDA } DevKind;
 
 typedef struct Profile {
     const char *name;
-    double flops;                    /* sustained FLOP/s */
+    double flops;                    /* sustained FLOP/s of elementwise work (fp32) */
     double bandwidth;                /* memory bytes/s */
     double overhead;                 /* seconds per kernel */
     int64_t memory;                  /* bytes the trainer may use */
@@ -422,6 +424,9 @@ typedef struct Profile {
     double host_bw, host_latency;    /* through host memory */
     bool no_peer;                    /* peer_access = 0: copies to a device of the same
                                         kind are staged through host memory */
+    double matrix_flops;             /* matrix products and convolutions, at the
+                                        precision in effect (--tf32: tf32_flops) */
+    double tf32_flops, bf16_flops;   /* the same in TF32 and bf16 */
 } Profile;
 
 typedef struct Device {
@@ -475,14 +480,21 @@ double measured_time(const Measured *m, const char *node, int phase);  /* -1: no
  * and a partition is feasible when every stage's memory
  *     fixed_mem of its units + max work_mem of its units
  *     + inflight[s] * (act_mem of its units
- *                      + bytes of the values it receives, each rounded up)
- * is at most mem_cap[s], no cut falls where no_cut forbids it, and every
- * unit with pin[u] >= 0 is in stage pin[u]. */
+ *                      + bytes of the values it receives that are not
+ *                        transient, each rounded up)
+ * is at most mem_cap[s], no stage is one of `excluded`, no cut falls where
+ * no_cut forbids it, and every unit with pin[u] >= 0 is in stage pin[u].
+ *
+ * mpcc fills it so that a stage's memory is a lower bound of what the
+ * memory plan gives it (stages.c), and excludes the stages that the memory
+ * plan measured over their device (pipeline.c): a partition the plan would
+ * fit is never rejected. */
 typedef struct PartValue {
     int producer;            /* unit, or -1 for a graph input (read where used) */
     double bytes;            /* per micro-batch */
     const int *consumers;    /* units, in any order */
     int nconsumers;
+    bool transient;          /* costs time only: not counted in memory */
 } PartValue;
 
 typedef struct PartProblem {
@@ -501,6 +513,9 @@ typedef struct PartProblem {
     int nvalues;
     const bool *no_cut;          /* [n] or NULL: no cut right after unit u */
     const int *pin;              /* [n] or NULL: the stage unit u must be in, -1 if free */
+    const int *excluded;         /* [3 * nexcluded]: (s, i, j): stage s over units
+                                  * [i, j) does not fit, whatever its memory above */
+    int nexcluded;
 } PartProblem;
 
 typedef struct PartResult {
@@ -520,6 +535,10 @@ typedef struct PartResult {
 /* Minimises T exactly over the feasible contiguous partitions (dynamic
  * programming). Returns r->feasible. Errors only on malformed input. */
 bool part_solve(Arena *a, const PartProblem *p, PartResult *r);
+/* --objective=memory: of the partitions that honour no_cut, pins and
+ * excluded, one with the least largest mem / mem_cap, and of those (nearly)
+ * the least sum of stage times. Returns r->feasible (that ratio <= 1). */
+bool part_solve_memory(Arena *a, const PartProblem *p, PartResult *r);
 /* T, t_s and memory of one given partition (first[0] = 0, first[nstages] = n);
  * false if it is infeasible. Used by tests, by --split, and by part_solve's checks. */
 bool part_eval(Arena *a, const PartProblem *p, const int *first, PartResult *r);
@@ -549,8 +568,17 @@ typedef struct Stages {
     PartResult part;           /* the partitioner's figures */
 } Stages;
 
+/* Stages the memory plan measured over their device: (s, first, end)
+ * triples the partitioner must not choose again (pipeline.c). */
+typedef struct Exclusions {
+    int *t;
+    int n, cap;
+} Exclusions;
+
+/* The stages of one candidate; NULL when every partition left is among
+ * ex (an error when the partitioner's own bound rules them all out). */
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
-                     SchedKind kind, int virt, int M);
+                     SchedKind kind, int virt, int M, const Exclusions *ex);
 
 /* -------------------------------------------------------------- schedule.c */
 

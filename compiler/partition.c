@@ -55,6 +55,7 @@ typedef struct Solver {
     int *last;                /* [S][n+1]: the last end of a stage s from i (pins, count) */
     int *ev_at;               /* [n+1]: events of start i are ev[ev_at[i] .. ev_at[i+1]) */
     Event *ev;                /* by start, then by end */
+    bool *ex_from;            /* [S][n+1]: some excluded stage s starts at i */
 } Solver;
 
 /* A stage s over [i, j), grown one unit at a time, and what it receives. */
@@ -304,7 +305,8 @@ static void value_events(Solver *sv, const PartValue *v, int *buf, int *fill)
         int lo = m ? buf[m - 1] + 1 : v->producer + 1;   /* starts whose next reader is buf[m] */
         for (int i = lo; i <= buf[m]; i++) {
             if (sv->ev)
-                sv->ev[fill[i]++] = (Event){buf[m] + 1, v->bytes, (int64_t)ceil(v->bytes)};
+                sv->ev[fill[i]++] = (Event){buf[m] + 1, v->bytes,
+                                            v->transient ? 0 : (int64_t)ceil(v->bytes)};
             else
                 sv->ev_at[i + 1]++;
         }
@@ -333,6 +335,17 @@ static void build_events(Arena *a, Solver *sv)
               sizeof *sv->ev, cmp_event);
 }
 
+static void exclusions(Arena *a, Solver *sv)
+{
+    const PartProblem *p = sv->p;
+    sv->ex_from = arena_array(a, (size_t)sv->S * (size_t)(sv->n + 1), sizeof *sv->ex_from);
+    for (int k = 0; k < p->nexcluded; k++) {
+        const int *e = &p->excluded[3 * k];
+        if (e[0] < sv->S && e[1] <= sv->n)
+            sv->ex_from[at(sv, e[0], e[1])] = true;
+    }
+}
+
 static Solver *solver_new(Arena *a, const PartProblem *p)
 {
     Solver *sv = arena_alloc(a, sizeof *sv);
@@ -343,6 +356,7 @@ static Solver *solver_new(Arena *a, const PartProblem *p)
     links(a, sv);
     last_ends(a, sv);
     build_events(a, sv);
+    exclusions(a, sv);
     return sv;
 }
 
@@ -386,6 +400,23 @@ static inline int64_t stage_mem(const Stage *st)
 static inline bool fits(const Stage *st)
 {
     return stage_mem(st) <= st->sv->p->mem_cap[st->s];
+}
+
+static bool in_excluded(const PartProblem *p, int s, int i, int j)
+{
+    for (int k = 0; k < p->nexcluded; k++)
+        if (p->excluded[3 * k] == s && p->excluded[3 * k + 1] == i &&
+            p->excluded[3 * k + 2] == j)
+            return true;
+    return false;
+}
+
+/* Measured not to fit (PartProblem.excluded): skipped, unlike a stage over
+ * its cap, without ending the loop over ends. */
+static inline bool excluded(const Stage *st)
+{
+    const Solver *sv = st->sv;
+    return sv->ex_from[at(sv, st->s, st->i)] && in_excluded(sv->p, st->s, st->i, st->j);
 }
 
 /* The last end of the stage, for pins and the stages after it. */
@@ -448,7 +479,7 @@ static void relax_prefix(Solver *sv, Prefix *f, int s, int i)
         double t = stage_time(&st);
         if (t > f->cap || !fits(&st))
             break;
-        if (!end_ok(&st))
+        if (!end_ok(&st) || excluded(&st))
             continue;
         size_t k = at(sv, s, st.j);
         keep_sum(f, k, sum + t, max2(sum_max, t), i);
@@ -593,7 +624,7 @@ static void build_front(Search *se, int s, int i)
         if (se->least_sum + stretch * t > se->bound || !fits(&st))
             break;
         const Front *next = &se->front[at(sv, s + 1, st.j)];
-        if (end_ok(&st) && next->n)
+        if (end_ok(&st) && next->n && !excluded(&st))
             extend(se, st.j, next, t);
     }
     Front *fr = &se->front[at(sv, s, i)];
@@ -764,45 +795,59 @@ static int *least_step_time(Arena *a, Solver *sv, double least_sum, double *T)
 
 /* --------------------------------------------- when nothing fits in memory */
 
-static void relax_ratio(Solver *sv, double *g, int *from, int s, int i)
+/* The least largest ratio of the prefixes (s, j), and among those the
+ * least sum of stage times (the tie-break of --objective=memory). */
+typedef struct Ratio {
+    double *g, *sum;
+    int *from;
+    bool skip_excluded;       /* --objective=memory; the diagnostic keeps them */
+} Ratio;
+
+static void relax_ratio(Solver *sv, Ratio *q, int s, int i)
 {
-    double prev = s ? g[at(sv, s - 1, i)] : 0;
+    size_t k0 = s ? at(sv, s - 1, i) : 0;
+    double prev = s ? q->g[k0] : 0, before = s ? q->sum[k0] : 0;
     Stage st = stage_at(sv, s, i);
     for (int last = last_end(&st); st.j < last;) {
         grow(&st);
-        if (!end_ok(&st))
+        if (!end_ok(&st) || (q->skip_excluded && excluded(&st)))
             continue;
         double v = max2(prev, mem_ratio(stage_mem(&st), sv->p->mem_cap[s]));
+        double sum = before + stage_time(&st);
         size_t k = at(sv, s, st.j);
-        if (from[k] < 0 || v < g[k]) {
-            g[k] = v;
-            from[k] = i;
+        if (q->from[k] < 0 || v < q->g[k] || (v == q->g[k] && sum < q->sum[k])) {
+            q->g[k] = v;
+            q->sum[k] = sum;
+            q->from[k] = i;
         }
     }
 }
 
-/* Of the partitions that honour pins and no_cut, one with the least largest
- * mem / mem_cap (ratios may be infinite, so from[] = -1 marks the states no
- * partition reaches); NULL if there is none. */
-static int *least_ratio(Arena *a, Solver *sv)
+/* Of the partitions that honour pins and no_cut (and, with skip_excluded,
+ * avoid the excluded stages), one with the least largest mem / mem_cap
+ * (ratios may be infinite, so from[] = -1 marks the states no partition
+ * reaches); NULL if there is none. */
+static int *least_ratio(Arena *a, Solver *sv, bool skip_excluded)
 {
     size_t nstate = (size_t)sv->S * (size_t)(sv->n + 1);
-    double *g = arena_array(a, nstate, sizeof *g);
-    int *from = arena_array(a, nstate, sizeof *from);
+    Ratio q = {.g = arena_array(a, nstate, sizeof *q.g),
+               .sum = arena_array(a, nstate, sizeof *q.sum),
+               .from = arena_array(a, nstate, sizeof *q.from),
+               .skip_excluded = skip_excluded};
     for (size_t k = 0; k < nstate; k++)
-        from[k] = -1;
-    relax_ratio(sv, g, from, 0, 0);
+        q.from[k] = -1;
+    relax_ratio(sv, &q, 0, 0);
     for (int i = 1; i < sv->n; i++)
         for (int s = 1; s < sv->S; s++)
-            if (from[at(sv, s - 1, i)] >= 0)
-                relax_ratio(sv, g, from, s, i);
-    return from[at(sv, sv->S - 1, sv->n)] < 0 ? NULL : path_from(a, sv, from);
+            if (q.from[at(sv, s - 1, i)] >= 0)
+                relax_ratio(sv, &q, s, i);
+    return q.from[at(sv, sv->S - 1, sv->n)] < 0 ? NULL : path_from(a, sv, q.from);
 }
 
 /* Nothing fits in memory: report the partition nearest to fitting. */
 static bool no_fit(Arena *a, Solver *sv, PartResult *r)
 {
-    int *first = least_ratio(a, sv);
+    int *first = least_ratio(a, sv, false);
     if (first)
         MPCC_ASSERT(!part_eval(a, sv->p, first, r));
     return false;
@@ -832,6 +877,19 @@ bool part_solve(Arena *a, const PartProblem *p, PartResult *r)
     MPCC_ASSERT(part_eval(a, p, first, r));
     MPCC_ASSERT(fabs(r->step_time - T) <= 1e-9 * T);
     return true;
+}
+
+bool part_solve_memory(Arena *a, const PartProblem *p, PartResult *r)
+{
+    check_problem(p);
+    *r = (PartResult){.worst_stage = -1};
+    if (p->nstages > p->n)
+        return false;
+    Solver *sv = solver_new(a, p);
+    int *first = least_ratio(a, sv, true);
+    if (!first)
+        return no_fit(a, sv, r);
+    return part_eval(a, p, first, r);
 }
 
 static void check_partition(const PartProblem *p, const int *first)
@@ -873,7 +931,7 @@ static void add_received(Arena *a, const PartProblem *p, const int *stage_of, Pa
                 continue;
             int link = p->stage_dev[s - 1] * p->ndev + p->stage_dev[s];
             r->stage_time[s] += p->link_latency[link] + pv->bytes / p->link_bw[link];
-            held[s] += (int64_t)ceil(pv->bytes);
+            held[s] += pv->transient ? 0 : (int64_t)ceil(pv->bytes);
             seen[s] = v;
         }
     }
@@ -926,6 +984,8 @@ bool part_eval(Arena *a, const PartProblem *p, const int *first, PartResult *r)
         r->stage_mem[s] += p->inflight[s] * held[s];
     r->step_time = step_time(r->stage_time, S, p->M);
     bool fit = worst_stage(p, r);
+    for (int s = 0; s < S; s++)
+        fit &= !in_excluded(p, s, first[s], first[s + 1]);
     r->feasible = fit && honours_cuts_and_pins(p, first, stage_of);
     return r->feasible;
 }

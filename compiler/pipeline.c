@@ -36,14 +36,68 @@ static void set_recompute(Stages *st, int s)
     st->time[s * ACT_KINDS + ACT_BWD] += st->time[s * ACT_KINDS + ACT_FWD];
 }
 
-/* Plans one candidate on graph g. NULL (and *why) when it cannot run. */
+static const char *over_memory(Arena *a, const Plan *p, const Devices *ds, int d)
+{
+    return arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
+                        "devices, lower -batch or raise --microbatches (--dump=memory shows what "
+                        "it holds)", (double)p->arena_bytes[d] / 1e6, ds->d[d].name,
+                        (double)ds->d[d].prof.memory / 1e6);
+}
+
+/* The stage of each device over its memory joins ex; false if a device
+ * over its memory holds several stages (interleaved), whose memory is
+ * their sum: no one of them can be ruled out. */
+static bool exclude_over(Arena *a, Exclusions *ex, const Stages *st, const Plan *p,
+                         const Devices *ds)
+{
+    bool any = false;
+    for (int s = 0; s < st->n; s++) {
+        int d = st->dev[s];
+        if ((int64_t)p->arena_bytes[d] <= ds->d[d].prof.memory)
+            continue;
+        for (int k = 0; k < st->n; k++)
+            if (k != s && st->dev[k] == d)
+                return false;
+        if (ex->n == ex->cap) {
+            ex->t = arena_grow(a, ex->t, 3 * (size_t)ex->n, 3 * (size_t)(ex->cap * 2 + 8),
+                               sizeof *ex->t);
+            ex->cap = ex->cap * 2 + 8;
+        }
+        int *t = &ex->t[3 * ex->n++];
+        t[0] = s, t[1] = st->first[s], t[2] = st->first[s + 1];
+        any = true;
+    }
+    return any;
+}
+
+/* The plan of one partition, with --recompute=auto applied. */
+static const Plan *plan_stages(Graph *g, const Options *o, Pipeline *pl, Stages *st)
+{
+    if (o->pipe.recompute == RECOMPUTE_ALL)
+        for (int s = 0; s < st->n; s++)
+            set_recompute(st, s);
+    const Plan *plan = plan_build(g, st, pl->sc, &pl->ds, o);   /* keeps &pl->ds */
+    int worst;
+    if (!fits(plan, &pl->ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
+        for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
+            if ((int64_t)plan->arena_bytes[st->dev[s]] > pl->ds.d[st->dev[s]].prof.memory)
+                set_recompute(st, s);
+        plan = plan_build(g, st, pl->sc, &pl->ds, o);
+    }
+    return plan;
+}
+
+enum { MEMORY_ROUNDS = 256 };   /* partitions the memory plan may reject, per candidate */
+
+/* Plans one candidate on graph g. NULL (and *why) when it cannot run.
+ *
+ * The partitioner bounds each stage's memory from below (stages.c); the
+ * memory plan is the verdict. A stage the plan finds over its device is
+ * excluded and the partitioner asked again, so the fastest partition that
+ * the plan fits is found, if any fits (tests/pipeline/memory_brute.py). */
 static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *ds,
                           const Measured *measured, Candidate c, const char **why)
 {
-    Pipeline *pl = arena_alloc(a, sizeof *pl);
-    pl->g = g;
-    pl->opt = *o;
-    pl->ds = *ds;
     if (c.kind == SCHED_ZB && o->pipe.recompute != RECOMPUTE_NONE) {
         *why = "--recompute does not combine with the zb schedule";
         return NULL;
@@ -52,31 +106,29 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
         *why = "the interleaved schedule needs --virtual-stages of 2 or more";
         return NULL;
     }
-    Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M);
-    pl->st = st;
-    pl->sc = schedule_build(a, c.kind, pl->st, ds->n, c.M, why);
-    if (!pl->sc)
-        return NULL;
-    if (o->pipe.recompute == RECOMPUTE_ALL)
-        for (int s = 0; s < st->n; s++)
-            set_recompute(st, s);
-    pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o);   /* keeps &pl->ds */
-    int worst;
-    if (!fits(pl->plan, ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
-        for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
-            if ((int64_t)pl->plan->arena_bytes[st->dev[s]] > ds->d[st->dev[s]].prof.memory)
-                set_recompute(st, s);
-        pl->plan = plan_build(g, pl->st, pl->sc, &pl->ds, o);
+    Exclusions ex = {0};
+    for (int round = 0; round < MEMORY_ROUNDS; round++) {
+        Pipeline *pl = arena_alloc(a, sizeof *pl);
+        pl->g = g;
+        pl->opt = *o;
+        pl->ds = *ds;
+        Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M, &ex);
+        if (!st)
+            return NULL;   /* *why: the last plan over memory */
+        pl->st = st;
+        pl->sc = schedule_build(a, c.kind, st, ds->n, c.M, why);
+        if (!pl->sc)
+            return NULL;
+        pl->plan = plan_stages(g, o, pl, st);
+        int worst;
+        if (fits(pl->plan, ds, &worst))
+            return pl;
+        *why = over_memory(a, pl->plan, ds, worst);
+        if (o->pipe.split || !exclude_over(a, &ex, pl->st, pl->plan, ds))
+            return NULL;
     }
-    if (!fits(pl->plan, ds, &worst)) {
-        *why = arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
-                            "devices, lower -batch or raise --microbatches (--dump=memory shows what "
-                            "it holds)",
-                            (double)pl->plan->arena_bytes[worst] / 1e6, ds->d[worst].name,
-                            (double)ds->d[worst].prof.memory / 1e6);
-        return NULL;
-    }
-    return pl;
+    *why = arena_printf(a, "%s (after %d partitions)", *why, MEMORY_ROUNDS);
+    return NULL;
 }
 
 /* The options of one micro-batch of M. */
@@ -130,15 +182,81 @@ static void check_options(const Options *o)
                    "gradients run after the backward that recomputes); choose another schedule");
 }
 
-static void report(const Pipeline *pl)
+/* The largest share of its device's memory that a plan uses. */
+static double memory_share(const Pipeline *pl)
+{
+    double most = 0;
+    for (int d = 0; d < pl->ds.n; d++) {
+        double m = (double)pl->ds.d[d].prof.memory;
+        double r = (double)pl->plan->arena_bytes[d] / (m > 0 ? m : 1);
+        most = r > most ? r : most;
+    }
+    return most;
+}
+
+/* Whether candidate a beats b under the objective (ties: the step time). */
+static bool better(const Pipeline *a, const Pipeline *b, Objective obj)
+{
+    if (obj == OBJECTIVE_MEMORY) {
+        double ma = memory_share(a), mb = memory_share(b);
+        if (ma < mb * (1 - 1e-9))
+            return true;
+        if (ma > mb * (1 + 1e-9))
+            return false;
+    }
+    return a->plan->step_time < b->plan->step_time * (1 - 1e-9);
+}
+
+enum { IDLE_PERCENT = 2 };   /* a device with less of the busiest one's work is "idle" */
+
+/* Why the plan leaves devices (nearly) idle, and what to change: `who`
+ * lists them with their shares of the work. */
+static void explain_idle(const Pipeline *pl, const Options *o, const char *who, int count)
+{
+    const char *verb = count > 1 ? "get" : "gets";
+    Loc loc = {.file = o->input, .index = -1};
+    if (pl->plan->sc->M == 1)
+        note_at(&loc, "%s %s almost none of the work: with one micro-batch%s the stages run "
+                "one after another, and one device runs the step fastest (a copy between "
+                "devices costs more than it saves); give -batch N with N a multiple of %d to "
+                "pipeline micro-batches, or --objective=memory to spread the model's memory",
+                who, verb, o->batch <= 1 ? " (a batch of 1)" : "", 2 * pl->ds.n);
+    else
+        note_at(&loc, "%s %s almost none of the work: the cost model finds that more work "
+                "there would lengthen the step (copies cost more than the work they move); "
+                "--objective=memory spreads the model anyway, --split=NODE,.. cuts it by hand",
+                who, verb);
+}
+
+/* The devices with under IDLE_PERCENT of the busiest one's work. */
+static void idle_devices(const Pipeline *pl, const Options *o, double most, double total)
+{
+    Arena *a = pl->g->arena;
+    const char *who = "";
+    int count = 0;
+    for (int d = 0; d < pl->ds.n; d++)
+        if (pl->plan->busy[d] < most * IDLE_PERCENT / 100)
+            who = arena_printf(a, "%s%s%s (%.1f%%)", who, count++ ? ", " : "", pl->ds.d[d].name,
+                               100 * pl->plan->busy[d] / total);
+    if (count)
+        explain_idle(pl, o, who, count);
+}
+
+static void report(const Pipeline *pl, const Options *o)
 {
     const Plan *p = pl->plan;
     fprintf(stderr, "mpcc: %s schedule, %d stage(s), %d micro-batch(es): predicted step "
             "%.4g s, bubble %.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->M,
             p->step_time, 100 * p->bubble);
-    for (int d = 0; d < pl->ds.n; d++)
+    double most = 0, total = 0;
+    for (int d = 0; d < pl->ds.n; d++) {
         fprintf(stderr, "mpcc:   %-8s memory plan %.1f MB, busy %.4g s\n", pl->ds.d[d].name,
                 (double)p->arena_bytes[d] / 1e6, p->busy[d]);
+        most = p->busy[d] > most ? p->busy[d] : most;
+        total += p->busy[d];
+    }
+    if (most > 0 && o->pipe.objective == OBJECTIVE_TIME && !o->pipe.split)
+        idle_devices(pl, o, most, total);
 }
 
 /* Evaluates each candidate with errors caught, so one that cannot run is
@@ -174,7 +292,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
             diag_quiet = quiet;
             if (!pl && !first_why)
                 first_why = why;
-            if (pl && (!best || pl->plan->step_time < best->plan->step_time * (1 - 1e-9)))
+            if (pl && (!best || better(pl, best, o->pipe.objective)))
                 best = pl;
         }
     }
@@ -188,6 +306,6 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
     }
     if (!best)
         error_file(o->input, "no schedule can run: %s", first_why);
-    report(best);
+    report(best, o);
     return best;
 }

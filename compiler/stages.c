@@ -192,10 +192,61 @@ static int state_per_param(const Options *o)
     return k + (o->train.momentum != 0);
 }
 
-static void unit_costs(Build *b, PartProblem *p, const int *first)
+/* Whether a backward node of unit u reads value v: then u's stage keeps v
+ * for every micro-batch in flight. The (value, unit) pairs, sorted. */
+typedef struct Kept {
+    uint64_t *pair;
+    size_t n;
+} Kept;
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, c = *(const uint64_t *)y;
+    return (a > c) - (a < c);
+}
+
+static Kept kept_for_backward(Build *b)
+{
+    Graph *g = b->g;
+    Kept k = {.pair = NULL, .n = 0};
+    size_t cap = 0;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->phase != PH_BACKWARD || n->origin == NONE || b->unit[n->origin] < 0)
+            continue;
+        for (uint32_t j = 0; j < n->nin; j++) {
+            if (n->in[j] == NONE)
+                continue;
+            if (k.n == cap) {
+                k.pair = arena_grow(g->arena, k.pair, k.n, cap * 2 + 64, sizeof *k.pair);
+                cap = cap * 2 + 64;
+            }
+            k.pair[k.n++] = (uint64_t)n->in[j] << 32 | (uint32_t)b->unit[n->origin];
+        }
+    }
+    if (k.n)
+        qsort(k.pair, k.n, sizeof *k.pair, cmp_u64);
+    return k;
+}
+
+static bool kept(const Kept *k, uint32_t v, int u)
+{
+    uint64_t key = (uint64_t)v << 32 | (uint32_t)u;
+    return k->n && bsearch(&key, k->pair, k->n, sizeof *k->pair, cmp_u64);
+}
+
+/* The memory of a unit is a lower bound of what the memory plan gives it,
+ * so that the partitioner never rejects a stage the plan would fit (the
+ * plan's own verdict comes after, in pipeline.c): the weights with their
+ * gradients, sums and optimizer state (memory of their own), the largest
+ * scratch, and per micro-batch in flight the outputs its backward reads
+ * (alive from the forward to the backward, so never sharing memory with
+ * one another). Under --recompute a stage may keep only its inputs. */
+static void unit_costs(Build *b, PartProblem *p, const int *first, const Kept *k)
 {
     Graph *g = b->g;
     int n = p->n;
+    bool recompute = b->o->pipe.recompute != RECOMPUTE_NONE;
     double *time = arena_array(g->arena, (size_t)p->ndev * n, sizeof(double));
     int64_t *fixed = arena_array(g->arena, (size_t)n, sizeof(int64_t));
     int64_t *act = arena_array(g->arena, (size_t)n, sizeof(int64_t));
@@ -209,10 +260,10 @@ static void unit_costs(Build *b, PartProblem *p, const int *first)
             time[d * n + u] += node_time(g, node, &b->ds->d[d].prof, b->m);
         int64_t w = node_workspace(g, node);
         work[u] = w > work[u] ? w : work[u];
-        if (node->phase == PH_FORWARD)
-            for (uint32_t k = 0; k < node->nout; k++)
-                if (node->out[k] != NONE)
-                    act[u] += (int64_t)vbytes(g, node->out[k]);
+        if (node->phase == PH_FORWARD && !recompute)
+            for (uint32_t j = 0; j < node->nout; j++)
+                if (node->out[j] != NONE && kept(k, node->out[j], u))
+                    act[u] += (int64_t)vbytes(g, node->out[j]);
     }
     for (uint32_t v = 0; v < g->nvalues; v++)
         if (g->values[v].kind == VK_PARAM && first[v] >= 0)
@@ -224,8 +275,22 @@ static void unit_costs(Build *b, PartProblem *p, const int *first)
     p->work_mem = work;
 }
 
+/* A value a stage receives is kept for its micro-batches in flight where
+ * every unit reading it has a backward that reads it too (so whichever
+ * stage it enters keeps it), or under --recompute=all (stage inputs are
+ * what a recomputing stage keeps); otherwise its memory is not counted. */
+static bool transient(const Build *b, const Kept *k, uint32_t v, const int *cons, int nc)
+{
+    if (b->o->pipe.recompute == RECOMPUTE_ALL)
+        return false;
+    for (int c = 0; c < nc; c++)
+        if (!kept(k, v, cons[c]))
+            return true;
+    return false;
+}
+
 /* Activations and inputs read by forward units: what a cut may send. */
-static void cut_values(Build *b, PartProblem *p)
+static void cut_values(Build *b, PartProblem *p, const Kept *kp)
 {
     Graph *g = b->g;
     int *count = arena_array(g->arena, g->nvalues, sizeof(int));
@@ -249,7 +314,8 @@ static void cut_values(Build *b, PartProblem *p)
                 if (n->in[j] == v && (nc == 0 || cons[nc - 1] != u))
                     cons[nc++] = u;
         }
-        pv[nv++] = (PartValue){producer_unit(b, v), (double)vbytes(g, v), cons, nc};
+        pv[nv++] = (PartValue){producer_unit(b, v), (double)vbytes(g, v), cons, nc,
+                               transient(b, kp, v, cons, nc)};
     }
     p->values = pv;
     p->nvalues = nv;
@@ -342,15 +408,20 @@ static void set_links(Build *b, PartProblem *p)
     p->link_latency = lat;
 }
 
-static PartProblem make_problem(Build *b, SchedKind kind, int M)
+static PartProblem make_problem(Build *b, SchedKind kind, int M, const Exclusions *ex)
 {
     Stages *st = b->st;
     PartProblem p = {.n = st->nunits, .nstages = st->n, .ndev = b->ds->n, .M = M,
                      .stage_dev = st->dev};
     int *last = arena_array(b->g->arena, b->g->nvalues, sizeof(int));
     int *first = first_readers(b, last);
-    unit_costs(b, &p, first);
-    cut_values(b, &p);
+    Kept k = kept_for_backward(b);
+    unit_costs(b, &p, first, &k);
+    cut_values(b, &p, &k);
+    if (ex) {
+        p.excluded = ex->t;
+        p.nexcluded = ex->n;
+    }
     p.no_cut = param_cuts(b, p.n, first, last);
     p.pin = unit_pins(b, p.n);
     int *infl = arena_array(b->g->arena, (size_t)st->n, sizeof(int));
@@ -399,6 +470,14 @@ static void manual_cuts(Build *b, const PartProblem *p, PartResult *r)
         error_file(b->g->file, "--split gives %d cut(s); %d stages need %d", k - 1, st->n,
                    st->n - 1);
     first[st->n] = st->nunits;
+    for (int u = 0, s = 0; p->pin && u < st->nunits; u++) {
+        while (u >= first[s + 1])
+            s++;
+        if (p->pin[u] >= 0 && p->pin[u] != s)
+            error_at(&b->g->nodes[st->units[u]].loc, "--split puts this node on stage %d, but "
+                     "its placement hint pins it to stage %d; cut elsewhere or drop the hint",
+                     s, p->pin[u]);
+    }
     part_eval(b->g->arena, p, first, r);
 }
 
@@ -408,7 +487,7 @@ static void report_infeasible(Build *b, const PartResult *r)
         error_file(b->g->file, "the placement hints and shared parameters leave no way to "
                    "cut the model into %d stages", b->st->n);
     const Device *d = &b->ds->d[b->st->dev[r->worst_stage]];
-    error_file(b->g->file, "the model does not fit: at best, stage %d needs %.1f MB on %s, "
+    error_file(b->g->file, "the model does not fit: at best, stage %d needs at least %.1f MB on %s, "
                "which has %.1f MB for it; add devices, lower -batch, raise --microbatches or "
                "use --recompute", r->worst_stage, (double)r->worst_need / 1e6, d->name,
                (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) / 1e6);
@@ -522,8 +601,15 @@ static void stage_figures(Build *b)
             st->params[st->home[v]] += shape_numel(&g->values[v].shape);
 }
 
+static bool solve(Arena *a, const Options *o, const PartProblem *p, PartResult *r)
+{
+    if (o->pipe.objective == OBJECTIVE_MEMORY)
+        return part_solve_memory(a, p, r);
+    return part_solve(a, p, r);
+}
+
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
-                     SchedKind kind, int virt, int M)
+                     SchedKind kind, int virt, int M, const Exclusions *ex)
 {
     Stages *st = arena_alloc(g->arena, sizeof *st);
     Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st};
@@ -536,11 +622,13 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
     if (st->nunits < st->n)
         error_file(g->file, "the model has %d forward nodes, too few for %d stages; use "
                    "fewer devices", st->nunits, st->n);
-    PartProblem p = make_problem(&b, kind, M);
+    PartProblem p = make_problem(&b, kind, M, ex);
     PartResult r;
     if (o->pipe.split)
         manual_cuts(&b, &p, &r);
-    else if (!part_solve(g->arena, &p, &r))
+    else if (!solve(g->arena, o, &p, &r) && ex && ex->n)
+        return NULL;   /* what is left the memory plan measured over its device */
+    else if (!r.feasible)
         report_infeasible(&b, &r);
     st->part = r;
     st->recompute = arena_array(g->arena, (size_t)st->n, sizeof(bool));

@@ -4,7 +4,8 @@
  * few of up to 24) is costed by a plain reading of the objective in mpcc.h,
  * written again here rather than borrowed from part_eval: chains, DAGs with
  * skip connections, fan-out and graph inputs, unequal devices and links,
- * memory caps, no_cut and pins, M from 1 to 10000, 1 to n stages.
+ * memory caps, values received without counting memory (transient),
+ * excluded stages, no_cut and pins, M from 1 to 10000, 1 to n stages.
  * part_solve must reach the least step time, or when nothing fits, the
  * least largest mem / mem_cap, or when pins and no_cut leave no partition
  * at all, say so. Problems of 30 to 60 units are checked against another
@@ -60,6 +61,7 @@ typedef struct Inst {
     PartValue *values;
     bool *no_cut;
     int maxvalues;
+    int excluded[3 * 4];
 } Inst;
 
 static Inst *inst_new(Arena *a, int n, int S, int ndev, int M, int maxvalues)
@@ -96,7 +98,7 @@ static void add_value(Arena *a, Inst *in, int producer, double bytes, const int 
     CHECK(in->p.nvalues < in->maxvalues);
     int *c = arena_array(a, (size_t)ncons + 1, sizeof *c);
     memcpy(c, cons, (size_t)ncons * sizeof *c);
-    in->values[in->p.nvalues++] = (PartValue){producer, bytes, c, ncons};
+    in->values[in->p.nvalues++] = (PartValue){producer, bytes, c, ncons, false};
 }
 
 static void add_no_cut(Arena *a, Inst *in)
@@ -177,6 +179,7 @@ static void random_values(Arena *a, Rng *r, Inst *in, bool dag)
         if (dag && chance(r, 0.3))
             c[nc++] = irand(r, u + 1, n - 1);
         add_value(a, in, u, random_bytes(r), c, nc);
+        in->values[in->p.nvalues - 1].transient = chance(r, 0.2);
     }
     for (int k = dag ? irand(r, 0, n + 2) : 0; k > 0; k--) {
         int producer = irand(r, -1, n - 2);
@@ -207,6 +210,25 @@ static void random_constraints(Arena *a, Rng *r, Inst *in)
     }
 }
 
+/* Up to 4 stages of random partitions that "the memory plan measured over
+ * their device": the solver must avoid exactly them. */
+static void random_exclusions(Rng *r, Inst *in)
+{
+    int first[MAXS + 2];
+    if (in->p.nstages > in->p.n || !chance(r, 0.35))
+        return;
+    int k = irand(r, 1, 4);
+    for (int e = 0; e < k; e++) {
+        random_partition(r, in->p.n, in->p.nstages, first);
+        int s = irand(r, 0, in->p.nstages - 1);
+        in->excluded[3 * e] = s;
+        in->excluded[3 * e + 1] = first[s];
+        in->excluded[3 * e + 2] = first[s + 1];
+    }
+    in->p.excluded = in->excluded;
+    in->p.nexcluded = k;
+}
+
 static Inst *random_problem(Arena *a, Rng *r, int n, int S, int M, Gen g)
 {
     int ndev = irand(r, 1, 4);
@@ -223,6 +245,7 @@ static Inst *random_problem(Arena *a, Rng *r, int n, int S, int M, Gen g)
     if (g.constrained)
         random_constraints(a, r, in);
     random_memory(r, in, g.memory);
+    random_exclusions(r, in);
     return in;
 }
 
@@ -263,9 +286,18 @@ static void ref_stage(const PartProblem *p, int s, int lo, int hi, double *t, in
             continue;
         int link = p->stage_dev[s - 1] * p->ndev + d;
         *t += p->link_latency[link] + pv->bytes / p->link_bw[link];
-        held += (int64_t)ceil(pv->bytes);
+        held += pv->transient ? 0 : (int64_t)ceil(pv->bytes);
     }
     *mem = fixed + p->inflight[s] * held;
+}
+
+static bool is_excluded(const PartProblem *p, int s, int lo, int hi)
+{
+    for (int k = 0; k < p->nexcluded; k++)
+        if (p->excluded[3 * k] == s && p->excluded[3 * k + 1] == lo &&
+            p->excluded[3 * k + 2] == hi)
+            return true;
+    return false;
 }
 
 static bool stage_allowed(const PartProblem *p, int s, int lo, int hi)
@@ -284,7 +316,7 @@ static Ref reference(const PartProblem *p, const int *first)
     double sum = 0, max = 0;
     for (int s = 0; s < p->nstages; s++) {
         ref_stage(p, s, first[s], first[s + 1], &r.t[s], &r.mem[s]);
-        r.fits &= r.mem[s] <= p->mem_cap[s];
+        r.fits &= r.mem[s] <= p->mem_cap[s] && !is_excluded(p, s, first[s], first[s + 1]);
         r.allowed &= stage_allowed(p, s, first[s], first[s + 1]);
         r.ratio = fmax(r.ratio, (double)r.mem[s] / (double)p->mem_cap[s]);
         sum += r.t[s];
@@ -313,6 +345,8 @@ typedef struct Best {
     int partitions, allowed, fitting;
     double T;              /* least T over the allowed partitions that fit */
     double ratio;          /* least largest mem / mem_cap over the allowed ones */
+    double ratio_kept;     /* the same over those with no excluded stage */
+    int kept;              /* allowed partitions with no excluded stage */
     double sum, sum_T;     /* least sum of t_s, and the least T among those */
     double max, max_T;     /* least max of t_s, and the least T among those */
 } Best;
@@ -330,6 +364,13 @@ static void consider(const PartProblem *p, const int *first, Best *b)
         return;
     b->allowed++;
     b->ratio = fmin(b->ratio, e.ratio);
+    bool kept = true;
+    for (int s = 0; s < p->nstages; s++)
+        kept &= !is_excluded(p, s, first[s], first[s + 1]);
+    if (kept) {
+        b->kept++;
+        b->ratio_kept = fmin(b->ratio_kept, e.ratio);
+    }
     if (!e.fits)
         return;
     b->fitting++;
@@ -358,7 +399,8 @@ static void enumerate(const PartProblem *p, int *first, int s, Best *b)
 
 static Best brute_force(const PartProblem *p)
 {
-    Best b = {.T = INFINITY, .ratio = INFINITY, .sum = INFINITY, .sum_T = INFINITY,
+    Best b = {.T = INFINITY, .ratio = INFINITY, .ratio_kept = INFINITY, .sum = INFINITY,
+              .sum_T = INFINITY,
               .max = INFINITY, .max_T = INFINITY};
     int first[MAXS + 2] = {0};
     first[p->nstages] = p->n;
@@ -434,6 +476,27 @@ static bool agrees_with_brute_force(Arena *a, const PartProblem *p, const Best *
     return solved_infeasible(p, ok, &r, b);
 }
 
+/* --objective=memory: the least largest mem / mem_cap of the partitions
+ * with no excluded stage, feasible exactly when that one fits. */
+static bool memory_objective_agrees(Arena *a, const PartProblem *p, const Best *b)
+{
+    PartResult r;
+    bool ok = part_solve_memory(a, p, &r);
+    if (b->kept == 0)
+        return !ok ? true : why("part_solve_memory found a partition where none is allowed");
+    if (!r.first)
+        return why("part_solve_memory found no partition");
+    Ref e = reference(p, r.first);
+    for (int s = 0; s < p->nstages; s++)
+        if (is_excluded(p, s, r.first[s], r.first[s + 1]))
+            return why("part_solve_memory chose an excluded stage");
+    if (!e.allowed || !near(e.ratio, b->ratio_kept))
+        return why("part_solve_memory's largest mem / mem_cap is not the least");
+    if (ok != e.fits)
+        return why("part_solve_memory's verdict differs from the reference");
+    return true;
+}
+
 static bool eval_agrees(Arena *a, const PartProblem *p, Rng *rng)
 {
     int first[MAXS + 2];
@@ -498,6 +561,7 @@ static void run_instance(Rng *r, int n, int S, bool fitting, Tally *t)
         fprintf(stderr, "  instance %d: n=%d S=%d M=%d dag=%d hetero=%d constrained=%d memory=%d\n",
                 t->instances, n, S, in->p.M, g.dag, g.hetero, g.constrained, g.memory);
     CHECK(eval_agrees(a, &in->p, r));
+    CHECK(memory_objective_agrees(a, &in->p, &b));
     arena_free(a);
 }
 
@@ -559,7 +623,8 @@ static Table stage_table(Arena *a, const PartProblem *p)
                 int64_t mem;
                 size_t c = cell(&tb, s, i, j);
                 ref_stage(p, s, i, j, &tb.t[c], &mem);
-                tb.ok[c] = mem <= p->mem_cap[s] && stage_allowed(p, s, i, j);
+                tb.ok[c] = mem <= p->mem_cap[s] && stage_allowed(p, s, i, j) &&
+                           !is_excluded(p, s, i, j);
             }
     return tb;
 }
