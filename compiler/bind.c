@@ -139,6 +139,7 @@ static bool given(const Options *o, const char *name)
 
 bool bind_shapes(Graph *g, const Options *o, bool require)
 {
+    g->rows = o->batch;
     bool all_static = true;
     bool fixed = batch_fixed(g);
     for (uint32_t i = 0; i < o->nshapes; i++)

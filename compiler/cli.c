@@ -35,8 +35,10 @@ static const char help_text[] =
 "                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"
 "                           profile file (docs/pipeline.md); default: cpu for CPU\n"
 "                           devices, h100-sxm for CUDA devices\n"
-"  --measured=PROF.json     per-node times a trainer measured (./train --profile)\n"
-"                           replace the estimates\n"
+"  --measured=PROF.json[,PROF.json]\n"
+"                           per-node times a trainer measured (./train --profile)\n"
+"                           replace the estimates, scaled to each micro-batch size\n"
+"                           tried (profiles of two sizes: fitted a + b * rows)\n"
 "  --schedule=KIND          gpipe, 1f1b, interleaved, zb (zero-bubble: backward\n"
 "                           split into input and weight gradients) or auto\n"
 "                           (default: simulate each and keep the fastest that fits)\n"
@@ -99,6 +101,9 @@ static const char help_text[] =
 "                                     gradients, optimizer state, activations,\n"
 "                                     buffers taking turns, scratch; the largest\n"
 "                                     buffers\n"
+"                             costs   the cost model node by node: kind of work,\n"
+"                                     FLOPs, bytes, predicted (and with --measured,\n"
+"                                     measured) time, totals per kind\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -185,9 +190,11 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_fuse = true;
         else if (strcmp(w, "memory") == 0)
             o->dump_memory = true;
+        else if (strcmp(w, "costs") == 0)
+            o->dump_costs = true;
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
-                        "schedule, partition-dot, fuse, memory)", w);
+                        "schedule, partition-dot, fuse, memory, costs)", w);
     }
 }
 

@@ -5,8 +5,8 @@
  *
  * Profiles are built in (cpu, h100-sxm, h100-pcie, a100) or read from a
  * file of `key = value` lines; the cpu profile measures this machine with a
- * short calibration when mpcc starts. --measured replaces estimates with
- * the per-node times a trainer recorded (./train --profile).
+ * short calibration when mpcc starts (calibrate.c). What one node costs with
+ * a profile is cost.c's.
  */
 #include "mpcc.h"
 
@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Figures from NVIDIA's documents (docs/pipeline.md names them): the dense
  * peaks of fp32 (CUDA cores), TF32 and bf16 (tensor cores), derated to what
@@ -51,82 +50,6 @@ static Profile gpu_profile(const Builtin *b, bool tf32)
     return p;
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* This machine, measured: a small blocked multiply-add loop for the FLOP
- * rate and a large copy for the bandwidth; about 30 ms. Single-threaded,
- * as one CPU device is one worker thread. */
-static volatile float calib_sink;
-
-static double calibrate_flops(void)
-{
-    enum { N = 64 };
-    static float a[N * N], b[N * N], c[N * N];
-    for (int i = 0; i < N * N; i++)
-        a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f;
-    double t0 = now(), t;
-    int reps = 0;
-    do {
-        for (int i = 0; i < N; i++)
-            for (int k = 0; k < N; k++) {
-                float s = a[i * N + k];
-                for (int j = 0; j < N; j++)
-                    c[i * N + j] += s * b[k * N + j];
-            }
-        reps++;
-        t = now() - t0;
-    } while (t < 0.015);
-    calib_sink = c[reps % (N * N)];
-    return 2.0 * N * N * N * reps / t;
-}
-
-static double calibrate_bandwidth(void)
-{
-    size_t n = (size_t)16 << 20;
-    char *src = malloc(n), *dst = malloc(n);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return 5e9;
-    }
-    memset(src, 1, n);
-    memset(dst, 0, n);
-    double t0 = now(), t;
-    int reps = 0;
-    do {
-        memcpy(dst, src, n);
-        src[reps % n] = (char)reps;
-        reps++;
-        t = now() - t0;
-    } while (t < 0.015);
-    calib_sink = dst[reps % n];
-    free(src);
-    free(dst);
-    return 2.0 * (double)n * reps / t;   /* read and write */
-}
-
-static Profile cpu_profile(void)
-{
-    static Profile p;
-    if (!p.name) {
-        const char *fixed = getenv("MPCC_CPU_PROFILE");   /* "FLOPS,BYTES": tests pin it */
-        double f = 0, b = 0;
-        if (!fixed || sscanf(fixed, "%lf,%lf", &f, &b) != 2 || f <= 0 || b <= 0) {
-            f = calibrate_flops() * 4;   /* the kernels vectorise what the loop does not */
-            b = calibrate_bandwidth();
-        }
-        p = (Profile){"cpu", f, b, 2e-6, 0, b / 2, 5e-6, b / 2, 5e-6};
-        p.memory = (int64_t)16 << 30;
-        p.matrix_flops = p.tf32_flops = p.bf16_flops = f;
-    }
-    return p;
-}
-
 /* ---- profile files: `key = value` lines, # comments ---- */
 
 static void profile_set(const char *path, int line, Profile *p, const char *key, double v)
@@ -136,8 +59,17 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         {"peer_bandwidth", &p->peer_bw}, {"peer_latency", &p->peer_latency},
         {"host_bandwidth", &p->host_bw}, {"host_latency", &p->host_latency},
         {"matrix_flops", &p->matrix_flops}, {"tf32_flops", &p->tf32_flops},
-        {"bf16_flops", &p->bf16_flops},
+        {"bf16_flops", &p->bf16_flops}, {"call_overhead", &p->call_overhead},
+        {"copy_bandwidth", &p->copy_bw}, {"norm_bandwidth", &p->norm_bw},
+        {"shared_bandwidth", &p->shared_bw}, {"gemm_bandwidth", &p->gemm_bw},
+        {"patch_bandwidth", &p->patch_bw}, {"patch_row", &p->patch_row},
+        {"transpose_bandwidth", &p->transpose_bw}, {"window_rate", &p->window_rate},
+        {"norm_row", &p->norm_row},
+        {"bw64k", &p->bw_at[0]}, {"bw512k", &p->bw_at[1]}, {"bw4m", &p->bw_at[2]},
+        {"bw16m", &p->bw_at[3]}, {"bw64m", &p->bw_at[4]},
     };
+    if (strncmp(key, "shared.", 7) == 0)
+        return;   /* the measured cache's rates of two CPU devices at once: see calibrate.c */
     if (strcmp(key, "memory") == 0) {
         p->memory = (int64_t)v;
         return;
@@ -155,8 +87,9 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
             return;
         }
     error_file(path, "line %d: unknown key '%s' (known: flops, matrix_flops, tf32_flops, "
-               "bf16_flops, bandwidth, overhead, memory, peer_bandwidth, peer_latency, "
-               "peer_access, host_bandwidth, host_latency)", line, key);
+               "bf16_flops, bandwidth, copy_bandwidth, norm_bandwidth, shared_bandwidth, "
+               "gemm_bandwidth, patch_bandwidth, patch_row, transpose_bandwidth, window_rate, norm_row, bw64k..bw64m, overhead, call_overhead, memory, peer_bandwidth, peer_latency, peer_access, "
+               "host_bandwidth, host_latency)", line, key);
 }
 
 static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
@@ -167,7 +100,8 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
                    "cannot be read as a profile file: %s", strerror(errno));
     Profile p = base;
     p.name = arena_strdup(a, path);
-    p.flops = p.matrix_flops = -1;   /* given or not */
+    p.flops = p.matrix_flops = p.bandwidth = p.copy_bw = p.norm_bw = p.shared_bw = -1;
+    p.gemm_bw = p.patch_bw = p.transpose_bw = p.bw_at[0] = -1;
     char line[512], key[64];
     for (int no = 1; fgets(line, sizeof line, f); no++) {
         char *hash = strchr(line, '#');
@@ -175,16 +109,28 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
             *hash = 0;
         double v;
         char rest;
-        if (sscanf(line, " %63[a-z0-9_] = %lf %c", key, &v, &rest) == 2 && v >= 0)
+        if (sscanf(line, " %63[a-z0-9_.] = %lf %c", key, &v, &rest) == 2 && v >= 0)
             profile_set(path, no, &p, key, v);
         else if (strspn(line, " \t\r\n") != strlen(line))
             error_file(path, "line %d: expected 'key = number'", no);
     }
     fclose(f);
-    bool flops_given = p.flops >= 0;
+    /* a file that sets flops (bandwidth) alone means every node at that rate */
+    bool flops_given = p.flops >= 0, bw_given = p.bandwidth >= 0;
     p.flops = flops_given ? p.flops : base.flops;
-    if (p.matrix_flops < 0)   /* a file that sets flops alone means every node at that rate */
+    p.bandwidth = bw_given ? p.bandwidth : base.bandwidth;
+    if (p.matrix_flops < 0)
         p.matrix_flops = flops_given ? p.flops : base.matrix_flops;
+    double *bws[] = {&p.copy_bw, &p.norm_bw, &p.shared_bw, &p.gemm_bw, &p.patch_bw,
+                     &p.transpose_bw};
+    double base_bws[] = {base.copy_bw, base.norm_bw, base.shared_bw, base.gemm_bw, base.patch_bw,
+                         base.transpose_bw};
+    for (int i = 0; i < 6; i++)
+        if (*bws[i] < 0)
+            *bws[i] = bw_given ? p.bandwidth : base_bws[i];
+    if (p.bw_at[0] < 0)   /* no curve given: one rate whatever the working set, or the base's */
+        for (int i = 0; i < BW_POINTS; i++)
+            p.bw_at[i] = bw_given ? p.bandwidth : base.bw_at[i];
     if (p.flops <= 0 || p.bandwidth <= 0 || p.peer_bw <= 0 || p.host_bw <= 0 ||
         p.matrix_flops <= 0 || p.tf32_flops <= 0 || p.bf16_flops <= 0)
         error_file(path, "the rates (flops, matrix_flops, tf32_flops, bf16_flops, bandwidth and "
@@ -199,13 +145,13 @@ static Profile profile_for(Arena *a, const Options *o, DevKind kind)
     const char *name = o->pipe.profile;
     bool tf32 = o->tf32 && kind == DEV_CUDA;
     if (!name)
-        return kind == DEV_CPU ? cpu_profile() : gpu_profile(&builtin[0], tf32);
+        return kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], tf32);
     if (strcmp(name, "cpu") == 0)
-        return cpu_profile();
+        return cpu_profile(false);
     for (int i = 0; i < NBUILTIN; i++)
         if (strcmp(name, builtin[i].name) == 0)
             return gpu_profile(&builtin[i], tf32);
-    return read_profile(a, name, kind == DEV_CPU ? cpu_profile() : gpu_profile(&builtin[0], false),
+    return read_profile(a, name, kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], false),
                         tf32);
 }
 
@@ -244,6 +190,19 @@ static void parse_device_list(Arena *a, const Options *o, Devices *ds)
                 error_file(o->input, "--devices names %s twice", ds->d[i].name);
 }
 
+/* CPU devices running side by side share caches and the memory bus: with
+ * two or more, the built-in cpu profile's rates are those measured on two
+ * threads at once (calibrate.c). */
+static void share_memory(Devices *ds)
+{
+    int cpus = 0;
+    for (int i = 0; i < ds->n; i++)
+        cpus += ds->d[i].kind == DEV_CPU;
+    for (int i = 0; i < ds->n && cpus > 1; i++)
+        if (ds->d[i].kind == DEV_CPU && strcmp(ds->d[i].prof.name, "cpu") == 0)
+            ds->d[i].prof = cpu_profile(true);
+}
+
 Devices devices_resolve(Arena *a, const Options *o)
 {
     Devices ds = {0};
@@ -257,6 +216,7 @@ Devices devices_resolve(Arena *a, const Options *o)
         add_device(a, &ds, DEV_CPU, i, o);
     if (ds.n == 0)
         add_device(a, &ds, DEV_CPU, 0, o);
+    share_memory(&ds);
     return ds;
 }
 
@@ -285,93 +245,4 @@ double link_latency(const Devices *ds, int a, int b)
         return fmax(pa->peer_latency, pb->peer_latency);
     double hop = fmax(pa->host_latency, pb->host_latency);
     return ds->d[a].kind == ds->d[b].kind ? 2 * hop : hop;
-}
-
-/* ---- the cost of one node ---- */
-
-static double numel_of(const Graph *g, uint32_t v)
-{
-    return v == NONE ? 0 : (double)shape_numel(&g->values[v].shape);
-}
-
-static double bytes_of(const Graph *g, uint32_t v)
-{
-    return v == NONE ? 0 : numel_of(g, v) * (double)dtype_size(g->values[v].dtype);
-}
-
-/* Multiply-adds per output element of the matrix products and convolutions. */
-static double contraction(const Graph *g, const Node *n)
-{
-    const Shape *a = n->nin ? &g->values[n->in[0]].shape : NULL;
-    switch (n->op) {
-    case OP_GEMM:
-        return (double)a->d[attr_int(n, "transA", 0) ? 0 : 1];
-    case OP_MATMUL: case OP_BATCH_MATMUL:
-        if (a->rank == 1)
-            return (double)a->d[0];
-        return (double)a->d[a->rank - (attr_int(n, "transA", 0) ? 2 : 1)];
-    case OP_CONV: case OP_CONV_GRAD_X: {
-        const Shape *w = &g->values[n->in[1]].shape;
-        return numel_of(g, n->in[1]) / (double)w->d[0];
-    }
-    case OP_CONV_GRAD_W: {
-        const Shape *w = &g->values[n->out[0]].shape;
-        return numel_of(g, n->out[0]) / (double)w->d[0];
-    }
-    default:
-        return 0;
-    }
-}
-
-NodeCost node_cost(const Graph *g, const Node *n)
-{
-    NodeCost c = {0, 0};
-    for (uint32_t k = 0; k < n->nin; k++)
-        c.bytes += bytes_of(g, n->in[k]);
-    for (uint32_t k = 0; k < n->nout; k++)
-        c.bytes += bytes_of(g, n->out[k]);
-    double k = contraction(g, n);
-    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ? n->in[0] : n->out[0];
-    if (k > 0)
-        c.flops = 2.0 * numel_of(g, big) * k;
-    else
-        c.flops = n->nout ? 4.0 * numel_of(g, n->out[0]) : 0;
-    return c;
-}
-
-/* The scratch memory a node's kernel uses while it runs: the CPU
- * convolutions' patch matrix (one image and group at a time, as
- * runtime/cpu.c computes it), a cross-entropy's log-probabilities. */
-int64_t node_workspace(const Graph *g, const Node *n)
-{
-    uint32_t w, y;
-    switch (n->op) {
-    case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
-    case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
-    case OP_CONV_TRANSPOSE: w = n->in[1], y = n->in[0]; break;   /* a convolution's backward */
-    case OP_SOFTMAX_CE:   /* the log-probabilities, when no output keeps them */
-        if (n->nout > 1 && n->out[1] != NONE)
-            return 0;
-        return (int64_t)shape_numel(&g->values[n->in[0]].shape) * (int64_t)sizeof(float);
-    default: return 0;
-    }
-    const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
-    int64_t k = 1, p = 1;   /* patch rows C/group * KH * KW, columns OH * OW (1-D: OW) */
-    for (int i = 1; i < ws->rank; i++)
-        k *= ws->d[i];
-    for (int i = 2; i < ys->rank; i++)
-        p *= ys->d[i];
-    return k * p * (int64_t)sizeof(float);
-}
-
-double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
-{
-    if (m) {
-        double t = measured_time(m, n->name, n->phase);
-        if (t >= 0)
-            return t;
-    }
-    NodeCost c = node_cost(g, n);
-    double rate = contraction(g, n) > 0 ? p->matrix_flops : p->flops;
-    return fmax(c.flops / rate, c.bytes / p->bandwidth) + p->overhead;
 }

@@ -111,6 +111,8 @@ static void dump_plan(const Options *o, const Pipeline *pl)
         dump_fusion(pl->g, pl->plan, pl->plan->fu, out);
     if (o->dump_memory)
         dump_memory(pl, out);
+    if (o->dump_costs)
+        dump_costs(pl, measured_load(pl->g->arena, o->pipe.measured), out);
     close_output(o, out);
 }
 
@@ -179,7 +181,7 @@ int main(int argc, char **argv)
         return infer(arena, &opt);
 
     bool dump_plan_only = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
-                          opt.dump_fuse || opt.dump_memory;
+                          opt.dump_fuse || opt.dump_memory || opt.dump_costs;
     if (dump_plan_only || opt.output) {
         if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
             Pipeline *pl = pipeline_choose(arena, &opt, front);

@@ -174,6 +174,11 @@ typedef struct Attr {
 #define OPF_CUDA 8u
 #define OPF_INTERNAL 16u   /* made by mpcc's passes, not an ONNX op */
 #define OPF_NOGRAD 32u     /* bool outputs: no gradient flows through it */
+#define OPF_GEMM 64u       /* kinds of work (ops.def): a matrix product */
+#define OPF_CONV 128u      /* a convolution */
+#define OPF_NORM 256u      /* normalisation, softmax, and the losses built on it */
+#define OPF_HEAVY 512u     /* a transcendental per element (exp, erf, ...) */
+#define OPF_WINDOW 1024u   /* a window over each output: pooling */
 
 typedef enum Op {
     OP_UNKNOWN,
@@ -234,6 +239,7 @@ typedef struct Graph {
                                    given the output a copy of its own), else NULL */
     uint32_t cur_origin;   /* autodiff: the forward node being differentiated */
     Rebatch *rebatch;      /* a batch the export fixed, re-bound (rebatch.c), or NULL */
+    int64_t rows;          /* -batch of this graph (one micro-batch), 0 if not given */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
 } Graph;
@@ -354,6 +360,7 @@ typedef struct Options {
     bool dump_partition, dump_schedule, dump_dot;   /* the pipeline plan, then stop */
     bool dump_fuse;            /* --dump=fuse: the fused elementwise chains, then stop */
     bool dump_memory;          /* --dump=memory: what each device's arena holds, then stop */
+    bool dump_costs;           /* --dump=costs: the cost model per node, then stop */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
@@ -427,7 +434,25 @@ typedef struct Profile {
     double matrix_flops;             /* matrix products and convolutions, at the
                                         precision in effect (--tf32: tf32_flops) */
     double tf32_flops, bf16_flops;   /* the same in TF32 and bf16 */
+    bool per_call;                   /* CPU: price the work call by call, as runtime/
+                                        does it (cost.c); GPU: a roofline per node */
+    double call_overhead;            /* seconds per BLAS call */
+    double gemm_bw;                  /* bytes/s of a BLAS call's operands (calibrate.c) */
+    double patch_bw, patch_row;      /* im2col: bytes/s, and seconds per row of patches */
+    double transpose_bw;             /* bytes/s of a transpose (read and written) */
+    double window_rate;              /* pooling: window elements per second */
+    double norm_row;                 /* normalisation: seconds per row it passes over */
+    double copy_bw, norm_bw;         /* bytes/s over BW_REFERENCE bytes: memcpy, passes
+                                        of normalisation */
+    double shared_bw;                /* bytes/s of all CPU devices streaming at once */
+    double bw_at[5];                 /* bytes/s of elementwise work over BW_POINTS working
+                                        sets, 64 KB times 8^i / 2^(i/2)...: see bw_point_bytes */
 } Profile;
+
+enum { BW_POINTS = 5 };
+#define BW_REFERENCE ((double)(32 << 20))   /* the working set `bandwidth` is measured on */
+double bw_point_bytes(int i);                     /* cost.c: 64 KB, 512 KB, 4 MB, 16 MB, 64 MB */
+double bandwidth_at(const Profile *p, double bytes);   /* the rate over that working set */
 
 typedef struct Device {
     DevKind kind;
@@ -445,20 +470,34 @@ typedef struct NodeCost {
     double flops, bytes;
 } NodeCost;
 
+/* The kinds of work the cost model prices apart (ops.def's OPF_GEMM,
+ * OPF_CONV, OPF_NORM, OPF_WINDOW; elementwise work and data movement
+ * otherwise). */
+typedef enum { WORK_GEMM, WORK_CONV, WORK_NORM, WORK_WINDOW, WORK_ELEMENTWISE, WORK_KINDS } WorkKind;
+
+WorkKind work_kind(const Node *n);
+
 typedef struct Measured Measured;    /* measured.c */
 
 Devices devices_resolve(Arena *a, const Options *o);   /* -cpus, -gpus, --devices */
+Profile cpu_profile(bool shared);    /* calibrate.c: this machine, alone or two devices at once */
 double link_bandwidth(const Devices *ds, int a, int b);
 double link_latency(const Devices *ds, int a, int b);
 NodeCost node_cost(const Graph *g, const Node *n);
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m);
+typedef struct Fusion Fusion;
+double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
+                    const Measured *m);   /* what running n inside a fused chain saves */
 int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs */
 
 /* -------------------------------------------------------------- measured.c */
 
 /* Per-node seconds from a trainer's --profile file; NULL path: none. */
 Measured *measured_load(Arena *a, const char *path);
-double measured_time(const Measured *m, const char *node, int phase);  /* -1: not measured */
+/* A node's measured seconds at a micro-batch of `rows` (0: as profiled); -1
+ * if no profile names it. */
+double measured_time(const Measured *m, const char *node, int phase, double rows);
+bool measured_rows(const Measured *m, double *lo, double *hi);   /* the sizes profiled */
 
 /* ------------------------------------------------------------- partition.c */
 
@@ -566,6 +605,7 @@ typedef struct Stages {
     int64_t *params;           /* [n]: trained parameters (elements) */
     bool *recompute;           /* [n]: the backward reruns the forward (--recompute) */
     PartResult part;           /* the partitioner's figures */
+    const Measured *measured;  /* the node times --measured gave, or NULL */
 } Stages;
 
 /* Stages the memory plan measured over their device: (s, first, end)
@@ -728,20 +768,22 @@ void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
 void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
 void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
 void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
+/* --dump=costs: each node's predicted (and measured) time (costdump.c) */
+void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
 
 /* ------------------------------------------------------------------ fuse.c */
 
 /* Chains of float32 elementwise nodes of one stage action that run as one
  * kernel (mprt_ew_chain): every node of a chain but the last computes a
  * value only the next one reads, and writes nothing. */
-typedef struct Fusion {
+struct Fusion {
     uint32_t *prev;            /* [nnodes]: the chain node whose value this node takes in
                                   and computes on the way, NONE if none */
     uint8_t *via;              /* [nnodes]: the input of this node that value is */
     uint32_t *tail;            /* [nnodes]: a node before the last of its chain: the
                                   last, which runs the chain; NONE otherwise */
     int nchains, nfused;       /* chains, and the nodes in them */
-} Fusion;
+};
 
 Fusion *fuse(Graph *g, const Plan *p, const Options *o);   /* none with --no-fuse */
 bool fuse_constant(const Graph *g, uint32_t v, float *f);  /* a scalar float32 constant */

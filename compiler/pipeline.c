@@ -141,7 +141,32 @@ static Options per_microbatch(const Options *o, int M)
     return m;
 }
 
-static int candidate_counts(const Options *o, int stages, int *out)
+/* With --measured, the micro-batch sizes the profiles span: a time
+ * measured at one size says little about another (fixed costs, BLAS
+ * efficiency), so the plan keeps to what was measured, interpolating
+ * between sizes. */
+static int measured_counts(const Options *o, const Measured *m, int *counts, int n)
+{
+    double lo, hi;
+    if (!measured_rows(m, &lo, &hi))
+        return n;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        double rows = (double)o->batch / counts[i];
+        if (rows >= lo * (1 - 1e-9) && rows <= hi * (1 + 1e-9))
+            counts[k++] = counts[i];
+    }
+    if (k == 0) {
+        Loc loc = {.file = o->pipe.measured, .index = -1};
+        note_once(&loc, "no micro-batch of -batch %lld has the %g to %g rows profiled; the "
+                  "times are scaled to the sizes tried (profile at a size that divides the "
+                  "batch)", (long long)o->batch, lo, hi);
+        return n;
+    }
+    return k;
+}
+
+static int candidate_counts(const Options *o, int stages, const Measured *m, int *out)
 {
     if (o->pipe.micro_given) {
         out[0] = o->train.microbatches;
@@ -155,7 +180,7 @@ static int candidate_counts(const Options *o, int stages, int *out)
     for (int M = 1; M <= 4 * stages && M <= o->batch && n < 16; M *= 2)
         if (o->batch % M == 0)
             out[n++] = M;
-    return n;
+    return measured_counts(o, m, out, n);
 }
 
 static int candidate_kinds(const Options *o, int ndev, SchedKind *out)
@@ -268,7 +293,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
     const Measured *measured = measured_load(a, o->pipe.measured);
     SchedKind kinds[4];
     int counts[16];
-    int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, counts);
+    int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, measured, counts);
     bool explicit_one = nk == 1 && nm == 1;
     Pipeline *best = NULL;
     const char *first_why = NULL;

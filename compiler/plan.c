@@ -316,6 +316,19 @@ static void add_dep(PB *b, int op, int dep)
     o->deps[o->ndeps++] = dep;
 }
 
+/* An action's predicted time: its stage's figure for it, less what its
+ * fused chains save (cost.c). */
+static double action_time(const PB *b, Act a)
+{
+    const Plan *p = b->p;
+    size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
+    const Profile *prof = &p->ds->d[b->st->dev[a.stage]].prof;
+    double t = b->st->time[k];
+    for (int j = 0; j < p->nnodes[k]; j++)
+        t -= fused_saving(b->g, &b->g->nodes[p->nodes[k][j]], p->fu, prof, b->st->measured);
+    return t > 0 ? t : 0;
+}
+
 static void run_ops(PB *b)
 {
     b->run_op = arena_array(b->a, (size_t)b->S * ACT_KINDS * b->M, sizeof(int));
@@ -324,7 +337,7 @@ static void run_ops(PB *b)
             Act a = b->sc->seq[d][i];
             PlanOp op = {.kind = OPK_RUN, .dev = d, .stream = d * STREAMS_PER_DEV,
                          .pos = i, .act = a,
-                         .time = b->st->time[a.stage * ACT_KINDS + a.kind] + 1e-9};
+                         .time = action_time(b, a) + 1e-9};
             b->run_op[act_key(b, a.kind, a.stage, a.mb)] = new_op(b, op);
         }
 }

@@ -612,6 +612,7 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
                      SchedKind kind, int virt, int M, const Exclusions *ex)
 {
     Stages *st = arena_alloc(g->arena, sizeof *st);
+    st->measured = m;
     Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st};
     st->n = ds->n * (kind == SCHED_INTERLEAVED ? virt : 1);
     st->dev = arena_array(g->arena, (size_t)st->n, sizeof(int));

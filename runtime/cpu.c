@@ -362,21 +362,53 @@ MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, flo
             }
 }
 
+/* Between one group's block of an [N, C, P] tensor (C = G * cg channels)
+ * and the GEMM's layout of it, cg x N*P: image n's rows at column n*P. */
+static void mprt_gather_images(int N, int C, int cg, int g, long P, const float *x, float *t)
+{
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < cg; c++)
+            memcpy(t + (size_t)c * N * P + (size_t)n * P, x + ((size_t)n * C + g * cg + c) * P,
+                   (size_t)P * sizeof *t);
+}
+
+static void mprt_scatter_images(int N, int C, int cg, int g, long P, const float *t, float *x)
+{
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < cg; c++)
+            memcpy(x + ((size_t)n * C + g * cg + c) * P, t + (size_t)c * N * P + (size_t)n * P,
+                   (size_t)P * sizeof *t);
+}
+
 /* Convolution as im2col + one GEMM per image and group, the patches in
- * col (K x P floats, from the device's scratch). (GEMMs over
- * several images at once, patches side by side, measured slower on the
- * benchmark CNN: the copies in and out cost more than the larger GEMMs
- * gain.) */
+ * col (K x P floats, from the device's scratch); with small output planes
+ * (mprt_conv_batched) one GEMM per group over every image's patches,
+ * side by side (K x N*P, then the output mg x N*P after them). (GEMMs over
+ * several images at once measured slower on large planes: the copies in
+ * and out cost more than the larger GEMMs gain.) */
 MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, const float *b,
                            float *y, float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    int batched = mprt_conv_batched(p);
+    long NP = (long)p->N * P;
+    for (int g = 0; g < p->group && batched; g++) {
+        float *out = col + (size_t)K * NP;
+        for (int n = 0; n < p->N; n++)
+            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
+                        (size_t)NP);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)NP, K, 1.0f,
+                    w + (size_t)g * mg * K, K, col, (int)NP, 0.0f, out, (int)NP);
+        mprt_scatter_images(p->N, p->M, mg, g, P, out, y);
+    }
     for (int n = 0; n < p->N; n++)
         for (int g = 0; g < p->group; g++) {
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
             float *yg = y + ((size_t)n * p->M + (size_t)g * mg) * P;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, P, K, 1.0f,
-                        w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
+            if (!batched) {
+                mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, P, K, 1.0f,
+                            w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
+            }
             if (b)
                 for (int m = 0; m < mg; m++)
                     for (int i = 0; i < P; i++)
@@ -388,8 +420,19 @@ MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const floa
                                   float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    int batched = mprt_conv_batched(p);
+    long NP = (long)p->N * P;
     memset(dx, 0, (size_t)p->N * p->C * p->H * p->W * sizeof *dx);
-    for (int n = 0; n < p->N; n++)
+    for (int g = 0; g < p->group && batched; g++) {
+        float *dys = col + (size_t)K * NP;   /* dy of the group, mg x N*P */
+        mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)NP, mg, 1.0f,
+                    w + (size_t)g * mg * K, K, dys, (int)NP, 0.0f, col, (int)NP);
+        for (int n = 0; n < p->N; n++)
+            mprt_col2im(p, col + (size_t)n * P, (size_t)NP,
+                        dx + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W);
+    }
+    for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, mg, 1.0f,
                         w + (size_t)g * mg * K, K, dy + ((size_t)n * p->M + (size_t)g * mg) * P,
@@ -402,7 +445,18 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
                                   float *col)
 {
     int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
-    for (int n = 0; n < p->N; n++)
+    int batched = mprt_conv_batched(p);
+    long NP = (long)p->N * P;
+    for (int g = 0; g < p->group && batched; g++) {
+        float *dys = col + (size_t)K * NP;
+        for (int n = 0; n < p->N; n++)
+            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
+                        (size_t)NP);
+        mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, (int)NP, 1.0f, dys, (int)NP,
+                    col, (int)NP, 0.0f, dw + (size_t)g * mg * K, K);
+    }
+    for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
             mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, P, 1.0f,

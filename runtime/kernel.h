@@ -67,6 +67,18 @@ typedef struct MprtConv {
     int sh, sw, dh, dw, ph, pw;   /* strides, dilations, leading pads */
 } MprtConv;
 
+/* A convolution whose output planes are small (deep layers: 7 x 7 and
+ * less) runs all its images' patches as one GEMM rather than a GEMM per
+ * image, which would read the whole weight once per image for a few
+ * columns: the patch matrices of the batch side by side (K x N*P) and the
+ * output in the GEMM's order (mg x N*P) share the scratch. The compiler
+ * (cost.c, node_workspace) sizes the scratch by the same rule. */
+#define MPRT_CONV_BATCH_P 64
+static inline int mprt_conv_batched(const MprtConv *p)
+{
+    return p->N > 1 && (long)p->OH * p->OW <= MPRT_CONV_BATCH_P;
+}
+
 /* 2-D pooling. */
 typedef struct MprtPool {
     int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;

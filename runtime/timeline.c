@@ -81,9 +81,9 @@ typedef struct MprtProfNode {
 
 MPRT_GLOBAL const MprtProfNode *mprt_prof_nodes;   /* the program's nodes, by index */
 
-/* Mean seconds per call of every node that ran while profiling, as mpcc
- * --measured reads them. */
-MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
+/* Mean seconds per call of every node that ran while profiling, and the
+ * rows of the micro-batch they ran on, as mpcc --measured reads them. */
+MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file, long rows,
                                    const MprtProfNode *nodes, int n, char *err, size_t errlen)
 {
     MprtOut out;
@@ -91,7 +91,7 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file,
         return 1;
     fprintf(out.fp, "{\"format\": \"mpcc-profile\", \"model\": ");
     mprt_json_fputs(out.fp, model_file);
-    fprintf(out.fp, ",\n \"nodes\": [");
+    fprintf(out.fp, ", \"rows\": %ld,\n \"nodes\": [", rows);
     int first = 1;
     for (int k = 0; k < n; k++) {
         if (!mprt_node_calls[k])

@@ -101,8 +101,9 @@ static void mprt_usage(const MprtModel *m)
            "  --trace FILE       write the last step's measured timeline (Chrome trace\n"
            "                     format, as mpcc --trace writes the predicted one)\n"
            "  --profile FILE     time every node (after the first step) and write the\n"
-           "                     mean per call as JSON; mpcc --measured=FILE then plans\n"
-           "                     with these times instead of its estimates\n"
+           "                     mean per call and the micro-batch's rows as JSON; mpcc\n"
+           "                     --measured=FILE then plans with these times instead of\n"
+           "                     its estimates\n"
            "  --help             this text\n",
            m->program, m->model_file, m->mpcc_version, m->ndev,
            strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr, m->batch / m->microbatches,
@@ -612,8 +613,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
             dt, (double)steps * m->batch / dt, last_loss);
     if (a.profile) {
         char err[512];
-        if (mprt_write_profile(a.profile, m->model_file, m->prof_nodes, m->nprof_nodes, err,
-                               sizeof err) != 0)
+        if (mprt_write_profile(a.profile, m->model_file, (long)(m->batch / m->microbatches),
+                               m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
                 a.profile, a.profile);

@@ -13,7 +13,8 @@
  * what this checks is that wiring, not cuDNN's arithmetic.
  *
  * - Convolution: one algorithm per direction, deterministic, whose
- *   workspace is the im2col buffer (C/group x KH x KW x OH x OW floats); a
+ *   workspace is the im2col buffer (C/group x KH x KW x OH x OW floats, or
+ *   the batch's, runtime/kernel.h's mprt_conv_batched); a
  *   smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
  *   that does not match the tensors is an error.
  * - Batch norm (spatial): the running statistics move as cuDNN says,
@@ -197,9 +198,15 @@ static cudnnStatus_t conv_of(const cudnnTensorDescriptor_t x, const cudnnFilterD
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* The CPU kernels' scratch: one image's patches, or with small output
+ * planes every image's side by side and a group's planes after them
+ * (mprt_conv_batched). */
 static size_t col_bytes(const MprtConv *p)
 {
-    return (size_t)(p->C / p->group) * p->KH * p->KW * p->OH * p->OW * sizeof(float);
+    size_t k = (size_t)(p->C / p->group) * p->KH * p->KW, plane = (size_t)p->OH * p->OW;
+    if (!mprt_conv_batched(p))
+        return k * plane * sizeof(float);
+    return (k + (size_t)(p->M / p->group)) * p->N * plane * sizeof(float);
 }
 
 static cudnnStatus_t workspace(const cudnnTensorDescriptor_t x,

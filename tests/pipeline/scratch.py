@@ -2,7 +2,10 @@
 """The kernels' scratch memory is part of the memory plan.
 
 The CPU convolutions build their patch matrix (C/group * KH * KW rows, one
-column per output pixel) in scratch memory. For ResNet-50 at 64x64 (micro-batches of 2), the
+column per output pixel) in scratch memory; where the output planes have
+at most 64 pixels (runtime/kernel.h, mprt_conv_batched) the patches of every
+image of the micro-batch side by side, and a group's output planes after
+them. For ResNet-50 at 64x64 (micro-batches of 2), the
 largest such matrix is found here from ONNX's own shape inference; the
 trainer mpcc writes for 1 and 2 CPU devices must reserve exactly that (the
 device holding the largest convolution) at the end of the device's arena.
@@ -36,7 +39,13 @@ def largest_patches(model_path, shape):
         if n.op_type != "Conv":
             continue
         w, y = dims[n.input[1]], dims[n.output[0]]
-        best = max(best, w[1] * w[2] * w[3] * y[2] * y[3] * 4)
+        group = next((a.i for a in n.attribute if a.name == "group"), 1)
+        k, plane = w[1] * w[2] * w[3], y[2] * y[3]
+        if y[0] > 1 and plane <= 64:   # one GEMM over the micro-batch
+            need = (k + w[0] // group) * y[0] * plane * 4
+        else:
+            need = k * plane * 4
+        best = max(best, need)
     return (best + 63) // 64 * 64
 
 

@@ -81,15 +81,14 @@ static bool *overlapping(const Plan *p)
     return o;
 }
 
+/* Every buffer taking turns on a device at the offset of one of them. */
 static void one_offset(Plan *p)
 {
-    bool *o = overlapping(p);
     for (int b = 0; b < p->nbufs; b++)
-        if (o[b])
+        if (p->bufs[b].turns)
             for (int c = 0; c < p->nbufs; c++)
-                if (o[c] && p->bufs[c].dev == p->bufs[b].dev)
+                if (p->bufs[c].turns && p->bufs[c].dev == p->bufs[b].dev)
                     p->bufs[c].offset = p->bufs[b].offset;
-    free(o);
 }
 
 /* An activation held over micro-batches that no copy reads or writes:
@@ -105,6 +104,19 @@ static int slotted(const Plan *p)
             return b;
     }
     return -1;
+}
+
+/* First fit puts a buffer taking turns above the lowest offset of its
+ * device's only where one below is alive with it: then moving them all to
+ * one offset must break the plan. */
+static bool stacked(const Plan *p)
+{
+    bool any = false;
+    for (int b = 0; b < p->nbufs && !any; b++)
+        for (int c = 0; p->bufs[b].turns && c < p->nbufs && !any; c++)
+            any = p->bufs[c].turns && p->bufs[c].dev == p->bufs[b].dev &&
+                  p->bufs[c].offset < p->bufs[b].offset;
+    return any;
 }
 
 static void one_slot(Plan *p)
@@ -143,7 +155,8 @@ static void check_case(const char *sample, const char **flags)
     printf(": %s, M=%d, %zu bytes taking turns in %zu\n", schedule_name(p->sc->kind), p->sc->M,
            apart, turns);
     CHECK(turns < apart);
-    CHECK(aborts(p, one_offset));
+    if (stacked(p))
+        CHECK(aborts(p, one_offset));
     CHECK(aborts(p, param_on_shared));
     if (slotted(p) >= 0)
         CHECK(aborts(p, one_slot));

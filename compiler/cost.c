@@ -1,0 +1,376 @@
+/* cost.c — what one node costs on a device: the cost model behind every
+ * prediction (the links between devices are device.c's).
+ *
+ * Each node is priced by its kind of work (ops.def: OPF_GEMM, OPF_CONV,
+ * OPF_NORM, elementwise otherwise) with the device's rates for that kind:
+ *
+ *   GPU devices: a roofline, max(FLOPs / rate, bytes / bandwidth) + the
+ *   launch overhead, where the rate is matrix_flops for matrix products and
+ *   convolutions (cuBLAS, cuDNN) and flops for the rest.
+ *
+ *   CPU devices (profile.per_call): the work as the CPU trainer does it.
+ *   A matrix product is the BLAS calls runtime/cpu_math.c makes, each
+ *   max(2mnk / matrix_flops, its operands' bytes / bandwidth) plus a call's
+ *   overhead: a skinny call that re-reads its weights is memory-bound. A
+ *   convolution is runtime/cpu.c's im2col (or col2im) and one GEMM per
+ *   image and group, the patch matrix moved at copy_bandwidth. Passes over
+ *   data (normalisation, softmax, pooling, reductions) go at norm_bandwidth,
+ *   elementwise work at bandwidth. The rates come from a short calibration
+ *   of this machine (calibrate.c).
+ *
+ * A node inside a fused chain (fuse.c) writes nothing and the next node
+ * does not read its value: fused_saving says what that takes off.
+ * --measured replaces the estimate with the time a trainer recorded.
+ */
+#include "mpcc.h"
+#include "kernel.h"
+
+#include <math.h>
+
+WorkKind work_kind(const Node *n)
+{
+    unsigned f = op_info[n->op].flags;
+    return f & OPF_GEMM ? WORK_GEMM : f & OPF_CONV ? WORK_CONV : f & OPF_NORM ? WORK_NORM
+           : f & OPF_WINDOW ? WORK_WINDOW : WORK_ELEMENTWISE;
+}
+
+static double numel_of(const Graph *g, uint32_t v)
+{
+    return v == NONE ? 0 : (double)shape_numel(&g->values[v].shape);
+}
+
+static double bytes_of(const Graph *g, uint32_t v)
+{
+    return v == NONE ? 0 : numel_of(g, v) * (double)dtype_size(g->values[v].dtype);
+}
+
+/* A matrix product as codegen.c's emit_matmul hands it to mprt_bmm: batch
+ * matrices of M x K times K x N (the batch the operands' leading dimensions
+ * broadcast to), and which operands carry the batch. */
+typedef struct MatDims {
+    double batch, M, N, K;
+    bool a_batched, b_batched, y_batched;
+} MatDims;
+
+static MatDims mat_dims(const Graph *g, const Node *n)
+{
+    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
+    const Shape *y = &g->values[n->out[0]].shape;
+    bool ta = attr_int(n, "transA", 0) != 0, tb = attr_int(n, "transB", 0) != 0;
+    MatDims d = {.batch = 1};
+    d.M = a->rank >= 2 ? (double)a->d[a->rank - (ta ? 1 : 2)] : 1;
+    d.K = (double)a->d[a->rank - (ta && a->rank >= 2 ? 2 : 1)];
+    d.N = b->rank >= 2 ? (double)b->d[b->rank - (tb ? 2 : 1)] : 1;
+    if (n->op == OP_GEMM)
+        return d;
+    int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
+    double ab = 1, bb = 1;
+    for (int i = 0; i < a->rank - ma; i++)
+        ab *= (double)a->d[i];
+    for (int i = 0; i < b->rank - mb; i++)
+        bb *= (double)b->d[i];
+    d.batch = ab > bb ? ab : bb;
+    d.a_batched = ab > 1, d.b_batched = bb > 1;
+    d.y_batched = numel_of(g, n->out[0]) > d.M * d.N;
+    (void)y;
+    return d;
+}
+
+/* Multiply-adds per output element of the matrix products and convolutions. */
+static double contraction(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case OP_GEMM: case OP_MATMUL: case OP_BATCH_MATMUL: {
+        MatDims d = mat_dims(g, n);   /* over the output: a batch it sums adds to K */
+        return d.batch * d.M * d.N * d.K / numel_of(g, n->out[0]);
+    }
+    case OP_CONV: case OP_CONV_GRAD_X: {
+        const Shape *w = &g->values[n->in[1]].shape;
+        return numel_of(g, n->in[1]) / (double)w->d[0];
+    }
+    case OP_CONV_GRAD_W: {
+        const Shape *w = &g->values[n->out[0]].shape;
+        return numel_of(g, n->out[0]) / (double)w->d[0];
+    }
+    default:
+        return 0;
+    }
+}
+
+NodeCost node_cost(const Graph *g, const Node *n)
+{
+    NodeCost c = {0, 0};
+    for (uint32_t k = 0; k < n->nin; k++)
+        c.bytes += bytes_of(g, n->in[k]);
+    for (uint32_t k = 0; k < n->nout; k++)
+        c.bytes += bytes_of(g, n->out[k]);
+    double k = contraction(g, n);
+    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ? n->in[0] : n->out[0];
+    if (k > 0) {
+        c.flops = 2.0 * numel_of(g, big) * k;
+        return c;
+    }
+    /* a few FLOPs an element of the larger of the first input and the
+     * output (a loss reads many and writes one), some 20 for a
+     * transcendental, one an input for a sum of several */
+    double elems = n->nout ? numel_of(g, n->out[0]) : 0;
+    if (n->nin && numel_of(g, n->in[0]) > elems)
+        elems = numel_of(g, n->in[0]);
+    double per = op_info[n->op].flags & OPF_HEAVY ? 20 : n->op == OP_SUM ? 4.0 * n->nin : 4;
+    c.flops = per * elems;
+    return c;
+}
+
+/* runtime/kernel.h's rule for one GEMM over every image's patches. */
+static bool conv_batched(int64_t images, int64_t plane)
+{
+    MprtConv c = {.N = (int)images, .OH = 1, .OW = (int)plane};
+    return mprt_conv_batched(&c);
+}
+
+/* The scratch memory a node's kernel uses while it runs: the CPU
+ * convolutions' patch matrix (one image and group at a time, as
+ * runtime/cpu.c computes it), a cross-entropy's log-probabilities. */
+int64_t node_workspace(const Graph *g, const Node *n)
+{
+    uint32_t w, y;
+    switch (n->op) {
+    case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
+    case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
+    case OP_CONV_TRANSPOSE: w = n->in[1], y = n->in[0]; break;   /* a convolution's backward */
+    case OP_SOFTMAX_CE:   /* the log-probabilities, when no output keeps them */
+        if (n->nout > 1 && n->out[1] != NONE)
+            return 0;
+        return (int64_t)shape_numel(&g->values[n->in[0]].shape) * (int64_t)sizeof(float);
+    default: return 0;
+    }
+    const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
+    int64_t k = 1, p = 1;   /* patch rows C/group * KH * KW, columns OH * OW (1-D: OW) */
+    for (int i = 1; i < ws->rank; i++)
+        k *= ws->d[i];
+    for (int i = 2; i < ys->rank; i++)
+        p *= ys->d[i];
+    if (!conv_batched(ys->d[0], p))
+        return k * p * (int64_t)sizeof(float);
+    /* the patches of every image side by side, then a group's output (or
+     * dy) planes gathered in the GEMM's order */
+    int64_t mg = ws->d[0] / attr_int(n, "group", 1);
+    return (k + mg) * ys->d[0] * p * (int64_t)sizeof(float);
+}
+
+/* ---- CPU devices: the work as runtime/ does it ---- */
+
+static const double bw_points[BW_POINTS] = {64 << 10, 512 << 10, 4 << 20, 16 << 20, 64 << 20};
+
+double bw_point_bytes(int i)
+{
+    return bw_points[i];
+}
+
+/* Elementwise work's rate over a working set of `bytes`: the calibrated
+ * curve, log-linear between its points, flat past its ends. */
+double bandwidth_at(const Profile *p, double bytes)
+{
+    if (!p->per_call || !(p->bw_at[0] > 0))
+        return p->bandwidth;
+    if (bytes <= bw_points[0])
+        return p->bw_at[0];
+    for (int i = 1; i < BW_POINTS; i++)
+        if (bytes <= bw_points[i]) {
+            double f = log(bytes / bw_points[i - 1]) / log(bw_points[i] / bw_points[i - 1]);
+            return p->bw_at[i - 1] * pow(p->bw_at[i] / p->bw_at[i - 1], f);
+        }
+    return p->bw_at[BW_POINTS - 1];
+}
+
+/* One BLAS call: C(m x n) = A(m x k) B(k x n), its arithmetic and its
+ * operands' traffic added (calibrate.c fits the two rates together). */
+static double gemm_call(const Profile *p, double m, double n, double k)
+{
+    double flops = 2 * m * n * k, bytes = 4 * (m * k + k * n + m * n);
+    return flops / p->matrix_flops + bytes / p->gemm_bw + p->call_overhead;
+}
+
+/* Gemm, MatMul and BatchMatMul as runtime/cpu_math.c's mprt_bmm runs them:
+ * a right operand shared by the batch folds the batch into the rows, an
+ * output shared by it (a weight's gradient) into the inner dimension, else
+ * one call per matrix. */
+static double cpu_matmul(const Graph *g, const Node *n, const Profile *p)
+{
+    MatDims d = mat_dims(g, n);
+    double t;
+    if (d.batch > 1 && d.a_batched && !d.b_batched && d.y_batched &&
+        !attr_int(n, "transA", 0))
+        t = gemm_call(p, d.batch * d.M, d.N, d.K);
+    else if (d.batch > 1 && !d.y_batched)
+        t = gemm_call(p, d.M, d.N, d.batch * d.K);
+    else
+        t = d.batch * gemm_call(p, d.M, d.N, d.K);
+    if (n->op == OP_GEMM && n->nin > 2 && n->in[2] != NONE) {   /* the bias, copied in first */
+        double bytes = 8 * d.M * d.N;
+        t += bytes / bandwidth_at(p, bytes);
+    }
+    return t;
+}
+
+typedef struct ConvDims {
+    double N, group, mg, K, P;   /* images, groups, outputs per group, patch rows, columns */
+    double rows;                 /* memcpy calls of one im2col: K times the output rows */
+} ConvDims;
+
+/* x: the convolution's input, w: its weight, y: its output (mprt_conv's
+ * view; ConvTranspose and the gradients are written in its terms). */
+static ConvDims conv_dims(const Graph *g, uint32_t x, uint32_t w, uint32_t y, double group)
+{
+    const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
+    ConvDims c = {.N = (double)ys->d[0], .group = group > 0 ? group : 1};
+    c.mg = (double)ws->d[0] / c.group;
+    c.K = numel_of(g, w) / (double)ws->d[0];
+    c.P = numel_of(g, y) / ((double)ys->d[0] * (double)ys->d[1]);
+    c.rows = c.K * (ys->rank > 3 ? (double)ys->d[2] : 1);
+    (void)x;
+    return c;
+}
+
+/* im2col or col2im of one image and group: a memcpy (or add) per row of
+ * the patch matrix, at most at the rate of memory over the whole patch
+ * matrix (`cols` images side by side). */
+static double patches(const Profile *p, const ConvDims *c, double cols)
+{
+    double bytes = 4 * c->K * c->P, rate = bandwidth_at(p, 2 * bytes * cols);
+    return c->rows * p->patch_row + bytes / (rate < p->patch_bw ? rate : p->patch_bw);
+}
+
+static double cpu_conv(const Graph *g, const Node *n, const Profile *p)
+{
+    double group = (double)attr_int(n, "group", 1), calls;
+    ConvDims c;
+    double t;
+    switch (n->op) {
+    case OP_CONV:   /* im2col, then W (mg x K) . col (K x P) */
+        c = conv_dims(g, n->in[0], n->in[1], n->out[0], group);
+        t = patches(p, &c, 1) + gemm_call(p, c.mg, c.P, c.K);
+        break;
+    case OP_CONV_GRAD_W:   /* im2col, then dY (mg x P) . col^T (P x K) */
+        c = conv_dims(g, n->in[1], n->out[0], n->in[0], group);
+        t = patches(p, &c, 1) + gemm_call(p, c.mg, c.K, c.P);
+        break;
+    case OP_CONV_GRAD_X:   /* W^T (K x mg) . dY (mg x P), then col2im */
+        c = conv_dims(g, n->out[0], n->in[1], n->in[0], group);
+        t = gemm_call(p, c.K, c.P, c.mg) + patches(p, &c, 1);
+        break;
+    default:   /* ConvTranspose: the data gradient of the convolution it inverts */
+        c = conv_dims(g, n->out[0], n->in[1], n->in[0], group);
+        t = gemm_call(p, c.K, c.P, c.mg) + patches(p, &c, 1);
+        break;
+    }
+    calls = c.N * c.group;
+    if (!conv_batched((int64_t)c.N, (int64_t)c.P))
+        return calls * t;
+    /* one GEMM per group over the batch, and the images gathered or scattered */
+    double t_gemm = n->op == OP_CONV ? gemm_call(p, c.mg, c.N * c.P, c.K)
+                    : n->op == OP_CONV_GRAD_W ? gemm_call(p, c.mg, c.K, c.N * c.P)
+                                              : gemm_call(p, c.K, c.N * c.P, c.mg);
+    double moved = 8 * c.mg * c.N * c.P;
+    return c.group * (t_gemm + c.N * patches(p, &c, c.N) + moved / p->copy_bw);
+}
+
+/* A transpose writes the output in order, reading the input strided: the
+ * trailing axes it keeps in place are runs it copies whole (as im2col's
+ * rows); when it moves the innermost axis, every element is a gather. */
+static double cpu_transpose(const Graph *g, const Node *n, const Profile *p)
+{
+    int perm[MAX_RANK];
+    transpose_perm((Graph *)g, (Node *)n, perm);
+    const Shape *y = &g->values[n->out[0]].shape;
+    double run = 1, bytes = 2 * bytes_of(g, n->out[0]);
+    for (int d = y->rank - 1; d >= 0 && perm[d] == d; d--)
+        run *= (double)y->d[d];
+    if (run <= 1)
+        return bytes / p->transpose_bw;
+    return numel_of(g, n->out[0]) / run * p->patch_row + bytes / p->patch_bw;
+}
+
+/* Pooling: each output looks at its window (the input's elements per
+ * output, the windows' overlap aside: kernel area). */
+static double window_elements(const Graph *g, const Node *n)
+{
+    uint32_t count;
+    const int64_t *k = attr_ints(n, "kernel_shape", &count);
+    double area = 1;
+    for (uint32_t i = 0; k && i < count; i++)
+        area *= (double)k[i];
+    uint32_t out = n->op == OP_AVG_POOL_GRAD ? n->in[0] : n->out[0];
+    return area * numel_of(g, out);
+}
+
+/* The rows a normalisation passes over: a batch normalisation's (image,
+ * channel) planes, else the rows of the last axis. */
+static double norm_rows(const Graph *g, const Node *n)
+{
+    bool batch_norm = n->op == OP_BATCH_NORM || n->op == OP_BN_GRAD ||
+                      n->op == OP_INSTANCE_NORM || n->op == OP_INSTANCE_NORM_GRAD;
+    uint32_t x = n->op == OP_BN_GRAD || n->op == OP_INSTANCE_NORM_GRAD ? n->in[1] : n->in[0];
+    const Shape *s = &g->values[x].shape;
+    if (s->rank < 2)
+        return 1;
+    if (batch_norm)
+        return (double)s->d[0] * (double)s->d[1];
+    return numel_of(g, x) / (double)s->d[s->rank - 1];
+}
+
+static double cpu_time(const Graph *g, const Node *n, const Profile *p)
+{
+    NodeCost c = node_cost(g, n);
+    switch (work_kind(n)) {
+    case WORK_WINDOW:
+        return window_elements(g, n) / p->window_rate + c.bytes / bandwidth_at(p, c.bytes) +
+               p->overhead;
+    case WORK_GEMM: return cpu_matmul(g, n, p) + p->overhead;
+    case WORK_CONV: return cpu_conv(g, n, p) + p->overhead;
+    case WORK_NORM:
+        return norm_rows(g, n) * p->norm_row +
+               fmax(c.flops / p->flops, c.bytes / p->norm_bw) + p->overhead;
+    default:
+        if (n->op == OP_TRANSPOSE)
+            return cpu_transpose(g, n, p) + p->overhead;
+        return fmax(c.flops / p->flops, c.bytes / bandwidth_at(p, c.bytes)) + p->overhead;
+    }
+}
+
+/* ---- the exports ---- */
+
+double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
+{
+    if (m) {
+        double t = measured_time(m, n->name, n->phase, (double)g->rows);
+        if (t >= 0)
+            return t;
+    }
+    if (p->per_call)
+        return cpu_time(g, n, p);
+    NodeCost c = node_cost(g, n);
+    double rate = contraction(g, n) > 0 ? p->matrix_flops : p->flops;
+    return fmax(c.flops / rate, c.bytes / p->bandwidth) + p->overhead;
+}
+
+/* What running n inside a fused chain saves: a node before the chain's
+ * last writes no value and launches no kernel of its own, and the node
+ * after it reads no value from memory. Measured nodes were measured fused. */
+double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
+                    const Measured *m)
+{
+    uint32_t id = (uint32_t)(n - g->nodes);
+    if (!fu || (m && measured_time(m, n->name, n->phase, (double)g->rows) >= 0))
+        return 0;
+    double bytes = 0, launch = 0;
+    if (fu->tail[id] != NONE) {
+        bytes += bytes_of(g, n->out[0]);
+        launch = p->overhead;
+    }
+    if (fu->prev[id] != NONE)
+        bytes += bytes_of(g, n->in[fu->via[id]]);
+    NodeCost c = node_cost(g, n);
+    double bw = bandwidth_at(p, c.bytes);
+    return bytes / (bw > 0 ? bw : 1) + launch;
+}
