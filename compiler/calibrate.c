@@ -448,8 +448,19 @@ static double *fields(Profile *p, int k)
     return f[k];
 }
 
-/* ~/.cache/mpcc/cpu-HASH.profile: HASH of the CPU's model name, the cores
- * and mpcc's version; NULL where there is no home to cache in. */
+/* How this mpcc was built: an unoptimised or sanitised build measures its
+ * own slower loops, which must not stand for the machine's. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BUILD_FLAVOUR "sanitised"
+#elif defined(__OPTIMIZE__)
+#define BUILD_FLAVOUR "optimised"
+#else
+#define BUILD_FLAVOUR "debug"
+#endif
+
+/* ~/.cache/mpcc/cpu-HASH.profile: HASH of the CPU's model name, the cores,
+ * mpcc's version and how it was built; NULL where there is no home to
+ * cache in. */
 static char *cache_path(void)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -469,8 +480,8 @@ static char *cache_path(void)
     if (f)
         fclose(f);
     char key[700];
-    snprintf(key, sizeof key, "%s|%ld|%s|cal10", model, sysconf(_SC_NPROCESSORS_ONLN),
-             MPCC_VERSION);
+    snprintf(key, sizeof key, "%s|%ld|%s|%s|cal10", model, sysconf(_SC_NPROCESSORS_ONLN),
+             MPCC_VERSION, BUILD_FLAVOUR);
     uint64_t h = 1469598103934665603ull;
     for (const char *c = key; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ull;
