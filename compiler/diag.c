@@ -251,25 +251,28 @@ static bool first_time(const Loc *loc, const char *fmt, va_list ap)
     return true;
 }
 
-void warn_once(const Loc *loc, const char *fmt, ...)
+static void say_once(const Loc *loc, const char *kind, const char *fmt, va_list ap)
 {
-    va_list ap, copy;
-    va_start(ap, fmt);
+    va_list copy;
     va_copy(copy, ap);
     if (first_time(loc, fmt, copy))
-        vreport(loc, "warning: ", fmt, ap);
+        vreport(loc, kind, fmt, ap);
     va_end(copy);
+}
+
+void warn_once(const Loc *loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say_once(loc, "warning: ", fmt, ap);
     va_end(ap);
 }
 
 void note_once(const Loc *loc, const char *fmt, ...)
 {
-    va_list ap, copy;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(copy, ap);
-    if (first_time(loc, fmt, copy))
-        vreport(loc, "note: ", fmt, ap);
-    va_end(copy);
+    say_once(loc, "note: ", fmt, ap);
     va_end(ap);
 }
 

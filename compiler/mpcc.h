@@ -342,6 +342,7 @@ typedef struct PipeOptions {
     SchedKind schedule;
     int virt;                  /* interleaved: stages per device (default 2) */
     const char *split;         /* --split=node,node: cut after these nodes */
+    const int *cuts;           /* pipeline.c's refinement: the stages' first units, [S+1] */
     RecomputeKind recompute;
     Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */

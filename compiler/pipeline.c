@@ -124,7 +124,7 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
         if (fits(pl->plan, ds, &worst))
             return pl;
         *why = over_memory(a, pl->plan, ds, worst);
-        if (o->pipe.split || !exclude_over(a, &ex, pl->st, pl->plan, ds))
+        if (o->pipe.split || o->pipe.cuts || !exclude_over(a, &ex, pl->st, pl->plan, ds))
             return NULL;
     }
     *why = arena_printf(a, "%s (after %d partitions)", *why, MEMORY_ROUNDS);
@@ -284,6 +284,69 @@ static void report(const Pipeline *pl, const Options *o)
         idle_devices(pl, o, most, total);
 }
 
+enum { REFINE_PLANS = 24 };   /* simulated partitions the refinement may try */
+
+/* Whether cut s of `first` can move by delta: every stage keeps a unit,
+ * no cut falls inside a parameter's readers (stages_build checks that). */
+static bool can_move(const int *first, int s, int delta)
+{
+    int c = first[s] + delta;
+    return c > first[s - 1] && c < first[s + 1];
+}
+
+/* The partitioner minimises sum(t_s) + (M - 1) max(t_s), which the
+ * simulated step departs from where the schedule's fill and drain and the
+ * copies weigh (few micro-batches, a slow device): the cuts of the best
+ * plan are moved one at a time, a few units either way, while the
+ * simulation says the step gets shorter. */
+/* The plan of best's candidate with the stages starting at first, or NULL
+ * where it cannot run (a cut inside a parameter's readers, no fit). */
+static Pipeline *try_cuts(Arena *a, const Pipeline *best, const int *first, const Devices *ds,
+                          const Measured *measured)
+{
+    Options m = best->opt;
+    m.pipe.cuts = first;
+    const char *why = NULL;
+    jmp_buf jb, *saved = diag_jmp;
+    bool quiet = diag_quiet;
+    diag_jmp = &jb, diag_quiet = true;
+    Pipeline *volatile pl = NULL;
+    if (setjmp(jb) == 0)
+        pl = plan_one(a, best->g, &m, ds, measured, (Candidate){best->sc->kind, best->sc->M},
+                      &why);
+    diag_jmp = saved, diag_quiet = quiet;
+    if (pl)
+        pl->opt.pipe.cuts = NULL;
+    return pl;
+}
+
+static Pipeline *refine(Arena *a, const Devices *ds, const Measured *measured, Pipeline *best)
+{
+    static const int deltas[] = {-1, 1, -2, 2, -4, 4};
+    const Stages *st = best->st;
+    int S = st->n, tries = 0;
+    int *first = arena_array(a, (size_t)S + 1, sizeof *first);
+    memcpy(first, st->first, ((size_t)S + 1) * sizeof *first);
+    for (bool better = true; better && tries < REFINE_PLANS;) {
+        better = false;
+        for (int s = 1; s < S && tries < REFINE_PLANS; s++)
+            for (size_t k = 0; k < sizeof deltas / sizeof *deltas && tries < REFINE_PLANS; k++) {
+                if (!can_move(first, s, deltas[k]))
+                    continue;
+                int *next = arena_array(a, (size_t)S + 1, sizeof *next);
+                memcpy(next, first, ((size_t)S + 1) * sizeof *next);
+                next[s] += deltas[k];
+                Pipeline *pl = try_cuts(a, best, next, ds, measured);
+                tries++;
+                if (pl && pl->plan->step_time < best->plan->step_time * (1 - 1e-6)) {
+                    best = pl, first = next, better = true;
+                    break;
+                }
+            }
+    }
+    return best;
+}
+
 /* Evaluates each candidate with errors caught, so one that cannot run is
  * skipped; the first error is kept to report if none can. */
 Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
@@ -331,6 +394,8 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
     }
     if (!best)
         error_file(o->input, "no schedule can run: %s", first_why);
+    if (!o->pipe.split && best->st->n > 1 && o->pipe.objective == OBJECTIVE_TIME)
+        best = refine(a, &ds, measured, best);
     report(best, o);
     return best;
 }

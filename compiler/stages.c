@@ -625,7 +625,9 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
                    "fewer devices", st->nunits, st->n);
     PartProblem p = make_problem(&b, kind, M, ex);
     PartResult r;
-    if (o->pipe.split)
+    if (o->pipe.cuts)   /* given by unit (pipeline.c's refinement) */
+        part_eval(g->arena, &p, o->pipe.cuts, &r);
+    else if (o->pipe.split)
         manual_cuts(&b, &p, &r);
     else if (!solve(g->arena, o, &p, &r) && ex && ex->n)
         return NULL;   /* what is left the memory plan measured over its device */

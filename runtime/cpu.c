@@ -380,6 +380,16 @@ static void mprt_scatter_images(int N, int C, int cg, int g, long P, const float
                    (size_t)P * sizeof *t);
 }
 
+/* Every image's patches of group g side by side: K x N*P. */
+static void mprt_im2col_batch(const MprtConv *p, const float *x, int g, float *col)
+{
+    int cg = p->C / p->group;
+    long P = (long)p->OH * p->OW;
+    for (int n = 0; n < p->N; n++)
+        mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
+                    (size_t)p->N * P);
+}
+
 /* Convolution as im2col + one GEMM per image and group, the patches in
  * col (K x P floats, from the device's scratch); with small output planes
  * (mprt_conv_batched) one GEMM per group over every image's patches,
@@ -394,9 +404,7 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
     long NP = (long)p->N * P;
     for (int g = 0; g < p->group && batched; g++) {
         float *out = col + (size_t)K * NP;
-        for (int n = 0; n < p->N; n++)
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
-                        (size_t)NP);
+        mprt_im2col_batch(p, x, g, col);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)NP, K, 1.0f,
                     w + (size_t)g * mg * K, K, col, (int)NP, 0.0f, out, (int)NP);
         mprt_scatter_images(p->N, p->M, mg, g, P, out, y);
@@ -449,9 +457,7 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
     long NP = (long)p->N * P;
     for (int g = 0; g < p->group && batched; g++) {
         float *dys = col + (size_t)K * NP;
-        for (int n = 0; n < p->N; n++)
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
-                        (size_t)NP);
+        mprt_im2col_batch(p, x, g, col);
         mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, (int)NP, 1.0f, dys, (int)NP,
                     col, (int)NP, 0.0f, dw + (size_t)g * mg * K, K);

@@ -4,8 +4,12 @@
  * action for a micro-batch, copy bytes, wait for an event, record an event.
  * The host enqueues a whole step (in an order where every wait names an
  * event recorded earlier in that order) and then waits for every stream to
- * drain. One mutex and one condition variable guard all queues and events:
- * a step has hundreds of operations, not millions.
+ * drain. One mutex guards all queues and events (a step has hundreds of
+ * operations, not millions); each stream sleeps on a condition variable of
+ * its own, woken when its queue grows or when the event it waits for is
+ * recorded, and the host on another, so a hand-off wakes the one thread it
+ * concerns rather than every device's threads (on a machine with fewer
+ * cores than threads, each needless wake-up takes a core from a kernel).
  *
  * With tracing on, every operation's start and end (seconds since the
  * trainer started) are kept by its label, for --trace and --profile.
@@ -27,12 +31,15 @@ typedef struct MprtOp {
 
 typedef struct MprtStream {
     pthread_t thread;
+    pthread_cond_t cv;     /* its queue grew, or the event it waits for came */
     MprtOp *q;
     int cap, head, tail, busy, index;
+    int waiting;           /* the event it sleeps on, -1 if none */
 } MprtStream;
 
 MPRT_GLOBAL pthread_mutex_t mprt_mu = PTHREAD_MUTEX_INITIALIZER;
-MPRT_GLOBAL pthread_cond_t mprt_cv = PTHREAD_COND_INITIALIZER;
+MPRT_GLOBAL pthread_cond_t mprt_cv = PTHREAD_COND_INITIALIZER;   /* the host's */
+MPRT_GLOBAL int mprt_host_waits;   /* the host sleeps on mprt_cv */
 MPRT_GLOBAL MprtStream *mprt_streams;
 MPRT_GLOBAL int mprt_nstreams;
 MPRT_GLOBAL unsigned char *mprt_events;
@@ -60,19 +67,33 @@ MPRT_KERNEL void mprt_execute(const MprtOp *op)
     }
 }
 
+/* Event ev is recorded: the streams sleeping on it wake, and the host if it
+ * waits (mprt_host_wait). Called with mprt_mu held. */
+static void mprt_recorded(int ev)
+{
+    mprt_events[ev] = 1;
+    for (int i = 0; i < mprt_nstreams; i++)
+        if (mprt_streams[i].waiting == ev)
+            pthread_cond_signal(&mprt_streams[i].cv);
+    if (mprt_host_waits)
+        pthread_cond_broadcast(&mprt_cv);
+}
+
 MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
     pthread_mutex_lock(&mprt_mu);
     for (;;) {
         while (s->head == s->tail)
-            pthread_cond_wait(&mprt_cv, &mprt_mu);
+            pthread_cond_wait(&s->cv, &mprt_mu);
         MprtOp op = s->q[s->head % s->cap];
         if (op.kind == MPRT_OP_WAIT) {
+            s->waiting = op.ev;
             while (!mprt_events[op.ev])
-                pthread_cond_wait(&mprt_cv, &mprt_mu);
+                pthread_cond_wait(&s->cv, &mprt_mu);
+            s->waiting = -1;
         } else if (op.kind == MPRT_OP_RECORD) {
-            mprt_events[op.ev] = 1;
+            mprt_recorded(op.ev);
         } else {
             s->busy = 1;
             pthread_mutex_unlock(&mprt_mu);
@@ -81,7 +102,8 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
             s->busy = 0;
         }
         s->head++;
-        pthread_cond_broadcast(&mprt_cv);
+        if (s->head == s->tail && mprt_host_waits)   /* drained: the host may be syncing */
+            pthread_cond_broadcast(&mprt_cv);
     }
     return NULL;
 }
@@ -105,6 +127,8 @@ MPRT_KERNEL int MPRT_HOST_API(streams_start)(int nstreams, int nevents, int nops
         MprtStream *s = &mprt_streams[i];
         s->cap = 4 * nops + 16;
         s->index = i;
+        s->waiting = -1;
+        pthread_cond_init(&s->cv, NULL);
         s->q = malloc((size_t)s->cap * sizeof *s->q);
         if (!s->q)
             return mprt_errf(err, errlen, "out of memory starting %d streams", nstreams);
@@ -121,7 +145,7 @@ MPRT_KERNEL void mprt_enqueue(int stream, MprtOp op)
     MprtStream *s = &mprt_streams[stream];
     pthread_mutex_lock(&mprt_mu);
     s->q[s->tail++ % s->cap] = op;
-    pthread_cond_broadcast(&mprt_cv);
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&mprt_mu);
 }
 
@@ -150,8 +174,10 @@ MPRT_KERNEL void MPRT_HOST_API(record_event)(int stream, int ev)
 MPRT_KERNEL void mprt_host_wait(int ev)
 {
     pthread_mutex_lock(&mprt_mu);
+    mprt_host_waits++;
     while (!mprt_events[ev])
         pthread_cond_wait(&mprt_cv, &mprt_mu);
+    mprt_host_waits--;
     pthread_mutex_unlock(&mprt_mu);
 }
 
@@ -160,9 +186,11 @@ MPRT_KERNEL void mprt_host_wait(int ev)
 MPRT_KERNEL void MPRT_HOST_API(sync)(void)
 {
     pthread_mutex_lock(&mprt_mu);
+    mprt_host_waits++;
     for (int i = 0; i < mprt_nstreams; i++)
         while (mprt_streams[i].head != mprt_streams[i].tail || mprt_streams[i].busy)
             pthread_cond_wait(&mprt_cv, &mprt_mu);
+    mprt_host_waits--;
     memset(mprt_events, 0, (size_t)mprt_nevents + 1);
     pthread_mutex_unlock(&mprt_mu);
 }

@@ -155,26 +155,15 @@ def build_model(args):
                        "torch": "Conv(3,16,3,p1) BN ReLU MaxPool2 "
                                 "Conv(16,32,3,p1) BN ReLU MaxPool2 Flatten "
                                 "Linear(2048,10)"}
-    if args.model == "resnet50":
+    if args.model in ("resnet50", "resnet18"):
         import torchvision
         zi = args.zero_init_residual
-        model = torchvision.models.resnet50(weights=None, num_classes=10,
-                                            zero_init_residual=zi)
-        return model, {"image": list(IMAGE), "classes": 10,
-                       "zero_init_residual": zi,
-                       "torch": "torchvision.models.resnet50(weights=None, "
-                                "num_classes=10%s)"
-                                % (", zero_init_residual=True" if zi else "")}
-    if args.model == "resnet18":
-        import torchvision
-        zi = args.zero_init_residual
-        model = torchvision.models.resnet18(weights=None, num_classes=10,
-                                            zero_init_residual=zi)
-        return model, {"image": list(IMAGE64), "classes": 10,
-                       "zero_init_residual": zi,
-                       "torch": "torchvision.models.resnet18(weights=None, "
-                                "num_classes=10%s)"
-                                % (", zero_init_residual=True" if zi else "")}
+        build = getattr(torchvision.models, args.model)
+        model = build(weights=None, num_classes=10, zero_init_residual=zi)
+        return model, {"image": list(IMAGE if args.model == "resnet50" else IMAGE64),
+                       "classes": 10, "zero_init_residual": zi,
+                       "torch": "torchvision.models.%s(weights=None, num_classes=10%s)"
+                                % (args.model, ", zero_init_residual=True" if zi else "")}
     if args.model == "gpt":
         import export_gpt  # tests/models/export_gpt.py: reuse its classes
         c = GPT_CFG
