@@ -8,10 +8,14 @@ the step on one GPU. Checks:
     and what to change (-batch N with N a multiple of 8, --objective=memory);
   - --objective=memory: no such note; the largest arena is below the time
     objective's, and every GPU holds at least 1/8 of the memory planned;
+  - a model too big for one GPU fits four: with 62 MB a GPU (one GPU's
+    plan needs over 200 MB) -gpus 1 is refused and -gpus 4 plans, every
+    arena within 62 MB, under either objective;
   - --objective=speed is refused in one line.
 
 Usage: objective.py MPCC RESNET50.onnx
 """
+import os
 import re
 import subprocess
 import sys
@@ -55,6 +59,20 @@ def main():
               % (max(arenas2), max(arenas)))
         check(min(arenas2) >= sum(arenas2) / 8, "every GPU holds >= 1/8 of %.1f MB: %s"
               % (sum(arenas2), arenas2))
+
+    profile = os.path.join(os.path.dirname(os.path.abspath(model)), "objective_62mb.profile")
+    with open(profile, "w") as f:
+        f.write("memory = 62e6\n")
+    r1 = subprocess.run([mpcc, model, "-gpus", "1", "-batch", "1", "--profile=" + profile,
+                         "--dump=partition"], capture_output=True, text=True)
+    check(r1.returncode == 1 and ("the model does not fit" in r1.stderr
+                                  or "memory plan needs" in r1.stderr),
+          "one GPU of 62 MB is refused: %s"
+          % r1.stderr.strip()[-200:])
+    for objective in ("time", "memory"):
+        r4, arenas4, _ = plan(mpcc, model, "--profile=" + profile, "--objective=" + objective)
+        check(r4.returncode == 0 and len(arenas4) == 4 and max(arenas4) <= 62.0,
+              "four GPUs of 62 MB plan it (--objective=%s): %s" % (objective, arenas4))
 
     r3 = subprocess.run([mpcc, model, "-gpus", "4", "--objective=speed", "--dump=partition"],
                         capture_output=True, text=True)
