@@ -55,7 +55,6 @@ typedef struct MatDims {
 static MatDims mat_dims(const Graph *g, const Node *n)
 {
     const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
-    const Shape *y = &g->values[n->out[0]].shape;
     bool ta = attr_int(n, "transA", 0) != 0, tb = attr_int(n, "transB", 0) != 0;
     MatDims d = {.batch = 1};
     d.M = a->rank >= 2 ? (double)a->d[a->rank - (ta ? 1 : 2)] : 1;
@@ -72,7 +71,6 @@ static MatDims mat_dims(const Graph *g, const Node *n)
     d.batch = ab > bb ? ab : bb;
     d.a_batched = ab > 1, d.b_batched = bb > 1;
     d.y_batched = numel_of(g, n->out[0]) > d.M * d.N;
-    (void)y;
     return d;
 }
 
@@ -218,9 +216,9 @@ typedef struct ConvDims {
     double rows;                 /* memcpy calls of one im2col: K times the output rows */
 } ConvDims;
 
-/* x: the convolution's input, w: its weight, y: its output (mprt_conv's
- * view; ConvTranspose and the gradients are written in its terms). */
-static ConvDims conv_dims(const Graph *g, uint32_t x, uint32_t w, uint32_t y, double group)
+/* w: the convolution's weight, y: its output (mprt_conv's view;
+ * ConvTranspose and the gradients are written in its terms). */
+static ConvDims conv_dims(const Graph *g, uint32_t w, uint32_t y, double group)
 {
     const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
     ConvDims c = {.N = (double)ys->d[0], .group = group > 0 ? group : 1};
@@ -228,7 +226,6 @@ static ConvDims conv_dims(const Graph *g, uint32_t x, uint32_t w, uint32_t y, do
     c.K = numel_of(g, w) / (double)ws->d[0];
     c.P = numel_of(g, y) / ((double)ys->d[0] * (double)ys->d[1]);
     c.rows = c.K * (ys->rank > 3 ? (double)ys->d[2] : 1);
-    (void)x;
     return c;
 }
 
@@ -248,19 +245,19 @@ static double cpu_conv(const Graph *g, const Node *n, const Profile *p)
     double t;
     switch (n->op) {
     case OP_CONV:   /* im2col, then W (mg x K) . col (K x P) */
-        c = conv_dims(g, n->in[0], n->in[1], n->out[0], group);
+        c = conv_dims(g, n->in[1], n->out[0], group);
         t = patches(p, &c, 1) + gemm_call(p, c.mg, c.P, c.K);
         break;
     case OP_CONV_GRAD_W:   /* im2col, then dY (mg x P) . col^T (P x K) */
-        c = conv_dims(g, n->in[1], n->out[0], n->in[0], group);
+        c = conv_dims(g, n->out[0], n->in[0], group);
         t = patches(p, &c, 1) + gemm_call(p, c.mg, c.K, c.P);
         break;
     case OP_CONV_GRAD_X:   /* W^T (K x mg) . dY (mg x P), then col2im */
-        c = conv_dims(g, n->out[0], n->in[1], n->in[0], group);
+        c = conv_dims(g, n->in[1], n->in[0], group);
         t = gemm_call(p, c.K, c.P, c.mg) + patches(p, &c, 1);
         break;
     default:   /* ConvTranspose: the data gradient of the convolution it inverts */
-        c = conv_dims(g, n->out[0], n->in[1], n->in[0], group);
+        c = conv_dims(g, n->in[1], n->in[0], group);
         t = gemm_call(p, c.K, c.P, c.mg) + patches(p, &c, 1);
         break;
     }

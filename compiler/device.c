@@ -193,7 +193,7 @@ static void parse_device_list(Arena *a, const Options *o, Devices *ds)
 /* CPU devices running side by side share caches and the memory bus: with
  * two or more, the built-in cpu profile's rates are those measured on two
  * threads at once (calibrate.c). */
-static void share_memory(Devices *ds)
+static void side_by_side(Devices *ds)
 {
     int cpus = 0;
     for (int i = 0; i < ds->n; i++)
@@ -216,7 +216,7 @@ Devices devices_resolve(Arena *a, const Options *o)
         add_device(a, &ds, DEV_CPU, i, o);
     if (ds.n == 0)
         add_device(a, &ds, DEV_CPU, 0, o);
-    share_memory(&ds);
+    side_by_side(&ds);
     return ds;
 }
 
