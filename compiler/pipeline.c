@@ -299,6 +299,23 @@ static bool can_move(const int *first, int s, int delta)
  * copies weigh (few micro-batches, a slow device): the cuts of the best
  * plan are moved one at a time, a few units either way, while the
  * simulation says the step gets shorter. */
+/* plan_one with its user errors caught and kept quiet: a candidate that
+ * cannot be partitioned is one that cannot run. */
+static Pipeline *plan_caught(Arena *a, Graph *g, const Options *o, const Devices *ds,
+                             const Measured *measured, Candidate c, const char **why)
+{
+    jmp_buf jb, *saved = diag_jmp;
+    bool quiet = diag_quiet;
+    diag_jmp = &jb, diag_quiet = true;
+    Pipeline *volatile pl = NULL;
+    if (setjmp(jb) == 0)
+        pl = plan_one(a, g, o, ds, measured, c, why);
+    else
+        *why = "it does not fit or cannot be partitioned";
+    diag_jmp = saved, diag_quiet = quiet;
+    return pl;
+}
+
 /* The plan of best's candidate with the stages starting at first, or NULL
  * where it cannot run (a cut inside a parameter's readers, no fit). */
 static Pipeline *try_cuts(Arena *a, const Pipeline *best, const int *first, const Devices *ds,
@@ -307,14 +324,8 @@ static Pipeline *try_cuts(Arena *a, const Pipeline *best, const int *first, cons
     Options m = best->opt;
     m.pipe.cuts = first;
     const char *why = NULL;
-    jmp_buf jb, *saved = diag_jmp;
-    bool quiet = diag_quiet;
-    diag_jmp = &jb, diag_quiet = true;
-    Pipeline *volatile pl = NULL;
-    if (setjmp(jb) == 0)
-        pl = plan_one(a, best->g, &m, ds, measured, (Candidate){best->sc->kind, best->sc->M},
-                      &why);
-    diag_jmp = saved, diag_quiet = quiet;
+    Pipeline *pl = plan_caught(a, best->g, &m, ds, measured,
+                               (Candidate){best->sc->kind, best->sc->M}, &why);
     if (pl)
         pl->opt.pipe.cuts = NULL;
     return pl;
@@ -365,19 +376,9 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
         Graph *g = front(a, &m);
         for (int i = 0; i < nk; i++) {
             const char *why = NULL;
-            jmp_buf jb, *saved = diag_jmp;
-            bool quiet = diag_quiet;
-            Pipeline *volatile pl = NULL;
-            if (!explicit_one) {
-                diag_jmp = &jb;
-                diag_quiet = true;
-            }
-            if (explicit_one || setjmp(jb) == 0)
-                pl = plan_one(a, g, &m, &ds, measured, (Candidate){kinds[i], counts[j]}, &why);
-            else
-                why = "it does not fit or cannot be partitioned";
-            diag_jmp = saved;
-            diag_quiet = quiet;
+            Candidate c = {kinds[i], counts[j]};
+            Pipeline *pl = explicit_one ? plan_one(a, g, &m, &ds, measured, c, &why)
+                                        : plan_caught(a, g, &m, &ds, measured, c, &why);
             if (!pl && !first_why)
                 first_why = why;
             if (pl && (!best || better(pl, best, o->pipe.objective)))
