@@ -1685,14 +1685,14 @@ static void emit_runtime(CG *cg)
 {
     static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                 "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                "stream_c", "program_c", "train_c", NULL};
+                                "stream_c", "program_c", "data_c", "checkpoint_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                  "kernel_h", "timeline_c", "cuda_c", "cuda_ops_c", "program_c",
-                                 "train_c", NULL};
+                                 "data_c", "checkpoint_c", "train_c", NULL};
     static const char *mixed[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                   "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
                                   "stream_c", "cuda_c", "cuda_ops_c", "mixed_c", "program_c",
-                                  "train_c", NULL};
+                                  "data_c", "checkpoint_c", "train_c", NULL};
     static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
                                   "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
                                   "stream_c", "program_c", "infer_c", NULL};

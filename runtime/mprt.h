@@ -4,9 +4,9 @@
  * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c, state.c, kernel.h
  * and timeline.c, then the kernels and devices (cpu.c, cpu_move.c,
  * cpu_math.c and stream.c; or cuda.c and cuda_ops.c), program.c and the
- * main (train.c or infer.c), in that order (runtime/README.md), into every
- * generated program, dropping the `#include "..."` lines; unit tests
- * include the .c files directly. So nothing here
+ * main (data.c, checkpoint.c and train.c, or infer.c), in that order
+ * (runtime/README.md), into every generated program, dropping the
+ * `#include "..."` lines; unit tests include the .c files directly. So nothing here
  * includes a project header, every helper that is not exported is static,
  * and the file-format code (mprt.c, npy.c, safetensors.c) keeps no global
  * state.

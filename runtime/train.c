@@ -5,13 +5,14 @@
  * state, the inputs and labels of every micro-batch, each at a device,
  * an offset and a slot per micro-batch); and the step, which enqueues every
  * device's actions and copies on the streams of runtime/stream.c. This file
- * loads the data and the weights, runs the steps, reports progress and
- * writes checkpoints. The buffer table, errors and weight loading are
- * program.c's.
+ * reads the command line, opens the data (data.c) and the weights, runs the
+ * steps, evaluates, reports progress and saves checkpoints (checkpoint.c).
+ * The buffer table, errors and weight loading are program.c's.
  */
 #include "mprt.h"
 
 #include <math.h>
+#include <sys/resource.h>
 #include <time.h>
 
 enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
@@ -45,9 +46,9 @@ static long mprt_step_no;             /* the step being run, from 0 */
 static float mprt_lr;                 /* its learning rate */
 
 typedef struct MprtArgs {
-    const char *data, *labels, *save, *resume, *weights, *loss_log;
-    const char *eval_data, *eval_labels, *trace, *profile;
-    long steps, epochs, log_every, eval_every;
+    const char *data, *labels, *tokens, *save, *resume, *weights, *loss_log;
+    const char *eval_data, *eval_labels, *eval_tokens, *trace, *profile;
+    long steps, epochs, log_every, eval_every, save_every, keep, seq;
     double lr;
     unsigned long seed;
     int synthetic, shuffle;
@@ -56,12 +57,22 @@ typedef struct MprtArgs {
 static void mprt_usage(const MprtModel *m)
 {
     printf("usage: %s --data x.npy --labels y.npy [options]\n"
+           "       %s --tokens train.bin [--seq T] [options]\n"
            "\n"
            "Trains %s (compiled by mpcc %s) on %d %s device(s).\n"
            "\n"
            "Data:\n"
-           "  --data FILE        inputs, .npy, one row per sample (C order, little-endian)\n"
-           "  --labels FILE      labels, .npy: int64 class ids (or float targets for mse)\n"
+           "  --data FILE        inputs, .npy, one row per sample (C order, little-endian);\n"
+           "                     float64 is converted to the model's float32\n"
+           "  --labels FILE      labels, .npy, one row per row of --data: class ids (int64;\n"
+           "                     int32, int16, int8 and uint8 are converted) or float targets\n"
+           "                     for mse. A row holds the labels of one sample in any shape:\n"
+           "                     (N, T) for a language model whose logits are (B*T, V) or\n"
+           "                     (B, T, V); all of them flat, (N*T,), works too\n"
+           "  --tokens FILE      a token stream instead of --data and --labels: a 1-D int32\n"
+           "                     or int64 .npy, or a raw uint16 .bin as nanoGPT writes it.\n"
+           "                     Row k is the window x = t[kT .. kT+T-1], y = t[kT+1 .. kT+T]\n"
+           "  --seq T            the window (default, and it must be: the model's sequence)\n"
            "  --synthetic        random inputs and labels instead of files (benchmarks)\n"
            "  --shuffle          visit the rows in a new random order every epoch\n"
            "  Step i uses positions i*B .. i*B+B-1 (B = %d) of a stream of epochs: each\n"
@@ -71,7 +82,7 @@ static void mprt_usage(const MprtModel *m)
            "  last rows from the next one. The exact rule is in mpcc's docs/trainer.md.\n"
            "\n"
            "Training:\n"
-           "  --steps N          optimizer steps (default: one epoch)\n"
+           "  --steps N          optimizer steps (default: one epoch); after --resume, N more\n"
            "  --epochs E         passes over the data (instead of --steps)\n"
            "  --lr F             learning rate (default %g, as compiled)\n"
            "  --seed S           seed for --shuffle, Dropout masks and --synthetic data\n"
@@ -80,6 +91,7 @@ static void mprt_usage(const MprtModel *m)
            "Evaluation:\n"
            "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
            "  --eval-labels FILE their labels, .npy, checked like --labels\n"
+           "  --eval-tokens FILE held-out token stream, instead of the two above\n"
            "  --eval-every N     also evaluate after steps N, 2N, 3N, ... (default: only\n"
            "                     after the last step)\n"
            "  Evaluation runs the model in inference mode (BatchNorm normalises with its\n"
@@ -93,10 +105,18 @@ static void mprt_usage(const MprtModel *m)
            "  --weights FILE     initial weights (default %s)\n"
            "  --save FILE        write a safetensors checkpoint at the end (weights,\n"
            "                     optimizer state, step); written whole or not at all\n"
-           "  --resume FILE      continue from a checkpoint\n"
+           "  --save-every N     also save FILE's stem .stepS.safetensors after every step S\n"
+           "                     that is a multiple of N (ck.safetensors: ck.step200.safetensors)\n"
+           "  --keep K           keep only the K newest of those (default: all)\n"
+           "  --resume FILE      continue from a checkpoint, bit for bit\n"
+           "  On SIGINT or SIGTERM the step in flight finishes, is saved the same way (to\n"
+           "  %s.stepS.safetensors without --save) and the trainer exits with status 0;\n"
+           "  a second signal stops it at once. A crash loses at most the steps since the\n"
+           "  last checkpoint: each is written to FILE.tmp and renamed when complete.\n"
            "\n"
            "Output:\n"
-           "  --log-every N      a progress line every N steps on stderr (default 10)\n"
+           "  --log-every N      a progress line every N steps on stderr (default 10): loss,\n"
+           "                     steps/s, samples/s, elapsed time and the time left\n"
            "  --loss-log FILE    write every step's loss, one per line\n"
            "  --trace FILE       write the last step's measured timeline (Chrome trace\n"
            "                     format, as mpcc --trace writes the predicted one)\n"
@@ -105,9 +125,9 @@ static void mprt_usage(const MprtModel *m)
            "                     --measured=FILE then plans with these times instead of\n"
            "                     its estimates\n"
            "  --help             this text\n",
-           m->program, m->model_file, m->mpcc_version, m->ndev,
-           strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr, m->batch / m->microbatches,
-           m->weights_file);
+           m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
+           strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr,
+           m->batch / m->microbatches, m->weights_file, m->program);
 }
 
 static long mprt_arg_long(const char *opt, const char *v, long lo)
@@ -117,6 +137,27 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
     if (end == v || *end || x < lo)
         mprt_die("%s expects a whole number of at least %ld, got '%s'", opt, lo, v);
     return x;
+}
+
+/* The combinations of options that make sense. */
+static void mprt_check_args(const MprtArgs *a)
+{
+    if (a->tokens && (a->data || a->labels || a->synthetic))
+        mprt_die("give --tokens, or --data and --labels, or --synthetic: one source of data");
+    if (!a->tokens && !a->synthetic && (!a->data || !a->labels))
+        mprt_die("give --data and --labels, or --tokens (or --synthetic); see --help");
+    if (a->data && a->synthetic)
+        mprt_die("give --data and --labels, or --synthetic, not both");
+    if (a->seq && !a->tokens && !a->eval_tokens)
+        mprt_die("--seq is the window of --tokens; give --tokens FILE");
+    if (a->eval_tokens && (a->eval_data || a->eval_labels))
+        mprt_die("give --eval-tokens, or --eval-data and --eval-labels, not both");
+    if (!a->eval_data != !a->eval_labels)
+        mprt_die("give both --eval-data and --eval-labels, or neither");
+    if (a->eval_every && !a->eval_data && !a->eval_tokens)
+        mprt_die("--eval-every needs --eval-data and --eval-labels (or --eval-tokens)");
+    if (a->keep && !a->save_every)
+        mprt_die("--keep is how many checkpoints of --save-every to keep; give --save-every N");
 }
 
 static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs *a)
@@ -144,6 +185,11 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         i++;
         if (strcmp(o, "--data") == 0) a->data = v;
         else if (strcmp(o, "--labels") == 0) a->labels = v;
+        else if (strcmp(o, "--tokens") == 0) a->tokens = v;
+        else if (strcmp(o, "--eval-tokens") == 0) a->eval_tokens = v;
+        else if (strcmp(o, "--seq") == 0) a->seq = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--save-every") == 0) a->save_every = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--keep") == 0) a->keep = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--save") == 0) a->save = v;
         else if (strcmp(o, "--resume") == 0) a->resume = v;
         else if (strcmp(o, "--weights") == 0) a->weights = v;
@@ -165,12 +211,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         } else
             mprt_die("unknown option '%s'; see --help", o);
     }
-    if (!a->synthetic && (!a->data || !a->labels))
-        mprt_die("give --data and --labels (or --synthetic); see --help");
-    if (!a->eval_data != !a->eval_labels)
-        mprt_die("give both --eval-data and --eval-labels, or neither");
-    if (a->eval_every && !a->eval_data)
-        mprt_die("--eval-every needs --eval-data and --eval-labels");
+    mprt_check_args(a);
 }
 
 /* ---- data ---- */
@@ -183,182 +224,35 @@ static const MprtBuffer *mprt_buffer_of(const MprtModel *m, int kind)
     return NULL;
 }
 
-/* The file must hold rows shaped like the buffer's rows (dims after the
- * first), with the buffer's element type. */
-static void mprt_check_rows(const char *path, const MprtArray *a, const MprtBuffer *b)
+/* What the model's data must fit (data.c). */
+static MprtDataSpec mprt_data_spec(const MprtModel *m)
 {
-    char want[128], got[128];
-    mprt_shape_str(a->rank, a->shape, got, sizeof got);
-    int ok = a->rank == b->rank && a->shape[0] > 0;
-    for (int i = 1; ok && i < b->rank; i++)
-        ok = a->shape[i] == b->shape[i];
-    if (!ok) {
-        int64_t w[MPRT_MAX_RANK];
-        memcpy(w, b->shape, sizeof w);
-        w[0] = 0;
-        mprt_shape_str(b->rank, w, want, sizeof want);
-        mprt_die("%s: shape %s does not match the model's %s: expected (N%s with N >= 1",
-                 path, got, b->name, strchr(want, ',') ? strchr(want, ',') : ",)");
-    }
-    if (a->dtype != b->dtype)
-        mprt_die("%s: element type %s, the model's %s needs %s", path,
-                 mprt_dtype_name(a->dtype), b->name, mprt_dtype_name(b->dtype));
+    MprtDataSpec s = {mprt_buffer_of(m, MPRT_INPUT), mprt_buffer_of(m, MPRT_LABELS), 0, 0,
+                      m->ignore_index};
+    s.R = s.in->shape[0];
+    if (m->loss_kind == MPRT_LOSS_CROSS_ENTROPY && s.lb->dtype == MPRT_I64)
+        s.classes = mprt_buffer_of(m, MPRT_OUTPUT)->shape[1];
+    if ((s.lb->nbytes / mprt_dtype_size(s.lb->dtype)) % (size_t)s.R)
+        mprt_die("the model's %s holds %zu labels for a micro-batch of %lld rows of %s: not "
+                 "a whole number per row, so the trainer cannot tell which row they belong to",
+                 s.lb->name, s.lb->nbytes / mprt_dtype_size(s.lb->dtype), (long long)s.R,
+                 s.in->name);
+    return s;
 }
 
-static void mprt_load_npy(const char *path, const MprtBuffer *b, MprtArray *a)
+/* The training data (or evaluation data: eval 1) the arguments name. */
+static void mprt_open_data(const MprtModel *m, const MprtArgs *a, int eval, MprtData *d)
 {
-    char err[512];
-    if (mprt_npy_load(path, a, err, sizeof err) != 0)
-        mprt_die("%s", err);
-    if (a->dtype == MPRT_I32 && b->dtype == MPRT_I64) {   /* widen int32 labels */
-        size_t n = a->nbytes / 4;
-        int64_t *w = malloc(n * 8 + 8);
-        if (!w)
-            mprt_die("%s: out of memory", path);
-        for (size_t i = 0; i < n; i++)
-            w[i] = ((int32_t *)a->data)[i];
-        free(a->data);
-        a->data = w, a->dtype = MPRT_I64, a->nbytes = n * 8;
-    }
-    mprt_check_rows(path, a, b);
-    size_t per_row = a->nbytes / 4 / (size_t)a->shape[0];
-    if (a->dtype == MPRT_F32)
-        for (size_t i = 0; i < a->nbytes / 4; i++)
-            if (!isfinite(((float *)a->data)[i]))
-                mprt_die("%s: row %zu, element %zu is not a finite number (NaN or "
-                         "infinity); clean the data first", path, i / per_row, i % per_row);
-}
-
-/* Cross-entropy labels must name a class of the model (0 .. C-1) or be the
- * ignore index: the loss reads the log-probability a label names. */
-static void mprt_check_labels(const MprtModel *m, const char *path, const MprtArray *y)
-{
-    const MprtBuffer *out = mprt_buffer_of(m, MPRT_OUTPUT);
-    if (m->loss_kind != MPRT_LOSS_CROSS_ENTROPY || y->dtype != MPRT_I64 || !out)
-        return;
-    int64_t classes = out->shape[1];
-    size_t n = y->nbytes / 8, per_row = n / (size_t)y->shape[0];
-    for (size_t i = 0; i < n; i++) {
-        int64_t t = ((const int64_t *)y->data)[i];
-        if ((t < 0 || t >= classes) && t != m->ignore_index)
-            mprt_die("%s: row %zu, element %zu: label %lld is not a class of the model "
-                     "(0 .. %lld) nor the ignore index (%lld); fix the labels (mpcc's "
-                     "--ignore-index sets the ignored label)", path, i / per_row,
-                     i % per_row, (long long)t, (long long)classes - 1,
-                     (long long)m->ignore_index);
-    }
-}
-
-/* Inputs and labels from files, checked against the model and each other:
- * the training data and the evaluation data alike. */
-static void mprt_load_data(const MprtModel *m, const char *xpath, const char *ypath,
-                           MprtArray *x, MprtArray *y)
-{
-    mprt_load_npy(xpath, mprt_buffer_of(m, MPRT_INPUT), x);
-    mprt_load_npy(ypath, mprt_buffer_of(m, MPRT_LABELS), y);
-    if (x->shape[0] != y->shape[0])
-        mprt_die("%s has %lld rows but %s has %lld; they must match", xpath,
-                 (long long)x->shape[0], ypath, (long long)y->shape[0]);
-    mprt_check_labels(m, ypath, y);
-}
-
-/* SplitMix64: the generator of --synthetic data and of --shuffle. */
-static uint64_t mprt_rand(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void mprt_synthetic(const MprtBuffer *b, int rows, int64_t classes, uint64_t seed,
-                           MprtArray *a)
-{
-    memset(a, 0, sizeof *a);
-    a->dtype = b->dtype;
-    a->rank = b->rank;
-    memcpy(a->shape, b->shape, sizeof a->shape);
-    a->shape[0] = rows;
-    size_t row = b->nbytes / (size_t)b->shape[0];
-    a->nbytes = row * (size_t)rows;
-    a->data = malloc(a->nbytes + 8);
-    if (!a->data)
-        mprt_die("out of memory for synthetic data");
-    uint64_t s = seed;
-    for (size_t i = 0; i < a->nbytes / mprt_dtype_size(a->dtype); i++) {
-        if (a->dtype == MPRT_I64)
-            ((int64_t *)a->data)[i] = (int64_t)(mprt_rand(&s) % (uint64_t)classes);
-        else
-            ((float *)a->data)[i] = (float)((double)(mprt_rand(&s) >> 11) / 9007199254740992.0 * 2 - 1);
-    }
-}
-
-/* ---- the order of the rows ----
- *
- * Training reads one stream of rows, epoch after epoch: position p (step i,
- * micro-batch j of M, row r: p = i*B + j*B/M + r) is row k = p mod N of
- * epoch e = p / N, for N rows of data. Without --shuffle every epoch is the
- * file order: row k. With --shuffle, epoch e is the permutation perm_e,
- * row perm_e[k], drawn by Fisher-Yates: perm = 0 .. N-1; for k = N-1 down
- * to 1, swap perm[k] and perm[next() mod (k+1)], where next() is
- * SplitMix64 (mprt_rand) started from state mix(seed + (e+1)*gamma) (the
- * e-th output of SplitMix64 seeded with --seed; gamma = 0x9e3779b97f4a7c15,
- * mix the output function). The order depends on the position only, so
- * --resume continues it, and a batch that crosses the end of an epoch
- * takes its last rows from the next one. */
-typedef struct MprtOrder {
-    int shuffle;
-    uint64_t seed;
-    int64_t rows;
-    int64_t epoch;      /* the epoch perm holds, -1 before the first */
-    int64_t *perm;      /* --shuffle: rows entries */
-} MprtOrder;
-
-static void mprt_order_init(MprtOrder *o, int shuffle, uint64_t seed, int64_t rows)
-{
-    *o = (MprtOrder){shuffle, seed, rows, -1, NULL};
-    if (shuffle && !(o->perm = malloc((size_t)rows * sizeof *o->perm)))
-        mprt_die("out of memory for the order of %lld rows", (long long)rows);
-}
-
-static int64_t mprt_row(MprtOrder *o, int64_t p)
-{
-    int64_t e = p / o->rows, k = p % o->rows;
-    if (!o->shuffle)
-        return k;
-    if (e != o->epoch) {
-        uint64_t start = o->seed + (uint64_t)e * 0x9e3779b97f4a7c15ull;
-        uint64_t s = mprt_rand(&start);
-        for (int64_t i = 0; i < o->rows; i++)
-            o->perm[i] = i;
-        for (int64_t i = o->rows - 1; i > 0; i--) {
-            int64_t j = (int64_t)(mprt_rand(&s) % (uint64_t)(i + 1)), t = o->perm[i];
-            o->perm[i] = o->perm[j];
-            o->perm[j] = t;
-        }
-        o->epoch = e;
-    }
-    return o->perm[k];
-}
-
-/* Copies rows[0 .. n-1] of the data into the buffer's first n rows; the
- * rest of the buffer is padding: pad in every element of an int64 buffer,
- * zero otherwise. */
-static void mprt_fill(const MprtBuffer *b, const MprtArray *a, const int64_t *rows, int64_t n,
-                      int64_t pad, int mb)
-{
-    size_t row = b->nbytes / (size_t)b->shape[0];
-    unsigned char *dst = mprt_dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
-    for (int64_t r = 0; r < n; r++)
-        memcpy(dst + (size_t)r * row, (char *)a->data + (size_t)rows[r] * row, row);
-    size_t used = (size_t)n * row;
-    if (b->dtype == MPRT_I64)
-        for (size_t i = used / 8; i < b->nbytes / 8; i++)
-            ((int64_t *)dst)[i] = pad;
+    MprtDataSpec s = mprt_data_spec(m);
+    const char *tokens = eval ? a->eval_tokens : a->tokens;
+    if (tokens)
+        mprt_data_tokens(&s, tokens, a->seq, d);
+    else if (eval)
+        mprt_data_files(&s, a->eval_data, a->eval_labels, d);
+    else if (a->synthetic)
+        mprt_data_synthetic(&s, m->batch, a->seed, d);
     else
-        memset(dst + used, 0, b->nbytes - used);
-    mprt_dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
+        mprt_data_files(&s, a->data, a->labels, d);
 }
 
 /* ---- evaluation ---- */
@@ -368,25 +262,26 @@ typedef struct MprtScore {
     int64_t correct, count;     /* count: labels (cross-entropy) or elements (mse) */
 } MprtScore;
 
-/* Scores the first n rows of the micro-batch that just ran forward. */
+/* Scores the first n rows (of R) of the micro-batch that just ran forward. */
 static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
-                       int64_t n, MprtScore *sc)
+                       int64_t n, int64_t R, MprtScore *sc)
 {
     const float *x = mprt_dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
-    int64_t per_row = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype) / (size_t)lb->shape[0]);
+    int64_t labels = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype));
     if (m->loss_kind == MPRT_LOSS_MSE) {
         const float *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
-        for (int64_t i = 0; i < n * per_row; i++)
+        for (int64_t i = 0; i < n * (labels / R); i++)
             sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
-        sc->count += n * per_row;
+        sc->count += n * (labels / R);
         return;
     }
-    /* scores (n, C, D...) and labels (n, D...): D positions per row */
+    /* scores (S, C, D...) and labels (S, D...): D positions per row of the
+     * scores; the padding rows' labels are the ignore index */
     const float *lp = mprt_dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
                                     m->log_prob_offset, out->nbytes, 2);
     const int64_t *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
-    int64_t C = out->shape[1], D = per_row;
-    for (int64_t r = 0; r < n; r++)
+    int64_t S = out->shape[0], C = out->shape[1], D = labels / S;
+    for (int64_t r = 0; r < S; r++)
         for (int64_t d = 0; d < D; d++) {
             int64_t label = t[r * D + d], best = 0;
             if (label == m->ignore_index)
@@ -401,81 +296,37 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
         }
 }
 
-/* Runs the model forward in inference mode over every row of x, in
+/* Runs the model forward in inference mode over every row of d, in
  * micro-batches (the last one padded), and prints the mean loss and the
  * accuracy. Only activations, the loss and the input buffers change. */
-static void mprt_evaluate(const MprtModel *m, const MprtArray *x, const MprtArray *y,
-                          const char *name, long step, int64_t *rows)
+static void mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int64_t *rows)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS),
                      *out = mprt_buffer_of(m, MPRT_OUTPUT);
     int ce = m->loss_kind == MPRT_LOSS_CROSS_ENTROPY;
-    int64_t R = in->shape[0], N = x->shape[0];
+    int64_t R = in->shape[0], N = d->rows;
     MprtScore sc = {0, 0, 0};
     mprt_training = 0;
     for (int64_t first = 0; first < N; first += R) {
         int64_t n = N - first < R ? N - first : R;
         for (int64_t r = 0; r < n; r++)
             rows[r] = first + r;
-        mprt_fill(in, x, rows, n, 0, 0);
-        mprt_fill(lb, y, rows, n, ce ? m->ignore_index : 0, 0);
+        mprt_fill(d, 0, in, R, rows, n, 0, 0);
+        mprt_fill(d, 1, lb, R, rows, n, ce ? m->ignore_index : 0, 0);
         m->eval_forward();
-        mprt_score(m, out, lb, n, &sc);
+        mprt_score(m, out, lb, n, R, &sc);
     }
     mprt_training = 1;
     if (!sc.count) {
         fprintf(stderr, "eval step %ld: nothing to score in %s (every label is the ignore "
-                "index %lld)\n", step, name, (long long)m->ignore_index);
+                "index %lld)\n", step, d->name, (long long)m->ignore_index);
         return;
     }
     fprintf(stderr, "eval step %ld: loss %.7g", step, sc.loss / (double)sc.count);
     if (ce)
         fprintf(stderr, "  accuracy %.4f (%lld/%lld)", (double)sc.correct / (double)sc.count,
                 (long long)sc.correct, (long long)sc.count);
-    fprintf(stderr, "  on %lld rows of %s\n", (long long)N, name);
-}
-
-/* ---- weights and checkpoints ---- */
-
-/* A --save path that cannot be written fails before training, not after. */
-static void mprt_check_writable(const char *path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wx");
-    if (!f && errno == EEXIST)
-        return;   /* a stale temporary: the writer replaces it */
-    if (!f)
-        mprt_die("%s: cannot write a checkpoint there: %s; check that the directory "
-                 "exists and is writable", path, strerror(errno));
-    fclose(f);
-    remove(tmp);
-}
-
-static void mprt_save(const MprtModel *m, const char *path, long step)
-{
-    MprtStEntry *e = calloc((size_t)m->nbuffers, sizeof *e);
-    int n = 0;
-    for (int i = 0; i < m->nbuffers; i++) {
-        const MprtBuffer *b = &m->buffers[i];
-        if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
-            continue;
-        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape,
-                               mprt_dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
-    }
-    char steps[32], err[512];
-    snprintf(steps, sizeof steps, "%ld", step);
-    const char *meta[] = {"step", steps, "format", "mpcc-checkpoint", "mpcc_version",
-                          m->mpcc_version, "model_sha256", m->model_hash};
-    int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
-    for (int i = 0, k = 0; i < m->nbuffers; i++) {
-        const MprtBuffer *b = &m->buffers[i];
-        if (b->kind == MPRT_PARAM || b->kind == MPRT_STATE)
-            mprt_dev_unhold(e[k++].data, mprt_slot(b, 0));
-    }
-    free(e);
-    if (rc != 0)
-        mprt_die("%s", err);
+    fprintf(stderr, "  on %lld rows of %s\n", (long long)N, d->name);
 }
 
 /* ---- the loop ---- */
@@ -518,16 +369,16 @@ static void mprt_report_devices(const MprtModel *m)
 
 /* One optimizer step over the micro-batches of step s; returns its loss
  * (mean over the micro-batches). rows holds B/M entries. */
-static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray *y,
-                        MprtOrder *order, long s, float lr, int64_t *rows)
+static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order, long s,
+                        float lr, int64_t *rows)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
     for (int mb = 0; mb < m->microbatches; mb++) {
         for (int64_t r = 0; r < R; r++)
             rows[r] = mprt_row(order, (int64_t)s * m->batch + mb * R + r);
-        mprt_fill(in, x, rows, R, 0, mb);
-        mprt_fill(lb, y, rows, R, 0, mb);
+        mprt_fill(d, 0, in, R, rows, R, 0, mb);
+        mprt_fill(d, 1, lb, R, rows, R, 0, mb);
     }
     mprt_step_no = s;
     mprt_lr = lr;
@@ -542,34 +393,108 @@ static double mprt_step(const MprtModel *m, const MprtArray *x, const MprtArray 
     return loss;
 }
 
+/* A duration as a person reads it: 42s, 3m05s, 2h07m. */
+static void mprt_duration(double s, char *buf, size_t n)
+{
+    long t = (long)(s + 0.5);
+    if (t < 60)
+        snprintf(buf, n, "%lds", t);
+    else if (t < 3600)
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+}
+
+/* Where training stands: done of total steps after `busy` seconds of
+ * training (evaluation and checkpoints left out) since `elapsed` began. */
+static void mprt_progress(const MprtModel *m, long step, long last, long done, long total,
+                          double loss, double lr, double busy, double elapsed)
+{
+    char el[32], eta[32];
+    double rate = done / busy;
+    mprt_duration(elapsed, el, sizeof el);
+    mprt_duration((double)(total - done) / rate * (elapsed / busy), eta, sizeof eta);
+    fprintf(stderr, "step %ld/%ld  loss %.6f  lr %g  %.2f steps/s  %.1f samples/s  elapsed %s"
+            "  ETA %s\n", step, last, loss, lr, rate, rate * m->batch, el, eta);
+}
+
+/* The end of a run: the mean step and what each device held at its peak. */
+static void mprt_summary(const MprtModel *m, long steps, double busy, double loss)
+{
+    fprintf(stderr, "trained %ld steps in %.2f s: %.1f ms per step, %.1f samples/s; final "
+            "loss %.6f\n", steps, busy, steps ? busy / steps * 1e3 : 0.0,
+            busy > 0 ? (double)steps * m->batch / busy : 0.0, loss);
+    fprintf(stderr, "peak memory:");
+    for (int d = 0; d < m->ndev; d++)
+        fprintf(stderr, " %s %.1f MB%s", m->device_names[d], (double)m->arena_bytes[d] / 1e6,
+                d + 1 < m->ndev ? "," : "");
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(stderr, " (each device's arena, allocated once); host process %.1f MB resident",
+                (double)ru.ru_maxrss * 1024 / 1e6);
+    fputc('\n', stderr);
+}
+
+/* The end of an interrupted run: one line, the step and the file. */
+static void mprt_stopped(long step, long last, const char *file)
+{
+    fprintf(stderr, "%s: stopped by %s after step %ld of %ld; saved %s (continue with "
+            "--resume %s --steps %ld)\n", mprt_program, mprt_signal_name(mprt_stop_signal),
+            step, last, file, file, last - step);
+}
+
+static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last)
+{
+    char err[512];
+    if (a->profile) {
+        if (mprt_write_profile(a->profile, m->model_file, (long)(m->batch / m->microbatches),
+                               m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
+            mprt_die("%s", err);
+        fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
+                a->profile, a->profile);
+    }
+    if (a->trace) {
+        if (mprt_write_trace(a->trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
+                             err, sizeof err) != 0)
+            mprt_die("%s", err);
+        fprintf(stderr, "wrote the timeline of step %ld to %s\n", last, a->trace);
+    }
+}
+
+/* Every path the run will write is checked before it starts. */
+static void mprt_check_outputs(const MprtModel *m, const MprtArgs *a, const MprtSeries *series,
+                               long start)
+{
+    char first[4200];
+    if (a->save)
+        mprt_check_writable(a->save);
+    if (a->save || a->save_every) {
+        mprt_series_name(series, start + (a->save_every ? a->save_every : 1), first,
+                         sizeof first);
+        mprt_check_writable(first);
+    }
+    if (a->trace)
+        mprt_check_writable(a->trace);
+    if (a->profile) {
+        mprt_check_writable(a->profile);
+        mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
+        mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
+        if (!mprt_node_seconds || !mprt_node_calls)
+            mprt_die("out of memory");
+    }
+}
+
 static int mprt_train_main(const MprtModel *m, int argc, char **argv)
 {
     MprtArgs a;
     mprt_program = m->program;
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
-    const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
-    MprtArray x, y, xe = {0}, ye = {0};
-    int64_t classes = 2;   /* synthetic integer data (labels, token ids) is 0 or 1 */
-    if (a.synthetic) {
-        mprt_synthetic(in, m->batch, classes, a.seed, &x);
-        mprt_synthetic(lb, m->batch, classes, a.seed + 1, &y);
-    } else
-        mprt_load_data(m, a.data, a.labels, &x, &y);
-    if (a.eval_data)
-        mprt_load_data(m, a.eval_data, a.eval_labels, &xe, &ye);
-    if (a.save)
-        mprt_check_writable(a.save);
-    if (a.trace)
-        mprt_check_writable(a.trace);
-    if (a.profile) {
-        mprt_check_writable(a.profile);
-        mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
-        mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
-        if (!mprt_node_seconds || !mprt_node_calls)
-            mprt_die("out of memory");
-    }
-    long per_epoch = (long)((x.shape[0] + m->batch - 1) / m->batch);
+    MprtData data, eval = {0};
+    mprt_open_data(m, &a, 0, &data);
+    if (a.eval_data || a.eval_tokens)
+        mprt_open_data(m, &a, 1, &eval);
+    long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
     long start = 0;
@@ -577,63 +502,63 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     m->zero_state();
     if (a.resume)
         mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume, 1, &start);
+    MprtSeries series;
+    mprt_series_init(&series, a.save, m->program, a.keep);
+    mprt_check_outputs(m, &a, &series, start);
+    MprtCkpt ckpt = {m->buffers, m->nbuffers, m->mpcc_version, m->model_hash};
     FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
     if (a.loss_log && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
     MprtOrder order;
-    mprt_order_init(&order, a.shuffle, a.seed, x.shape[0]);
-    int64_t *rows = malloc((size_t)in->shape[0] * sizeof *rows);
+    mprt_order_init(&order, a.shuffle, a.seed, data.rows);
+    int64_t *rows = malloc((size_t)mprt_buffer_of(m, MPRT_INPUT)->shape[0] * sizeof *rows);
     if (!rows)
         mprt_die("out of memory");
     mprt_report_devices(m);
-    double t0 = mprt_now(), t_eval = 0, last_loss = 0;
-    for (long s = start; s < start + steps; s++) {
-        mprt_tracing = a.trace && s + 1 == start + steps;   /* time the last step */
+    if (a.resume)
+        fprintf(stderr, "resumed %s at step %ld\n", a.resume, start);
+    mprt_catch_stop_signals();
+    long last = start + steps;
+    double t0 = mprt_now(), t_aside = 0, last_loss = 0;
+    char saved[4200] = "";
+    long saved_step = -1;
+    for (long s = start; s < last; s++) {
+        mprt_tracing = a.trace && s + 1 == last;   /* time the last step */
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
-        double loss = mprt_step(m, &x, &y, &order, s, (float)a.lr, rows);
+        double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows);
         last_loss = loss;
         if (log)
             fprintf(log, "%.9g\n", loss);
-        if ((s + 1 - start) % a.log_every == 0 || s + 1 == start + steps) {
-            double dt = mprt_now() - t0 - t_eval;
-            fprintf(stderr, "step %ld/%ld  loss %.6f  lr %g  %.1f samples/s\n", s + 1,
-                    start + steps, loss, a.lr, (double)(s + 1 - start) * m->batch / dt);
+        double now = mprt_now();
+        if ((s + 1 - start) % a.log_every == 0 || s + 1 == last || mprt_stop_signal)
+            mprt_progress(m, s + 1, last, s + 1 - start, steps, loss, a.lr, now - t0 - t_aside,
+                          now - t0);
+        if ((a.save_every && (s + 1) % a.save_every == 0) ||
+            (mprt_stop_signal && saved_step != s + 1)) {
+            mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
+            saved_step = s + 1;
         }
-        if (a.eval_data && ((a.eval_every && (s + 1) % a.eval_every == 0) ||
-                            s + 1 == start + steps)) {
-            double te = mprt_now();
-            mprt_evaluate(m, &xe, &ye, a.eval_data, s + 1, rows);
-            t_eval += mprt_now() - te;
+        if (mprt_stop_signal) {
+            if (log && fclose(log) != 0)
+                mprt_die("%s: write failed", a.loss_log);
+            mprt_stopped(s + 1, last, saved);
+            exit(0);
         }
+        if ((a.eval_data || a.eval_tokens) &&
+            ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last))
+            mprt_evaluate(m, &eval, s + 1, rows);
+        t_aside += mprt_now() - now;
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
-    double dt = mprt_now() - t0 - t_eval;
-    fprintf(stderr, "trained %ld steps in %.2f s (%.1f samples/s), final loss %.6f\n", steps,
-            dt, (double)steps * m->batch / dt, last_loss);
-    if (a.profile) {
-        char err[512];
-        if (mprt_write_profile(a.profile, m->model_file, (long)(m->batch / m->microbatches),
-                               m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
-            mprt_die("%s", err);
-        fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
-                a.profile, a.profile);
-    }
-    if (a.trace) {
-        char err[512];
-        if (mprt_write_trace(a.trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
-                             err, sizeof err) != 0)
-            mprt_die("%s", err);
-        fprintf(stderr, "wrote the timeline of step %ld to %s\n", start + steps, a.trace);
-    }
+    mprt_summary(m, steps, mprt_now() - t0 - t_aside, last_loss);
+    mprt_write_outputs(m, &a, last);
     if (a.save) {
-        mprt_save(m, a.save, start + steps);
+        mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);
     }
-    mprt_array_free(&x);
-    mprt_array_free(&y);
-    mprt_array_free(&xe);
-    mprt_array_free(&ye);
+    mprt_data_free(&data);
+    mprt_data_free(&eval);
     free(order.perm);
     free(rows);
     for (int d = 0; d < m->ndev; d++)

@@ -10,7 +10,9 @@ py=/usr/bin/python3
 $py - <<'PY'
 import numpy as np
 x = np.load("x.npy"); y = np.load("y.npy")
-np.save("bad_f64.npy", x.astype(np.float64))
+np.save("bad_f16.npy", x.astype(np.float16))
+big = x.astype(np.float64); big[2, 7] = 1e300; np.save("bad_f64_range.npy", big)
+np.save("bad_y_f32.npy", y.astype(np.float32))
 np.save("bad_cols.npy", x[:, :-1])
 b = open("x.npy", "rb").read(); open("bad_trunc.npy", "wb").write(b[: len(b) // 2])
 n = x.copy(); n[3, 5] = np.nan; np.save("bad_nan.npy", n)
@@ -18,7 +20,9 @@ np.save("bad_rows.npy", y[:-1])
 PY
 status=0
 check() { "$expect" "$@" || status=1; }
-check "bad_f64.npy: element type float64" -- ./train --data bad_f64.npy --labels y.npy --steps 1
+check "bad_f16.npy: element type float16, the model's input needs float32" -- ./train --data bad_f16.npy --labels y.npy --steps 1
+check "bad_f64_range.npy: row 2, element 7 is not a finite number (NaN or infinity, or beyond float32's range)" -- ./train --data bad_f64_range.npy --labels y.npy --steps 1
+check "bad_y_f32.npy: element type float32, the model's labels needs int64" -- ./train --data x.npy --labels bad_y_f32.npy --steps 1
 check "bad_cols.npy: shape (160, 783) does not match" -- ./train --data bad_cols.npy --labels y.npy --steps 1
 check "bad_trunc.npy:" -- ./train --data bad_trunc.npy --labels y.npy --steps 1
 check "bad_nan.npy: row 3, element 5 is not a finite number" -- ./train --data bad_nan.npy --labels y.npy --steps 1

@@ -42,7 +42,7 @@ echo "--- bad evaluation files"
 $py - <<'PY'
 import numpy as np
 x = np.load("xe.npy"); y = np.load("ye.npy")
-np.save("bad_xe_f64.npy", x.astype(np.float64))
+np.save("bad_xe_f16.npy", x.astype(np.float16))
 np.save("bad_xe_cols.npy", x[..., :-1])
 b = open("xe.npy", "rb").read(); open("bad_xe_trunc.npy", "wb").write(b[: len(b) // 2])
 n = x.copy(); n[3].flat[0] = np.nan; np.save("bad_xe_nan.npy", n)
@@ -52,7 +52,7 @@ PY
 status=0
 check() { "$expect" "$@" || status=1; }
 t="./train --data x.npy --labels y.npy --steps 1"
-check "bad_xe_f64.npy: element type float64" -- $t --eval-data bad_xe_f64.npy --eval-labels ye.npy
+check "bad_xe_f16.npy: element type float16" -- $t --eval-data bad_xe_f16.npy --eval-labels ye.npy
 check "bad_xe_cols.npy: shape" -- $t --eval-data bad_xe_cols.npy --eval-labels ye.npy
 check "bad_xe_trunc.npy:" -- $t --eval-data bad_xe_trunc.npy --eval-labels ye.npy
 check "bad_xe_nan.npy: row 3, element 0 is not a finite number" -- $t --eval-data bad_xe_nan.npy --eval-labels ye.npy

@@ -38,6 +38,7 @@ Run:  /usr/bin/python3 tests/train/ref_train.py --model MODEL --out DIR
           [--export-batch B0]
           [--fp64-check] [--rows N] [--shuffle-seed S]
           [--eval-rows N [--eval-every N] [--eval-ignored K]]
+          [--flat-logits] [--tokens]
 
 The row order (--rows, --shuffle-seed) is the generated trainer's: the steps
 read one stream of rows, epoch after epoch; position p is row p mod N of epoch
@@ -64,6 +65,15 @@ at --batch: mpcc has to re-batch the model.
 MODEL: mlp, cnn, unet, bert (written here), gpt (tests/models/export_gpt.py),
 resnet18, resnet50, deeplabv3, mobilenetv2, vgg11bn, efficientnet_b0 (torchvision; the
 "torch" string in config.json says how each is set up for small inputs).
+
+gpt only: --flat-logits makes the model return its logits flattened to
+(B*T, V), batch-major, as nanoGPT does (logits.view(-1, V)), while y.npy keeps
+the labels (N,T).  --tokens draws one stream of tokens t instead of windows:
+t = rng.integers(0, V, size=N*T+1), and row k is the window x = t[kT:kT+T],
+y = t[kT+1:kT+T+1], as the trainer's --tokens makes them (docs/trainer.md);
+it also writes the stream as tokens.npy (int32) and tokens.bin (raw
+little-endian uint16), and with --eval-rows E the held-out windows'
+stream t[N*T : (N+E)*T+1] as tokens_eval.npy.
 
 --fp64-check retrains in float64 and stores in config.json how far the
 float32 reference is from it: no float32 trainer can be expected to match more
@@ -167,11 +177,13 @@ def build_model(args):
     if args.model == "gpt":
         import export_gpt  # tests/models/export_gpt.py: reuse its classes
         c = GPT_CFG
-        model = export_gpt.GPT(c["vocab"], c["d"], c["heads"], c["layers"],
-                               c["T"])
-        return model, dict(c, classes=c["vocab"],
+        cls = flat_gpt(export_gpt.GPT) if args.flat_logits else export_gpt.GPT
+        model = cls(c["vocab"], c["d"], c["heads"], c["layers"], c["T"])
+        return model, dict(c, classes=c["vocab"], flat_logits=args.flat_logits,
                            torch="tests/models/export_gpt.py GPT(vocab, d, "
-                                 "heads, layers, T)")
+                                 "heads, layers, T)%s" % (
+                                     ", logits.reshape(-1, vocab)"
+                                     if args.flat_logits else ""))
     if args.model == "deeplabv3":
         return build_deeplabv3(args)
     if args.model == "mobilenetv2":
@@ -332,6 +344,16 @@ class BERT(nn.Module):
         return self.head(h[:, 0])
 
 
+def flat_gpt(base):
+    """GPT returning logits.reshape(-1, V), as nanoGPT's training does; a
+    subclass, so the state_dict keys stay the GPT's."""
+    class FlatGPT(base):
+        def forward(self, tokens):
+            logits = super().forward(tokens)
+            return logits.reshape(-1, logits.shape[-1])
+    return FlatGPT
+
+
 class SegOut(nn.Module):
     """torchvision's segmentation models return {"out": logits}; ONNX wants
     a tensor.  The state_dict keys gain the prefix "net."."""
@@ -373,6 +395,15 @@ def build_deeplabv3(args):
 def make_data(args, n, mcfg):
     """x, y as numpy arrays from numpy.random.default_rng(seed)."""
     rng = np.random.default_rng(args.seed)
+    if args.model == "gpt" and args.tokens:
+        T, V = GPT_CFG["T"], GPT_CFG["vocab"]
+        t = rng.integers(0, V, size=n * T + 1, dtype=np.int64)
+        args.token_stream = t
+        x = np.stack([t[k * T:k * T + T] for k in range(n)])
+        y = np.stack([t[k * T + 1:k * T + T + 1] for k in range(n)])
+        desc = ("t = rng.integers(0, %d, size=N*%d+1, dtype=int64); x[k] = "
+                "t[k*T:k*T+T], y[k] = t[k*T+1:k*T+T+1]" % (V, T))
+        return x, y, desc
     if args.model == "gpt":
         T, V = GPT_CFG["T"], GPT_CFG["vocab"]
         seq = rng.integers(0, V, size=(n, T + 1), dtype=np.int64)
@@ -419,6 +450,8 @@ def make_data(args, n, mcfg):
 
 def ce_loss(logits, y):
     """Mean cross-entropy; for gpt over all B*T token positions."""
+    if logits.dim() == 2 and y.dim() == 2:  # gpt --flat-logits: (B*T, V)
+        return F.cross_entropy(logits, y.reshape(-1))
     if logits.dim() == 3:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                y.reshape(-1))
@@ -666,6 +699,8 @@ def evaluate(model, xe, ye, ignore):
         y = torch.from_numpy(ye)
         if logits.dim() == 3:  # gpt: (N, T, V), classes last as in ce_loss
             logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+        elif logits.dim() == 2 and y.dim() == 2:  # gpt --flat-logits
+            y = y.reshape(-1)
         loss = F.cross_entropy(logits, y, ignore_index=ignore).item()
         keep = y != ignore
         correct = int((logits.argmax(dim=1)[keep] == y[keep]).sum())
@@ -755,6 +790,11 @@ def parse_args():
     ap.add_argument("--eval-ignored", type=int,
                     help="every K-th held-out row's labels are the "
                          "ignore_index (-100, or the model's)")
+    ap.add_argument("--flat-logits", action="store_true",
+                    help="gpt: logits flattened to (B*T, V), labels (N,T)")
+    ap.add_argument("--tokens", action="store_true",
+                    help="gpt: windows of one token stream (tokens.npy, "
+                         "tokens.bin; tokens_eval.npy with --eval-rows)")
     ap.add_argument("--fp64-check", action="store_true",
                     help="also train in float64 and record how far the "
                          "float32 reference is from it (config.json "
@@ -782,6 +822,8 @@ def parse_args():
         ap.error("--mlp-sizes: want at least two positive widths")
     if args.model != "mlp" and args.mlp_sizes != [784, 256, 10]:
         ap.error("--mlp-sizes is for --model mlp")
+    if (args.flat_logits or args.tokens) and args.model != "gpt":
+        ap.error("--flat-logits and --tokens are for --model gpt")
     if args.zero_init_residual and args.model not in ZERO_INIT_MODELS:
         ap.error("--zero-init-residual is for --model %s"
                  % "|".join(ZERO_INIT_MODELS))
@@ -821,6 +863,17 @@ def parse_args():
     if args.clip_norm is not None and args.clip_norm <= 0:
         ap.error("--clip-norm must be > 0")
     return args
+
+
+def save_tokens(args, n):
+    """The stream of --tokens: the training windows' tokens t[:n*T+1] as
+    int32 .npy and raw uint16 .bin, the held-out windows' as .npy."""
+    T, t = GPT_CFG["T"], args.token_stream
+    train = t[:n * T + 1]
+    np.save(os.path.join(args.out, "tokens.npy"), train.astype(np.int32))
+    train.astype("<u2").tofile(os.path.join(args.out, "tokens.bin"))
+    if args.eval_rows:
+        np.save(os.path.join(args.out, "tokens_eval.npy"), t[n * T:])
 
 
 def main():
@@ -868,6 +921,8 @@ def main():
 
     np.save(os.path.join(args.out, "x.npy"), x)
     np.save(os.path.join(args.out, "y.npy"), y)
+    if args.tokens:
+        save_tokens(args, n)
     if args.eval_rows:
         np.save(os.path.join(args.out, "xe.npy"), np.ascontiguousarray(xe))
         np.save(os.path.join(args.out, "ye.npy"), ye)
