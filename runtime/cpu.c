@@ -198,20 +198,21 @@ static void mprt_row_sums(const float *x, long n, double *s, double *ss)
     *ss += b0 + b1;
 }
 
-/* sum dy and sum dy * (x - mean) over a row */
-static void mprt_row_dots(const float *dy, const float *x, long n, double mean, double *sdy,
-                          double *sdyx)
+/* One pass over a row of x and dy: the sums of x, x^2, dy and dy * x. */
+static void mprt_row_moments_dots(const float *dy, const float *x, long n, double acc[4])
 {
-    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    double s0 = 0, s1 = 0, q0 = 0, q1 = 0, d0 = 0, d1 = 0, p0 = 0, p1 = 0;
     long m = n & ~1L;
     for (long i = 0; i < m; i += 2) {
-        a0 += dy[i], a1 += dy[i + 1];
-        b0 += dy[i] * (x[i] - mean), b1 += dy[i + 1] * (x[i + 1] - mean);
+        double u = x[i], v = x[i + 1], du = dy[i], dv = dy[i + 1];
+        s0 += u, s1 += v, q0 += u * u, q1 += v * v;
+        d0 += du, d1 += dv, p0 += du * u, p1 += dv * v;
     }
-    for (long i = m; i < n; i++)
-        a0 += dy[i], b0 += dy[i] * (x[i] - mean);
-    *sdy += a0 + a1;
-    *sdyx += b0 + b1;
+    for (long i = m; i < n; i++) {
+        double u = x[i], du = dy[i];
+        s0 += u, q0 += u * u, d0 += du, p0 += du * u;
+    }
+    acc[0] += s0 + s1, acc[1] += q0 + q1, acc[2] += d0 + d1, acc[3] += p0 + p1;
 }
 
 /* ---- losses ---- */
@@ -503,19 +504,65 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
 
 /* ---- batch normalization ---- */
 
+/* Every kernel here walks x in memory order, image by image and channel by
+ * channel within it, keeping per-channel sums: with small planes (a 4 x 4
+ * feature map is 64 bytes), going channel by channel would touch one short
+ * row in each image, pages apart, and wait on memory for every one when x
+ * is not in the cache (a saved activation read by the backward pass). Each
+ * channel's sums still add its rows in image order, as one channel at a
+ * time would. */
+
+/* Per channel c: y = (x - m[c]) * a[c] + b[c], over every image
+ * (subtracting the mean first keeps what a large mean would cancel). */
+static void mprt_bn_apply(int N, int C, long P, const float *x, const float *m, const float *a,
+                          const float *b, float *y)
+{
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = ((size_t)n * C + c) * P;
+            float mc = m[c], ac = a[c], bc = b[c];
+            for (long i = 0; i < P; i++)
+                y[k + i] = (x[k + i] - mc) * ac + bc;
+        }
+}
+
+/* Scratch for one call: `arrays` arrays of C elements of `size` bytes. */
+static void *mprt_bn_scratch(int C, size_t size, int arrays)
+{
+    void *p = calloc((size_t)C * arrays, size);
+    if (!p) {
+        fprintf(stderr, "train: error: out of memory in BatchNormalization (%d channels)\n", C);
+        exit(1);
+    }
+    return p;
+}
+
 /* Inference (mprt_training == 0): Y = (X - running_mean) /
  * sqrt(running_var + eps) * scale + bias; the running statistics stay. */
 MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, const float *running_mean,
                           const float *running_var, float eps, float *y)
 {
+    float *a = mprt_bn_scratch(C, sizeof(float), 1);
+    for (int c = 0; c < C; c++)
+        a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)) * scale[c];
+    mprt_bn_apply(N, C, P, x, running_mean, a, bias, y);
+    free(a);
+}
+
+/* The batch mean and (population) variance of every channel, from sums of
+ * x and x^2 in double (exact enough unless mean^2 exceeds the variance by
+ * ~1e10, far outside what activations do): mean[C], var[C]. */
+static void mprt_bn_moments(int N, int C, long P, const float *x, double *mean, double *var)
+{
+    double cnt = (double)N * P;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            mprt_row_sums(x + ((size_t)n * C + c) * P, P, &mean[c], &var[c]);
     for (int c = 0; c < C; c++) {
-        float inv = (float)(1.0 / sqrt((double)running_var[c] + eps));
-        for (int n = 0; n < N; n++)
-            for (long i = 0; i < P; i++) {
-                size_t k = ((size_t)n * C + c) * P + i;
-                y[k] = (x[k] - running_mean[c]) * inv * scale[c] + bias[c];
-            }
+        mean[c] /= cnt;
+        var[c] = var[c] / cnt - mean[c] * mean[c];
+        var[c] = var[c] > 0 ? var[c] : 0;
     }
 }
 
@@ -523,20 +570,6 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
  * batch's statistics; running stats move by momentum (ONNX's convention:
  * new = momentum * old + (1 - momentum) * batch), the variance unbiased as
  * in PyTorch. In inference mode (mprt_training == 0), mprt_bn_infer. */
-/* The batch mean and (population) variance of channel c, from sums of x
- * and x^2 in double (exact enough unless mean^2 exceeds the variance by
- * ~1e10, far outside what activations do). */
-static void mprt_bn_moments(int N, int C, long P, const float *x, int c, double *mean,
-                            double *var)
-{
-    double s = 0, ss = 0, cnt = (double)N * P;
-    for (int n = 0; n < N; n++)
-        mprt_row_sums(x + ((size_t)n * C + c) * P, P, &s, &ss);
-    *mean = s / cnt;
-    *var = ss / cnt - *mean * *mean;
-    *var = *var > 0 ? *var : 0;
-}
-
 MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, float *running_mean, float *running_var,
                           float momentum, float eps, float *y)
@@ -546,48 +579,60 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
         return;
     }
     long cnt = (long)N * P;
+    double *mean = mprt_bn_scratch(C, sizeof(double), 2), *var = mean + C;
+    float *a = mprt_bn_scratch(C, sizeof(float), 2), *m = a + C;
+    mprt_bn_moments(N, C, P, x, mean, var);
     for (int c = 0; c < C; c++) {
-        double mean, var;
-        mprt_bn_moments(N, C, P, x, c, &mean, &var);
-        float inv = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
-        float a = inv * scale[c], b = bias[c];
-        for (int n = 0; n < N; n++) {
-            const float *xs = x + ((size_t)n * C + c) * P;
-            float *ys = y + ((size_t)n * C + c) * P;
-            for (long i = 0; i < P; i++)
-                ys[i] = (xs[i] - m) * a + b;
-        }
+        float inv = (float)(1.0 / sqrt(var[c] + eps));
+        a[c] = inv * scale[c];
+        m[c] = (float)mean[c];
         if (!running_mean)   /* recomputing: the statistics were updated already */
             continue;
-        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m;
+        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m[c];
         running_var[c] = momentum * running_var[c] +
-                         (1 - momentum) * (float)(cnt > 1 ? var * cnt / (cnt - 1) : var);
+                         (1 - momentum) * (float)(cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c]);
     }
+    mprt_bn_apply(N, C, P, x, m, a, bias, y);
+    free(mean);
+    free(a);
 }
 
+/* One pass over x and dy for the statistics and the two sums the gradient
+ * needs (in double: sum dy * (x - mean) = sum dy * x - mean * sum dy loses
+ * nothing a float gradient keeps), a second to write
+ * dx = scale * inv * (dy - sdy/cnt - (x - mean) * inv^2 * sdyx/cnt). */
 MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
                          const float *scale, float eps, float *dx, float *dscale, float *dbias)
 {
     long cnt = (long)N * P;
+    double *acc = mprt_bn_scratch(C, sizeof(double), 4);
+    float *k = mprt_bn_scratch(C, sizeof(float), 4);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t o = ((size_t)n * C + c) * P;
+            mprt_row_moments_dots(dy + o, x + o, P, acc + 4 * (size_t)c);
+        }
     for (int c = 0; c < C; c++) {
-        double mean, var, sdy = 0, sdyx = 0;
-        mprt_bn_moments(N, C, P, x, c, &mean, &var);
-        for (int n = 0; n < N; n++)
-            mprt_row_dots(dy + ((size_t)n * C + c) * P, x + ((size_t)n * C + c) * P, P, mean,
-                          &sdy, &sdyx);
-        double inv = 1.0 / sqrt(var + eps);
+        const double *s = acc + 4 * (size_t)c;
+        double mean = s[0] / cnt, var = s[1] / cnt - mean * mean;
+        var = var > 0 ? var : 0;
+        double sdy = s[2], sdyx = s[3] - mean * sdy, inv = 1.0 / sqrt(var + eps);
         dscale[c] = (float)(sdyx * inv);
         dbias[c] = (float)sdy;
-        /* dx = scale * inv * (dy - sdy/cnt - (x - mean) * inv^2 * sdyx/cnt) */
-        float k1 = (float)(scale[c] * inv), k0 = (float)(sdy / cnt),
-              k2 = (float)(inv * inv * sdyx / cnt), m = (float)mean;
-        for (int n = 0; n < N; n++) {
-            const float *d = dy + ((size_t)n * C + c) * P, *xs = x + ((size_t)n * C + c) * P;
-            float *o = dx + ((size_t)n * C + c) * P;
-            for (long i = 0; i < P; i++)
-                o[i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
-        }
+        float *kc = k + 4 * (size_t)c;
+        kc[0] = (float)(scale[c] * inv), kc[1] = (float)(sdy / cnt);
+        kc[2] = (float)(inv * inv * sdyx / cnt), kc[3] = (float)mean;
     }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t o = ((size_t)n * C + c) * P;
+            const float *d = dy + o, *xs = x + o, *kc = k + 4 * (size_t)c;
+            float k1 = kc[0], k0 = kc[1], k2 = kc[2], m = kc[3];
+            for (long i = 0; i < P; i++)
+                dx[o + i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
+        }
+    free(acc);
+    free(k);
 }
 
 /* ---- pooling (2-D) ---- */
