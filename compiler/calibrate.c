@@ -24,10 +24,16 @@
  *   window_rate    max pooling as runtime/cpu.c does it (the best so far and
  *                  its index per output, row by row), 2 x 2 windows over 16
  *                  channels of 64 x 64: window elements per second
- *   norm_bw,       batch normalisation as runtime/cpu.c does it, over 8 MB
- *   norm_row       in and out: per channel the sums of x and x^2, then
- *                  normalise; counted as its input and output, fitted on
- *                  rows of 8K floats and of 32 (a row's cost apart)
+ *   norm_bw,       batch normalisation's passes, over 4 MB in and 4 MB
+ *   norm_row       out: per channel the sums of x and x^2, then normalise,
+ *                  channel by channel; counted as its input and output,
+ *                  fitted on rows of 1024 floats and of 4 (a row's cost
+ *                  apart). runtime/cpu.c walks the data in memory order
+ *                  instead, which is faster on data in the cache, but the
+ *                  trainer's activations mostly are not by the time they
+ *                  are normalised or differentiated: on ResNet-50 this
+ *                  probe predicts its normalisation within 8%, one in
+ *                  memory order 1.2 to 1.3 times short (tests/bench/README.md)
  *   peer_latency   a hand-off between two threads (a copy's worker waking)
  *
  * The measurement takes about half a second, so it is kept in the cache
@@ -251,9 +257,9 @@ static void run_window(Probe *p)
         }
 }
 
-/* Batch normalisation as runtime/cpu.c does it over an image batch laid out
- * (16, m, n / 16): per channel, the sums of x and x^2 over its rows (two
- * lanes of doubles), then y = (x - mean) * a + b. */
+/* Batch normalisation's passes over an image batch laid out (16, m, k),
+ * channel by channel: the sums of x and x^2 over its rows (two lanes of
+ * doubles), then y = (x - mean) * a + b (see norm_bw above). */
 static void run_norm(Probe *p)
 {
     enum { N = 16 };
@@ -325,8 +331,8 @@ static void patch_rates(Profile *p, bool shared)
     p->patch_bw = left > 0 ? bytes / left : p->copy_bw;
 }
 
-/* t = rows * norm_row + bytes / norm_bw, from 16 x 64 rows of 8K floats
- * and 16 x 16384 rows of 32 (the same 8 MB in and out: a layer's
+/* t = rows * norm_row + bytes / norm_bw, from 16 x 64 rows of 1024 floats
+ * and 16 x 16384 rows of 4 (the same 4 MB in and 4 MB out: a layer's
  * activations). */
 static void norm_rates(Profile *p, bool shared)
 {
