@@ -72,7 +72,8 @@ static void mprt_usage(const MprtModel *m)
            "  --tokens FILE      a token stream instead of --data and --labels: a 1-D int32\n"
            "                     or int64 .npy, or a raw uint16 .bin as nanoGPT writes it.\n"
            "                     Row k is the window x = t[kT .. kT+T-1], y = t[kT+1 .. kT+T]\n"
-           "  --seq T            the window (default, and it must be: the model's sequence)\n"
+           "  --seq T            the window's length: the model's sequence length (the\n"
+           "                     default; another is an error)\n"
            "  --synthetic        random inputs and labels instead of files (benchmarks)\n"
            "  --shuffle          visit the rows in a new random order every epoch\n"
            "  Step i uses positions i*B .. i*B+B-1 (B = %d) of a stream of epochs: each\n"
@@ -87,8 +88,10 @@ static void mprt_usage(const MprtModel *m)
            "  --lr F             learning rate (default %g, as compiled)\n"
            "  --seed S           seed for --shuffle, Dropout masks and --synthetic data\n"
            "                     (default 0)\n"
-           "\n"
-           "Evaluation:\n"
+           "\n",
+           m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
+           strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr);
+    printf("Evaluation:\n"
            "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
            "  --eval-labels FILE their labels, .npy, checked like --labels\n"
            "  --eval-tokens FILE held-out token stream, instead of the two above\n"
@@ -125,8 +128,6 @@ static void mprt_usage(const MprtModel *m)
            "                     --measured=FILE then plans with these times instead of\n"
            "                     its estimates\n"
            "  --help             this text\n",
-           m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
-           strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr,
            m->batch / m->microbatches, m->weights_file, m->program);
 }
 

@@ -50,6 +50,10 @@ $py "$here/compare_eval.py" eval.json eval_tokens.log
 echo "ok: --eval-tokens evaluates as PyTorch does"
 
 status=0
+for opt in "--tokens FILE" "--seq T" "--eval-tokens FILE" "--save-every N" "--keep K" \
+           "On SIGINT or SIGTERM"; do
+    ./train --help | grep -qF -- "$opt" || { echo "FAIL: --help does not say '$opt'"; status=1; }
+done
 check() { "$expect" "$@" || status=1; }
 t="./train $train_args"
 check "--seq 8: the model was compiled for sequences of 16 tokens" -- $t --tokens tokens.npy --seq 8
