@@ -218,46 +218,22 @@ MPRT_KERNEL void MPRT_HOST_API(dev_scratch)(int dev, void *p, size_t n)
     (void)dev, (void)p, (void)n;
 }
 
-/* A device's arena is one anonymous mapping (zero pages, touched as the
- * step first uses them) aligned to 2 MB and, when it is large and the
- * kernel has them, backed by huge pages: the step walks hundreds of
- * megabytes of it, and with 4 KB pages the address translations miss
- * their cache all the time (ResNet-50's step, 64x64, batch 32, is about
- * 13% shorter with them; getting them costs the kernel some compaction
- * once, at the start). The mapping's start and length sit just below the
- * arena. */
-#define MPRT_HUGE_PAGE ((size_t)2 << 20)
-#define MPRT_HUGE_ARENA ((size_t)32 << 20)   /* smaller ones fit the 4 KB pages' reach */
-
 MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name, size_t n)
 {
     (void)dev;
-    size_t len = ((n ? n : 1) + MPRT_HUGE_PAGE - 1) / MPRT_HUGE_PAGE * MPRT_HUGE_PAGE;
-    size_t total = len + MPRT_HUGE_PAGE;
-    unsigned char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               -1, 0);
-    if (base == MAP_FAILED) {
+    unsigned char *p = calloc(1, n ? n : 1);
+    if (!p) {
         fprintf(stderr, "train: error: out of memory: %s needs %zu bytes (the memory plan's "
                 "peak); try mpcc --recompute=auto, more devices or a smaller -batch\n", name, n);
         exit(1);
     }
-    uintptr_t at = ((uintptr_t)base + 2 * sizeof(size_t) + MPRT_HUGE_PAGE - 1) /
-                   MPRT_HUGE_PAGE * MPRT_HUGE_PAGE;
-    unsigned char *p = (unsigned char *)at;
-#ifdef MADV_HUGEPAGE
-    if (len >= MPRT_HUGE_ARENA)
-        (void)madvise(p, len, MADV_HUGEPAGE);   /* a hint: without it, 4 KB pages */
-#endif
-    ((size_t *)p)[-2] = (size_t)(p - base);
-    ((size_t *)p)[-1] = total;
     return p;
 }
 
 MPRT_KERNEL void MPRT_HOST_API(arena_free)(int dev, unsigned char *p)
 {
     (void)dev;
-    if (p)
-        munmap(p - ((size_t *)p)[-2], ((size_t *)p)[-1]);
+    free(p);
 }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
