@@ -37,6 +37,10 @@ static int64_t whole_batch(const Options *o)
 static void rebatch(Graph *g, uint32_t input, int64_t to, const Options *o)
 {
     Value *v = &g->values[input];
+    if (v->shape.d[0] == 0)   /* nothing to scale the batch from */
+        error_at(&v->loc, "the first dimension is fixed to 0 (an empty tensor) in the model, "
+                 "so it cannot be re-bound to %lld; export the model with a batch of at least 1",
+                 (long long)to);
     int64_t from = rebatch_from(g);
     if (from && v->shape.d[0] != from) {   /* not a batch: another input fixed it first */
         warn_once(&v->loc, "the first dimension is fixed to %lld, not to the exported "

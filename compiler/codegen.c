@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct EmbeddedFile {
@@ -2255,6 +2256,51 @@ static int cuda_devices(const Plan *plan)
     return ncuda;
 }
 
+/* The program is written to memory, then to its file: an error on the
+ * way (an op the trainer lacks) leaves no partial file, and one that
+ * unwinds to a harness (diag_jmp) frees it with the arena. */
+typedef struct Text {
+    FILE *f;
+    char *buf;
+    size_t n;
+} Text;
+
+static void text_free(void *p)
+{
+    Text *t = p;
+    if (t->f)
+        fclose(t->f);
+    free(t->buf);
+}
+
+static FILE *text_open(Graph *g, Text *t)
+{
+    t->f = open_memstream(&t->buf, &t->n);
+    if (!t->f)
+        error_file(g->file, "out of memory for the generated program");
+    arena_defer(g->arena, text_free, t);
+    return t->f;
+}
+
+/* Writes the text to path (through path.tmp, renamed when complete). */
+static void text_save(Graph *g, Text *t, const char *path)
+{
+    bool ok = fclose(t->f) == 0;
+    t->f = NULL;
+    if (!ok)
+        error_file(g->file, "out of memory for the generated program");
+    char *tmp = arena_printf(g->arena, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        error_file(path, "cannot open for writing: %s", strerror(errno));
+    ok = fwrite(t->buf, 1, t->n, f) == t->n;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        int err = errno;
+        remove(tmp);
+        error_file(path, "write failed: %s", strerror(err));
+    }
+}
+
 void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
     int ncuda = cuda_devices(plan);
@@ -2265,10 +2311,8 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
     const char *slash = strrchr(weights, '/');
-    char *tmp = arena_printf(g->arena, "%s.tmp", o->output);
-    cg.out = fopen(tmp, "w");
-    if (!cg.out)
-        error_file(o->output, "cannot open for writing: %s", strerror(errno));
+    Text *text = arena_alloc(g->arena, sizeof *text);
+    cg.out = text_open(g, text);
     emit_header(&cg, hash);
     emit_runtime(&cg);
     if (cg.cuda)
@@ -2288,7 +2332,6 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
         emit_eval(&cg);
         emit_model(&cg, hash, slash ? slash + 1 : weights);
     }
-    if (fclose(cg.out) != 0 || rename(tmp, o->output) != 0)
-        error_file(o->output, "write failed: %s", strerror(errno));
+    text_save(g, text, o->output);
     write_weights(&cg, weights);
 }

@@ -39,6 +39,12 @@ static double numel_of(const Graph *g, uint32_t v)
     return v == NONE ? 0 : (double)shape_numel(&g->values[v].shape);
 }
 
+/* a per b: 0 where b is 0 (a tensor with an empty dimension: no work). */
+static double per(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
 static double bytes_of(const Graph *g, uint32_t v)
 {
     return v == NONE ? 0 : numel_of(g, v) * (double)dtype_size(g->values[v].dtype);
@@ -80,15 +86,15 @@ static double contraction(const Graph *g, const Node *n)
     switch (n->op) {
     case OP_GEMM: case OP_MATMUL: case OP_BATCH_MATMUL: {
         MatDims d = mat_dims(g, n);   /* over the output: a batch it sums adds to K */
-        return d.batch * d.M * d.N * d.K / numel_of(g, n->out[0]);
+        return per(d.batch * d.M * d.N * d.K, numel_of(g, n->out[0]));
     }
     case OP_CONV: case OP_CONV_GRAD_X: {
         const Shape *w = &g->values[n->in[1]].shape;
-        return numel_of(g, n->in[1]) / (double)w->d[0];
+        return per(numel_of(g, n->in[1]), (double)w->d[0]);
     }
     case OP_CONV_GRAD_W: {
         const Shape *w = &g->values[n->out[0]].shape;
-        return numel_of(g, n->out[0]) / (double)w->d[0];
+        return per(numel_of(g, n->out[0]), (double)w->d[0]);
     }
     default:
         return 0;
@@ -148,12 +154,16 @@ int64_t node_workspace(const Graph *g, const Node *n)
         k *= ws->d[i];
     for (int i = 2; i < ys->rank; i++)
         p *= ys->d[i];
-    if (!conv_batched(ys->d[0], p))
-        return k * p * (int64_t)sizeof(float);
-    /* the patches of every image side by side, then a group's output (or
-     * dy) planes gathered in the GEMM's order */
-    int64_t mg = ws->d[0] / attr_int(n, "group", 1);
-    return (k + mg) * ys->d[0] * p * (int64_t)sizeof(float);
+    /* in double: the product of two tensors' sizes may pass int64 (a model
+     * that large is an error in stages.c, which sums these) */
+    double bytes = (double)k * (double)p * sizeof(float);
+    if (conv_batched(ys->d[0], p)) {
+        /* the patches of every image side by side, then a group's output (or
+         * dy) planes gathered in the GEMM's order */
+        int64_t mg = ws->d[0] / attr_int(n, "group", 1);
+        bytes = ((double)k + (double)mg) * (double)ys->d[0] * (double)p * sizeof(float);
+    }
+    return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
 }
 
 /* ---- CPU devices: the work as runtime/ does it ---- */
@@ -223,8 +233,8 @@ static ConvDims conv_dims(const Graph *g, uint32_t w, uint32_t y, double group)
     const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
     ConvDims c = {.N = (double)ys->d[0], .group = group > 0 ? group : 1};
     c.mg = (double)ws->d[0] / c.group;
-    c.K = numel_of(g, w) / (double)ws->d[0];
-    c.P = numel_of(g, y) / ((double)ys->d[0] * (double)ys->d[1]);
+    c.K = per(numel_of(g, w), (double)ws->d[0]);
+    c.P = per(numel_of(g, y), (double)ys->d[0] * (double)ys->d[1]);
     c.rows = c.K * (ys->rank > 3 ? (double)ys->d[2] : 1);
     return c;
 }
@@ -313,7 +323,7 @@ static double norm_rows(const Graph *g, const Node *n)
         return 1;
     if (batch_norm)
         return (double)s->d[0] * (double)s->d[1];
-    return numel_of(g, x) / (double)s->d[s->rank - 1];
+    return per(numel_of(g, x), (double)s->d[s->rank - 1]);
 }
 
 static double cpu_time(const Graph *g, const Node *n, const Profile *p)

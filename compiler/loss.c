@@ -67,6 +67,9 @@ static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
     if (axis < 1 || axis >= x->shape.rank)
         error_at(&loc, "--class-axis=%d is not a dimension after the batch of the output %s%s",
                  o->train.class_axis, dtype_name(x->dtype), shape_str(g->arena, &x->shape));
+    if (!dtype_is_float(x->dtype) || x->shape.d[axis] < 1)
+        error_at(&loc, "cross-entropy needs floating-point scores of one class or more, the "
+                 "model's output is %s%s", dtype_name(x->dtype), shape_str(g->arena, &x->shape));
     if (axis != 1) {
         scores = classes_to_axis1(g, scores, axis);
         x = &g->values[scores];

@@ -489,7 +489,9 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
 typedef struct Fusion Fusion;
 double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
                     const Measured *m);   /* what running n inside a fused chain saves */
-int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs */
+int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs,
+                                                            at most WORKSPACE_MAX */
+#define WORKSPACE_MAX 0x1p62
 
 /* -------------------------------------------------------------- measured.c */
 
@@ -617,7 +619,9 @@ typedef struct Exclusions {
 } Exclusions;
 
 /* The stages of one candidate; NULL when every partition left is among
- * ex (an error when the partitioner's own bound rules them all out). */
+ * ex (an error when the partitioner's own bound rules them all out), or
+ * when the cuts o->pipe.cuts gives cannot run (they separate a parameter's
+ * readers, break a placement hint, or do not fit). */
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
                      SchedKind kind, int virt, int M, const Exclusions *ex);
 

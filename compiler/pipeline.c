@@ -114,7 +114,7 @@ static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *d
         pl->ds = *ds;
         Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M, &ex);
         if (!st)
-            return NULL;   /* *why: the last plan over memory */
+            return NULL;   /* *why: the last plan over memory (or cuts that cannot run) */
         pl->st = st;
         pl->sc = schedule_build(a, c.kind, st, ds->n, c.M, why);
         if (!pl->sc)

@@ -321,15 +321,32 @@ static void cut_values(Build *b, PartProblem *p, const Kept *kp)
     p->nvalues = nv;
 }
 
-/* A parameter stays on one stage: no cut between its first and last reader. */
+/* The unit of the backward node computing trainable v's gradient, -1 if none.
+ * It can come after v's last reader: Add passes its output's gradient on
+ * unchanged, so a bias added by Add gets the next node's input gradient. */
+static int gradient_unit(const Build *b, uint32_t v)
+{
+    const Value *val = &b->g->values[v];
+    if (!val->trainable || val->grad == NONE || b->g->values[val->grad].producer == NONE)
+        return -1;
+    return b->unit[b->g->values[val->grad].producer];
+}
+
+/* A parameter stays on one stage: no cut between its first and last reader,
+ * nor before the unit computing its gradient, which its update (and the
+ * sum over micro-batches) follows to its stage. */
 static bool *param_cuts(Build *b, int n, const int *first, const int *last)
 {
     Graph *g = b->g;
     bool *no_cut = arena_array(g->arena, (size_t)n, sizeof(bool));
-    for (uint32_t v = 0; v < g->nvalues; v++)
-        if ((g->values[v].kind == VK_PARAM || g->values[v].kind == VK_STATE) && first[v] >= 0)
-            for (int u = first[v]; u < last[v]; u++)
-                no_cut[u] = true;
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        if ((g->values[v].kind != VK_PARAM && g->values[v].kind != VK_STATE) || first[v] < 0)
+            continue;
+        int end = last[v], grad = gradient_unit(b, v);
+        end = grad > end ? grad : end;
+        for (int u = first[v]; u < end; u++)
+            no_cut[u] = true;
+    }
     return no_cut;
 }
 
@@ -463,7 +480,7 @@ static void manual_cuts(Build *b, const PartProblem *p, PartResult *r)
                        "topological order and before the last node", w);
         if (p->no_cut[first[k] - 1])
             error_file(b->g->file, "--split: cutting after '%s' would separate the readers "
-                       "of one parameter; cut elsewhere", w);
+                       "of one parameter, or them from its gradient; cut elsewhere", w);
         k++;
     }
     if (k != st->n)
@@ -601,6 +618,27 @@ static void stage_figures(Build *b)
             st->params[st->home[v]] += shape_numel(&g->values[v].shape);
 }
 
+/* The partitioner and the memory plan add up bytes: of every tensor and
+ * every node's scratch, for each micro-batch in flight, with the optimizer's
+ * copies of the weights. A model for which that would come near int64's
+ * range is far beyond any device: an error here, before any sum. */
+static void check_size(const Build *b, int M)
+{
+    const Graph *g = b->g;
+    double total = 0;
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        int64_t bytes;
+        if (g->values[v].typed && shape_bytes(&g->values[v].shape, g->values[v].dtype, &bytes))
+            total += (double)bytes;
+    }
+    for (uint32_t i = 0; i < g->norder; i++)
+        total += (double)node_workspace(g, &g->nodes[g->order[i]]);
+    if (total * (M + 8) >= 0x1p62)
+        error_file(g->file, "the training graph's tensors and scratch take %.3g bytes with %d "
+                   "micro-batch(es) in flight: far more than any device holds; lower "
+                   "-batch or the model's sizes", total, M);
+}
+
 static bool solve(Arena *a, const Options *o, const PartProblem *p, PartResult *r)
 {
     if (o->pipe.objective == OBJECTIVE_MEMORY)
@@ -614,6 +652,7 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
     Stages *st = arena_alloc(g->arena, sizeof *st);
     st->measured = m;
     Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st};
+    check_size(&b, M);
     st->n = ds->n * (kind == SCHED_INTERLEAVED ? virt : 1);
     st->dev = arena_array(g->arena, (size_t)st->n, sizeof(int));
     for (int s = 0; s < st->n; s++)
@@ -625,9 +664,10 @@ Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measur
                    "fewer devices", st->nunits, st->n);
     PartProblem p = make_problem(&b, kind, M, ex);
     PartResult r;
-    if (o->pipe.cuts)   /* given by unit (pipeline.c's refinement) */
-        part_eval(g->arena, &p, o->pipe.cuts, &r);
-    else if (o->pipe.split)
+    if (o->pipe.cuts) {   /* given by unit (pipeline.c's refinement) */
+        if (!part_eval(g->arena, &p, o->pipe.cuts, &r))
+            return NULL;   /* a parameter's readers apart, a hint broken, or no fit */
+    } else if (o->pipe.split)
         manual_cuts(&b, &p, &r);
     else if (!solve(g->arena, o, &p, &r) && ex && ex->n)
         return NULL;   /* what is left the memory plan measured over its device */
