@@ -297,15 +297,16 @@ static int64_t mprt_token(const MprtTokens *t, size_t i)
     return v;
 }
 
-/* Windows of T tokens: the input holds T integer tokens per row and the
- * labels T per row; every token must be a class of the model (it is an
+/* Windows of T tokens: the input holds T int64 or int32 tokens per row and
+ * the labels T per row; every token must be a class of the model (it is an
  * input to its embedding and a label). */
 static void mprt_data_tokens(const MprtDataSpec *s, const char *path, int64_t seq, MprtData *d)
 {
     memset(d, 0, sizeof *d);
     d->name = path;
     int64_t T = (int64_t)(s->in->nbytes / mprt_dtype_size(s->in->dtype)) / s->R;
-    if (!mprt_is_int(s->in->dtype) || mprt_label_count(s) != T || !s->classes)
+    if (!(s->in->dtype == MPRT_I64 || s->in->dtype == MPRT_I32) || mprt_label_count(s) != T ||
+        !s->classes)
         mprt_die("%s: a token stream trains a language model: integer tokens in, one class "
                  "label per token out; the model's %s is %s with %lld per row and its %s "
                  "holds %lld per row; give --data and --labels instead", path, s->in->name,
