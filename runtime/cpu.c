@@ -543,11 +543,17 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
                           const float *bias, const float *running_mean,
                           const float *running_var, float eps, float *y)
 {
-    float *a = mprt_bn_scratch(C, sizeof(float), 1);
+    float *inv = mprt_bn_scratch(C, sizeof(float), 1);
     for (int c = 0; c < C; c++)
-        a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)) * scale[c];
-    mprt_bn_apply(N, C, P, x, running_mean, a, bias, y);
-    free(a);
+        inv[c] = (float)(1.0 / sqrt((double)running_var[c] + eps));
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = ((size_t)n * C + c) * P;
+            float m = running_mean[c], i = inv[c], s = scale[c], b = bias[c];
+            for (long j = 0; j < P; j++)   /* the CUDA kernel's order of operations */
+                y[k + j] = (x[k + j] - m) * i * s + b;
+        }
+    free(inv);
 }
 
 /* The batch mean and (population) variance of every channel, from sums of
