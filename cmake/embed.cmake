@@ -1,6 +1,6 @@
-# embed.cmake — turns text files into C string constants, so runtime/ and
-# templates/ travel inside the mpcc binary and the generated program needs
-# nothing but itself.
+# embed.cmake — turns text files into C string constants, so runtime/
+# travels inside the mpcc binary and the generated program needs nothing
+# but itself.
 #   cmake -DOUT=embedded.c -DNAMES="a|b" -DFILES="/p/a.c|/p/b.h" -P embed.cmake
 # Each file becomes `const char embed_<name>[]`, and a table lists them all.
 string(REPLACE "|" ";" FILES "${FILES}")

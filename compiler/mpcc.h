@@ -1,7 +1,8 @@
 /* mpcc.h — the one internal header of the compiler.
  *
- * Sections follow the files: utilities and diagnostics first, then the IR,
- * then one section per pass in pipeline order (see main.c). Types from
+ * Sections follow the folders of compiler/ in the order the passes run
+ * (core, front, graph, parallel, emit; main.c lists the passes), one
+ * section per file. Types from
  * foreign libraries (protobuf-c) never appear here.
  */
 #ifndef MPCC_H
@@ -25,7 +26,11 @@
 #define FMT(a, b)
 #endif
 
-/* ------------------------------------------------------------------ util.c */
+/* =================================================================== */
+/* compiler/core/ — the IR and what every pass uses */
+/* =================================================================== */
+
+/* ------------------------------------------------------ core/util.c */
 
 typedef struct Arena Arena;
 
@@ -47,7 +52,7 @@ bool parse_i64(const char *s, int64_t *out);             /* whole string, decima
 bool mul_overflows(int64_t a, int64_t b, int64_t *out);  /* a,b >= 0 */
 bool add_overflows(int64_t a, int64_t b, int64_t *out);
 
-/* ------------------------------------------------------------------ diag.c */
+/* ------------------------------------------------------ core/diag.c */
 
 /* Where a thing came from: an ONNX file plus the kind and name of the element
  * ("node", "initializer", "input", "output"), or a DSL file:line:col. */
@@ -83,7 +88,7 @@ extern const char *diag_context;  /* while set, every error ends with it */
     ((c) ? (void)0 : mpcc_die(__FILE__, __LINE__, "assertion failed: %s", #c))
 #define unreachable() mpcc_die(__FILE__, __LINE__, "unreachable code reached")
 
-/* -------------------------------------------------------------------- ir.c */
+/* -------------------------------------------------------- core/ir.c */
 
 /* Element types use the numbering of ONNX TensorProto.DataType. */
 typedef enum DType {
@@ -265,7 +270,15 @@ Loc value_loc(const Graph *g, uint32_t v);
 void ir_toposort(Graph *g);   /* fills order; errors on cycles and dangling inputs */
 void ir_verify(Graph *g);     /* internal consistency, debug builds after each pass */
 
-/* ------------------------------------------------------------------ wire.c */
+/* ---------------------------------------------------- core/sha256.c */
+
+void sha256_hex(const void *data, size_t n, char out[65]);
+
+/* =================================================================== */
+/* compiler/front/ — model file to a bound, typed, folded graph */
+/* =================================================================== */
+
+/* ----------------------------------------------------- front/wire.c */
 
 typedef struct Span {
     const uint8_t *p;
@@ -282,14 +295,14 @@ typedef struct WireField {
 
 bool wire_next(const uint8_t **p, const uint8_t *end, WireField *f);  /* false: malformed */
 
-/* ------------------------------------------------------------------ onnx.c */
+/* ----------------------------------------------------- front/onnx.c */
 
 Graph *onnx_import(Arena *a, const char *path);
 Graph *onnx_import_bytes(Arena *a, const char *path, const void *data, size_t n);
 
-/* ------------------------------------------------- grammar/ (the model DSL) */
+/* --------------------------------------- front/dsl/ (the model DSL) */
 
-/* model.mp -> IR graph: grammar/dsl.l (lexer), dsl.y (parser), lower.c
+/* model.mp -> IR graph: front/dsl/dsl.l (lexer), dsl.y (parser), lower.c
  * (lowering, the entry points), prelude.c (layers written in the DSL).
  * Nodes carry Locs with line and col, and placement hints (hint_stage,
  * hint_device) from @gpu1, @cpu, @stage(2). */
@@ -297,18 +310,10 @@ bool dsl_is_source(const char *path);             /* a .mp file */
 Graph *dsl_import(Arena *a, const char *path);
 Graph *dsl_import_text(Arena *a, const char *path, const char *text, size_t n);
 extern size_t dsl_param_limit;  /* bytes of initial weights lowering may draw */
-
-/* ------------------------------------------------------------ onnx_write.c */
-
-/* Writes g (as imported, before shapes are bound: symbolic dimensions stay
- * symbolic) as an ONNX model with its parameters as initializers; the
- * outputs' types come from `typed` (the same model after shape inference)
- * when it is not NULL. */
-void onnx_write(Graph *g, const Graph *typed, const char *path);
 /* .mp files go to dsl_import, others to onnx_import. */
 Graph *import_model(Arena *a, const char *path);
 
-/* ----------------------------------------------------------------- bind.c */
+/* ----------------------------------------------------- front/bind.c */
 
 typedef struct ShapeBinding {
     const char *name;
@@ -376,7 +381,7 @@ typedef struct Options {
  * otherwise the result says whether every input is static. */
 bool bind_shapes(Graph *g, const Options *o, bool require);
 
-/* -------------------------------------------------------------- rebatch.c */
+/* -------------------------------------------------- front/rebatch.c */
 
 /* A first dimension the export fixed, re-bound to -batch (or --shapes):
  * bind.c requests it per input; the driver infers the shapes of the model as
@@ -391,14 +396,7 @@ void rebatch_note(Graph *g);            /* says so, once the batch is followed *
 int64_t rebatch_from(const Graph *g);   /* the exported batch, 0 if none */
 const char *rebatch_advice(Graph *g);   /* what its errors end with */
 
-/* --------------------------------------------------------------- forward.c */
-
-/* --infer: every graph output becomes the output of a node of its own (a
- * copy when it is a graph input, a constant or another output), so that
- * the program has a buffer to write it from. Sets g->output_names. */
-void forward_outputs(Graph *g);
-
-/* ----------------------------------------------------------- export_mode.c */
+/* ---------------------------------------------- front/export_mode.c */
 
 /* An export for inference: BatchNormalization in inference form is an error
  * that says how to export for training; BatchNorm folded into Conv weights
@@ -406,19 +404,69 @@ void forward_outputs(Graph *g);
 void check_export_mode(Graph *g);
 bool bn_is_training(const Graph *g, const Node *n);   /* training_mode, or old opsets' outputs */
 
-/* ------------------------------------------------------------------ loss.c */
+/* --------------------------------------------------- front/shapes.c */
+
+void infer_shapes(Graph *g);          /* also folds constants through fold.c */
+
+/* Shared with fold.c, which evaluates what shape inference sized. */
+typedef struct SliceParams {
+    int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
+} SliceParams;
+void slice_params(Graph *g, Node *n, SliceParams *p);
+int64_t *split_sizes(Graph *g, Node *n, int *axis);
+void transpose_perm(Graph *g, Node *n, int *perm);
+double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
+void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
+void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
+void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
+void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
+
+/* --------------------------------------------------- front/einsum.c */
+
+/* Replaces the Einsum at order[pos] (its operands typed) by MatMul,
+ * Transpose, Reshape and ReduceSum nodes in its place; shapes.c calls it. */
+void lower_einsum(Graph *g, uint32_t pos);
+
+/* ----------------------------------------------------- front/fold.c */
+
+bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */
+void prune(Graph *g);                 /* drop dead nodes and unused constants */
+
+/* ---------------------------------------------------- front/check.c */
+
+/* Returns the number of problem op types; forward_only (--infer): only a
+ * CPU forward kernel is needed, never a gradient. */
+int check_ops(Graph *g, FILE *out, bool forward_only);
+void list_ops(FILE *out);             /* the op table as Markdown */
+
+/* =================================================================== */
+/* compiler/graph/ — the training graph (or the forward alone) */
+/* =================================================================== */
+
+/* ----------------------------------------------------- graph/loss.c */
 
 void add_loss(Graph *g, const Options *o);      /* sets g->loss and g->labels */
 
-/* -------------------------------------------------------------- autodiff.c */
+/* ------------------------------------------------- graph/autodiff.c */
 
 void autodiff(Graph *g, const Options *o);      /* gradients of g->loss */
 
-/* ----------------------------------------------------------------- optim.c */
+/* ---------------------------------------------------- graph/optim.c */
 
 void add_optimizer(Graph *g, const Options *o);
 
-/* ---------------------------------------------------------------- device.c */
+/* -------------------------------------------------- graph/forward.c */
+
+/* --infer: every graph output becomes the output of a node of its own (a
+ * copy when it is a graph input, a constant or another output), so that
+ * the program has a buffer to write it from. Sets g->output_names. */
+void forward_outputs(Graph *g);
+
+/* =================================================================== */
+/* compiler/parallel/ — devices, costs, stages, schedule, the step's plan */
+/* =================================================================== */
+
+/* ------------------------------------------------ parallel/device.c */
 
 typedef enum { DEV_CPU, DEV_CUDA } DevKind;
 
@@ -493,7 +541,7 @@ int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while 
                                                             at most WORKSPACE_MAX */
 #define WORKSPACE_MAX 0x1p62
 
-/* -------------------------------------------------------------- measured.c */
+/* ---------------------------------------------- parallel/measured.c */
 
 /* Per-node seconds from a trainer's --profile file; NULL path: none. */
 Measured *measured_load(Arena *a, const char *path);
@@ -502,7 +550,7 @@ Measured *measured_load(Arena *a, const char *path);
 double measured_time(const Measured *m, const char *node, int phase, double rows);
 bool measured_rows(const Measured *m, double *lo, double *hi);   /* the sizes profiled */
 
-/* ------------------------------------------------------------- partition.c */
+/* --------------------------------------------- parallel/partition.c */
 
 /* The partitioning problem, free of the IR: cut a topological order of n
  * units (forward nodes, each standing for its forward, backward and update
@@ -585,7 +633,7 @@ bool part_solve_memory(Arena *a, const PartProblem *p, PartResult *r);
  * false if it is infeasible. Used by tests, by --split, and by part_solve's checks. */
 bool part_eval(Arena *a, const PartProblem *p, const int *first, PartResult *r);
 
-/* ---------------------------------------------------------------- stages.c */
+/* ------------------------------------------------ parallel/stages.c */
 
 /* What runs a node: a stage's forward, its backward (all of it, or the
  * input-gradient part when W is apart), its weight-gradient part, or its
@@ -625,7 +673,7 @@ typedef struct Exclusions {
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
                      SchedKind kind, int virt, int M, const Exclusions *ex);
 
-/* -------------------------------------------------------------- schedule.c */
+/* ---------------------------------------------- parallel/schedule.c */
 
 typedef struct Act {
     uint8_t kind;              /* ActKind */
@@ -646,7 +694,7 @@ const char *schedule_name(SchedKind k);
 Schedule *schedule_build(Arena *a, SchedKind kind, const Stages *st, int ndev, int M,
                          const char **why);
 
-/* ------------------------------------------------------------------ plan.c */
+/* -------------------------------------------------- parallel/plan.c */
 
 /* The streams of a device: compute, and one copy stream per direction. */
 enum { STREAM_COMPUTE, STREAM_SEND_FWD, STREAM_SEND_BWD, STREAMS_PER_DEV };
@@ -730,53 +778,7 @@ typedef struct Sized {
 } Sized;
 int sized_largest_first(const void *x, const void *y);
 
-/* ------------------------------------------------------------------- sim.c */
-
-/* Runs the ops stream by stream in discrete time, filling start/end, the
- * step time, busy time and bubble fraction; false if some op can never
- * start (a wait cycle), with *stuck naming the first op of every stream
- * that cannot go on. */
-bool simulate(Plan *p, const char **stuck);
-
-/* ---------------------------------------------------------------- verify.c */
-
-/* Internal errors (never user errors): a wait cycle, a read of a buffer no
- * op wrote for that micro-batch, a copy whose source may be overwritten
- * before it ends. */
-void plan_verify(const Plan *p);
-/* verify_memory.c: a replay of the step against the memory plan */
-void plan_verify_memory(const Plan *p);
-const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
-
-/* -------------------------------------------------------------- pipeline.c */
-
-typedef struct Pipeline {
-    Graph *g;                  /* the training graph of one micro-batch */
-    Options opt;               /* as given, with batch per micro-batch and M chosen */
-    Devices ds;
-    const Stages *st;
-    const Schedule *sc;
-    const Plan *plan;
-} Pipeline;
-
-typedef Graph *(*FrontFn)(Arena *a, const Options *o);
-
-/* Plans the step: the given schedule and M, or (--schedule=auto, no
- * --microbatches) each candidate simulated, keeping the fastest whose
- * memory plan fits. front builds the training graph for a micro-batch. */
-Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front);
-
-/* -------------------------------------------------------------- pipedump.c */
-
-void dump_partition(const Pipeline *pl, FILE *out);      /* --dump=partition */
-void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
-void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
-void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
-void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
-/* --dump=costs: each node's predicted (and measured) time (costdump.c) */
-void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
-
-/* ------------------------------------------------------------------ fuse.c */
+/* -------------------------------------------------- parallel/fuse.c */
 
 /* Chains of float32 elementwise nodes of one stage action that run as one
  * kernel (mprt_ew_chain): every node of a chain but the last computes a
@@ -794,63 +796,86 @@ Fusion *fuse(Graph *g, const Plan *p, const Options *o);   /* none with --no-fus
 bool fuse_constant(const Graph *g, uint32_t v, float *f);  /* a scalar float32 constant */
 void dump_fusion(const Graph *g, const Plan *p, const Fusion *f, FILE *out);  /* --dump=fuse */
 
-/* --------------------------------------------------------------- codegen.c */
+/* --------------------------------------------------- parallel/sim.c */
+
+/* Runs the ops stream by stream in discrete time, filling start/end, the
+ * step time, busy time and bubble fraction; false if some op can never
+ * start (a wait cycle), with *stuck naming the first op of every stream
+ * that cannot go on. */
+bool simulate(Plan *p, const char **stuck);
+
+/* ------------------------------------------------ parallel/verify.c */
+
+/* Internal errors (never user errors): a wait cycle, a read of a buffer no
+ * op wrote for that micro-batch, a copy whose source may be overwritten
+ * before it ends. */
+void plan_verify(const Plan *p);
+/* verify_memory.c: a replay of the step against the memory plan */
+void plan_verify_memory(const Plan *p);
+const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
+
+/* ---------------------------------------------- parallel/pipeline.c */
+
+typedef struct Pipeline {
+    Graph *g;                  /* the training graph of one micro-batch */
+    Options opt;               /* as given, with batch per micro-batch and M chosen */
+    Devices ds;
+    const Stages *st;
+    const Schedule *sc;
+    const Plan *plan;
+} Pipeline;
+
+typedef Graph *(*FrontFn)(Arena *a, const Options *o);
+
+/* Plans the step: the given schedule and M, or (--schedule=auto, no
+ * --microbatches) each candidate simulated, keeping the fastest whose
+ * memory plan fits. front builds the training graph for a micro-batch. */
+Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front);
+
+/* =================================================================== */
+/* compiler/emit/ — the trainer, the dumps, export */
+/* =================================================================== */
+
+/* --------------------------------------------------- emit/codegen.c */
 
 /* train.c + weights; fu: the chains that run as one kernel each */
 void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu);
 
-/* ---------------------------------------------------------------- sha256.c */
+/* -------------------------------------------------- emit/pipedump.c */
 
-void sha256_hex(const void *data, size_t n, char out[65]);
+void dump_partition(const Pipeline *pl, FILE *out);      /* --dump=partition */
+void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
+void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
+void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
+void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
+/* --dump=costs: each node's predicted (and measured) time (costdump.c) */
+void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
 
-/* ----------------------------------------------------------------- check.c */
-
-/* Returns the number of problem op types; forward_only (--infer): only a
- * CPU forward kernel is needed, never a gradient. */
-int check_ops(Graph *g, FILE *out, bool forward_only);
-void list_ops(FILE *out);             /* the op table as Markdown */
-
-/* ---------------------------------------------------------------- shapes.c */
-
-void infer_shapes(Graph *g);          /* also folds constants through fold.c */
-
-/* Shared with fold.c, which evaluates what shape inference sized. */
-typedef struct SliceParams {
-    int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
-} SliceParams;
-void slice_params(Graph *g, Node *n, SliceParams *p);
-int64_t *split_sizes(Graph *g, Node *n, int *axis);
-void transpose_perm(Graph *g, Node *n, int *perm);
-double dropout_ratio(Graph *g, const Node *n);         /* 0 when not training */
-void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D only */
-void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
-void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
-void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
-
-/* ---------------------------------------------------------------- einsum.c */
-
-/* Replaces the Einsum at order[pos] (its operands typed) by MatMul,
- * Transpose, Reshape and ReduceSum nodes in its place; shapes.c calls it. */
-void lower_einsum(Graph *g, uint32_t pos);
-
-/* ------------------------------------------------------------------ fold.c */
-
-bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */
-void prune(Graph *g);                 /* drop dead nodes and unused constants */
-
-/* ------------------------------------------------------------------ dump.c */
+/* ------------------------------------------------------ emit/dump.c */
 
 void dump_ir(Graph *g, FILE *out);
 void dump_shapes(Graph *g, FILE *out);
 
-/* ------------------------------------------------------------------- cli.c */
+/* ------------------------------------------------ emit/onnx_write.c */
 
-void cli_parse(Arena *a, int argc, char **argv, Options *o);
+/* Writes g (as imported, before shapes are bound: symbolic dimensions stay
+ * symbolic) as an ONNX model with its parameters as initializers; the
+ * outputs' types come from `typed` (the same model after shape inference)
+ * when it is not NULL. */
+void onnx_write(Graph *g, const Graph *typed, const char *path);
 
-/* ---------------------------------------------------------------- export.c */
+/* ---------------------------------------------------- emit/export.c */
 
 /* `mpcc export model.onnx ckpt.safetensors -o trained.onnx`: argv[0] is
  * "export"; returns the exit status (errors exit through diag.c). */
 int export_main(int argc, char **argv);
+
+/* =================================================================== */
+/* compiler/ — the driver */
+/* =================================================================== */
+
+/* ------------------------------------------------------------ cli.c */
+
+void cli_parse(Arena *a, int argc, char **argv, Options *o);
 
 #endif

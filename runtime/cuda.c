@@ -16,7 +16,7 @@
  * own streams, cuBLAS and cuDNN handles and arena, so a multi-device
  * program runs, and can be debugged, on one GPU.
  *
- * Kernels: templates/kernels.cu, specialised by nothing but their
+ * Kernels: runtime/kernels.cu, specialised by nothing but their
  * arguments, compiled by NVRTC once per GPU architecture and cached on
  * disk under $MPCC_CACHE (default $XDG_CACHE_HOME/mpcc or ~/.cache/mpcc),
  * keyed by a hash of the source, the architecture and the NVRTC version.
@@ -76,7 +76,7 @@ static MprtCuStager *mprt_cu_stagers;    /* [ndev * 3]: per sender stream */
 static MprtCuLanding *mprt_cu_landings;  /* [ndev * 3 * ndev]: per sender stream and receiver */
 static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's device */
 static size_t *mprt_cu_arena_size;
-static const char *const *mprt_cu_lines;   /* templates/kernels.cu line by line, NULL-ended:
+static const char *const *mprt_cu_lines;   /* runtime/kernels.cu line by line, NULL-ended:
                                                set by the generated program */
 static char *mprt_cu_source;                /* those lines joined */
 static int mprt_cu_tf32;             /* mpcc --tf32: GEMMs and convolutions may round to TF32 */
@@ -206,7 +206,7 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
     fprintf(stderr, "compiling CUDA kernels for sm_%d with NVRTC %d.%d (cached in %s)\n", arch,
             major, minor, dir);
     nvrtcProgram prog;
-    MPRT_NVRTC(nvrtcCreateProgram(&prog, source, "templates/kernels.cu", 0, NULL, NULL));
+    MPRT_NVRTC(nvrtcCreateProgram(&prog, source, "runtime/kernels.cu", 0, NULL, NULL));
     char opt_arch[64];
     snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=sm_%d", arch);
     const char *opts[1 + MPRT_CU_NOPTS] = {opt_arch};
@@ -219,7 +219,7 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
         if (log && nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS)
             fprintf(stderr, "%s\n", log);
         fprintf(stderr, "train: error: NVRTC could not compile the kernels for sm_%d (the log "
-                "above names the lines of templates/kernels.cu)\n", arch);
+                "above names the lines of runtime/kernels.cu)\n", arch);
         exit(1);
     }
     MPRT_NVRTC(nvrtcGetCUBINSize(prog, size));

@@ -7,7 +7,7 @@
  * GEMM and batched MatMul go through cuBLAS (row-major by the operand
  * swap: Y^T = op(B)^T op(A)^T), convolution and batch normalization
  * through cuDNN, everything else through the NVRTC kernels of
- * templates/kernels.cu, launched by name (mprt_cu_launch("relu", ...)
+ * runtime/kernels.cu, launched by name (mprt_cu_launch("relu", ...)
  * starts mprt_k_relu). Everything is asynchronous on the device's compute
  * stream: nothing here synchronizes or allocates device memory. cuDNN
  * descriptors and algorithms are made once per distinct shape, on first

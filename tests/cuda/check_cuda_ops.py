@@ -5,7 +5,7 @@ runtime/kernel.h, and the CUDA runtime compiles and links.
 
   check_cuda_ops.py SOURCE_DIR CC CUDA_HOME WORK_DIR
 
-The kernels are the names compiler/codegen.c hands kernel() (and
+The kernels are the names compiler/emit/codegen.c hands kernel() (and
 float_kernel(), should it name one): every string literal among the
 arguments, so kernel(cg, log ? "log_softmax" : "softmax") gives both; a
 literal built with a format (such as "%ssoftmax") must be listed in EXPAND.
@@ -161,7 +161,7 @@ def main():
     for f in CPU_FILES:
         cpu_kernels.update(re.findall(r"^MPRT_KERNEL [^(]*?\bmprt_([a-z0-9_]+)\(",
                                       read("runtime", f), re.M))
-    codegen = read("compiler", "codegen.c")
+    codegen = read("compiler", "emit", "codegen.c")
     kernels, direct = emitted_kernels(codegen, cpu_kernels)
     order = runtime_order(codegen)
     unknown = [k for k in kernels if k not in cpu_kernels]
@@ -171,7 +171,7 @@ def main():
     missing = [k for k in kernels if not re.search(r"\bmprt_cu_%s\(" % k, ops)]
     if missing:
         fail("runtime/cuda_ops.c lacks " + ", ".join("mprt_cu_" + k for k in missing))
-    nenums = check_shared(read("runtime", "kernel.h"), read("templates", "kernels.cu"))
+    nenums = check_shared(read("runtime", "kernel.h"), read("runtime", "kernels.cu"))
 
     lines = ["#define _DEFAULT_SOURCE", "#define _POSIX_C_SOURCE 200809L"]
     lines += ['#include "%s"' % os.path.join(rt, f) for f in order]

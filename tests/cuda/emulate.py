@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """emulate.py — runs runtime/cuda_ops.c's twins against the CPU kernels on
-the host, without a GPU: templates/kernels.cu is compiled as C++ after
+the host, without a GPU: runtime/kernels.cu is compiled as C++ after
 emulate_device.h (one thread per block), each kernel gets a thunk that
 unpacks a launch's argument array, and cuda_ops.c runs after
 emulate_host.h (in place of cuda.c: mprt_cu_launch calls the thunk) with
@@ -60,7 +60,7 @@ def main():
     src, cc, cxx, cuda, work = sys.argv[1:6]
     os.makedirs(work, exist_ok=True)
     rt, here = os.path.join(src, "runtime"), os.path.join(src, "tests", "cuda")
-    kernels = os.path.join(src, "templates", "kernels.cu")
+    kernels = os.path.join(src, "runtime", "kernels.cu")
     with open(kernels) as f:
         table, n = thunks(f.read())
     dev = os.path.join(work, "kernels_host.cpp")

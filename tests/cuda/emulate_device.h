@@ -1,4 +1,4 @@
-/* emulate_device.h — what templates/kernels.cu needs from CUDA, on the
+/* emulate_device.h — what runtime/kernels.cu needs from CUDA, on the
  * host, so that it compiles as C++ and its kernels run on the CPU: one
  * block of one thread (FOR_EACH and FOR_ROWS then walk everything in
  * order; the block reductions see one lane). The _rn intrinsics are plain

@@ -1,6 +1,6 @@
 /* emulate_host.h — runtime/cuda.c's part that runtime/cuda_ops.c uses, on
  * the host: the device is the host's memory, mprt_cu_launch runs the named
- * kernel of templates/kernels.cu compiled for the host
+ * kernel of runtime/kernels.cu compiled for the host
  * (emulate_device.h), and the compute stream's memset and copy are
  * memset and memcpy, and the fault record is read from the host. cuBLAS
  * and cuDNN are linked but not called (the emulation leaves GEMMs,

@@ -1,5 +1,5 @@
 /* emulate_main.c — the CUDA twins that run on NVRTC kernels against their
- * CPU kernels, bit for bit, with the kernels of templates/kernels.cu run on
+ * CPU kernels, bit for bit, with the kernels of runtime/kernels.cu run on
  * the host (emulate_device.h, emulate_host.h): the twin's arguments, the
  * structs it passes by value, the kernel's indexing and its float
  * operation order. One thread per block, so it says nothing of races or

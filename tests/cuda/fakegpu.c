@@ -13,7 +13,7 @@
  * - With $FAKEGPU_NVRTC_LOG set, NVRTC's compilation fails with that log.
  * - With $FAKEGPU_MEMORY=N, each GPU has N bytes: a cudaMalloc past them
  *   fails with cudaErrorMemoryAllocation, and cudaMemGetInfo counts them.
- * - Kernels are templates/kernels.cu compiled for the host (emulate.py's
+ * - Kernels are runtime/kernels.cu compiled for the host (emulate.py's
  *   thunks, one thread per block); a launch copies its arguments.
  * - Streams are queues that nothing runs until the host synchronizes (a
  *   stream, an event, or a cudaMemcpy's source). Then runnable streams run
@@ -24,7 +24,7 @@
  *   can never be met is reported as a deadlock.
  * - cuBLAS's SGEMMs are OpenBLAS's, column-major, on the handle's stream.
  * - NVRTC "compiles" nothing (tests/cuda/nvrtc_compile.c compiles the
- *   real kernels) but takes only templates/kernels.cu as the source; cuDNN's convolutions and batch norm are fakecudnn.c's:
+ *   real kernels) but takes only runtime/kernels.cu as the source; cuDNN's convolutions and batch norm are fakecudnn.c's:
  *   the descriptors read back, the CPU trainer's kernels run as an
  *   operation of the handle's stream (fakegpu_enqueue_host).
  * One mutex guards everything: a mixed trainer's CPU worker threads call
@@ -621,7 +621,7 @@ nvrtcResult nvrtcVersion(int *major, int *minor)
     return NVRTC_SUCCESS;
 }
 
-/* The source must be templates/kernels.cu as it is, byte for byte: the
+/* The source must be runtime/kernels.cu as it is, byte for byte: the
  * host kernels the fake runs were built from that file. */
 static bool is_kernels_cu(const char *src)
 {

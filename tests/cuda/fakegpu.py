@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fakegpu.py — runs whole generated CUDA trainers without a GPU, on the
 GPUs of tests/cuda/fakegpu.c (host memory, lazily and randomly ordered
-streams, templates/kernels.cu compiled for the host), and compares their
+streams, runtime/kernels.cu compiled for the host), and compares their
 losses and final weights, bit for bit, with the CPU trainer of the same
 model, batch and micro-batch count.
 
@@ -49,16 +49,16 @@ def build(src, cc, cxx, cuda, lib):
     src, lib = os.path.abspath(src), os.path.abspath(lib)
     os.makedirs(lib, exist_ok=True)
     here = os.path.join(src, "tests", "cuda")
-    with open(os.path.join(src, "templates", "kernels.cu")) as f:
+    with open(os.path.join(src, "runtime", "kernels.cu")) as f:
         table, n = emulate.thunks(f.read())
     dev = os.path.join(lib, "kernels_host.cpp")
     with open(dev, "w") as f:
         f.write('#include "%s"\n#include "%s"\n\n%s' % (
-            os.path.join(here, "emulate_device.h"), os.path.join(src, "templates", "kernels.cu"),
+            os.path.join(here, "emulate_device.h"), os.path.join(src, "runtime", "kernels.cu"),
             table))
     inc = os.path.join(cuda, "include")
     run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", os.path.join(lib, "kernels_host.o")])
-    kernels = os.path.join(src, "templates", "kernels.cu")   # the source NVRTC must get
+    kernels = os.path.join(src, "runtime", "kernels.cu")   # the source NVRTC must get
     run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc,
          "-DFAKEGPU_KERNELS=%s" % json.dumps(kernels), "-c",
          os.path.join(here, "fakegpu.c"), "-o", os.path.join(lib, "fakegpu.o")])
@@ -133,11 +133,11 @@ def failing_trainer(args, **fake_env):
 
 def main_nvrtc_error(args):
     """NVRTC fails: its log, then one error line, exit 1."""
-    log = "templates/kernels.cu(42): error: fakegpu: a compile error"
+    log = "runtime/kernels.cu(42): error: fakegpu: a compile error"
     _, r = failing_trainer(args, FAKEGPU_NVRTC_LOG=log)
     if r.returncode != 1 or log not in r.stderr.splitlines() or not re.search(
             r"^train: error: NVRTC could not compile the kernels for sm_\d+ \(the log above "
-            r"names the lines of templates/kernels.cu\)$", r.stderr, re.M):
+            r"names the lines of runtime/kernels.cu\)$", r.stderr, re.M):
         sys.exit("FAIL: exit %d; want 1, NVRTC's log and the error line" % r.returncode)
     print("fakegpu: an NVRTC error: its log with the line, one error line, exit 1")
 

@@ -1,9 +1,9 @@
-/* nvrtc_compile.c — compiles templates/kernels.cu with NVRTC as the CUDA
+/* nvrtc_compile.c — compiles runtime/kernels.cu with NVRTC as the CUDA
  * trainer does at start-up (no GPU needed; the options of runtime/cuda.c's
  * mprt_cu_cubin), for sm_80 and sm_90, and checks that every kernel
  * runtime/cuda_ops.c launches is in the module.
  *
- *   nvrtc_compile templates/kernels.cu runtime/cuda_ops.c runtime/cuda.c
+ *   nvrtc_compile runtime/kernels.cu runtime/cuda_ops.c runtime/cuda.c
  *
  * Launch sites name their kernels as literals, the leading arguments of
  * one of cuda_ops.c's launchers: mprt_cu_each("relu", ...) launches
@@ -109,12 +109,12 @@ static char *compile(const char *src, const char *arch, int cubin, size_t *size)
     return img;
 }
 
-/* A compile error is reported at its line of templates/kernels.cu: the
+/* A compile error is reported at its line of runtime/kernels.cu: the
  * name the trainer gives the program (cuda.c's nvrtcCreateProgram) and the
  * line NVRTC's log names, for the source with one bad line appended. */
 static int error_location(const char *src, const char *cuda, const char *cuda_path)
 {
-    const char *name = "templates/kernels.cu";
+    const char *name = "runtime/kernels.cu";
     char call[128];
     snprintf(call, sizeof call, "nvrtcCreateProgram(&prog, source, \"%s\"", name);
     if (!strstr(cuda, call)) {

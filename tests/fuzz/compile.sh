@@ -30,7 +30,7 @@ done
 unset IFS
 clang -std=c11 -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L -O1 -g \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$root/compiler" -I"$root/runtime" -I"$root/grammar" -I"$build/grammar" -I"$build/onnxpb" \
+    -I"$root/compiler" -I"$root/runtime" -I"$root/compiler/front/dsl" -I"$build/dsl" -I"$build/onnxpb" \
     "$@" "$here/harness.c" "$here/fuzz_$target.c" \
     $(pkg-config --cflags --libs libprotobuf-c) -lpthread -ldl -lm -o "$out"
 echo "built $out"

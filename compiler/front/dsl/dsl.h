@@ -1,7 +1,7 @@
 /* dsl.h — the model DSL's syntax tree, shared by the parser (dsl.y, with
  * the lexer dsl.l) and the lowering to the IR (lower.c).
  *
- * This header stays inside grammar/: the rest of the compiler sees only
+ * This header stays inside compiler/front/dsl/: the rest of the compiler sees only
  * dsl_import() in mpcc.h, as it sees only onnx_import() of the ONNX side.
  * Everything here lives in the compiler's arena.
  */

@@ -1661,12 +1661,12 @@ static const EmbeddedFile *embedded(const char *name)
     mpcc_die(__FILE__, __LINE__, "runtime file %s is not embedded", name);
 }
 
-/* templates/kernels.cu line by line, for NVRTC at start-up (joined there:
+/* runtime/kernels.cu line by line, for NVRTC at start-up (joined there:
  * one literal would pass the 4095 characters ISO C promises). */
 static void emit_kernel_source(CG *cg)
 {
     const char *p = embedded("kernels_cu")->text;
-    emit(cg, "\n/* ---- templates/kernels.cu, compiled by NVRTC at start-up ---- */\n"
+    emit(cg, "\n/* ---- runtime/kernels.cu, compiled by NVRTC at start-up ---- */\n"
          "static const char *const mprt_cu_kernels[] = {\n");
     while (*p) {
         const char *nl = strchr(p, '\n');

@@ -2,7 +2,7 @@
  *
  *   mpcc: model.onnx: node 'layer1/0/conv1' (Conv): error: ...
  *   mpcc: model.mp:12:7: error: ...
- *   mpcc: internal error at compiler/shapes.c:120: ...   (a bug in mpcc)
+ *   mpcc: internal error at compiler/front/shapes.c:120: ...   (a bug in mpcc)
  *
  * Names from a model are escaped, so a diagnostic is always one line. A
  * DSL position (line > 0) in a file whose text was registered with
