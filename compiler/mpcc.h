@@ -1,7 +1,7 @@
 /* mpcc.h — the one internal header of the compiler.
  *
  * Sections follow the folders of compiler/ in the order the passes run
- * (core, front, graph, parallel, emit; main.c lists the passes), one
+ * (core, front, graph, parallel, emit; driver.c lists the passes), one
  * section per file. Types from
  * foreign libraries (protobuf-c) never appear here.
  */
@@ -42,6 +42,7 @@ void *arena_grow(Arena *a, void *p, size_t old_n, size_t new_n, size_t size);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) FMT(2, 3);
+char *arena_vprintf(Arena *a, const char *fmt, va_list ap);
 void arena_defer(Arena *a, void (*fn)(void *), void *p); /* run by arena_free */
 
 /* Writes s with C escapes for '\\', '"' and control bytes, so a name from a
@@ -75,6 +76,18 @@ void note_at(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 /* Said only the first time this run (a pass run once per candidate plan). */
 void warn_once(const Loc *loc, const char *fmt, ...) FMT(2, 3);
 void note_once(const Loc *loc, const char *fmt, ...) FMT(2, 3);
+
+/* Why a candidate plan cannot run: the error it would be, kept instead of
+ * raised, so that a search over candidates goes on to the next and reports
+ * the one it must (parallel/pipeline.c). The first reason given is kept. */
+typedef struct Reject {
+    Loc loc;
+    const char *why;        /* NULL: nothing rejected */
+    bool alone;             /* a whole message; else a reason "no schedule can run: ..." */
+} Reject;
+bool reject(Arena *a, Reject *r, const Loc *loc, const char *fmt, ...) FMT(4, 5);  /* false */
+bool reject_file(Arena *a, Reject *r, const char *file, const char *fmt, ...) FMT(4, 5);
+_Noreturn void error_reject(const Reject *r);
 _Noreturn void mpcc_die(const char *file, int line, const char *fmt, ...) FMT(3, 4);
 /* The text of a DSL file, so diagnostics at file:line:col can show the
  * line with a caret (the text must outlive the diagnostics). */
@@ -666,12 +679,13 @@ typedef struct Exclusions {
     int n, cap;
 } Exclusions;
 
-/* The stages of one candidate; NULL when every partition left is among
- * ex (an error when the partitioner's own bound rules them all out), or
- * when the cuts o->pipe.cuts gives cannot run (they separate a parameter's
- * readers, break a placement hint, or do not fit). */
+/* The stages of one candidate; NULL, with why in rej, when it cannot run:
+ * every partition left is among ex (rej keeps the caller's reason), the
+ * partitioner's own bound rules them all out, the cuts o->pipe.cuts or
+ * --split give cannot run, or a placement hint names what this candidate
+ * does not have. */
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
-                     SchedKind kind, int virt, int M, const Exclusions *ex);
+                     SchedKind kind, int virt, int M, const Exclusions *ex, Reject *rej);
 
 /* ---------------------------------------------- parallel/schedule.c */
 
@@ -751,13 +765,24 @@ typedef struct Plan {
     /* the simulator's prediction */
     double step_time, bubble;
     double *busy;              /* [ndev]: compute seconds per step */
+    struct PlanBuild *build;   /* plan.c's work between its passes; NULL once ordered */
 } Plan;
 
-/* Buffers, copies and events for a schedule; their memory plan; the
- * simulation that orders them; and the static checks. */
-Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                 const Options *o);   /* fuses unless --no-fuse; --clip-norm: updates
-                                         wait for every stage */
+/* The step's program, in passes the driver runs in order (driver.c):
+ * plan_buffers (the nodes of each action, a buffer per value and stage),
+ * fuse, plan_slots (lifetimes: micro-batch slots per buffer), plan_place
+ * (share.c: offsets), plan_workspace (each device's scratch after its
+ * buffers), plan_ops (actions and copies with their dependencies),
+ * simulate, plan_order (the host's issue order), plan_verify and
+ * plan_verify_memory. With own_slots every buffer a copy reads or writes
+ * has a slot per micro-batch, for schedules whose copies would otherwise
+ * wait on each other (the simulation says so). */
+Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                   const Options *o, bool own_slots);
+void plan_slots(Plan *p);
+void plan_workspace(Plan *p);
+void plan_ops(Plan *p);
+void plan_order(Plan *p);
 int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has none */
 
 /* share.c: what a device's compute stream reads and writes, in order: fn
@@ -825,12 +850,20 @@ typedef struct Pipeline {
     const Plan *plan;
 } Pipeline;
 
-typedef Graph *(*FrontFn)(Arena *a, const Options *o);
+/* The passes the search runs for each candidate, from the driver
+ * (driver.c): the training graph of one micro-batch (o->batch rows), and
+ * the step's program for a partition and schedule. */
+typedef struct Passes {
+    Graph *(*front)(Arena *a, const Options *o);
+    Plan *(*plan)(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                  const Options *o);
+} Passes;
 
 /* Plans the step: the given schedule and M, or (--schedule=auto, no
  * --microbatches) each candidate simulated, keeping the fastest whose
  * memory plan fits. front builds the training graph for a micro-batch. */
-Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front);
+Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps);
+void check_microbatches(const Options *o);   /* -batch a multiple of --microbatches */
 
 /* =================================================================== */
 /* compiler/emit/ — the trainer, the dumps, export */
@@ -877,5 +910,17 @@ int export_main(int argc, char **argv);
 /* ------------------------------------------------------------ cli.c */
 
 void cli_parse(Arena *a, int argc, char **argv, Options *o);
+
+/* --------------------------------------------------------- driver.c */
+
+/* The passes in order (driver.c lists them): the front end's model, the
+ * training graph of one micro-batch, the step's program of one partition
+ * and schedule, and the two together as the search's Passes. */
+Graph *driver_model(Arena *a, const Options *o);
+Graph *driver_training(Arena *a, const Options *o);
+Plan *driver_plan(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                  const Options *o);
+extern const Passes driver_passes;
+int driver_run(Arena *a, Options *o);        /* a run on parsed options: its exit status */
 
 #endif

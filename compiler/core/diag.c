@@ -287,3 +287,39 @@ void mpcc_die(const char *file, int line, const char *fmt, ...)
     va_end(ap);
     abort();
 }
+
+static void vreject(Arena *a, Reject *r, const Loc *loc, const char *fmt, va_list ap)
+{
+    if (r->why)
+        return;
+    r->loc = *loc;
+    r->why = arena_vprintf(a, fmt, ap);
+    r->alone = true;
+}
+
+bool reject(Arena *a, Reject *r, const Loc *loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreject(a, r, loc, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool reject_file(Arena *a, Reject *r, const char *file, const char *fmt, ...)
+{
+    Loc loc = {.file = file, .index = -1};
+    va_list ap;
+    va_start(ap, fmt);
+    vreject(a, r, &loc, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+void error_reject(const Reject *r)
+{
+    MPCC_ASSERT(r->why);
+    if (r->alone)
+        error_at(&r->loc, "%s", r->why);
+    error_at(&r->loc, "no schedule can run: %s", r->why);
+}

@@ -7,7 +7,7 @@
  * follows the batch through the graph, node by node, and rewrites the
  * constants that pin it.
  *
- * Following the batch needs the model as exported: main.c infers its
+ * Following the batch needs the model as exported: driver.c infers its
  * shapes once at the exported batch B0 (the reference). A value of the
  * re-batched graph carries the batch when its shape differs from the
  * reference's in one dimension only, there N/B0 times as large; any other

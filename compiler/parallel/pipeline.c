@@ -71,64 +71,71 @@ static bool exclude_over(Arena *a, Exclusions *ex, const Stages *st, const Plan 
 }
 
 /* The plan of one partition, with --recompute=auto applied. */
-static const Plan *plan_stages(Graph *g, const Options *o, Pipeline *pl, Stages *st)
+static const Plan *plan_stages(const Passes *ps, Graph *g, const Options *o, Pipeline *pl,
+                               Stages *st)
 {
     if (o->pipe.recompute == RECOMPUTE_ALL)
         for (int s = 0; s < st->n; s++)
             set_recompute(st, s);
-    const Plan *plan = plan_build(g, st, pl->sc, &pl->ds, o);   /* keeps &pl->ds */
+    const Plan *plan = ps->plan(g, st, pl->sc, &pl->ds, o);   /* keeps &pl->ds */
     int worst;
     if (!fits(plan, &pl->ds, &worst) && o->pipe.recompute == RECOMPUTE_AUTO) {
         for (int s = 0; s < st->n; s++)   /* the stages of every device over its memory */
             if ((int64_t)plan->arena_bytes[st->dev[s]] > pl->ds.d[st->dev[s]].prof.memory)
                 set_recompute(st, s);
-        plan = plan_build(g, st, pl->sc, &pl->ds, o);
+        plan = ps->plan(g, st, pl->sc, &pl->ds, o);
     }
     return plan;
 }
 
+/* A reason this candidate cannot run, replacing any before (the last
+ * partition over memory is the one to report). */
+static Pipeline *refuse(Reject *rej, const Options *o, const char *why)
+{
+    *rej = (Reject){.loc = {.file = o->input, .index = -1}, .why = why};
+    return NULL;
+}
+
 enum { MEMORY_ROUNDS = 256 };   /* partitions the memory plan may reject, per candidate */
 
-/* Plans one candidate on graph g. NULL (and *why) when it cannot run.
+/* Plans one candidate on graph g. NULL (and why, in rej) when it cannot run.
  *
  * The partitioner bounds each stage's memory from below (stages.c); the
  * memory plan is the verdict. A stage the plan finds over its device is
  * excluded and the partitioner asked again, so the fastest partition that
  * the plan fits is found, if any fits (tests/pipeline/memory_brute.py). */
-static Pipeline *plan_one(Arena *a, Graph *g, const Options *o, const Devices *ds,
-                          const Measured *measured, Candidate c, const char **why)
+static Pipeline *plan_one(const Passes *ps, Graph *g, const Options *o, const Devices *ds,
+                          const Measured *measured, Candidate c, Reject *rej)
 {
-    if (c.kind == SCHED_ZB && o->pipe.recompute != RECOMPUTE_NONE) {
-        *why = "--recompute does not combine with the zb schedule";
-        return NULL;
-    }
-    if (c.kind == SCHED_INTERLEAVED && o->pipe.virt < 2) {
-        *why = "the interleaved schedule needs --virtual-stages of 2 or more";
-        return NULL;
-    }
+    Arena *a = g->arena;
+    *rej = (Reject){0};
+    if (c.kind == SCHED_ZB && o->pipe.recompute != RECOMPUTE_NONE)
+        return refuse(rej, o, "--recompute does not combine with the zb schedule");
+    if (c.kind == SCHED_INTERLEAVED && o->pipe.virt < 2)
+        return refuse(rej, o, "the interleaved schedule needs --virtual-stages of 2 or more");
     Exclusions ex = {0};
     for (int round = 0; round < MEMORY_ROUNDS; round++) {
         Pipeline *pl = arena_alloc(a, sizeof *pl);
         pl->g = g;
         pl->opt = *o;
         pl->ds = *ds;
-        Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M, &ex);
+        Stages *st = stages_build(g, o, &pl->ds, measured, c.kind, o->pipe.virt, c.M, &ex, rej);
         if (!st)
-            return NULL;   /* *why: the last plan over memory (or cuts that cannot run) */
+            return NULL;   /* rej: the last plan over memory, or why no stages can be cut */
         pl->st = st;
-        pl->sc = schedule_build(a, c.kind, st, ds->n, c.M, why);
+        const char *why = NULL;
+        pl->sc = schedule_build(a, c.kind, st, ds->n, c.M, &why);
         if (!pl->sc)
-            return NULL;
-        pl->plan = plan_stages(g, o, pl, st);
+            return refuse(rej, o, why);
+        pl->plan = plan_stages(ps, g, o, pl, st);
         int worst;
         if (fits(pl->plan, ds, &worst))
             return pl;
-        *why = over_memory(a, pl->plan, ds, worst);
+        refuse(rej, o, over_memory(a, pl->plan, ds, worst));
         if (o->pipe.split || o->pipe.cuts || !exclude_over(a, &ex, pl->st, pl->plan, ds))
             return NULL;
     }
-    *why = arena_printf(a, "%s (after %d partitions)", *why, MEMORY_ROUNDS);
-    return NULL;
+    return refuse(rej, o, arena_printf(a, "%s (after %d partitions)", rej->why, MEMORY_ROUNDS));
 }
 
 /* The options of one micro-batch of M. */
@@ -197,11 +204,17 @@ static int candidate_kinds(const Options *o, int ndev, SchedKind *out)
     return 4;
 }
 
-static void check_options(const Options *o)
+/* --microbatches=M splits -batch N: N must be a multiple of M. */
+void check_microbatches(const Options *o)
 {
     if (o->train.microbatches > 1 && (!o->batch || o->batch % o->train.microbatches))
         error_file(o->input, "--microbatches=%d needs -batch N with N a multiple of it",
                    o->train.microbatches);
+}
+
+static void check_options(const Options *o)
+{
+    check_microbatches(o);
     if (o->pipe.recompute != RECOMPUTE_NONE && o->pipe.schedule == SCHED_ZB)
         error_file(o->input, "--recompute does not combine with --schedule=zb (its weight "
                    "gradients run after the backward that recomputes); choose another schedule");
@@ -299,39 +312,23 @@ static bool can_move(const int *first, int s, int delta)
  * copies weigh (few micro-batches, a slow device): the cuts of the best
  * plan are moved one at a time, a few units either way, while the
  * simulation says the step gets shorter. */
-/* plan_one with its user errors caught and kept quiet: a candidate that
- * cannot be partitioned is one that cannot run. */
-static Pipeline *plan_caught(Arena *a, Graph *g, const Options *o, const Devices *ds,
-                             const Measured *measured, Candidate c, const char **why)
-{
-    jmp_buf jb, *saved = diag_jmp;
-    bool quiet = diag_quiet;
-    diag_jmp = &jb, diag_quiet = true;
-    Pipeline *volatile pl = NULL;
-    if (setjmp(jb) == 0)
-        pl = plan_one(a, g, o, ds, measured, c, why);
-    else
-        *why = "it does not fit or cannot be partitioned";
-    diag_jmp = saved, diag_quiet = quiet;
-    return pl;
-}
-
 /* The plan of best's candidate with the stages starting at first, or NULL
  * where it cannot run (a cut inside a parameter's readers, no fit). */
-static Pipeline *try_cuts(Arena *a, const Pipeline *best, const int *first, const Devices *ds,
-                          const Measured *measured)
+static Pipeline *try_cuts(const Passes *ps, const Pipeline *best, const int *first,
+                          const Devices *ds, const Measured *measured)
 {
     Options m = best->opt;
     m.pipe.cuts = first;
-    const char *why = NULL;
-    Pipeline *pl = plan_caught(a, best->g, &m, ds, measured,
-                               (Candidate){best->sc->kind, best->sc->M}, &why);
+    Reject rej;
+    Pipeline *pl = plan_one(ps, best->g, &m, ds, measured,
+                            (Candidate){best->sc->kind, best->sc->M}, &rej);
     if (pl)
         pl->opt.pipe.cuts = NULL;
     return pl;
 }
 
-static Pipeline *refine(Arena *a, const Devices *ds, const Measured *measured, Pipeline *best)
+static Pipeline *refine(Arena *a, const Passes *ps, const Devices *ds, const Measured *measured,
+                        Pipeline *best)
 {
     static const int deltas[] = {-1, 1, -2, 2, -4, 4};
     const Stages *st = best->st;
@@ -347,7 +344,7 @@ static Pipeline *refine(Arena *a, const Devices *ds, const Measured *measured, P
                 int *next = arena_array(a, (size_t)S + 1, sizeof *next);
                 memcpy(next, first, ((size_t)S + 1) * sizeof *next);
                 next[s] += deltas[k];
-                Pipeline *pl = try_cuts(a, best, next, ds, measured);
+                Pipeline *pl = try_cuts(ps, best, next, ds, measured);
                 tries++;
                 if (pl && pl->plan->step_time < best->plan->step_time * (1 - 1e-6)) {
                     best = pl, first = next, better = true;
@@ -358,9 +355,10 @@ static Pipeline *refine(Arena *a, const Devices *ds, const Measured *measured, P
     return best;
 }
 
-/* Evaluates each candidate with errors caught, so one that cannot run is
- * skipped; the first error is kept to report if none can. */
-Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
+/* Plans every candidate; one that cannot run says why, and when none can,
+ * the reason of the last one planned (the most micro-batches; 1F1B under
+ * --schedule=auto) is the error. */
+Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
 {
     Devices ds = devices_resolve(a, o);
     check_options(o);
@@ -368,35 +366,25 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, FrontFn front)
     SchedKind kinds[4];
     int counts[16];
     int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, measured, counts);
-    bool explicit_one = nk == 1 && nm == 1;
     Pipeline *best = NULL;
-    const char *first_why = NULL;
+    Reject last = {0};
     for (int j = 0; j < nm; j++) {
         Options m = per_microbatch(o, counts[j]);
-        Graph *g = front(a, &m);
+        Graph *g = ps->front(a, &m);
         for (int i = 0; i < nk; i++) {
-            const char *why = NULL;
-            Candidate c = {kinds[i], counts[j]};
-            Pipeline *pl = explicit_one ? plan_one(a, g, &m, &ds, measured, c, &why)
-                                        : plan_caught(a, g, &m, &ds, measured, c, &why);
-            if (!pl && !first_why)
-                first_why = why;
+            Reject rej;
+            Pipeline *pl = plan_one(ps, g, &m, &ds, measured, (Candidate){kinds[i], counts[j]},
+                                    &rej);
+            if (!pl && j == nm - 1 && i == (nk > 1))
+                last = rej;
             if (pl && (!best || better(pl, best, o->pipe.objective)))
                 best = pl;
         }
     }
-    if (!best && !explicit_one) {   /* again, with the errors shown */
-        Options m = per_microbatch(o, counts[nm - 1]);
-        const char *why = NULL;
-        best = plan_one(a, front(a, &m), &m, &ds, measured,
-                        (Candidate){kinds[nk > 1], counts[nm - 1]},
-                        &why);
-        first_why = why ? why : first_why;
-    }
     if (!best)
-        error_file(o->input, "no schedule can run: %s", first_why);
+        error_reject(&last);
     if (!o->pipe.split && best->st->n > 1 && o->pipe.objective == OBJECTIVE_TIME)
-        best = refine(a, &ds, measured, best);
+        best = refine(a, ps, &ds, measured, best);
     report(best, o);
     return best;
 }

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct PB {
+typedef struct PlanBuild {
     Plan *p;
     Graph *g;
     const Stages *st;
@@ -37,7 +37,7 @@ typedef struct PB {
     bool *sent;                  /* [nbufs]: a home buffer some stage receives */
     bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
     int cap_bufs, cap_ops;
-} PB;
+} PB;   /* what the entry points below share, kept in Plan.build */
 
 static int act_key(const PB *b, int kind, int stage, int mb)
 {
@@ -281,12 +281,6 @@ static void place_workspace(PB *b)
         p->work_offset[d] = p->arena_bytes[d];
         p->arena_bytes[d] += p->work_bytes[d];
     }
-}
-
-static void place_bufs(PB *b)
-{
-    plan_place(b->p, b->a);
-    place_workspace(b);
 }
 
 /* ---- operations ---- */
@@ -573,44 +567,55 @@ static void issue_order(PB *b)
         }
 }
 
+/* ---- the entry points: the driver runs them in order, with fusion,
+ * placement (share.c), simulation (sim.c) and the checks between ---- */
+
+static PB *builder(Plan *p)
+{
+    MPCC_ASSERT(p->build);
+    return p->build;
+}
+
 /* Slots shared between micro-batches make copies wait for readers; where
  * a copy stream's order then blocks (a copy waits for a slot while copies
  * behind it are what frees it), the transfer buffers get a slot for every
- * micro-batch instead, and nothing waits for a slot. */
-static Plan *build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                   const Options *o, bool own_slots, const char **stuck)
+ * micro-batch instead (own_slots), and nothing waits for a slot. */
+Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                   const Options *o, bool own_slots)
 {
     Plan *p = arena_alloc(g->arena, sizeof *p);
     *p = (Plan){.g = g, .st = st, .sc = sc, .ds = ds, .nstreams = sc->ndev * STREAMS_PER_DEV,
                 .global_norm = o->train.clip_norm > 0 && !o->infer};
-    PB b = {.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
-            .own_slots = own_slots};
-    collect_nodes(&b);
-    make_bufs(&b);
-    p->fu = fuse(g, p, o);
-    lifetimes(&b);
-    choose_slots(&b);
-    place_bufs(&b);
-    run_ops(&b);
-    copy_ops(&b);
-    add_deps(&b);
-    if (!simulate(p, stuck))
-        return NULL;
-    issue_order(&b);
+    PB *b = arena_alloc(g->arena, sizeof *b);
+    *b = (PB){.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
+              .own_slots = own_slots};
+    p->build = b;
+    collect_nodes(b);
+    make_bufs(b);
     return p;
 }
 
-Plan *plan_build(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
-                 const Options *o)
+void plan_slots(Plan *p)
 {
-    const char *stuck;
-    Plan *p = build(g, st, sc, ds, o, false, &stuck);
-    if (!p)
-        p = build(g, st, sc, ds, o, true, &stuck);
-    if (!p)
-        mpcc_die(__FILE__, __LINE__, "the %s schedule deadlocks%s", schedule_name(sc->kind),
-                 stuck);
-    plan_verify(p);
-    plan_verify_memory(p);
-    return p;
+    lifetimes(builder(p));
+    choose_slots(builder(p));
+}
+
+void plan_workspace(Plan *p)
+{
+    place_workspace(builder(p));
+}
+
+void plan_ops(Plan *p)
+{
+    PB *b = builder(p);
+    run_ops(b);
+    copy_ops(b);
+    add_deps(b);
+}
+
+void plan_order(Plan *p)
+{
+    issue_order(builder(p));
+    p->build = NULL;   /* done: what it kept is no longer needed */
 }

@@ -22,6 +22,7 @@ typedef struct Build {
     Stages *st;
     int *unit;             /* [nnodes]: the unit a node belongs to, -1 if none */
     int *unit_pos;         /* [nnodes]: forward node -> its unit index */
+    Reject *rej;           /* why the candidate cannot run, when it cannot */
 } Build;
 
 /* ---- units ---- */
@@ -358,17 +359,18 @@ static int stages_on(const Stages *st, int d)
     return k;
 }
 
-/* A placement hint names a device; it pins the unit to that device's stage. */
+/* A placement hint names a device; it pins the unit to that device's stage
+ * (-1: no hint, or one this candidate cannot honour, rejected). */
 static int hint_stage(Build *b, const Node *n)
 {
-    if (n->hint_stage >= 0) {
-        if (n->hint_stage >= b->st->n)
-            error_at(&n->loc, "the placement hint names stage %d, but there are %d stages "
-                     "(stages count from 0)", (int)n->hint_stage, b->st->n);
-        return n->hint_stage;
-    }
-    if (!n->hint_device)
+    Arena *a = b->g->arena;
+    if (n->hint_stage >= b->st->n) {
+        reject(a, b->rej, &n->loc, "the placement hint names stage %d, but there are %d "
+               "stages (stages count from 0)", (int)n->hint_stage, b->st->n);
         return -1;
+    }
+    if (n->hint_stage >= 0 || !n->hint_device)
+        return n->hint_stage;
     int found = -1, matches = 0;
     for (int d = 0; d < b->ds->n; d++) {
         const Device *dev = &b->ds->d[d];
@@ -381,20 +383,21 @@ static int hint_stage(Build *b, const Node *n)
     if (matches == 0) {
         const char *list = "";
         for (int d = 0; d < b->ds->n; d++)
-            list = arena_printf(b->g->arena, "%s%s%s", list, d ? ", " : "", b->ds->d[d].name);
-        error_at(&n->loc, "the placement hint names %s, which the command line did not give "
-                 "(devices: %s; add it with --devices)", n->hint_device, list);
+            list = arena_printf(a, "%s%s%s", list, d ? ", " : "", b->ds->d[d].name);
+        reject(a, b->rej, &n->loc, "the placement hint names %s, which the command line did "
+               "not give (devices: %s; add it with --devices)", n->hint_device, list);
+    } else if (matches > 1) {
+        reject(a, b->rej, &n->loc, "the placement hint '%s' matches %d devices; name one "
+               "(%s:0)", n->hint_device, matches, n->hint_device);
+    } else if (stages_on(b->st, found) != 1) {
+        reject(a, b->rej, &n->loc, "with %d stages on %s, pin to a stage (@stage) rather than "
+               "a device", stages_on(b->st, found), b->ds->d[found].name);
+    } else {
+        for (int s = 0; s < b->st->n; s++)
+            if (b->st->dev[s] == found)
+                return s;
     }
-    if (matches > 1)
-        error_at(&n->loc, "the placement hint '%s' matches %d devices; name one (%s:0)",
-                 n->hint_device, matches, n->hint_device);
-    if (stages_on(b->st, found) != 1)
-        error_at(&n->loc, "with %d stages on %s, pin to a stage (@stage) rather than a device",
-                 stages_on(b->st, found), b->ds->d[found].name);
-    for (int s = 0; s < b->st->n; s++)
-        if (b->st->dev[s] == found)
-            return s;
-    unreachable();
+    return -1;
 }
 
 static int *unit_pins(Build *b, int n)
@@ -460,54 +463,65 @@ static int unit_named(Build *b, const char *name)
     for (int u = 0; u < b->st->nunits; u++)
         if (strcmp(b->g->nodes[b->st->units[u]].name, name) == 0)
             return u;
-    error_file(b->g->file, "--split: no forward node is named '%s' (mpcc --dump=ir lists "
-               "the nodes)", name);
+    reject_file(b->g->arena, b->rej, b->g->file, "--split: no forward node is named '%s' "
+                "(mpcc --dump=ir lists the nodes)", name);
+    return -1;
 }
 
-static void manual_cuts(Build *b, const PartProblem *p, PartResult *r)
+/* The cuts --split gives; false (rejected) when they do not make this
+ * candidate's stages. */
+static bool manual_cuts(Build *b, const PartProblem *p, PartResult *r)
 {
+    Arena *a = b->g->arena;
     Stages *st = b->st;
     char *copy = arena_strdup(b->g->arena, b->o->pipe.split);
     int *first = arena_array(b->g->arena, (size_t)st->n + 1, sizeof(int));
     int k = 1;
     for (char *w = strtok(copy, ","); w; w = strtok(NULL, ",")) {
         if (k >= st->n)
-            error_file(b->g->file, "--split names more than %d cut(s); %d stages need %d",
-                       st->n - 1, st->n, st->n - 1);
-        first[k] = unit_named(b, w) + 1;
+            return reject_file(a, b->rej, b->g->file, "--split names more than %d cut(s); %d "
+                               "stages need %d", st->n - 1, st->n, st->n - 1);
+        int u = unit_named(b, w);
+        if (u < 0)
+            return false;
+        first[k] = u + 1;
         if (first[k] <= first[k - 1] || first[k] >= st->nunits)
-            error_file(b->g->file, "--split: '%s' must come after the previous cut in "
-                       "topological order and before the last node", w);
+            return reject_file(a, b->rej, b->g->file, "--split: '%s' must come after the "
+                               "previous cut in topological order and before the last node", w);
         if (p->no_cut[first[k] - 1])
-            error_file(b->g->file, "--split: cutting after '%s' would separate the readers "
-                       "of one parameter, or them from its gradient; cut elsewhere", w);
+            return reject_file(a, b->rej, b->g->file, "--split: cutting after '%s' would "
+                               "separate the readers of one parameter, or them from its "
+                               "gradient; cut elsewhere", w);
         k++;
     }
     if (k != st->n)
-        error_file(b->g->file, "--split gives %d cut(s); %d stages need %d", k - 1, st->n,
-                   st->n - 1);
+        return reject_file(a, b->rej, b->g->file, "--split gives %d cut(s); %d stages need %d",
+                           k - 1, st->n, st->n - 1);
     first[st->n] = st->nunits;
     for (int u = 0, s = 0; p->pin && u < st->nunits; u++) {
         while (u >= first[s + 1])
             s++;
         if (p->pin[u] >= 0 && p->pin[u] != s)
-            error_at(&b->g->nodes[st->units[u]].loc, "--split puts this node on stage %d, but "
-                     "its placement hint pins it to stage %d; cut elsewhere or drop the hint",
-                     s, p->pin[u]);
+            return reject(a, b->rej, &b->g->nodes[st->units[u]].loc, "--split puts this node "
+                          "on stage %d, but its placement hint pins it to stage %d; cut "
+                          "elsewhere or drop the hint", s, p->pin[u]);
     }
-    part_eval(b->g->arena, p, first, r);
+    part_eval(a, p, first, r);
+    return true;
 }
 
-static void report_infeasible(Build *b, const PartResult *r)
+static bool report_infeasible(Build *b, const PartResult *r)
 {
     if (r->worst_stage < 0)
-        error_file(b->g->file, "the placement hints and shared parameters leave no way to "
-                   "cut the model into %d stages", b->st->n);
+        return reject_file(b->g->arena, b->rej, b->g->file, "the placement hints and shared "
+                           "parameters leave no way to cut the model into %d stages", b->st->n);
     const Device *d = &b->ds->d[b->st->dev[r->worst_stage]];
-    error_file(b->g->file, "the model does not fit: at best, stage %d needs at least %.1f MB on %s, "
-               "which has %.1f MB for it; add devices, lower -batch, raise --microbatches or "
-               "use --recompute", r->worst_stage, (double)r->worst_need / 1e6, d->name,
-               (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) / 1e6);
+    return reject_file(b->g->arena, b->rej, b->g->file, "the model does not fit: at best, "
+                       "stage %d needs at least %.1f MB on %s, which has %.1f MB for it; add "
+                       "devices, lower -batch, raise --microbatches or use --recompute",
+                       r->worst_stage, (double)r->worst_need / 1e6, d->name,
+                       (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) /
+                       1e6);
 }
 
 /* ---- nodes to stages and actions ---- */
@@ -622,7 +636,7 @@ static void stage_figures(Build *b)
  * every node's scratch, for each micro-batch in flight, with the optimizer's
  * copies of the weights. A model for which that would come near int64's
  * range is far beyond any device: an error here, before any sum. */
-static void check_size(const Build *b, int M)
+static bool check_size(const Build *b, int M)
 {
     const Graph *g = b->g;
     double total = 0;
@@ -634,9 +648,10 @@ static void check_size(const Build *b, int M)
     for (uint32_t i = 0; i < g->norder; i++)
         total += (double)node_workspace(g, &g->nodes[g->order[i]]);
     if (total * (M + 8) >= 0x1p62)
-        error_file(g->file, "the training graph's tensors and scratch take %.3g bytes with %d "
-                   "micro-batch(es) in flight: far more than any device holds; lower "
-                   "-batch or the model's sizes", total, M);
+        return reject_file(g->arena, b->rej, g->file, "the training graph's tensors and scratch "
+                           "take %.3g bytes with %d micro-batch(es) in flight: far more than "
+                           "any device holds; lower -batch or the model's sizes", total, M);
+    return true;
 }
 
 static bool solve(Arena *a, const Options *o, const PartProblem *p, PartResult *r)
@@ -646,33 +661,51 @@ static bool solve(Arena *a, const Options *o, const PartProblem *p, PartResult *
     return part_solve(a, p, r);
 }
 
+static Stages *refused(Reject *rej, const Reject *mine)
+{
+    *rej = *mine;
+    return NULL;
+}
+
 Stages *stages_build(Graph *g, const Options *o, const Devices *ds, const Measured *m,
-                     SchedKind kind, int virt, int M, const Exclusions *ex)
+                     SchedKind kind, int virt, int M, const Exclusions *ex, Reject *rej)
 {
     Stages *st = arena_alloc(g->arena, sizeof *st);
     st->measured = m;
-    Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st};
-    check_size(&b, M);
+    Reject mine = {0};   /* this call's reason; rej keeps the caller's until there is one */
+    Build b = {.g = g, .o = o, .ds = ds, .m = m, .st = st, .rej = &mine};
+    if (!check_size(&b, M))
+        return refused(rej, &mine);
     st->n = ds->n * (kind == SCHED_INTERLEAVED ? virt : 1);
     st->dev = arena_array(g->arena, (size_t)st->n, sizeof(int));
     for (int s = 0; s < st->n; s++)
         st->dev[s] = s % ds->n;
     find_units(&b);
     backward_units(&b);
-    if (st->nunits < st->n)
-        error_file(g->file, "the model has %d forward nodes, too few for %d stages; use "
-                   "fewer devices", st->nunits, st->n);
+    if (st->nunits < st->n) {
+        reject_file(g->arena, &mine, g->file, "the model has %d forward nodes, too few for %d "
+                    "stages; use fewer devices", st->nunits, st->n);
+        return refused(rej, &mine);
+    }
     PartProblem p = make_problem(&b, kind, M, ex);
+    if (mine.why)
+        return refused(rej, &mine);   /* a placement hint this candidate cannot honour */
     PartResult r;
     if (o->pipe.cuts) {   /* given by unit (pipeline.c's refinement) */
-        if (!part_eval(g->arena, &p, o->pipe.cuts, &r))
-            return NULL;   /* a parameter's readers apart, a hint broken, or no fit */
-    } else if (o->pipe.split)
-        manual_cuts(&b, &p, &r);
-    else if (!solve(g->arena, o, &p, &r) && ex && ex->n)
-        return NULL;   /* what is left the memory plan measured over its device */
-    else if (!r.feasible)
+        if (!part_eval(g->arena, &p, o->pipe.cuts, &r)) {
+            reject_file(g->arena, &mine, g->file, "the cuts separate a parameter's readers, "
+                        "break a placement hint or do not fit");
+            return refused(rej, &mine);
+        }
+    } else if (o->pipe.split) {
+        if (!manual_cuts(&b, &p, &r))
+            return refused(rej, &mine);
+    } else if (!solve(g->arena, o, &p, &r) && ex && ex->n) {
+        return NULL;   /* what is left the memory plan measured over its device: rej says */
+    } else if (!r.feasible) {
         report_infeasible(&b, &r);
+        return refused(rej, &mine);
+    }
     st->part = r;
     st->recompute = arena_array(g->arena, (size_t)st->n, sizeof(bool));
     st->stage = arena_array(g->arena, g->nnodes, sizeof(int16_t));

@@ -2,7 +2,7 @@
  *
  * Arbitrary bytes as an ONNX model through the whole compiler (harness.c):
  * the importer, shape binding (a fixed first dimension re-batched, against
- * the model's own shapes inferred first, as main.c does), shape inference
+ * the model's own shapes inferred first, as driver.c does), shape inference
  * with folding, pruning, --check and the dumps; then the training graph,
  * the devices, partition, schedule, memory plan, fusion and the generated
  * program, on small fixed options. User errors unwind through diag_jmp;

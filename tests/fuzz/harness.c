@@ -1,15 +1,15 @@
 /* harness.c — one input through the whole compiler, for the fuzz targets.
  *
- * Two runs per input, as compiler/main.c runs its modes:
+ * Two runs per input, as compiler/driver.c runs its modes:
  *
  *   the front half   import -> bind shapes -> toposort -> infer shapes + fold
  *                    -> prune -> --check's table, --dump=ir and --dump=shapes
- *   `-o train.c`     pipeline_choose with the front of main.c (import, bind,
+ *   `-o train.c`     pipeline_choose with the passes of driver.c (import, bind,
  *                    analyse, loss -> autodiff -> optimizer, with --dump=grad
  *                    once) -> devices -> stages -> schedule -> memory plan
  *                    (sharing, simulation, checks) -> fusion -> every plan dump
  *                    and the trace -> code generation; or, for the --infer
- *                    set, main.c's forward-only program
+ *                    set, driver.c's forward-only program
  *
  * The options are one of the fixed sets below, picked by a hash of the
  * input so that the corpus spreads over them (FUZZ_VARIANT=N picks set N;
@@ -201,7 +201,7 @@ static void options_for(Arena *a, int variant, Options *o)
     cli_parse(a, argc, argv, o);
 }
 
-/* ---- the passes, as main.c runs them ---- */
+/* ---- the passes, as driver.c runs them ---- */
 
 static Graph *import_input(Arena *a)
 {
@@ -221,7 +221,7 @@ static bool all_ops_known(const Graph *g)
     return true;
 }
 
-/* main.c's analyse and reference, with the IR checked after each pass as
+/* driver.c's analyse and reference, with the IR checked after each pass as
  * in a debug build. */
 static void analyse(Arena *a, Graph *g)
 {
@@ -243,7 +243,8 @@ static void analyse(Arena *a, Graph *g)
     ir_verify(g);
 }
 
-/* main.c's front: the training graph of one micro-batch. */
+/* driver.c's front (driver_training), from the input's bytes: the training
+ * graph of one micro-batch. */
 static Graph *front(Arena *a, const Options *o)
 {
     Graph *g = import_input(a);
@@ -279,7 +280,7 @@ static void front_half(Arena *a, const Options *given)
     check_ops(g, fz.null, o.infer);
 }
 
-/* main.c's infer: the forward pass alone, on one CPU device. */
+/* driver.c's infer: the forward pass alone, on one CPU device. */
 static void infer(Arena *a, const Options *o)
 {
     Graph *g = import_input(a);
@@ -290,10 +291,13 @@ static void infer(Arena *a, const Options *o)
     reached(REACH_TRAINING);
     Devices ds = devices_resolve(a, o);
     const char *why = NULL;
-    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL);
+    Reject rej = {0};
+    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL, &rej);
+    if (!st)
+        error_reject(&rej);
     Schedule *sc = schedule_build(a, SCHED_GPIPE, st, 1, 1, &why);
     MPCC_ASSERT(sc);
-    const Plan *plan = plan_build(g, st, sc, &ds, o);
+    const Plan *plan = driver_plan(g, st, sc, &ds, o);
     reached(REACH_PLAN);
     dump_fusion(g, plan, plan->fu, fz.null);
     reached(REACH_CODEGEN);
@@ -304,7 +308,7 @@ static void infer(Arena *a, const Options *o)
 /* `mpcc MODEL -o train.c`, with every dump of the plan on the way. */
 static void train(Arena *a, const Options *o)
 {
-    Pipeline *pl = pipeline_choose(a, o, front);
+    Pipeline *pl = pipeline_choose(a, o, &(Passes){front, driver_plan});
     reached(REACH_PLAN);
     write_trace(pl, fz.trace);
     dump_partition(pl, fz.null);
@@ -318,7 +322,7 @@ static void train(Arena *a, const Options *o)
     reached(REACH_DONE);
 }
 
-/* The second run: the program that `-o train.c` writes, as main.c picks it. */
+/* The second run: the program that `-o train.c` writes, as driver.c picks it. */
 static void whole(Arena *a, const Options *o)
 {
     if (o->infer)

@@ -1,5 +1,5 @@
 /* harness.h — the part of the fuzz targets they share (harness.c): a
- * model's bytes through the whole compiler, as compiler/main.c runs it.
+ * model's bytes through the whole compiler, as compiler/driver.c runs it.
  *
  * A target gives its importer (bytes -> graph); fuzz_model runs the front
  * half (import, shape binding, shape inference with folding, pruning, the

@@ -3,7 +3,7 @@
  *
  * The samples are planned under each schedule, with micro-batches, with
  * recomputation and without fusion. Every plan must pass the replay (it
- * runs inside plan_build, which aborts on a failure), and the buffers
+ * runs inside driver_plan, which aborts on a failure), and the buffers
  * taking turns must need less memory than they would apart. Then each
  * plan is broken in three ways, each in a child process that must abort
  * with the replay's internal error:
@@ -25,19 +25,6 @@
 
 static const char *samples;
 
-static Graph *front(Arena *a, const Options *o)
-{
-    Graph *g = import_model(a, o->input);
-    bind_shapes(g, o, true);
-    ir_toposort(g);
-    infer_shapes(g);
-    prune(g);
-    add_loss(g, o);
-    autodiff(g, o);
-    add_optimizer(g, o);
-    return g;
-}
-
 static Pipeline *plan(Arena *a, const char *model, const char **flags)
 {
     char *argv[16] = {"mpcc", (char *)model};
@@ -46,7 +33,7 @@ static Pipeline *plan(Arena *a, const char *model, const char **flags)
         argv[argc] = (char *)flags[argc - 2];
     Options o;
     cli_parse(a, argc, argv, &o);
-    return pipeline_choose(a, &o, front);
+    return pipeline_choose(a, &o, &driver_passes);
 }
 
 /* Runs fn on the plan in a child: true if the child aborted. */

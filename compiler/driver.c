@@ -1,0 +1,283 @@
+/* driver.c — the passes, in order, in one place.
+ *
+ *   front end (front/)     import (ONNX or the DSL) -> bind shapes (and
+ *                          re-batch a fixed batch) -> toposort -> infer
+ *                          shapes + fold -> prune          [driver_model]
+ *   training graph (graph/) export mode -> loss -> autodiff -> optimizer
+ *                                                        [driver_training]
+ *   parallel (parallel/)   devices -> for each candidate schedule and
+ *                          micro-batch count (pipeline.c): stages
+ *                          (partition) -> schedule -> the step's program
+ *                          [driver_plan]: buffers -> fuse -> slots ->
+ *                          memory placement -> scratch -> operations ->
+ *                          simulate -> issue order -> verify -> verify
+ *                          memory; the fastest that fits, refined
+ *   emit (emit/)           the trainer's C source, or a dump of any pass
+ *
+ * --infer runs the same list without the training graph: forward outputs,
+ * then one CPU device, one stage, one micro-batch. --check and the graph
+ * dumps stop after the front end; --emit-onnx writes the model back.
+ * main.c parses the command line and calls driver_run.
+ */
+#include "mpcc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static FILE *open_output(const Options *o)
+{
+    if (!o->output || strcmp(o->output, "-") == 0)
+        return stdout;
+    FILE *f = fopen(o->output, "w");
+    if (!f)
+        error_file(o->output, "cannot open for writing: %s", strerror(errno));
+    return f;
+}
+
+static void close_output(const Options *o, FILE *f)
+{
+    if (fflush(f) != 0 || ferror(f) || (f != stdout && fclose(f) != 0))
+        error_file(o->output ? o->output : "<stdout>", "write failed: %s",
+                   strerror(errno));
+}
+
+/* Shape inference needs every op to be known; --check reports unknown ops
+ * without stopping at the first. */
+static bool all_ops_known(const Graph *g)
+{
+    for (uint32_t i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == OP_UNKNOWN)
+            return false;
+    return true;
+}
+
+#ifdef NDEBUG
+#define VERIFY(g) ((void)0)
+#else
+#define VERIFY(g) ir_verify(g)   /* debug builds re-check the IR after each pass */
+#endif
+
+/* A batch the export fixed and bind_shapes re-bound is followed against
+ * the model as exported, its shapes inferred at that batch. */
+static void reference(Arena *a, const Options *o, Graph *g)
+{
+    Graph *ref = import_model(a, o->input);
+    rebatch_bind_reference(g, ref);
+    ir_toposort(ref);
+    infer_shapes(ref);
+    diag_context = rebatch_advice(g);   /* ends every error of re-batched inference */
+}
+
+static void analyse(Arena *a, const Options *o, Graph *g)
+{
+    ir_toposort(g);
+    VERIFY(g);
+    if (g->rebatch)
+        reference(a, o, g);
+    infer_shapes(g);
+    diag_context = NULL;
+    if (g->rebatch)
+        rebatch_note(g);
+    VERIFY(g);
+    prune(g);
+    VERIFY(g);
+}
+
+/* The training graph: loss, gradients, optimizer updates. */
+static void training_graph(Graph *g, const Options *o)
+{
+    check_export_mode(g);
+    add_loss(g, o);
+    autodiff(g, o);
+    VERIFY(g);
+    add_optimizer(g, o);
+    VERIFY(g);
+}
+
+/* The model as the front end leaves it: bound, typed, folded, pruned. */
+Graph *driver_model(Arena *arena, const Options *o)
+{
+    Graph *g = import_model(arena, o->input);
+    bind_shapes(g, o, true);
+    analyse(arena, o, g);
+    return g;
+}
+
+/* The training graph of one micro-batch (o->batch rows). */
+Graph *driver_training(Arena *arena, const Options *o)
+{
+    Graph *g = driver_model(arena, o);
+    training_graph(g, o);
+    return g;
+}
+
+/* The step's program for one partition and schedule. A schedule whose
+ * copies would wait on each other for shared slots (the simulation finds
+ * it stuck) gets a slot per micro-batch for every transfer buffer. */
+Plan *driver_plan(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
+                  const Options *o)
+{
+    const char *stuck = "";
+    for (int own_slots = 0; own_slots < 2; own_slots++) {
+        Plan *p = plan_buffers(g, st, sc, ds, o, own_slots);
+        p->fu = fuse(g, p, o);
+        plan_slots(p);
+        plan_place(p, g->arena);
+        plan_workspace(p);
+        plan_ops(p);
+        if (!simulate(p, &stuck))
+            continue;
+        plan_order(p);
+        plan_verify(p);
+        plan_verify_memory(p);
+        return p;
+    }
+    mpcc_die(__FILE__, __LINE__, "the %s schedule deadlocks%s", schedule_name(sc->kind), stuck);
+}
+
+const Passes driver_passes = {driver_training, driver_plan};
+
+
+static void dump_plan(const Options *o, const Pipeline *pl)
+{
+    FILE *out = open_output(o);
+    if (o->dump_partition)
+        dump_partition(pl, out);
+    if (o->dump_schedule)
+        dump_schedule(pl, out);
+    if (o->dump_dot)
+        dump_partition_dot(pl, out);
+    if (o->dump_fuse)
+        dump_fusion(pl->g, pl->plan, pl->plan->fu, out);
+    if (o->dump_memory)
+        dump_memory(pl, out);
+    if (o->dump_costs)
+        dump_costs(pl, measured_load(pl->g->arena, o->pipe.measured), out);
+    close_output(o, out);
+}
+
+/* --emit-onnx: the model checked with its shapes bound (-batch 2 unless
+ * given), then written as imported, its batch dimension symbolic. */
+static int emit_onnx(Arena *arena, const Options *o)
+{
+    if (!o->output)
+        error_file(o->input, "give -o model.onnx to say where --emit-onnx writes the model");
+    Options bound = *o;
+    if (!bound.batch)
+        bound.batch = 2;
+    Graph *typed = import_model(arena, o->input);
+    bind_shapes(typed, &bound, true);
+    analyse(arena, &bound, typed);
+    onnx_write(import_model(arena, o->input), typed, o->output);
+    arena_free(arena);
+    return 0;
+}
+
+/* The forward-only program, or with --dump=fuse its fused chains. */
+static void infer_emit(const Options *o, Graph *g, const Plan *plan)
+{
+    if (!o->dump_fuse) {
+        codegen(g, o, plan, plan->fu);
+        return;
+    }
+    FILE *out = open_output(o);
+    dump_fusion(g, plan, plan->fu, out);
+    close_output(o, out);
+}
+
+/* --infer: the forward pass alone, on one CPU device. */
+static int infer(Arena *arena, const Options *o)
+{
+    if (!o->output && !o->dump_fuse)
+        error_file(o->input, "give -o infer.c to write the forward-only program");
+    if (o->gpus > 0 || o->cpus > 1 || o->pipe.devices || o->train.microbatches > 1)
+        error_file(o->input, "--infer runs on one CPU device; drop -cpus, -gpus, --devices "
+                   "and --microbatches");
+    Graph *g = driver_model(arena, o);
+    forward_outputs(g);
+    VERIFY(g);
+    Devices ds = devices_resolve(arena, o);
+    const char *why = NULL;
+    Reject rej = {0};
+    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL, &rej);
+    if (!st)
+        error_reject(&rej);
+    Schedule *sc = schedule_build(arena, SCHED_GPIPE, st, 1, 1, &why);
+    MPCC_ASSERT(sc);
+    infer_emit(o, g, driver_plan(g, st, sc, &ds, o));
+    arena_free(arena);
+    return 0;
+}
+
+/* One run of mpcc on parsed options: the mode they ask for. Returns the
+ * exit status; errors exit through diag.c. */
+int driver_run(Arena *arena, Options *o)
+{
+    Options opt = *o;
+    if (opt.emit_onnx)
+        return emit_onnx(arena, &opt);
+    if (opt.infer && !opt.check && !opt.dump_ir && !opt.dump_shapes)
+        return infer(arena, &opt);
+
+    bool dump_plan_only = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
+                          opt.dump_fuse || opt.dump_memory || opt.dump_costs;
+    if (dump_plan_only || opt.output) {
+        if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
+            Pipeline *pl = pipeline_choose(arena, &opt, &driver_passes);
+            if (opt.pipe.trace)
+                write_trace(pl, opt.pipe.trace);
+            if (dump_plan_only)
+                dump_plan(&opt, pl);
+            else
+                codegen(pl->g, &pl->opt, pl->plan, pl->plan->fu);
+            arena_free(arena);
+            return 0;
+        }
+    }
+    check_microbatches(&opt);
+    if (opt.train.microbatches > 1)
+        opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
+    Graph *g = import_model(arena, opt.input);
+    bool all_static = bind_shapes(g, &opt, !opt.check);
+
+    if (opt.check) {
+        if (!all_static) {
+            Loc loc = {.file = g->file, .index = -1};
+            warn_at(&loc, "shapes are not checked: an input has a symbolic "
+                    "dimension (give -batch N or --shapes)");
+        } else if (all_ops_known(g)) {
+            analyse(arena, &opt, g);
+        }
+        FILE *out = open_output(&opt);
+        int problems = check_ops(g, out, opt.infer);
+        close_output(&opt, out);
+        arena_free(arena);
+        return problems ? 1 : 0;
+    }
+
+    analyse(arena, &opt, g);
+
+    if (opt.dump_grad) {
+        training_graph(g, &opt);
+        FILE *out = open_output(&opt);
+        dump_ir(g, out);
+        close_output(&opt, out);
+        arena_free(arena);
+        return 0;
+    }
+
+    if (opt.dump_ir || opt.dump_shapes) {
+        FILE *out = open_output(&opt);
+        if (opt.dump_ir)
+            dump_ir(g, out);
+        if (opt.dump_shapes)
+            dump_shapes(g, out);
+        close_output(&opt, out);
+        arena_free(arena);
+        return 0;
+    }
+
+    error_file(opt.input, "give -o train.c to write the trainer (or --dump/--check "
+               "to inspect the model)");
+}
