@@ -417,11 +417,21 @@ const char *rebatch_advice(Graph *g);   /* what its errors end with */
 void check_export_mode(Graph *g);
 bool bn_is_training(const Graph *g, const Node *n);   /* training_mode, or old opsets' outputs */
 
-/* --------------------------------------------------- front/shapes.c */
+/* --------------------------------------------------- front/params.c */
 
-void infer_shapes(Graph *g);          /* also folds constants through fold.c */
-
-/* Shared with fold.c, which evaluates what shape inference sized. */
+/* Each op's parameters with the opset's defaults and axes normalised and
+ * checked (an error names the node): what shapes.c checks first and every
+ * later pass reads. */
+bool node_has_in(const Node *n, uint32_t k);           /* given, not omitted */
+Value *node_in(Graph *g, const Node *n, uint32_t k);   /* an error if omitted */
+const char *value_type(const Graph *g, const Value *v);   /* "f32[2,3]", for messages */
+const Tensor *param_const(Graph *g, const Node *n, uint32_t k, const char *what);
+int64_t *param_ints(Graph *g, const Node *n, const char *attr, uint32_t k, uint32_t *count,
+                    bool *given);   /* an attribute (older opsets) or a constant input */
+int param_axis(const Node *n, int64_t axis, int rank, const char *what);   /* 0 .. rank-1 */
+int softmax_axis(Graph *g, const Node *n);   /* Softmax, LogSoftmax: normalised */
+double norm_epsilon(const Node *n);          /* BatchNormalization, InstanceNorm., LayerNorm. */
+double bn_momentum(const Node *n);
 typedef struct SliceParams {
     int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
 } SliceParams;
@@ -433,6 +443,10 @@ void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D 
 void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
 void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
 void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
+
+/* --------------------------------------------------- front/shapes.c */
+
+void infer_shapes(Graph *g);          /* also folds constants through fold.c */
 
 /* --------------------------------------------------- front/einsum.c */
 

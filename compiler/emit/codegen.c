@@ -638,7 +638,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
     if (!training && cg->o->infer) {
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "bn_infer"), N, C,
              P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
-             buf(cg, n->in[4]), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+             buf(cg, n->in[4]), norm_epsilon(n), buf(cg, n->out[0]));
         return;
     }
     if (!training)
@@ -647,7 +647,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
     emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
-         attr_float(n, "momentum", 0.9), attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+         bn_momentum(n), norm_epsilon(n), buf(cg, n->out[0]));
 }
 
 static void emit_instance_norm(CG *cg, const Node *n)
@@ -658,11 +658,11 @@ static void emit_instance_norm(CG *cg, const Node *n)
     if (!grad)
         emit(cg, "    %s(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "group_norm"), N, C,
              C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
-             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]));
+             norm_epsilon(n), buf(cg, n->out[0]));
     else
         emit(cg, "    %s(%ld, %ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, "
              "%s);\n", kernel(cg, "group_norm_grad"), N, C, C, P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
-             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));
 }
 
@@ -885,9 +885,7 @@ static void emit_matmul(CG *cg, const Node *n)
 static void softmax_dims(CG *cg, const Node *n, uint32_t x, long *outer, long *C, long *inner)
 {
     const Shape *s = shape_of(cg, x);
-    int r = s->rank ? s->rank : 1;
-    int axis = (int)attr_int(n, "axis", cg->g->opset >= 13 ? -1 : 1);
-    axis = axis < 0 ? axis + r : axis;
+    int axis = softmax_axis(cg->g, n);
     *outer = *C = *inner = 1;
     for (int i = 0; i < s->rank; i++) {
         long d = (long)s->d[i];
@@ -936,7 +934,7 @@ static void emit_layer_norm(CG *cg, const Node *n)
         layer_norm_dims(cg, n, n->in[0], n->in[1], &rows, &D);
         emit(cg, "    %s(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "layernorm"), rows, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
-             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), opt_buf(cg, n, 1, true),
+             norm_epsilon(n), buf(cg, n->out[0]), opt_buf(cg, n, 1, true),
              opt_buf(cg, n, 2, true));
     } else {
         layer_norm_dims(cg, n, n->in[1], n->in[2], &rows, &D);
@@ -1524,7 +1522,7 @@ static void emit_node(CG *cg, const Node *n)
         channel_dims(cg, n->in[1], &N, &C, &P);
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "bn_grad"), N, C, P,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
-             attr_float(n, "epsilon", 1e-5), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));
         break;
     }

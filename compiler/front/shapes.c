@@ -20,14 +20,12 @@ typedef struct Inf {
 
 static bool has_in(const Inf *c, uint32_t k)
 {
-    return k < c->n->nin && c->n->in[k] != NONE;
+    return node_has_in(c->n, k);
 }
 
 static Value *in(const Inf *c, uint32_t k)
 {
-    if (!has_in(c, k))
-        error_at(&c->n->loc, "input %u is required", k);
-    return &c->g->values[c->n->in[k]];
+    return node_in(c->g, c->n, k);
 }
 
 static const char *ty(const Inf *c, const Value *v)
@@ -58,48 +56,20 @@ static void set_out(const Inf *c, uint32_t k, DType dt, const Shape *s)
     v->typed = true;
 }
 
-/* A shape-like input must be a compile-time constant. */
 static const Tensor *const_in(const Inf *c, uint32_t k, const char *what)
 {
-    const Value *v = in(c, k);
-    if (v->kind != VK_CONST && v->kind != VK_PARAM)
-        error_at(&c->n->loc, "the %s (input %u, '%s') is not a compile-time constant; "
-                 "mpcc needs static shapes (fix the input sizes with -batch or "
-                 "--shapes)", what, k, str_escaped(c->g->arena, v->name, 100));
-    return v->data;
+    return param_const(c->g, c->n, k, what);
 }
 
-/* Reads an int list from an attribute (older opsets) or an input (newer). */
 static int64_t *ints_from(const Inf *c, const char *attr, uint32_t k, uint32_t *count,
                           bool *given)
 {
-    *given = true;
-    if (has_in(c, k)) {
-        const Tensor *t = const_in(c, k, attr);
-        if (t->shape.rank > 1)
-            error_at(&c->n->loc, "'%s' must be a 1-D tensor, it has shape %s", attr,
-                     shp(c, &t->shape));
-        *count = (uint32_t)shape_numel(&t->shape);
-        int64_t *v = arena_array(c->g->arena, *count + 1, sizeof *v);
-        for (uint32_t i = 0; i < *count; i++)
-            v[i] = tensor_i64(t, i);
-        return v;
-    }
-    const int64_t *a = attr_ints(c->n, attr, count);
-    if (!a) {
-        *given = false;
-        *count = 0;
-        return NULL;
-    }
-    return (int64_t *)a;
+    return param_ints(c->g, c->n, attr, k, count, given);
 }
 
 static int norm_axis(const Inf *c, int64_t axis, int rank, const char *what)
 {
-    if (axis < -rank || axis >= rank)
-        error_at(&c->n->loc, "%s %lld is out of range for rank %d", what,
-                 (long long)axis, rank);
-    return (int)(axis < 0 ? axis + rank : axis);
+    return param_axis(c->n, axis, rank, what);
 }
 
 static void same_dtype(const Inf *c, const Value *a, const Value *b)
@@ -443,8 +413,7 @@ static void infer_layer_norm(const Inf *c)
 
 static void infer_softmax(const Inf *c)
 {
-    int rank = in(c, 0)->shape.rank;
-    norm_axis(c, attr_int(c->n, "axis", c->g->opset >= 13 ? -1 : 1), rank ? rank : 1, "axis");
+    softmax_axis(c->g, c->n);   /* an axis out of range is an error here */
     infer_unary(c);
 }
 
@@ -468,26 +437,7 @@ static void infer_loss(const Inf *c)
     set_out(c, 1, x->dtype, &x->shape);
 }
 
-static double scalar_in(Graph *g, const Node *n, uint32_t k, const char *what, double dflt);
-
 /* ---- reductions ---- */
-
-/* The dimensions a Reduce* node reduces: its axes (an attribute, or an
- * input since opset 18, ReduceSum 13), all of them when none are given,
- * none when noop_with_empty_axes says so. */
-void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK])
-{
-    Inf ci = {g, n}, *c = &ci;
-    const Value *x = in(c, 0);
-    bool given;
-    uint32_t k;
-    int64_t *axes = ints_from(c, "axes", 1, &k, &given);
-    bool noop = attr_int(n, "noop_with_empty_axes", 0) != 0;
-    for (int i = 0; i < MAX_RANK; i++)
-        reduced[i] = k == 0 && !noop && i < x->shape.rank;
-    for (uint32_t i = 0; i < k; i++)
-        reduced[norm_axis(c, axes[i], x->shape.rank, "axis")] = true;
-}
 
 static void infer_reduce(const Inf *c)
 {
@@ -662,43 +612,6 @@ static void infer_gather(const Inf *c)
     set_out(c, 0, x->dtype, &r);
 }
 
-/* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
- * NULL, its constant: attributes before opset 11, inputs since (axes since
- * 18). */
-void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value)
-{
-    Inf ci = {g, n}, *c = &ci;
-    const Value *x = in(c, 0);
-    bool given;
-    uint32_t k;
-    int64_t *v = g->opset >= 11 ? ints_from(c, "pads", 1, &k, &given)
-                                : (int64_t *)attr_ints(n, "pads", &k);
-    int r = x->shape.rank;
-    int axes[MAX_RANK];
-    int naxes = r;
-    for (int i = 0; i < r; i++)
-        axes[i] = i;
-    if (has_in(c, 3)) {
-        uint32_t na;
-        int64_t *av = ints_from(c, "axes", 3, &na, &given);
-        if (na > (uint32_t)r)
-            error_at(&n->loc, "Pad has %u axes for rank %d", na, r);
-        naxes = (int)na;
-        for (int i = 0; i < naxes; i++)
-            axes[i] = norm_axis(c, av[i], r, "axis");
-    }
-    if ((int)k != 2 * naxes)
-        error_at(&n->loc, "pads has %u values, expected %d", k, 2 * naxes);
-    memset(pads, 0, sizeof(int64_t) * 2 * MAX_RANK);
-    for (int i = 0; i < naxes; i++) {
-        pads[axes[i]] = v[i];
-        pads[MAX_RANK + axes[i]] = v[naxes + i];
-    }
-    if (value)
-        *value = g->opset >= 11 ? scalar_in(g, n, 2, "Pad's constant_value", 0)
-                                : attr_float(n, "value", 0);
-}
-
 static void infer_pad(const Inf *c)
 {
     const Value *x = in(c, 0);
@@ -783,61 +696,6 @@ static void infer_resize(const Inf *c)
     set_out(c, 0, x->dtype, &s);
 }
 
-/* The scale factors of a 2-D (NCHW) Resize or Upsample as ONNX's
- * coordinate transforms use them: the given scales, or output / input
- * when sizes were given. */
-void resize_scales(Graph *g, const Node *n, double scale[2])
-{
-    const Value *x = &g->values[n->in[0]], *y = &g->values[n->out[0]];
-    uint32_t si = n->op == OP_UPSAMPLE || g->opset < 11 ? 1 : 2;
-    const Tensor *t = n->nin > si && n->in[si] != NONE ? g->values[n->in[si]].data : NULL;
-    const Attr *a = ir_attr(n, "scales");
-    for (int i = 0; i < 2; i++) {
-        int d = x->shape.rank - 2 + i;
-        if (t && shape_numel(&t->shape) == x->shape.rank)
-            scale[i] = tensor_f64(t, d);
-        else if (a && a->kind == AT_FLOATS && (int)a->n == x->shape.rank)
-            scale[i] = a->floats[d];
-        else
-            scale[i] = (double)y->shape.d[d] / (double)x->shape.d[d];
-    }
-}
-
-/* A constant scalar input of a node, or dflt when it is omitted. */
-static double scalar_in(Graph *g, const Node *n, uint32_t k, const char *what, double dflt)
-{
-    if (n->nin <= k || n->in[k] == NONE)
-        return dflt;
-    const Value *v = &g->values[n->in[k]];
-    if (!v->data || shape_numel(&v->shape) != 1)
-        error_at(&n->loc, "%s must be a constant scalar for mpcc to compile the node", what);
-    return tensor_f64(v->data, 0);
-}
-
-double dropout_ratio(Graph *g, const Node *n)
-{
-    if (g->opset < 12)
-        return attr_float(n, "ratio", 0.5);
-    if (scalar_in(g, n, 2, "training_mode", 0) == 0)
-        return 0;
-    double r = scalar_in(g, n, 1, "ratio", 0.5);
-    if (!(r >= 0 && r < 1))
-        error_at(&n->loc, "dropout ratio %g is not in [0, 1)", r);
-    return r;
-}
-
-/* Clip's bounds: attributes before opset 11, constant scalar inputs since. */
-void clip_bounds(Graph *g, const Node *n, double *lo, double *hi)
-{
-    if (g->opset < 11) {
-        *lo = attr_float(n, "min", -INFINITY);
-        *hi = attr_float(n, "max", INFINITY);
-        return;
-    }
-    *lo = scalar_in(g, n, 1, "Clip's min", -INFINITY);
-    *hi = scalar_in(g, n, 2, "Clip's max", INFINITY);
-}
-
 static void infer_shape_op(const Inf *c)
 {
     int r = in(c, 0)->shape.rank;
@@ -856,55 +714,6 @@ static void infer_size(const Inf *c)
     set_out(c, 0, DT_I64, &s);
 }
 
-void slice_params(Graph *g, Node *n, SliceParams *p)
-{
-    Inf ci = {g, n}, *c = &ci;
-    const Value *x = in(c, 0);
-    int r = x->shape.rank;
-    bool given;
-    uint32_t ns, ne, na = 0, nst = 0;
-    int64_t *starts, *ends, *axes, *steps;
-    if (g->opset >= 10) {
-        starts = ints_from(c, "starts", 1, &ns, &given);
-        ends = ints_from(c, "ends", 2, &ne, &given);
-        axes = has_in(c, 3) ? ints_from(c, "axes", 3, &na, &given) : NULL;
-        steps = has_in(c, 4) ? ints_from(c, "steps", 4, &nst, &given) : NULL;
-    } else {
-        starts = (int64_t *)attr_ints(n, "starts", &ns);
-        ends = (int64_t *)attr_ints(n, "ends", &ne);
-        axes = (int64_t *)attr_ints(n, "axes", &na);
-        steps = NULL;
-    }
-    if (ns != ne || (axes && na != ns) || (steps && nst != ns) || !starts)
-        error_at(&n->loc, "starts, ends, axes and steps must have the same length");
-    for (int i = 0; i < r; i++)
-        p->start[i] = 0, p->step[i] = 1, p->size[i] = x->shape.d[i];
-    bool seen[MAX_RANK] = {false};
-    for (uint32_t i = 0; i < ns; i++) {
-        int ax = norm_axis(c, axes ? axes[i] : (int64_t)i, r, "axis");
-        if (seen[ax])
-            error_at(&n->loc, "axis %d is sliced twice", ax);
-        seen[ax] = true;
-        int64_t dim = x->shape.d[ax], step = steps ? steps[i] : 1;
-        if (step == 0)
-            error_at(&n->loc, "slice step is zero");
-        int64_t s = starts[i], e = ends[i];
-        if (s < 0) s = s < -dim ? (step > 0 ? 0 : -1) : s + dim;
-        if (e < 0) e = e < -dim ? -1 : e + dim;
-        if (step > 0) {
-            s = s > dim ? dim : s;
-            e = e > dim ? dim : e < 0 ? 0 : e;
-        } else {
-            s = s >= dim ? dim - 1 : s;
-            e = e >= dim ? dim - 1 : e;
-        }
-        int64_t len = step > 0 ? (e - s + step - 1) / step : (s - e + (-step) - 1) / (-step);
-        p->start[ax] = s;
-        p->step[ax] = step;
-        p->size[ax] = len > 0 ? len : 0;
-    }
-}
-
 static void infer_slice(const Inf *c)
 {
     SliceParams p;
@@ -912,43 +721,6 @@ static void infer_slice(const Inf *c)
     Shape s = in(c, 0)->shape;
     memcpy(s.d, p.size, sizeof(int64_t) * (size_t)s.rank);
     set_out(c, 0, in(c, 0)->dtype, &s);
-}
-
-int64_t *split_sizes(Graph *g, Node *n, int *axis_out)
-{
-    Inf ci = {g, n}, *c = &ci;
-    const Value *x = in(c, 0);
-    int axis = norm_axis(c, attr_int(n, "axis", 0), x->shape.rank, "axis");
-    bool given;
-    uint32_t cnt;
-    int64_t *sizes = ints_from(c, "split", 1, &cnt, &given);
-    int64_t dim = x->shape.d[axis];
-    if (!given || cnt == 0) {
-        int64_t parts = attr_int(n, "num_outputs", n->nout);
-        if (parts < 1 || parts != (int64_t)n->nout)
-            error_at(&n->loc, "num_outputs %lld does not match %u outputs",
-                     (long long)parts, n->nout);
-        sizes = arena_array(g->arena, n->nout, sizeof *sizes);
-        int64_t chunk = (dim + parts - 1) / parts;
-        for (uint32_t i = 0; i < n->nout; i++) {
-            int64_t left = dim - chunk * (int64_t)i;
-            sizes[i] = left < 0 ? 0 : left < chunk ? left : chunk;
-        }
-        cnt = n->nout;
-    }
-    if (cnt != n->nout)
-        error_at(&n->loc, "split has %u sizes for %u outputs", cnt, n->nout);
-    int64_t total = 0;
-    for (uint32_t i = 0; i < cnt; i++) {
-        if (sizes[i] < 0)
-            error_at(&n->loc, "split size %lld is negative", (long long)sizes[i]);
-        total += sizes[i];
-    }
-    if (total != dim)
-        error_at(&n->loc, "split sizes add up to %lld but dimension %d of %s is %lld",
-                 (long long)total, axis, ty(c, x), (long long)dim);
-    *axis_out = axis;
-    return sizes;
 }
 
 static void infer_split(const Inf *c)
@@ -1017,24 +789,6 @@ static void infer_tile(const Inf *c)
     }
     check_dims(c, &s, "output shape");
     set_out(c, 0, x->dtype, &s);
-}
-
-void transpose_perm(Graph *g, Node *n, int *perm)
-{
-    Inf ci = {g, n}, *c = &ci;
-    int r = in(c, 0)->shape.rank;
-    uint32_t cnt;
-    const int64_t *p = attr_ints(n, "perm", &cnt);
-    bool used[MAX_RANK] = {false};
-    if (p && (int)cnt != r)
-        error_at(&n->loc, "perm has %u entries for rank %d", cnt, r);
-    for (int i = 0; i < r; i++) {
-        int v = p ? norm_axis(c, p[i], r, "perm entry") : r - 1 - i;
-        if (used[v])
-            error_at(&n->loc, "perm is not a permutation");
-        used[v] = true;
-        perm[i] = v;
-    }
 }
 
 static void infer_transpose(const Inf *c)

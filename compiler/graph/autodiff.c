@@ -277,7 +277,7 @@ static void grad_norm(AD *ad, uint32_t dy, Op op)
                           (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
     Node *g = &ad->g->nodes[id];
     g->loc = n->loc;
-    ir_set_float(ad->g, g, "epsilon", attr_float(n, "epsilon", 1e-5));
+    ir_set_float(ad->g, g, "epsilon", norm_epsilon(n));
     for (int k = 0; k < 3; k++)
         contribute(ad, n->in[k], outs[k]);
 }
@@ -570,7 +570,7 @@ static void grad_softmax(AD *ad, uint32_t dy)
         return;
     Op op = ad->n->op == OP_SOFTMAX ? OP_SOFTMAX_GRAD : OP_LOG_SOFTMAX_GRAD;
     Node *g = emit(ad, op, "dX", (uint32_t[]){dy, ad->n->out[0]}, 2, x, &out);
-    ir_set_int(ad->g, g, "axis", attr_int(ad->n, "axis", ad->g->opset >= 13 ? -1 : 1));
+    ir_set_int(ad->g, g, "axis", softmax_axis(ad->g, ad->n));
     contribute(ad, x, out);
 }
 
