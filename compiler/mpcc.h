@@ -203,8 +203,15 @@ typedef enum Op {
 #define OP(id, name, mi, ma, mo, mao, fl) OP_##id,
 #include "ops.def"
 #undef OP
-    OP_COUNT
 } Op;
+/* Apart from the enum, so that a switch over Op without default: is
+ * complete when it names every op (-Wswitch checks it). */
+enum {
+    OP_COUNT = 1
+#define OP(id, name, mi, ma, mo, mao, fl) + 1
+#include "ops.def"
+#undef OP
+};
 
 typedef struct OpInfo {
     const char *name;

@@ -480,7 +480,26 @@ static void evaluate(Ev *e)
     case OP_SIZE: eval_size(e); break;
     case OP_CONSTANT_OF_SHAPE: eval_constant_of_shape(e); break;
     case OP_RANGE: eval_range(e); break;
-    default: unreachable();
+    /* not OPF_FOLD: never evaluated (fold_node checks the flag first) */
+    case OP_UNKNOWN: case OP_COS: case OP_ELU: case OP_ERF: case OP_EXP: case OP_GELU:
+    case OP_HARD_SIGMOID: case OP_HARD_SWISH: case OP_IDENTITY: case OP_LEAKY_RELU:
+    case OP_LOG: case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIN:
+    case OP_SOFTPLUS: case OP_TANH: case OP_CLIP: case OP_DROPOUT: case OP_POW: case OP_PRELU:
+    case OP_MEAN: case OP_MATMUL: case OP_GEMM: case OP_EINSUM: case OP_CONV:
+    case OP_CONV_TRANSPOSE: case OP_MAX_POOL: case OP_AVERAGE_POOL: case OP_GLOBAL_AVG_POOL:
+    case OP_GLOBAL_MAX_POOL: case OP_BATCH_NORM: case OP_INSTANCE_NORM: case OP_LAYER_NORM:
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SOFTMAX_CE: case OP_NLL_LOSS:
+    case OP_REDUCE_MEAN: case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+    case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN:
+    case OP_CUMSUM: case OP_FLATTEN: case OP_PAD: case OP_RESHAPE: case OP_RESIZE:
+    case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_UPSAMPLE: case OP_SCE_GRAD: case OP_MSE_LOSS:
+    case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO: case OP_CONV_GRAD_X:
+    case OP_CONV_GRAD_W: case OP_CONV_GRAD_B: case OP_BN_GRAD: case OP_MAX_POOL_GRAD:
+    case OP_GAP_GRAD: case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL:
+    case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD:
+    case OP_DROPOUT_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
+    case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
+    case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD: case OP_ADAMW: unreachable();
     }
 }
 

@@ -922,7 +922,7 @@ static void infer_node(const Inf *c)
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
-    case OP_EINSUM: case OP_COUNT: unreachable();   /* Einsum: lowered first */
+    case OP_EINSUM: unreachable();   /* lowered before shapes are inferred */
     }
 }
 

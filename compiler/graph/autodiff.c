@@ -848,7 +848,21 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
     case OP_RESIZE: case OP_UPSAMPLE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
-    default: no_rule(ad);
+    /* no rule (yet, or none: comparisons carry no gradient), and the internal ops */
+    case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_NOT: case OP_ROUND:
+    case OP_SIGN: case OP_SIN: case OP_CAST_LIKE: case OP_MOD: case OP_AND: case OP_OR:
+    case OP_XOR: case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER:
+    case OP_GREATER_EQUAL: case OP_EINSUM: case OP_GLOBAL_MAX_POOL: case OP_REDUCE_PROD:
+    case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN: case OP_CUMSUM:
+    case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE: case OP_TRILU:
+    case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:
+    case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B: case OP_BN_GRAD:
+    case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_UNARY_GRAD: case OP_POW_GRAD:
+    case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD:
+    case OP_GATHER_GRAD: case OP_DROPOUT_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD:
+    case OP_MINMAX_GRAD: case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD:
+    case OP_AVG_POOL_GRAD: case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD:
+    case OP_ADAMW: no_rule(ad);
     }
 }
 
