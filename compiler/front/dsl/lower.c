@@ -404,78 +404,22 @@ static Dv simple_node(Lower *L, Frame *f, Op op, DslPos pos, uint32_t a, uint32_
     return tensor(L->g->nodes[id].out[0], dt);
 }
 
-/* ---- the op table's argument names (opset 17) ----
- * For each op with keyword arguments: its inputs (a keyword naming an input
- * gives that input; ":I" marks an int64 input, ":F" a float and ":B" a bool
- * one, so numbers and lists written there become constants of that type;
- * other inputs take the type of the first tensor argument), then its
- * attributes. Ops not listed take positional inputs only. */
+/* ---- the op table's argument names: the ARGS rows of ops.def ---- */
 typedef struct OpArgs {
-    const char *op, *inputs, *attrs;
+    const char *inputs, *attrs;   /* NULL: positional inputs only */
 } OpArgs;
 
-static const OpArgs op_args[] = {
-    {"ArgMax", "data", "axis,keepdims,select_last_index"},
-    {"ArgMin", "data", "axis,keepdims,select_last_index"},
-    {"AveragePool", "X", "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
-    {"BatchNormalization", "X,scale,B,input_mean,input_var", "epsilon,momentum,training_mode"},
-    {"Cast", "input", "to"},
-    {"CastLike", "input,target_type", ""},
-    {"Clip", "input,min,max", ""},
-    {"Concat", "", "axis"},
-    {"ConstantOfShape", "input:I", "value"},
-    {"Conv", "X,W,B", "auto_pad,dilations,group,kernel_shape,pads,strides"},
-    {"ConvTranspose", "X,W,B",
-     "auto_pad,dilations,group,kernel_shape,output_padding,output_shape,pads,strides"},
-    {"CumSum", "x,axis:I", "exclusive,reverse"},
-    {"Dropout", "data,ratio:F,training_mode:B", "seed"},
-    {"Elu", "X", "alpha"},
-    {"Expand", "input,shape:I", ""},
-    {"Flatten", "input", "axis"},
-    {"Gather", "data,indices:I", "axis"},
-    {"Gelu", "X", "approximate"},
-    {"Gemm", "A,B,C", "alpha,beta,transA,transB"},
-    {"GlobalAveragePool", "X", ""},
-    {"GlobalMaxPool", "X", ""},
-    {"HardSigmoid", "X", "alpha,beta"},
-    {"InstanceNormalization", "input,scale,B", "epsilon"},
-    {"LayerNormalization", "X,Scale,B", "axis,epsilon,stash_type"},
-    {"LeakyRelu", "X", "alpha"},
-    {"LogSoftmax", "input", "axis"},
-    {"MaxPool", "X", "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
-    {"NegativeLogLikelihoodLoss", "input,target:I,weight", "ignore_index,reduction"},
-    {"Pad", "data,pads:I,constant_value,axes:I", "mode"},
-    {"Pow", "X,Y", ""},
-    {"Range", "start,limit,delta", ""},
-    {"ReduceMax", "data", "axes,keepdims"},
-    {"ReduceMean", "data", "axes,keepdims"},
-    {"ReduceMin", "data", "axes,keepdims"},
-    {"ReduceProd", "data", "axes,keepdims"},
-    {"ReduceSum", "data,axes:I", "keepdims,noop_with_empty_axes"},
-    {"ReduceSumSquare", "data", "axes,keepdims"},
-    {"Reshape", "data,shape:I", "allowzero"},
-    {"Resize", "X,roi:F,scales:F,sizes:I",
-     "antialias,axes,coordinate_transformation_mode,cubic_coeff_a,exclude_outside,"
-     "extrapolation_value,keep_aspect_ratio_policy,mode,nearest_mode"},
-    {"Selu", "X", "alpha,gamma"},
-    {"Slice", "data,starts:I,ends:I,axes:I,steps:I", ""},
-    {"Softmax", "input", "axis"},
-    {"SoftmaxCrossEntropyLoss", "scores,labels:I,weights", "ignore_index,reduction"},
-    {"Split", "input,split:I", "axis"},
-    {"Squeeze", "data,axes:I", ""},
-    {"Tile", "input,repeats:I", ""},
-    {"Transpose", "data", "perm"},
-    {"Trilu", "input,k:I", "upper"},
-    {"Unsqueeze", "data,axes:I", ""},
-    {"Upsample", "X,scales:F", "mode"},
+static const OpArgs op_args[OP_COUNT] = {
+#define OP(id, name, mi, ma, mo, mao, fl)
+#define ARGS(id, ins, at) [OP_##id] = {ins, at},
+#include "ops.def"
+#undef ARGS
+#undef OP
 };
 
 static const OpArgs *args_of(Op op)
 {
-    for (size_t i = 0; i < sizeof op_args / sizeof op_args[0]; i++)
-        if (strcmp(op_args[i].op, op_info[op].name) == 0)
-            return &op_args[i];
-    return NULL;
+    return op_args[op].inputs ? &op_args[op] : NULL;
 }
 
 /* The k-th comma-separated item of list (its name, type letter in *type);
