@@ -52,6 +52,10 @@ static bool all_ops_known(const Graph *g)
     return true;
 }
 
+/* Where every pass gets the model: the file (a harness that holds the
+ * bytes in memory sets its own). */
+Graph *(*driver_import)(Arena *a, const char *path) = import_model;
+
 #ifdef NDEBUG
 #define VERIFY(g) ((void)0)
 #else
@@ -62,14 +66,15 @@ static bool all_ops_known(const Graph *g)
  * the model as exported, its shapes inferred at that batch. */
 static void reference(Arena *a, const Options *o, Graph *g)
 {
-    Graph *ref = import_model(a, o->input);
+    Graph *ref = driver_import(a, o->input);
     rebatch_bind_reference(g, ref);
     ir_toposort(ref);
     infer_shapes(ref);
     diag_context = rebatch_advice(g);   /* ends every error of re-batched inference */
 }
 
-static void analyse(Arena *a, const Options *o, Graph *g)
+/* After import and binding: toposort, shapes and folding, pruning. */
+void driver_analyse(Arena *a, const Options *o, Graph *g)
 {
     ir_toposort(g);
     VERIFY(g);
@@ -98,9 +103,9 @@ static void training_graph(Graph *g, const Options *o)
 /* The model as the front end leaves it: bound, typed, folded, pruned. */
 Graph *driver_model(Arena *arena, const Options *o)
 {
-    Graph *g = import_model(arena, o->input);
+    Graph *g = driver_import(arena, o->input);
     bind_shapes(g, o, true);
-    analyse(arena, o, g);
+    driver_analyse(arena, o, g);
     return g;
 }
 
@@ -166,10 +171,10 @@ static int emit_onnx(Arena *arena, const Options *o)
     Options bound = *o;
     if (!bound.batch)
         bound.batch = 2;
-    Graph *typed = import_model(arena, o->input);
+    Graph *typed = driver_import(arena, o->input);
     bind_shapes(typed, &bound, true);
-    analyse(arena, &bound, typed);
-    onnx_write(import_model(arena, o->input), typed, o->output);
+    driver_analyse(arena, &bound, typed);
+    onnx_write(driver_import(arena, o->input), typed, o->output);
     arena_free(arena);
     return 0;
 }
@@ -186,6 +191,25 @@ static void infer_emit(const Options *o, Graph *g, const Plan *plan)
     close_output(o, out);
 }
 
+/* --infer's passes: the model's forward graph (*g), planned on one CPU
+ * device as one stage and one micro-batch. */
+const Plan *driver_forward(Arena *arena, const Options *o, Graph **g)
+{
+    *g = driver_model(arena, o);
+    forward_outputs(*g);
+    VERIFY(*g);
+    Devices *ds = arena_alloc(arena, sizeof *ds);   /* the plan keeps it */
+    *ds = devices_resolve(arena, o);
+    const char *why = NULL;
+    Reject rej = {0};
+    Stages *st = stages_build(*g, o, ds, NULL, SCHED_GPIPE, 1, 1, NULL, &rej);
+    if (!st)
+        error_reject(&rej);
+    Schedule *sc = schedule_build(arena, SCHED_GPIPE, st, 1, 1, &why);
+    MPCC_ASSERT(sc);
+    return driver_plan(*g, st, sc, ds, o);
+}
+
 /* --infer: the forward pass alone, on one CPU device. */
 static int infer(Arena *arena, const Options *o)
 {
@@ -194,18 +218,9 @@ static int infer(Arena *arena, const Options *o)
     if (o->gpus > 0 || o->cpus > 1 || o->pipe.devices || o->train.microbatches > 1)
         error_file(o->input, "--infer runs on one CPU device; drop -cpus, -gpus, --devices "
                    "and --microbatches");
-    Graph *g = driver_model(arena, o);
-    forward_outputs(g);
-    VERIFY(g);
-    Devices ds = devices_resolve(arena, o);
-    const char *why = NULL;
-    Reject rej = {0};
-    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL, &rej);
-    if (!st)
-        error_reject(&rej);
-    Schedule *sc = schedule_build(arena, SCHED_GPIPE, st, 1, 1, &why);
-    MPCC_ASSERT(sc);
-    infer_emit(o, g, driver_plan(g, st, sc, &ds, o));
+    Graph *g;
+    const Plan *plan = driver_forward(arena, o, &g);
+    infer_emit(o, g, plan);
     arena_free(arena);
     return 0;
 }
@@ -238,7 +253,7 @@ int driver_run(Arena *arena, Options *o)
     check_microbatches(&opt);
     if (opt.train.microbatches > 1)
         opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
-    Graph *g = import_model(arena, opt.input);
+    Graph *g = driver_import(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
     if (opt.check) {
@@ -247,7 +262,7 @@ int driver_run(Arena *arena, Options *o)
             warn_at(&loc, "shapes are not checked: an input has a symbolic "
                     "dimension (give -batch N or --shapes)");
         } else if (all_ops_known(g)) {
-            analyse(arena, &opt, g);
+            driver_analyse(arena, &opt, g);
         }
         FILE *out = open_output(&opt);
         int problems = check_ops(g, out, opt.infer);
@@ -256,7 +271,7 @@ int driver_run(Arena *arena, Options *o)
         return problems ? 1 : 0;
     }
 
-    analyse(arena, &opt, g);
+    driver_analyse(arena, &opt, g);
 
     if (opt.dump_grad) {
         training_graph(g, &opt);

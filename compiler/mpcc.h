@@ -937,11 +937,14 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o);
 /* The passes in order (driver.c lists them): the front end's model, the
  * training graph of one micro-batch, the step's program of one partition
  * and schedule, and the two together as the search's Passes. */
+extern Graph *(*driver_import)(Arena *a, const char *path);   /* import_model */
+void driver_analyse(Arena *a, const Options *o, Graph *g);
 Graph *driver_model(Arena *a, const Options *o);
 Graph *driver_training(Arena *a, const Options *o);
 Plan *driver_plan(Graph *g, const Stages *st, const Schedule *sc, const Devices *ds,
                   const Options *o);
 extern const Passes driver_passes;
+const Plan *driver_forward(Arena *a, const Options *o, Graph **g);   /* --infer's plan */
 int driver_run(Arena *a, Options *o);        /* a run on parsed options: its exit status */
 
 #endif

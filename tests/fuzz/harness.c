@@ -1,6 +1,7 @@
 /* harness.c — one input through the whole compiler, for the fuzz targets.
  *
- * Two runs per input, as compiler/driver.c runs its modes:
+ * Two runs per input, through compiler/driver.c's passes (driver_import set
+ * to read the input's bytes):
  *
  *   the front half   import -> bind shapes -> toposort -> infer shapes + fold
  *                    -> prune -> --check's table, --dump=ir and --dump=shapes
@@ -203,9 +204,11 @@ static void options_for(Arena *a, int variant, Options *o)
 
 /* ---- the passes, as driver.c runs them ---- */
 
-static Graph *import_input(Arena *a)
+/* driver_import for this input: its bytes, not a file; a model too large
+ * for one run to take milliseconds is refused. */
+static Graph *import_input(Arena *a, const char *path)
 {
-    Graph *g = fz.import(a, fz.path, fz.data, fz.size);
+    Graph *g = fz.import(a, path, fz.data, fz.size);
     if (g->nnodes > FUZZ_MAX_NODES)
         error_file(fz.path, "fuzz: more than %d nodes", FUZZ_MAX_NODES);
     fz.imported = true;
@@ -221,43 +224,12 @@ static bool all_ops_known(const Graph *g)
     return true;
 }
 
-/* driver.c's analyse and reference, with the IR checked after each pass as
- * in a debug build. */
-static void analyse(Arena *a, Graph *g)
-{
-    ir_toposort(g);
-    ir_verify(g);
-    if (g->rebatch) {
-        Graph *ref = import_input(a);
-        rebatch_bind_reference(g, ref);
-        ir_toposort(ref);
-        infer_shapes(ref);
-        diag_context = rebatch_advice(g);
-    }
-    infer_shapes(g);
-    diag_context = NULL;
-    if (g->rebatch)
-        rebatch_note(g);
-    ir_verify(g);
-    prune(g);
-    ir_verify(g);
-}
-
-/* driver.c's front (driver_training), from the input's bytes: the training
- * graph of one micro-batch. */
+/* driver_training, and --dump=grad once. */
 static Graph *front(Arena *a, const Options *o)
 {
-    Graph *g = import_input(a);
-    bind_shapes(g, o, true);
-    analyse(a, g);
-    check_export_mode(g);
-    add_loss(g, o);
-    autodiff(g, o);
-    ir_verify(g);
-    add_optimizer(g, o);
-    ir_verify(g);
+    Graph *g = driver_training(a, o);
     reached(REACH_TRAINING);
-    if (!fz.dumped) {   /* --dump=grad */
+    if (!fz.dumped) {
         dump_ir(g, fz.null);
         fz.dumped = true;
     }
@@ -270,34 +242,22 @@ static void front_half(Arena *a, const Options *given)
     Options o = *given;
     if (o.train.microbatches > 1)
         o.batch /= o.train.microbatches;
-    Graph *g = import_input(a);
+    Graph *g = driver_import(a, o.input);
     bool all_static = bind_shapes(g, &o, false);
     if (all_static && all_ops_known(g)) {
-        analyse(a, g);
+        driver_analyse(a, &o, g);
         dump_ir(g, fz.null);
         dump_shapes(g, fz.null);
     }
     check_ops(g, fz.null, o.infer);
 }
 
-/* driver.c's infer: the forward pass alone, on one CPU device. */
+/* driver.c's --infer: the forward pass alone, on one CPU device. */
 static void infer(Arena *a, const Options *o)
 {
-    Graph *g = import_input(a);
-    bind_shapes(g, o, true);
-    analyse(a, g);
-    forward_outputs(g);
-    ir_verify(g);
+    Graph *g;
+    const Plan *plan = driver_forward(a, o, &g);
     reached(REACH_TRAINING);
-    Devices ds = devices_resolve(a, o);
-    const char *why = NULL;
-    Reject rej = {0};
-    Stages *st = stages_build(g, o, &ds, NULL, SCHED_GPIPE, 1, 1, NULL, &rej);
-    if (!st)
-        error_reject(&rej);
-    Schedule *sc = schedule_build(a, SCHED_GPIPE, st, 1, 1, &why);
-    MPCC_ASSERT(sc);
-    const Plan *plan = driver_plan(g, st, sc, &ds, o);
     reached(REACH_PLAN);
     dump_fusion(g, plan, plan->fu, fz.null);
     reached(REACH_CODEGEN);
@@ -371,6 +331,7 @@ void fuzz_model(FuzzImport import, const char *path, const uint8_t *data, size_t
 {
     if (!fz.ready)
         setup();
+    driver_import = import_input;
     fz.import = import, fz.path = path, fz.data = data, fz.size = size;
     fz.runs++;
     int free_fd = lowest_free_fd();
