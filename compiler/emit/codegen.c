@@ -1,9 +1,14 @@
-/* codegen.c — writes the standalone trainer for CPU devices: train.c (the
- * runtime pasted in, then the model: one function per stage and action,
- * and the step as the plan's operations on each device's streams) and the
- * initial weights as safetensors under the ONNX initializer names. With
+/* codegen.c — writes the standalone trainer for CPU devices: train.c and
+ * the initial weights as safetensors under the ONNX initializer names. With
  * --infer, the same kernels and buffers make a forward-only program
  * (infer.c: the forward function and runtime/infer.c's main).
+ *
+ * The program reads top down: its head (how it was made and how to build
+ * it); the runtime's declarations (its headers, then a prototype of every
+ * runtime function and global the model uses); the model (one function per
+ * stage and action, the step as the plan's operations on each device's
+ * streams, and the tables the runtime reads); the runtime's definitions
+ * (the runtime's .c files, pasted in); and main.
  *
  * Every buffer lives at the static offset the plan gave it in its device's
  * arena (An), micro-batch mb in slot mb % slots. Every kernel call is
@@ -15,6 +20,7 @@
 #include "mprt.h"
 #include "kernel.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +44,7 @@ typedef struct CG {
     bool cuda;            /* some devices are CUDA devices */
     bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
     const Fusion *fu;     /* the chains that run as one kernel each */
+    bool timed;           /* the action being written has marked a node for --profile */
 } CG;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
@@ -47,6 +54,75 @@ static void emit(CG *cg, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(cg->out, fmt, ap);
     va_end(ap);
+}
+
+/* The program is written to memory, then to its file: an error on the
+ * way (an op the trainer lacks) leaves no partial file, and one that
+ * unwinds to a harness (diag_jmp) frees it with the arena. */
+typedef struct Text {
+    FILE *f;
+    char *buf;
+    size_t n;
+} Text;
+
+static void text_free(void *p)
+{
+    Text *t = p;
+    if (t->f)
+        fclose(t->f);
+    free(t->buf);
+}
+
+static FILE *text_open(Graph *g, Text *t)
+{
+    t->f = open_memstream(&t->buf, &t->n);
+    if (!t->f)
+        error_file(g->file, "out of memory for the generated program");
+    arena_defer(g->arena, text_free, t);
+    return t->f;
+}
+
+/* Finishes a text in memory: its bytes are t->buf[0 .. t->n). */
+static void text_close(Graph *g, Text *t)
+{
+    bool ok = fclose(t->f) == 0;
+    t->f = NULL;
+    if (!ok)
+        error_file(g->file, "out of memory for the generated program");
+}
+
+/* Calls fn on every identifier of the C text s[0 .. n), leaving out
+ * comments, string and character literals and numbers (0x1p+0f). */
+typedef void (*IdentFn)(void *ctx, const char *id, size_t len);
+static void for_each_ident(const char *s, size_t n, IdentFn fn, void *ctx)
+{
+    const char *p = s, *end = s + n;
+    while (p < end) {
+        const char *q = p;
+        if (p + 1 < end && p[0] == '/' && p[1] == '*') {
+            for (p += 2; p < end && !(p[0] == '*' && p + 1 < end && p[1] == '/'); p++)
+                ;
+            p = p + 2 < end ? p + 2 : end;
+        } else if (p + 1 < end && p[0] == '/' && p[1] == '/') {
+            while (p < end && *p != '\n')
+                p++;
+        } else if (*p == '"' || *p == '\'') {
+            for (p++; p < end && *p != *q; p++)
+                p += *p == '\\';
+            p = p < end ? p + 1 : end;
+        } else if (isdigit((unsigned char)*p)) {
+            for (p++; p < end && (isalnum((unsigned char)*p) || *p == '_' || *p == '.' ||
+                                  ((*p == '+' || *p == '-') && strchr("eEpP", p[-1])));
+                 p++)
+                ;
+        } else if (isalpha((unsigned char)*p) || *p == '_') {
+            while (p < end && (isalnum((unsigned char)*p) || *p == '_'))
+                p++;
+            fn(ctx, q, (size_t)(p - q));
+        } else {
+            p++;
+        }
+    }
 }
 
 /* Text from the model inside a C comment: escaped, with no comment start
@@ -86,14 +162,23 @@ static const char *ctype(DType t)
     }
 }
 
-/* A buffer's address: A1 + 4096, or A1 + 4096 + (size_t)(mb % 3) * 8192. */
-static const char *addr(CG *cg, int b, const char *mb)
+/* A buffer's address in a function of the micro-batch mb: A1 + 4096, or
+ * A1 + 4096 + (size_t)(mb % 3) * 8192 with a slot per micro-batch. */
+static const char *addr(CG *cg, int b)
 {
     const Buf *bf = &cg->plan->bufs[b];
     if (bf->slots == 1)
         return arena_printf(cg->g->arena, "A%d + %zu", bf->dev, bf->offset);
-    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(%s %% %d) * %zu", bf->dev,
-                        bf->offset, mb, bf->slots, bf->bytes);
+    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(mb %% %d) * %zu", bf->dev,
+                        bf->offset, bf->slots, bf->bytes);
+}
+
+/* Micro-batch mb's slot of a buffer: A1 + 12288. */
+static const char *slot_addr(CG *cg, int b, int mb)
+{
+    const Buf *bf = &cg->plan->bufs[b];
+    return arena_printf(cg->g->arena, "A%d + %zu", bf->dev,
+                        bf->offset + (size_t)(mb % bf->slots) * bf->bytes);
 }
 
 static bool has_buf(CG *cg, uint32_t v)
@@ -113,7 +198,7 @@ static const char *buf(CG *cg, uint32_t v)
         error_at(&loc, "element type %s is not supported by the CPU trainer yet",
                  dtype_name(val->dtype));
     }
-    return arena_printf(cg->g->arena, "((%s *)(%s))", t, addr(cg, b, "mb"));
+    return arena_printf(cg->g->arena, "((%s *)(%s))", t, addr(cg, b));
 }
 
 static long numel(CG *cg, uint32_t v)
@@ -1438,21 +1523,32 @@ static uint32_t float_inputs(const Node *n)
     }
 }
 
-/* The node's comment; a node inside a fused chain is computed by the
- * chain's last node, and says so. */
-static void emit_node_comment(CG *cg, const Node *n)
+/* Where node `mark` of the profile (-1: none) starts: the line that times
+ * it for --profile, and names it for the CUDA calls' errors on a CUDA
+ * device. The node's comment follows on the same line. */
+static void emit_mark(CG *cg, int mark)
+{
+    emit(cg, "    ");
+    if (mark >= 0)
+        emit(cg, "mprt_%sprof_node(%d);   ", cuda_stage(cg) ? "cu_" : "", mark);
+}
+
+/* The node's comment, after its mark; a node inside a fused chain is
+ * computed by the chain's last node, and says so. */
+static void emit_node_comment(CG *cg, const Node *n, int mark)
 {
     uint32_t tail = cg->fu->tail[n - cg->g->nodes];
-    emit(cg, "    /* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    emit_mark(cg, mark);
+    emit(cg, "/* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
     if (tail != NONE)
         emit(cg, ": fused into '%s' below, not written",
              comment_text(cg, cg->g->nodes[tail].name));
     emit(cg, " */\n");
 }
 
-static void emit_node(CG *cg, const Node *n)
+static void emit_node(CG *cg, const Node *n, int mark)
 {
-    emit_node_comment(cg, n);
+    emit_node_comment(cg, n, mark);
     if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
         error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
                  n->op_type);
@@ -1651,6 +1747,8 @@ static void emit_header(CG *cg, const char *hash)
     }
     emit(cg, " * build:    %s\n */\n", build_line(cg));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
+    if (cg->mixed)
+        emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
 }
 
 static const EmbeddedFile *embedded(const char *name)
@@ -1680,40 +1778,271 @@ static void emit_kernel_source(CG *cg)
     emit(cg, "    NULL\n};\n");
 }
 
-/* The runtime files, in order: CPU devices' kernels and worker threads,
- * CUDA devices' calls and their kernels, or both and what picks one. */
-static void emit_runtime(CG *cg)
+/* The runtime's files as the program pastes them, in order: its headers
+ * (before the model), then its definitions (after it): CPU devices'
+ * kernels and worker threads, CUDA devices' calls and their kernels, or
+ * both and what picks one. check_cuda_ops.py reads the lists cpu[] and
+ * cuda[]. */
+static const char *const *runtime_headers(CG *cg)
 {
-    static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                "stream_c", "program_c", "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                 "kernel_h", "timeline_c", "cuda_c", "cuda_ops_c", "program_c",
-                                 "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *mixed[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                  "stream_c", "cuda_c", "cuda_ops_c", "mixed_c", "program_c",
-                                  "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                  "stream_c", "program_c", "infer_c", NULL};
-    const char *const *order = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
-    if (cg->mixed)
-        emit(cg, "\n#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
-    for (size_t i = 0; order[i]; i++)
-        for (const EmbeddedFile *f = embedded_files; f->name; f++) {
-            if (strcmp(f->name, order[i]) != 0)
-                continue;
-            emit(cg, "\n/* ---- runtime/%s ---- */\n", f->name);
-            const char *p = f->text;
-            while (*p) {
+    static const char *train[] = {"mprt_h", "kernel_h", "program_h", "train_h", NULL};
+    static const char *infer[] = {"mprt_h", "kernel_h", "program_h", "infer_h", NULL};
+    return cg->o->infer ? infer : train;
+}
+
+static const char *const *runtime_sources(CG *cg)
+{
+    static const char *cpu[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                "data_c", "checkpoint_c", "train_c", NULL};
+    static const char *cuda[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                 "cuda_c", "cuda_ops_c", "program_c", "data_c", "checkpoint_c",
+                                 "train_c", NULL};
+    static const char *mixed[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
+                                  "cuda_ops_c", "mixed_c", "program_c", "data_c", "checkpoint_c",
+                                  "train_c", NULL};
+    static const char *infer[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                  "infer_c", NULL};
+    return cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
+}
+
+/* The #if nesting after line p (of length len) at depth. */
+static int if_depth(const char *p, size_t len, int depth)
+{
+    if (len >= 3 && strncmp(p, "#if", 3) == 0)
+        return depth + 1;
+    return len >= 6 && strncmp(p, "#endif", 6) == 0 ? depth - 1 : depth;
+}
+
+/* A line #include <...> outside any #if: a library a runtime file uses,
+ * which the program includes once, before the model (emit_libraries). */
+static bool library_include(const char *p, size_t len, int depth)
+{
+    return depth == 0 && len > 10 && strncmp(p, "#include <", 10) == 0;
+}
+
+/* A header's include guard: its first #ifndef, the #define after it and
+ * its last #endif (a pasted header is read once and needs none). */
+static bool guard_line(const char *text, const char *p, size_t len)
+{
+    const char *ifndef = strstr(text, "\n#ifndef "), *endif = NULL;
+    for (const char *q = strstr(text, "\n#endif"); q; q = strstr(q + 1, "\n#endif"))
+        endif = q;
+    if (!ifndef || !endif)
+        return false;
+    const char *define = strchr(ifndef + 1, '\n');
+    return p == ifndef + 1 || (define && p == define + 1 && strncmp(p, "#define ", 8) == 0) ||
+           (p == endif + 1 && len == 6);
+}
+
+/* A runtime file as it is, less its #include "..." lines (what they name
+ * is pasted already), a header's include guard, the libraries a .c file
+ * includes (included once, ahead: emit_libraries), and the blank lines
+ * but one between two lines kept. */
+static void paste(CG *cg, const char *name, bool header)
+{
+    const EmbeddedFile *f = embedded(name);
+    emit(cg, "\n");   /* the file's first line names it */
+    int depth = 0;
+    bool blank = false;   /* a blank line to write before the next line kept */
+    for (const char *p = f->text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        bool keep = !(len > 10 && strncmp(p, "#include \"", 10) == 0) &&
+                    !(header ? guard_line(f->text, p, len) : library_include(p, len, depth));
+        if (keep && len == 0)
+            blank = true;
+        else if (keep)
+            fprintf(cg->out, "%s%.*s\n", blank ? "\n" : "", (int)len, p), blank = false;
+        depth = if_depth(p, len, depth);
+        p += len + (nl ? 1 : 0);
+    }
+}
+
+/* The libraries the runtime's definitions include, each once (those of
+ * its headers are pasted with them), before the model: the program reads
+ * as a file that includes what it needs first. */
+static void emit_libraries(CG *cg)
+{
+    const char *const *headers = runtime_headers(cg), *const *files = runtime_sources(cg);
+    const char **seen = NULL;
+    int nseen = 0, cap = 0;
+    emit(cg, "\n/* ---- the runtime's libraries, and its functions and globals the model uses "
+         "---- */\n");
+    for (int pass = 0; pass < 2; pass++)   /* the headers' includes, then the files' */
+        for (int i = 0; (pass ? files : headers)[i]; i++) {
+            int depth = 0;
+            for (const char *p = embedded((pass ? files : headers)[i])->text; *p;) {
                 const char *nl = strchr(p, '\n');
                 size_t len = nl ? (size_t)(nl - p) : strlen(p);
-                if (!(len > 10 && strncmp(p, "#include \"", 10) == 0))   /* pasted already */
-                    fprintf(cg->out, "%.*s\n", (int)len, p);
+                bool lib = len > 10 && strncmp(p, "#include <", 10) == 0 &&
+                           (pass == 0 || library_include(p, len, depth));
+                const char *line = lib ? arena_strndup(cg->g->arena, p, len) : NULL;
+                for (int k = 0; line && k < nseen; k++)
+                    if (strcmp(seen[k], line) == 0)
+                        line = NULL;
+                if (line) {
+                    if (nseen == cap) {
+                        int c = cap ? 2 * cap : 32;
+                        seen = arena_grow(cg->g->arena, seen, (size_t)cap, (size_t)c, sizeof *seen);
+                        cap = c;
+                    }
+                    seen[nseen++] = line;
+                    if (pass)
+                        emit(cg, "%s\n", line);
+                }
+                depth = if_depth(p, len, depth);
                 p += len + (nl ? 1 : 0);
             }
         }
+}
+
+/* ---- the runtime's declarations: what the model uses, defined after it ---- */
+
+/* A function or global of the runtime: its name, and its declaration as
+ * one line (the definition's head, or the global without its initial
+ * value). */
+typedef struct RtDecl {
+    const char *name, *text;
+    size_t len;   /* of the name */
+    bool used;
+} RtDecl;
+
+typedef struct RtIndex {
+    RtDecl *d;
+    int n, cap;
+} RtIndex;
+
+/* MPRT_HOST_API(launch) and MPRT_GPU_API(launch) spelt out as the program
+ * compiles them (state.c): mprt_launch, or in a trainer with CPU and
+ * CUDA devices mprt_host_launch and mprt_gpu_launch (mixed.c's
+ * mprt_launch picks one). */
+static const char *spell_api(CG *cg, const char *text)
+{
+    static const struct { const char *macro, *mixed; } apis[] = {
+        {"MPRT_HOST_API(", "mprt_host_"}, {"MPRT_GPU_API(", "mprt_gpu_"}};
+    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++) {
+        const char *m = strstr(text, apis[i].macro), *close = m ? strchr(m, ')') : NULL;
+        if (!close)
+            continue;
+        size_t at = (size_t)(m - text), k = strlen(apis[i].macro);
+        return arena_printf(cg->g->arena, "%.*s%s%.*s%s", (int)at, text,
+                            cg->mixed ? apis[i].mixed : "mprt_", (int)(close - m - k), m + k,
+                            close + 1);
+    }
+    return text;
+}
+
+/* The first name mprt_... in a declaration: what it declares. */
+static const char *declared_name(CG *cg, const char *text)
+{
+    for (const char *p = strstr(text, "mprt_"); p; p = strstr(p + 1, "mprt_"))
+        if (p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) {
+            size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+            return arena_strndup(cg->g->arena, p, n);
+        }
+    return NULL;
+}
+
+/* One line from the definition starting at p: the head of a function
+ * (up to its body's "{" line, continuation lines joined), or a global
+ * without its initial value; *next is the line after what was read. */
+static const char *declaration(CG *cg, const char *p, const char **next)
+{
+    const char *brace = strstr(p, "\n{\n"), *semi = strchr(p, ';'), *eq = strstr(p, " = ");
+    Arena *a = cg->g->arena;
+    if (semi && (!brace || semi < brace)) {   /* a global: up to its value or its end */
+        const char *end = eq && eq < semi ? eq : semi;
+        *next = semi + 1;
+        return arena_printf(a, "%.*s;", (int)(end - p), p);
+    }
+    MPCC_ASSERT(brace);
+    *next = brace + 3;
+    char *r = arena_alloc(a, (size_t)(brace - p) + 2), *w = r;
+    for (const char *q = p; q < brace; q++) {
+        if (*q == '\n') {   /* a continuation line: its indent becomes one space */
+            while (q + 1 < brace && q[1] == ' ')
+                q++;
+            *w++ = ' ';
+        } else {
+            *w++ = *q;
+        }
+    }
+    *w++ = ';';
+    *w = 0;
+    return r;
+}
+
+/* Every function and global of the program's runtime files, as their
+ * definitions at the start of a line declare them (MPRT_KERNEL,
+ * MPRT_CU_KERNEL, MPRT_GLOBAL). */
+static RtIndex runtime_index(CG *cg)
+{
+    static const char *const starts[] = {"MPRT_KERNEL ", "MPRT_CU_KERNEL ", "MPRT_GLOBAL "};
+    RtIndex ix = {0};
+    const char *const *files = runtime_sources(cg);
+    for (int i = 0; files[i]; i++)
+        for (const char *p = embedded(files[i])->text; p && *p;) {
+            bool start = false;
+            for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++)
+                start = start || strncmp(p, starts[k], strlen(starts[k])) == 0;
+            if (!start) {
+                p = strchr(p, '\n');
+                p = p ? p + 1 : NULL;
+                continue;
+            }
+            const char *text = spell_api(cg, declaration(cg, p, &p));
+            if (ix.n == ix.cap) {
+                int cap = ix.cap ? 2 * ix.cap : 256;
+                ix.d = arena_grow(cg->g->arena, ix.d, (size_t)ix.cap, (size_t)cap, sizeof *ix.d);
+                ix.cap = cap;
+            }
+            const char *name = declared_name(cg, text);
+            ix.d[ix.n++] = (RtDecl){name, text, name ? strlen(name) : 0, false};
+        }
+    return ix;
+}
+
+/* Marks the runtime's declaration of every name mprt_... the model uses;
+ * one the runtime does not define is mpcc's error. */
+static void mark_used(void *ctx, const char *id, size_t len)
+{
+    RtIndex *ix = ctx;
+    if (len < 5 || strncmp(id, "mprt_", 5) != 0)
+        return;
+    for (int i = ix->n - 1; i >= 0; i--)   /* the last: mixed.c's over stream.c's */
+        if (ix->d[i].len == len && memcmp(ix->d[i].name, id, len) == 0) {
+            ix->d[i].used = true;
+            return;
+        }
+    mpcc_die(__FILE__, __LINE__, "the generated model calls %.*s, which the runtime lacks",
+             (int)len, id);
+}
+
+/* The runtime's headers, and the declarations of what the model uses. */
+static void emit_declarations(CG *cg, const Text *model)
+{
+    emit(cg, "\n/* ==== the runtime's declarations (its definitions follow the model) ==== */\n");
+    const char *const *headers = runtime_headers(cg);
+    for (int i = 0; headers[i]; i++)
+        paste(cg, headers[i], true);
+    emit_libraries(cg);
+    RtIndex ix = runtime_index(cg);
+    for_each_ident(model->buf, model->n, mark_used, &ix);
+    for (int i = 0; i < ix.n; i++)
+        if (ix.d[i].used)
+            emit(cg, "%s\n", ix.d[i].text);
+}
+
+/* The runtime's definitions, after the model. */
+static void emit_runtime(CG *cg)
+{
+    emit(cg, "\n/* ==== the runtime ==== */\n");
+    const char *const *files = runtime_sources(cg);
+    for (int i = 0; files[i]; i++)
+        paste(cg, files[i], false);
 }
 
 static bool all_zero(const Tensor *t)
@@ -1796,7 +2125,7 @@ static const char *grad_buf(CG *cg, uint32_t p)
 {
     int acc = cg->plan->acc_of[p];
     if (acc >= 0)
-        return arena_printf(cg->g->arena, "((float *)(%s))", addr(cg, acc, "0"));
+        return arena_printf(cg->g->arena, "((float *)(%s))", slot_addr(cg, acc, 0));
     return buf(cg, cg->g->values[p].grad);
 }
 
@@ -1860,9 +2189,10 @@ static void emit_clip_partials(CG *cg, int kind)
         emit(cg, "    if (mb == %d)\n        mprt_cu_norm_mark();\n", cg->plan->sc->M - 1);
 }
 
-static void emit_update_node(CG *cg, const Node *n)
+static void emit_update_node(CG *cg, const Node *n, int mark)
 {
-    emit(cg, "    /* %s */\n", comment_text(cg, n->name));
+    emit_mark(cg, mark);
+    emit(cg, "/* %s */\n", comment_text(cg, n->name));
     if (n->op == OP_SGD)
         emit(cg, "    %s(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n", kernel(cg, "sgd"),
              numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
@@ -1876,15 +2206,20 @@ static void emit_update_node(CG *cg, const Node *n)
              attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
 }
 
-/* One node between its profiling marks (MPRT_CU_PROF_* on a CUDA device,
- * which also name the node for the CUDA calls' errors). */
-static void emit_timed(CG *cg, uint32_t node, void (*body)(CG *, const Node *))
+/* Node `node` is timed by --profile: its index in the profile's table. */
+static int profile_slot(CG *cg, uint32_t node)
 {
-    const char *kind = cuda_stage(cg) ? "CU_" : "";
-    emit(cg, "    {\n    MPRT_%sPROF_BEGIN(%d);\n", kind, cg->nprofiled);
-    body(cg, &cg->g->nodes[node]);
-    emit(cg, "    MPRT_%sPROF_END(%d);\n    }\n", kind, cg->nprofiled);
-    cg->profiled[cg->nprofiled++] = node;
+    cg->profiled[cg->nprofiled] = node;
+    cg->timed = true;
+    return cg->nprofiled++;
+}
+
+/* After a function's last timed node: where its time ends. */
+static void emit_timed_end(CG *cg)
+{
+    if (cg->timed)
+        emit(cg, "    mprt_%sprof_end();\n", cuda_stage(cg) ? "cu_" : "");
+    cg->timed = false;
 }
 
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
@@ -1897,43 +2232,53 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
         emit(cg, "    scale *= mprt_clip_scale(%d, mprt_norm_sq, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++)
-        emit_timed(cg, nodes[i], emit_update_node);
+        emit_update_node(cg, &cg->g->nodes[nodes[i]], profile_slot(cg, nodes[i]));
+    emit_timed_end(cg);
+}
+
+/* The body of one stage's action (cg->stage, kind): its nodes, then the
+ * gradients' sums and squared norms. */
+static void emit_action_body(CG *cg, int kind)
+{
+    const Plan *p = cg->plan;
+    size_t k = (size_t)cg->stage * ACT_KINDS + kind;
+    if (kind == ACT_UPDATE) {
+        emit_update_body(cg, p->nodes[k], p->nnodes[k]);
+        return;
+    }
+    if (kind == ACT_BWD && p->st->recompute[cg->stage]) {
+        size_t f = (size_t)cg->stage * ACT_KINDS + ACT_FWD;
+        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
+        cg->recomputing = true;
+        for (int i = 0; i < p->nnodes[f]; i++)
+            emit_node(cg, &cg->g->nodes[p->nodes[f][i]], -1);
+        cg->recomputing = false;
+        emit(cg, "    /* the backward */\n");
+    }
+    for (int i = 0; i < p->nnodes[k]; i++) {
+        const Node *n = &cg->g->nodes[p->nodes[k][i]];
+        emit_node(cg, n, profile_slot(cg, p->nodes[k][i]));
+        if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
+            emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
+    }
+    emit_timed_end(cg);
+    if (kind != ACT_FWD) {
+        emit_accumulate(cg, kind);
+        emit_clip_partials(cg, kind);
+    }
 }
 
 /* One stage's action as a function of the micro-batch. */
 static void emit_action(CG *cg, int stage, int kind)
 {
     const Plan *p = cg->plan;
-    size_t k = (size_t)stage * ACT_KINDS + kind;
     cg->stage = stage;
     emit(cg, "\n/* --- stage %d on %s: %s --- */\nstatic void s%d_%s(int mb)\n{\n", stage,
          p->ds->d[p->st->dev[stage]].name, act_names[kind], stage, act_names[kind]);
-    if (kind == ACT_UPDATE) {
-        emit_update_body(cg, p->nodes[k], p->nnodes[k]);
-        emit(cg, "}\n");
-        return;
-    }
-    emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
-         "micro-batch */\n", p->sc->M);
-    if (kind == ACT_BWD && p->st->recompute[stage]) {
-        size_t f = (size_t)stage * ACT_KINDS + ACT_FWD;
-        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
-        cg->recomputing = true;
-        for (int i = 0; i < p->nnodes[f]; i++)
-            emit_node(cg, &cg->g->nodes[p->nodes[f][i]]);
-        cg->recomputing = false;
-        emit(cg, "    /* the backward */\n");
-    }
-    for (int i = 0; i < p->nnodes[k]; i++) {
-        const Node *n = &cg->g->nodes[p->nodes[k][i]];
-        emit_timed(cg, p->nodes[k][i], emit_node);
-        if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
-            emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
-    }
-    if (kind != ACT_FWD) {
-        emit_accumulate(cg, kind);
-        emit_clip_partials(cg, kind);
-    }
+    if (kind != ACT_UPDATE)
+        emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
+             "micro-batch */\n", p->sc->M);
+    emit_action_body(cg, kind);
     emit(cg, "}\n");
 }
 
@@ -1964,14 +2309,11 @@ static void emit_op(CG *cg, int i)
         emit(cg, "    mprt_launch(%d, s%d_%s, %d, %d);   /* %s */\n", op->stream, op->act.stage,
              act_names[op->act.kind], op->act.mb, i, stream_name(cg, op->stream));
     } else {
-        const Buf *src = &p->bufs[op->src], *dst = &p->bufs[op->dst];
-        char mb[16];
-        snprintf(mb, sizeof mb, "%d", op->mb);
+        const Buf *dst = &p->bufs[op->dst];
         emit(cg, "    mprt_memcpy_async(%d, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
-             op->stream, addr(cg, op->dst, mb), addr(cg, op->src, mb), dst->bytes, i,
-             stream_name(cg, op->stream),
+             op->stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb),
+             dst->bytes, i, stream_name(cg, op->stream),
              comment_text(cg, cg->g->values[dst->value].name), op->mb, dst->stage);
-        (void)src;
     }
     if (op->event >= 0)
         emit(cg, "    mprt_record_event(%d, %d);\n", op->stream, op->event);
@@ -2036,8 +2378,9 @@ static void emit_eval(CG *cg)
             if (!bf->received || p->st->home[v] != s ||
                 (pn != NONE && cg->g->nodes[pn].phase != PH_FORWARD))
                 continue;
-            emit(cg, "    mprt_dev_copy(%s, %s, %zu);\n", addr(cg, r, "0"),
-                 addr(cg, plan_buf(p, v, s), "0"), bf->bytes);
+            emit(cg, "    mprt_dev_copy(%s, %s, %zu);   /* '%s' to stage %d */\n",
+                 slot_addr(cg, r, 0), slot_addr(cg, plan_buf(p, v, s), 0), bf->bytes,
+                 comment_text(cg, cg->g->values[v].name), bf->stage);
         }
     }
     emit(cg, "}\n");
@@ -2169,10 +2512,17 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
-         "};\n\nint main(int argc, char **argv)\n{\n");
+         "};\n");
+}
+
+/* main, after the runtime: the runtime's trainer (or forward-only program)
+ * runs the model; a CUDA trainer hands it the kernels' source. */
+static void emit_main(CG *cg)
+{
+    emit(cg, "\n/* ==== main ==== */\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
         emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
-    emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
+    emit(cg, "    return mprt_%s_main(&model, argc, argv);\n}\n", cg->o->infer ? "infer" : "train");
 }
 
 /* --infer: each stage's forward, node after node. */
@@ -2185,7 +2535,7 @@ static void emit_forward_only(CG *cg)
         emit(cg, "\n/* --- the forward on %s --- */\nstatic void s%d_forward(int mb)\n{\n"
              "    (void)mb;\n", p->ds->d[p->st->dev[s]].name, s);
         for (int i = 0; i < p->nnodes[k]; i++)
-            emit_node(cg, &cg->g->nodes[p->nodes[k][i]]);
+            emit_node(cg, &cg->g->nodes[p->nodes[k][i]], -1);
         emit(cg, "}\n");
     }
 }
@@ -2212,8 +2562,7 @@ static void emit_infer_model(CG *cg, const char *hash, const char *weights)
          "    .ndev = 1, .arena_bytes = arena_bytes, .device_names = device_names,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n"
          "    .zero_state = zero_state, .forward = eval_forward,\n"
-         "};\n\nint main(int argc, char **argv)\n{\n"
-         "    return mprt_infer_main(&model, argc, argv);\n}\n",
+         "};\n",
          p->arena_bytes[0], c_string(cg, p->ds->d[0].name), c_string(cg, program_name(cg)),
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights));
 }
@@ -2256,48 +2605,39 @@ static int cuda_devices(const Plan *plan)
     return ncuda;
 }
 
-/* The program is written to memory, then to its file: an error on the
- * way (an op the trainer lacks) leaves no partial file, and one that
- * unwinds to a harness (diag_jmp) frees it with the arena. */
-typedef struct Text {
-    FILE *f;
-    char *buf;
-    size_t n;
-} Text;
-
-static void text_free(void *p)
-{
-    Text *t = p;
-    if (t->f)
-        fclose(t->f);
-    free(t->buf);
-}
-
-static FILE *text_open(Graph *g, Text *t)
-{
-    t->f = open_memstream(&t->buf, &t->n);
-    if (!t->f)
-        error_file(g->file, "out of memory for the generated program");
-    arena_defer(g->arena, text_free, t);
-    return t->f;
-}
-
 /* Writes the text to path (through path.tmp, renamed when complete). */
 static void text_save(Graph *g, Text *t, const char *path)
 {
-    bool ok = fclose(t->f) == 0;
-    t->f = NULL;
-    if (!ok)
-        error_file(g->file, "out of memory for the generated program");
+    text_close(g, t);
     char *tmp = arena_printf(g->arena, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
-    ok = fwrite(t->buf, 1, t->n, f) == t->n;
+    bool ok = fwrite(t->buf, 1, t->n, f) == t->n;
     if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
         int err = errno;
         remove(tmp);
         error_file(path, "write failed: %s", strerror(err));
+    }
+}
+
+/* The model's part of the program: its arenas, constants, functions and
+ * tables. */
+static void emit_model_part(CG *cg, const char *hash, const char *weights)
+{
+    emit_devices(cg);
+    emit_constants(cg);
+    if (cg->o->infer) {
+        emit_forward_only(cg);
+        emit_eval(cg);
+        emit_infer_model(cg, hash, weights);
+    } else {
+        emit_actions(cg);
+        emit_step(cg);
+        emit_prof_table(cg);
+        emit_op_table(cg);
+        emit_eval(cg);
+        emit_model(cg, hash, weights);
     }
 }
 
@@ -2311,27 +2651,21 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
     const char *slash = strrchr(weights, '/');
+    /* the model first, to know what it uses of the runtime */
+    Text *model = arena_alloc(g->arena, sizeof *model);
+    cg.out = text_open(g, model);
+    emit_model_part(&cg, hash, slash ? slash + 1 : weights);
+    text_close(g, model);
     Text *text = arena_alloc(g->arena, sizeof *text);
     cg.out = text_open(g, text);
     emit_header(&cg, hash);
+    emit_declarations(&cg, model);
+    emit(&cg, "\n/* ==== the model ==== */\n\n");
+    fwrite(model->buf, 1, model->n, cg.out);
     emit_runtime(&cg);
     if (cg.cuda)
         emit_kernel_source(&cg);
-    emit(&cg, "\n/* ==== the model ==== */\n\n");
-    emit_devices(&cg);
-    emit_constants(&cg);
-    if (o->infer) {
-        emit_forward_only(&cg);
-        emit_eval(&cg);
-        emit_infer_model(&cg, hash, slash ? slash + 1 : weights);
-    } else {
-        emit_actions(&cg);
-        emit_step(&cg);
-        emit_prof_table(&cg);
-        emit_op_table(&cg);
-        emit_eval(&cg);
-        emit_model(&cg, hash, slash ? slash + 1 : weights);
-    }
+    emit_main(&cg);
     text_save(g, text, o->output);
     write_weights(&cg, weights);
 }

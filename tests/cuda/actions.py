@@ -20,7 +20,8 @@ import tempfile
 
 CALL = re.compile(r"\bmprt_(?:cu_)?([a-z0-9_]+)\(")
 # The trainer's bookkeeping inside actions, not kernels.
-NOT_KERNELS = {"dev_read", "dev_hold", "dev_unhold", "dev_stage", "dev_commit", "keep_loss"}
+NOT_KERNELS = {"dev_read", "dev_hold", "dev_unhold", "dev_stage", "dev_commit", "keep_loss",
+               "prof_node", "prof_end"}
 
 
 def function_body(src, name):
