@@ -11,10 +11,12 @@
  * (the runtime's .c files, pasted in); and main.
  *
  * Every buffer lives at the static offset the plan gave it in its device's
- * arena (An), micro-batch mb in slot mb % slots. Every kernel call is
- * preceded by a comment naming the ONNX node it implements; names from the
- * model reach the C file only inside comments (escaped) and string literals
- * (escaped).
+ * arena (An), micro-batch mb in slot mb % slots; a function names each
+ * buffer it uses in a local pointer (the value's name as a C identifier)
+ * with its type and shape. Every kernel call is preceded by a comment
+ * naming the ONNX node it implements. Names from the model reach the C file
+ * only inside comments (escaped), string literals (escaped) and as
+ * identifiers made of [A-Za-z0-9_] (c_ident).
  */
 #include "mpcc.h"
 #include "mprt.h"
@@ -44,8 +46,20 @@ typedef struct CG {
     bool cuda;            /* some devices are CUDA devices */
     bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
     const Fusion *fu;     /* the chains that run as one kernel each */
-    bool timed;           /* the action being written has marked a node for --profile */
+    /* the function being written: the buffers it uses, as named locals */
+    struct Local *locals;
+    int nlocals, cap_locals;
+    int *local_of;        /* [nbufs]: the buffer's local, -1 if none yet */
+    bool in_function;
+    bool dropout;         /* it runs a Dropout node (which reads mprt_dropout_mb) */
+    bool timed;           /* it has marked a node's start for --profile */
 } CG;
+
+/* A buffer of the function being written, by the name it has there. */
+typedef struct Local {
+    int buf;
+    const char *name;
+} Local;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
 static void emit(CG *cg, const char *fmt, ...)
@@ -186,19 +200,172 @@ static bool has_buf(CG *cg, uint32_t v)
     return v != NONE && plan_buf(cg->plan, v, cg->stage) >= 0;
 }
 
-/* A buffer expression in the current stage: ((float *)(A0 + 4096)) */
-static const char *buf(CG *cg, uint32_t v)
+/* ---- the buffers a function uses: named locals ---- */
+
+/* Names a local may not take: C's keywords (through C23), what the
+ * generated code itself declares or reads inside its functions, and the C
+ * library's macros with lowercase names (reserved_name refuses the
+ * others, in capitals, as a class). */
+static const char *const reserved_names[] = {
+    "alignas", "alignof", "asm", "auto", "bool", "break", "case", "char", "complex", "const",
+    "constexpr", "continue", "default", "do", "double", "else", "enum", "extern", "false",
+    "float", "for", "goto", "if", "imaginary", "inline", "int", "long", "noreturn", "nullptr",
+    "register", "restrict", "return", "short", "signed", "sizeof", "static", "static_assert",
+    "struct", "switch", "thread_local", "true", "typedef", "typeof", "typeof_unqual", "union",
+    "unsigned", "void", "volatile", "while",
+    "mb", "chain", "logp", "scale", "lr", "step", "main", "model", "buffers", "prof_nodes",
+    "op_info", "arena_bytes", "work_offset", "work_bytes", "device_names", "zero_state",
+    "run_step", "eval_forward",
+    "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
+    "offsetof", "math_errhandling", "st_atime", "st_mtime", "st_ctime", "sa_handler",
+    "sa_sigaction",
+};
+
+/* The prefixes of the runtime's names and of the libraries it includes
+ * (matched in any case): a local so named could meet one of their macros. */
+static const char *const reserved_prefixes[] = {"mprt", "cuda", "cublas", "cudnn", "nvrtc",
+                                                "nvtx", "cblas", "pthread"};
+
+static bool has_prefix_nocase(const char *s, const char *prefix)
 {
-    const Value *val = &cg->g->values[v];
-    int b = plan_buf(cg->plan, v, cg->stage);
-    MPCC_ASSERT(b >= 0);
-    const char *t = ctype(val->dtype);
-    if (!t) {
-        Loc loc = value_loc(cg->g, v);
+    for (; *prefix; s++, prefix++)
+        if (tolower((unsigned char)*s) != *prefix)
+            return false;
+    return true;
+}
+
+/* sN_forward and the other action functions. */
+static bool action_function_name(const char *s)
+{
+    static const char *const acts[] = {"forward", "backward", "wgrad", "update"};
+    if (*s++ != 's' || !isdigit((unsigned char)*s))
+        return false;
+    while (isdigit((unsigned char)*s))
+        s++;
+    for (size_t i = 0; *s == '_' && i < sizeof acts / sizeof acts[0]; i++)
+        if (strcmp(s + 1, acts[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Whether identifier s could mean something else where a local of that
+ * name is declared: a keyword, a macro (the headers' are in capitals:
+ * NULL, EOF; so are the program's own: A0, CPU0_COMPUTE, EV_S0_FWD_MB0),
+ * a type (size_t), the runtime's or a library's name, or the program's. */
+static bool reserved_name(const char *s)
+{
+    size_t n = strlen(s);
+    bool lower = false;
+    for (const char *p = s; *p; p++)
+        lower = lower || islower((unsigned char)*p);
+    if ((!lower && n > 1) || (n >= 2 && strcmp(s + n - 2, "_t") == 0))
+        return true;
+    for (size_t i = 0; i < sizeof reserved_prefixes / sizeof reserved_prefixes[0]; i++)
+        if (has_prefix_nocase(s, reserved_prefixes[i]))
+            return true;
+    if (s[0] == 'c' && s[1] == 'u' && isupper((unsigned char)s[2]))   /* cuMemAlloc */
+        return true;
+    for (size_t i = 0; i < sizeof reserved_names / sizeof reserved_names[0]; i++)
+        if (strcmp(s, reserved_names[i]) == 0)
+            return true;
+    return action_function_name(s);
+}
+
+/* At most this many characters of a value's name, so a name with its
+ * suffix (_2) stays within the 63 that C11 promises to tell apart. */
+enum { C_IDENT_MAX = 56 };
+
+/* A model's name as a C identifier: runs of characters other than
+ * [A-Za-z0-9_] become one '_', none is kept at either end, and "v_" goes
+ * before a name that would start with a digit, be empty or be reserved. */
+static const char *c_ident(CG *cg, const char *name)
+{
+    char *r = arena_alloc(cg->g->arena, C_IDENT_MAX + 3), *w = r + 2, *end = w + C_IDENT_MAX;
+    bool gap = false;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if (!isalnum(*p) || *p >= 0x80) {
+            gap = true;   /* '_' too: a run of them is one, and none is kept at the ends */
+            continue;
+        }
+        if (w + (gap && w > r + 2) >= end)
+            break;
+        if (gap && w > r + 2)
+            *w++ = '_';
+        *w++ = (char)*p;
+        gap = false;
+    }
+    *w = 0;
+    if (w == r + 2 || isdigit((unsigned char)r[2]) || reserved_name(r + 2)) {
+        r[0] = 'v', r[1] = '_';
+        return r;
+    }
+    return r + 2;
+}
+
+static bool local_named(const CG *cg, const char *name)
+{
+    for (int i = 0; i < cg->nlocals; i++)
+        if (strcmp(cg->locals[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Buffer b in the function being written. Its local is named later, in
+ * the order the body first mentions it (end_function), not in the order
+ * the emitters happen to evaluate their arguments: until then the body
+ * holds a mark, "\1b\2" (bytes nothing else in the program has). */
+static const char *local_buf(CG *cg, int b)
+{
+    MPCC_ASSERT(cg->in_function);
+    const Value *val = &cg->g->values[cg->plan->bufs[b].value];
+    if (!ctype(val->dtype)) {
+        Loc loc = value_loc(cg->g, cg->plan->bufs[b].value);
         error_at(&loc, "element type %s is not supported by the CPU trainer yet",
                  dtype_name(val->dtype));
     }
-    return arena_printf(cg->g->arena, "((%s *)(%s))", t, addr(cg, b));
+    return arena_printf(cg->g->arena, "\1%d\2", b);
+}
+
+/* Buffer b's local, made the first time: called after its value (a
+ * gradient's sum: VALUE_grad_sum), unique in the function by _2, _3, ... */
+static const char *local_name(CG *cg, int b)
+{
+    if (cg->local_of[b] >= 0)
+        return cg->locals[cg->local_of[b]].name;
+    const Buf *bf = &cg->plan->bufs[b];
+    const Value *val = &cg->g->values[bf->value];
+    const char *base = c_ident(cg, bf->acc ? arena_printf(cg->g->arena, "%s_grad_sum", val->name)
+                                           : val->name);
+    const char *name = base;
+    for (int k = 2; local_named(cg, name); k++)
+        name = arena_printf(cg->g->arena, "%s_%d", base, k);
+    if (cg->nlocals == cg->cap_locals) {
+        int cap = cg->cap_locals ? 2 * cg->cap_locals : 64;
+        cg->locals = arena_grow(cg->g->arena, cg->locals, (size_t)cg->cap_locals, (size_t)cap,
+                                sizeof(Local));
+        cg->cap_locals = cap;
+    }
+    cg->locals[cg->nlocals] = (Local){b, name};
+    cg->local_of[b] = cg->nlocals++;
+    return name;
+}
+
+/* The buffer a mark at p ("\1b\2") stands for; *next is after it. */
+static int local_mark(const char *p, const char **next)
+{
+    char *end;
+    long b = strtol(p + 1, &end, 10);
+    MPCC_ASSERT(*end == '\2');
+    *next = end + 1;
+    return (int)b;
+}
+
+/* A buffer of the current stage, by its local's name. */
+static const char *buf(CG *cg, uint32_t v)
+{
+    int b = plan_buf(cg->plan, v, cg->stage);
+    MPCC_ASSERT(b >= 0);
+    return local_buf(cg, b);
 }
 
 static long numel(CG *cg, uint32_t v)
@@ -209,6 +376,91 @@ static long numel(CG *cg, uint32_t v)
 static const Shape *shape_of(CG *cg, uint32_t v)
 {
     return &cg->g->values[v].shape;
+}
+
+/* What a local's comment says of its buffer: its element type and shape,
+ * where it comes from, and its slot. */
+static const char *local_note(CG *cg, const Buf *bf)
+{
+    Arena *a = cg->g->arena;
+    const Value *val = &cg->g->values[bf->value];
+    const char *s = arena_printf(a, "%s[", dtype_name(val->dtype));
+    for (int i = 0; i < val->shape.rank; i++)
+        s = arena_printf(a, "%s%s%lld", s, i ? "," : "", (long long)val->shape.d[i]);
+    s = arena_printf(a, "%s]", s);
+    if (bf->acc)
+        s = arena_printf(a, "%s, the sum over the micro-batches", s);
+    else if (bf->received)
+        s = arena_printf(a, "%s, from stage %d", s, cg->plan->st->home[bf->value]);
+    if (bf->slots > 1)
+        s = arena_printf(a, "%s, slot mb %% %d", s, bf->slots);
+    return s;
+}
+
+/* A function being written: its body goes to memory while the buffers it
+ * uses become locals; end_function writes its head, the locals and the
+ * body. */
+typedef struct Function {
+    FILE *out;   /* where the function goes */
+    Text *body;
+} Function;
+
+static Function begin_function(CG *cg)
+{
+    for (int i = 0; i < cg->nlocals; i++)
+        cg->local_of[cg->locals[i].buf] = -1;
+    cg->nlocals = 0;
+    cg->in_function = true;
+    cg->dropout = cg->timed = false;
+    Function f = {cg->out, arena_alloc(cg->g->arena, sizeof(Text))};
+    cg->out = text_open(cg->g, f.body);
+    return f;
+}
+
+static void find_mb(void *ctx, const char *id, size_t len)
+{
+    if (len == 2 && memcmp(id, "mb", 2) == 0)
+        *(bool *)ctx = true;
+}
+
+/* The function: head ("static void s0_forward(int mb)\n"), a local per
+ * buffer in the order the body first mentions them, then (where the
+ * function has a Dropout node) the micro-batch its masks are drawn for,
+ * and the body with its marks replaced by the locals' names. */
+static void end_function(CG *cg, Function *f, const char *head)
+{
+    text_close(cg->g, f->body);
+    cg->out = f->out;
+    cg->in_function = false;
+    const char *body = f->body->buf, *end = body + f->body->n, *next = body;
+    for (const char *p; (p = memchr(next, '\1', (size_t)(end - next)));)
+        local_name(cg, local_mark(p, &next));
+    emit(cg, "%s{\n", head);
+    bool mb_used = false;
+    for (int i = 0; i < cg->nlocals; i++) {
+        const Buf *bf = &cg->plan->bufs[cg->locals[i].buf];
+        const char *t = ctype(cg->g->values[bf->value].dtype);
+        emit(cg, "    %s *%s = (%s *)(%s);   /* %s */\n", t, cg->locals[i].name, t,
+             addr(cg, cg->locals[i].buf), local_note(cg, bf));
+        mb_used = mb_used || bf->slots > 1;
+    }
+    if (cg->dropout && !cg->o->infer) {
+        emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
+             "micro-batch */\n", cg->plan->sc->M);
+        mb_used = true;
+    }
+    if (!mb_used)
+        for_each_ident(body, f->body->n, find_mb, &mb_used);
+    if (!mb_used)
+        emit(cg, "    (void)mb;\n");
+    for (const char *p = body; p < end; p = next) {
+        const char *mark = memchr(p, '\1', (size_t)(end - p));
+        fwrite(p, 1, (size_t)((mark ? mark : end) - p), cg->out);
+        next = end;
+        if (mark)
+            emit(cg, "%s", cg->locals[cg->local_of[local_mark(mark, &next)]].name);
+    }
+    emit(cg, "}\n");
 }
 
 /* ---- kernels, one call per node ---- */
@@ -1034,6 +1286,7 @@ static void emit_layer_norm(CG *cg, const Node *n)
 
 static void emit_dropout(CG *cg, const Node *n)
 {
+    cg->dropout = true;   /* the function sets mprt_dropout_mb, which the mask reads */
     /* --infer: before opset 12 Dropout has no training mode: the identity */
     double ratio = cg->o->infer && cg->g->opset < 12 ? 0 : dropout_ratio(cg->g, n);
     if (n->op == OP_DROPOUT)
@@ -2124,8 +2377,10 @@ static void emit_constants(CG *cg)
 static const char *grad_buf(CG *cg, uint32_t p)
 {
     int acc = cg->plan->acc_of[p];
-    if (acc >= 0)
-        return arena_printf(cg->g->arena, "((float *)(%s))", slot_addr(cg, acc, 0));
+    if (acc >= 0) {
+        MPCC_ASSERT(cg->plan->bufs[acc].slots == 1);   /* one sum for the whole step */
+        return local_buf(cg, acc);
+    }
     return buf(cg, cg->g->values[p].grad);
 }
 
@@ -2224,8 +2479,14 @@ static void emit_timed_end(CG *cg)
 
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
 {
-    emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
-         "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
+    bool adamw = false;
+    for (int i = 0; i < n; i++)
+        adamw = adamw || cg->g->nodes[nodes[i]].op != OP_SGD;   /* emit_update_node */
+    emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n", cg->plan->sc->M);
+    if (adamw)
+        emit(cg, "    long step = mprt_step_no + 1;   /* AdamW's bias correction */\n");
+    if (n == 0)
+        emit(cg, "    (void)scale, (void)lr;\n");
     if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
         emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
     if (cg->o->train.clip_norm > 0)
@@ -2273,13 +2534,12 @@ static void emit_action(CG *cg, int stage, int kind)
 {
     const Plan *p = cg->plan;
     cg->stage = stage;
-    emit(cg, "\n/* --- stage %d on %s: %s --- */\nstatic void s%d_%s(int mb)\n{\n", stage,
-         p->ds->d[p->st->dev[stage]].name, act_names[kind], stage, act_names[kind]);
-    if (kind != ACT_UPDATE)
-        emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
-             "micro-batch */\n", p->sc->M);
+    Function f = begin_function(cg);
     emit_action_body(cg, kind);
-    emit(cg, "}\n");
+    end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- stage %d on %s: %s --- */\n"
+                                      "static void s%d_%s(int mb)\n", stage,
+                                      p->ds->d[p->st->dev[stage]].name, act_names[kind], stage,
+                                      act_names[kind]));
 }
 
 static void emit_actions(CG *cg)
@@ -2532,11 +2792,12 @@ static void emit_forward_only(CG *cg)
     for (int s = 0; s < p->st->n; s++) {
         size_t k = (size_t)s * ACT_KINDS + ACT_FWD;
         cg->stage = s;
-        emit(cg, "\n/* --- the forward on %s --- */\nstatic void s%d_forward(int mb)\n{\n"
-             "    (void)mb;\n", p->ds->d[p->st->dev[s]].name, s);
+        Function f = begin_function(cg);
         for (int i = 0; i < p->nnodes[k]; i++)
             emit_node(cg, &cg->g->nodes[p->nodes[k][i]], -1);
-        emit(cg, "}\n");
+        end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- the forward on %s --- */\n"
+                                          "static void s%d_forward(int mb)\n",
+                                          p->ds->d[p->st->dev[s]].name, s));
     }
 }
 
@@ -2647,6 +2908,9 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
              .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
+    cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
+    for (int b = 0; b < plan->nbufs; b++)
+        cg.local_of[b] = -1;
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
