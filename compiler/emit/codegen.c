@@ -2559,35 +2559,112 @@ static const char *stream_name(CG *cg, int stream)
                         kinds[stream % STREAMS_PER_DEV]);
 }
 
-static void emit_op(CG *cg, int i)
+/* A stream's name in the program: CPU0_COMPUTE, CUDA1_SEND_BACK. */
+static const char *stream_ident(CG *cg, int stream)
+{
+    static const char *const kinds[] = {"COMPUTE", "SEND", "SEND_BACK"};
+    const char *dev = cg->plan->ds->d[stream / STREAMS_PER_DEV].name;
+    char *r = arena_alloc(cg->g->arena, strlen(dev) + 1), *w = r;
+    for (; *dev; dev++)
+        if (isalnum((unsigned char)*dev))
+            *w++ = (char)toupper((unsigned char)*dev);
+    *w = 0;
+    return arena_printf(cg->g->arena, "%s_%s", r, kinds[stream % STREAMS_PER_DEV]);
+}
+
+static bool name_taken(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* An event's name in the program: what it marks as done, the action
+ * (EV_S1_BWD_MB2, EV_S0_UPDATE) or copy (EV_COPY_S0_S1_MB2, then
+ * EV_COPY_S0_S1_MB2_2 for the next value that crosses with it) that
+ * records it. */
+static const char *event_ident(CG *cg, const PlanOp *op, const char *const *taken, int ntaken)
+{
+    static const char *const acts[] = {"FWD", "BWD", "WGRAD", "UPDATE"};
+    const Plan *p = cg->plan;
+    const char *base;
+    if (op->kind == OPK_RUN && op->act.kind == ACT_UPDATE)
+        base = arena_printf(cg->g->arena, "EV_S%d_UPDATE", op->act.stage);
+    else if (op->kind == OPK_RUN)
+        base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
+                            op->act.mb);
+    else
+        base = arena_printf(cg->g->arena, "EV_COPY_S%d_S%d_MB%d", p->bufs[op->src].stage,
+                            p->bufs[op->dst].stage, op->mb);
+    const char *name = base;
+    for (int k = 2; name_taken(taken, ntaken, name); k++)
+        name = arena_printf(cg->g->arena, "%s_%d", base, k);
+    return name;
+}
+
+/* The step's streams and events as enums, by which run_step names them;
+ * the events' names by number. */
+static const char **emit_step_names(CG *cg)
+{
+    const Plan *p = cg->plan;
+    emit(cg, "\n/* The step's streams: each device's kernels, copies on and copies back. */\n"
+         "enum {\n");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "    %s, %s, %s,\n", stream_ident(cg, d * STREAMS_PER_DEV),
+             stream_ident(cg, d * STREAMS_PER_DEV + 1), stream_ident(cg, d * STREAMS_PER_DEV + 2));
+    emit(cg, "};\n");
+    const char **ev = arena_array(cg->g->arena, (size_t)p->nevents + 1, sizeof *ev);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].event >= 0)
+            ev[p->ops[i].event] = event_ident(cg, &p->ops[i], ev, p->nevents);
+    if (p->nevents == 0)
+        return ev;
+    emit(cg, "\n/* The step's events, each recorded when what it names is done: EV_S1_BWD_MB2,\n"
+         " * stage 1's backward of micro-batch 2; EV_COPY_S0_S1_MB2, a copy from stage 0 to 1. */\n"
+         "enum {");
+    size_t col = 0;   /* of the line's end; 0: no line yet */
+    for (int e = 0; e < p->nevents; e++) {
+        MPCC_ASSERT(ev[e]);
+        if (col == 0 || col + strlen(ev[e]) + 2 > 96)
+            emit(cg, "\n   "), col = 3;
+        emit(cg, " %s,", ev[e]);
+        col += strlen(ev[e]) + 2;
+    }
+    emit(cg, "\n};\n");
+    return ev;
+}
+
+static void emit_op(CG *cg, int i, const char *const *ev)
 {
     const Plan *p = cg->plan;
     const PlanOp *op = &p->ops[i];
+    const char *stream = stream_ident(cg, op->stream);
     for (int k = 0; k < op->ndeps; k++)
-        emit(cg, "    mprt_wait_event(%d, %d);\n", op->stream, p->ops[op->deps[k]].event);
+        emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[p->ops[op->deps[k]].event]);
     if (op->kind == OPK_RUN) {
-        emit(cg, "    mprt_launch(%d, s%d_%s, %d, %d);   /* %s */\n", op->stream, op->act.stage,
-             act_names[op->act.kind], op->act.mb, i, stream_name(cg, op->stream));
+        emit(cg, "    mprt_launch(%s, s%d_%s, %d, %d);\n", stream, op->act.stage,
+             act_names[op->act.kind], op->act.mb, i);
     } else {
         const Buf *dst = &p->bufs[op->dst];
-        emit(cg, "    mprt_memcpy_async(%d, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
-             op->stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb),
-             dst->bytes, i, stream_name(cg, op->stream),
+        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
+             stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb), dst->bytes, i,
+             stream_name(cg, op->stream),
              comment_text(cg, cg->g->values[dst->value].name), op->mb, dst->stage);
     }
     if (op->event >= 0)
-        emit(cg, "    mprt_record_event(%d, %d);\n", op->stream, op->event);
+        emit(cg, "    mprt_record_event(%s, %s);\n", stream, ev[op->event]);
 }
 
 static void emit_step(CG *cg)
 {
     const Plan *p = cg->plan;
+    const char **ev = emit_step_names(cg);
     emit(cg, "\n/* One step: every device's actions and copies, in an order where each wait\n"
-         " * names an event recorded before it. Stream n is device n / 3; n %% 3 is its\n"
-         " * compute stream (0), its send stream (1) and its send-back stream (2). */\n"
+         " * names an event recorded before it; an operation's last number is its op_info row. */\n"
          "static void run_step(void)\n{\n");
     for (int i = 0; i < p->nops; i++)
-        emit_op(cg, i);
+        emit_op(cg, i, ev);
     emit(cg, "    mprt_sync();\n}\n");
 }
 
