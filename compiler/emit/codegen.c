@@ -2076,18 +2076,23 @@ static bool library_include(const char *p, size_t len, int depth)
     return depth == 0 && len > 10 && strncmp(p, "#include <", 10) == 0;
 }
 
-/* A header's include guard: its first #ifndef, the #define after it and
- * its last #endif (a pasted header is read once and needs none). */
-static bool guard_line(const char *text, const char *p, size_t len)
+/* A header's include guard: the lines of its first #ifndef, the #define
+ * after it and its last #endif (a pasted header is read once and needs
+ * none); NULL where a header has none. */
+typedef struct Guard {
+    const char *ifndef, *define, *endif;
+} Guard;
+
+static Guard include_guard(const char *text)
 {
+    Guard g = {NULL, NULL, NULL};
     const char *ifndef = strstr(text, "\n#ifndef "), *endif = NULL;
-    for (const char *q = strstr(text, "\n#endif"); q; q = strstr(q + 1, "\n#endif"))
+    for (const char *q = strstr(text, "\n#endif\n"); q; q = strstr(q + 1, "\n#endif\n"))
         endif = q;
-    if (!ifndef || !endif)
-        return false;
-    const char *define = strchr(ifndef + 1, '\n');
-    return p == ifndef + 1 || (define && p == define + 1 && strncmp(p, "#define ", 8) == 0) ||
-           (p == endif + 1 && len == 6);
+    const char *define = ifndef ? strchr(ifndef + 1, '\n') : NULL;
+    if (define && endif && strncmp(define + 1, "#define ", 8) == 0)
+        g = (Guard){ifndef + 1, define + 1, endif + 1};
+    return g;
 }
 
 /* A runtime file as it is, less its #include "..." lines (what they name
@@ -2098,13 +2103,15 @@ static void paste(CG *cg, const char *name, bool header)
 {
     const EmbeddedFile *f = embedded(name);
     emit(cg, "\n");   /* the file's first line names it */
+    Guard guard = header ? include_guard(f->text) : (Guard){NULL, NULL, NULL};
     int depth = 0;
     bool blank = false;   /* a blank line to write before the next line kept */
     for (const char *p = f->text; *p;) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         bool keep = !(len > 10 && strncmp(p, "#include \"", 10) == 0) &&
-                    !(header ? guard_line(f->text, p, len) : library_include(p, len, depth));
+                    p != guard.ifndef && p != guard.define && p != guard.endif &&
+                    (header || !library_include(p, len, depth));
         if (keep && len == 0)
             blank = true;
         else if (keep)
@@ -2114,42 +2121,53 @@ static void paste(CG *cg, const char *name, bool header)
     }
 }
 
-/* The libraries the runtime's definitions include, each once (those of
- * its headers are pasted with them), before the model: the program reads
- * as a file that includes what it needs first. */
+/* The lines #include <...> seen so far, each once. */
+typedef struct Libraries {
+    const char **line;
+    int n, cap;
+} Libraries;
+
+/* Adds a runtime file's #include <...> lines (of a .c file, those outside
+ * any #if) that libs lacks; writes them when `write`. */
+static void add_libraries(CG *cg, Libraries *libs, const char *name, bool header, bool write)
+{
+    int depth = 0;
+    for (const char *p = embedded(name)->text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        bool lib = header ? len > 10 && strncmp(p, "#include <", 10) == 0
+                          : library_include(p, len, depth);
+        for (int k = 0; lib && k < libs->n; k++)
+            lib = !(strlen(libs->line[k]) == len && strncmp(libs->line[k], p, len) == 0);
+        if (lib) {
+            if (libs->n == libs->cap) {
+                int cap = libs->cap ? 2 * libs->cap : 32;
+                libs->line = arena_grow(cg->g->arena, libs->line, (size_t)libs->cap,
+                                        (size_t)cap, sizeof *libs->line);
+                libs->cap = cap;
+            }
+            libs->line[libs->n++] = arena_strndup(cg->g->arena, p, len);
+            if (write)
+                emit(cg, "%.*s\n", (int)len, p);
+        }
+        depth = if_depth(p, len, depth);
+        p += len + (nl ? 1 : 0);
+    }
+}
+
+/* The libraries the runtime's definitions include, each once (those its
+ * headers include come with them), before the model: the program reads as
+ * a file that includes what it needs first. */
 static void emit_libraries(CG *cg)
 {
     const char *const *headers = runtime_headers(cg), *const *files = runtime_sources(cg);
-    const char **seen = NULL;
-    int nseen = 0, cap = 0;
+    Libraries libs = {0};
     emit(cg, "\n/* ---- the runtime's libraries, and its functions and globals the model uses "
          "---- */\n");
-    for (int pass = 0; pass < 2; pass++)   /* the headers' includes, then the files' */
-        for (int i = 0; (pass ? files : headers)[i]; i++) {
-            int depth = 0;
-            for (const char *p = embedded((pass ? files : headers)[i])->text; *p;) {
-                const char *nl = strchr(p, '\n');
-                size_t len = nl ? (size_t)(nl - p) : strlen(p);
-                bool lib = len > 10 && strncmp(p, "#include <", 10) == 0 &&
-                           (pass == 0 || library_include(p, len, depth));
-                const char *line = lib ? arena_strndup(cg->g->arena, p, len) : NULL;
-                for (int k = 0; line && k < nseen; k++)
-                    if (strcmp(seen[k], line) == 0)
-                        line = NULL;
-                if (line) {
-                    if (nseen == cap) {
-                        int c = cap ? 2 * cap : 32;
-                        seen = arena_grow(cg->g->arena, seen, (size_t)cap, (size_t)c, sizeof *seen);
-                        cap = c;
-                    }
-                    seen[nseen++] = line;
-                    if (pass)
-                        emit(cg, "%s\n", line);
-                }
-                depth = if_depth(p, len, depth);
-                p += len + (nl ? 1 : 0);
-            }
-        }
+    for (int i = 0; headers[i]; i++)
+        add_libraries(cg, &libs, headers[i], true, false);
+    for (int i = 0; files[i]; i++)
+        add_libraries(cg, &libs, files[i], false, true);
 }
 
 /* ---- the runtime's declarations: what the model uses, defined after it ---- */
