@@ -685,19 +685,23 @@ MPRT_KERNEL void MPRT_GPU_API(sync)(void)
     mprt_cu_node = NULL;
 }
 
-/* Around each node of a stage action, when profiling: the host waits for
- * the node, so its time is the GPU's (profiling runs are measurements). */
-#define MPRT_CU_PROF_BEGIN(k)                                       \
-    mprt_cu_node = mprt_prof_nodes[k].name;                         \
-    double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
-#define MPRT_CU_PROF_END(k)                                         \
-    do {                                                            \
-        if (mprt_profiling) {                                       \
-            MPRT_CUDA(cudaStreamSynchronize(mprt_cu->compute));     \
-            mprt_node_seconds[k] += mprt_clock() - mprt_t0_;        \
-            mprt_node_calls[k]++;                                   \
-        }                                                           \
-    } while (0)
+/* The marks around the nodes of a stage action (timeline.c's
+ * mprt_prof_node): when profiling, the host waits for the node before its
+ * time is taken, so the time is the GPU's (profiling runs are
+ * measurements). The mark also names the node for the CUDA calls' errors. */
+MPRT_KERNEL void mprt_cu_prof_end(void)
+{
+    if (mprt_prof_open >= 0)
+        MPRT_CUDA(cudaStreamSynchronize(mprt_cu->compute));
+    mprt_prof_end();
+}
+
+MPRT_KERNEL void mprt_cu_prof_node(int k)
+{
+    mprt_cu_prof_end();
+    mprt_cu_node = mprt_prof_nodes[k].name;
+    mprt_prof_node(k);
+}
 
 /* ---- device memory ---- */
 

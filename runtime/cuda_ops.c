@@ -29,14 +29,9 @@
  */
 #include "mprt.h"
 #include "kernel.h"
+#include "program.h"
 
 #include <math.h>
-
-#if defined(__GNUC__) || defined(__clang__)
-#define MPRT_CU_KERNEL static __attribute__((unused))
-#else
-#define MPRT_CU_KERNEL static
-#endif
 
 #define MPRT_CU_BLOCK 256u       /* threads per block of the elementwise kernels */
 #define MPRT_CU_COUNT_GRID 1024u /* at most this many blocks for kernels that count labels */

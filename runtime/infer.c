@@ -1,6 +1,6 @@
 /* infer.c — the main of the forward-only program (mpcc --infer).
  *
- * The generated code (after this file) describes the model in one
+ * The generated code (before this file) describes the model in one
  * MprtInferModel: its arena, its buffers (parameters, every graph input and
  * every graph output, at static offsets) and `forward`, which runs every
  * node once. This file reads the weights and each input (.npy, checked
@@ -8,17 +8,7 @@
  * the outputs asked for as .npy files.
  */
 #include "mprt.h"
-
-typedef struct MprtInferModel {
-    const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
-    int ndev;
-    const size_t *arena_bytes;          /* [ndev] */
-    const char *const *device_names;    /* [ndev] */
-    const MprtBuffer *buffers;
-    int nbuffers;
-    void (*zero_state)(void);           /* the constants into their buffers */
-    void (*forward)(void);              /* every node, once */
-} MprtInferModel;
+#include "infer.h"
 
 static void mprt_describe(const MprtBuffer *b, char *buf, size_t n)
 {

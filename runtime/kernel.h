@@ -1,7 +1,7 @@
 /* kernel.h — what the generated step hands every device's kernels: the op
  * codes and the parameter blocks that the CPU kernels (cpu.c, cpu_move.c,
  * cpu_math.c) and their CUDA twins (cuda_ops.c) share, so one call in
- * train.c reads the same on either device. Pasted after state.c. */
+ * train.c reads the same on either device. Pasted after mprt.h. */
 #ifndef MPRT_KERNEL_H
 #define MPRT_KERNEL_H
 

@@ -1,15 +1,12 @@
-/* mprt.h — the runtime's one header: the libc includes it needs, dtypes,
- * arrays, the error convention, and the exports of each runtime file.
+/* mprt.h — the runtime's first header: the libc includes it needs, dtypes,
+ * arrays, the error convention, and the file formats' exports.
  *
- * mpcc pastes mprt.h, mprt.c, npy.c and safetensors.c, state.c, kernel.h
- * and timeline.c, then the kernels and devices (cpu.c, cpu_move.c,
- * cpu_math.c and stream.c; or cuda.c and cuda_ops.c), program.c and the
- * main (data.c, checkpoint.c and train.c, or infer.c), in that order
- * (runtime/README.md), into every generated program, dropping the
- * `#include "..."` lines; unit tests include the .c files directly. So nothing here
- * includes a project header, every helper that is not exported is static,
- * and the file-format code (mprt.c, npy.c, safetensors.c) keeps no global
- * state.
+ * mpcc pastes the runtime into every generated program (runtime/README.md:
+ * the headers before the model, the .c files after it, without their
+ * `#include "..."` lines); unit tests include the .c files directly. So
+ * nothing here includes a project header, every helper that is not
+ * exported is static, and the file-format code (mprt.c, npy.c,
+ * safetensors.c) keeps no global state.
  *
  * Errors: every function that can fail returns 0 on success and non-zero on
  * failure, and then writes one line (no newline) into err[errlen] naming the

@@ -7,27 +7,9 @@
  * one line on standard error, `PROGRAM: error: ...`, and exit status 1.
  */
 #include "mprt.h"
+#include "program.h"
 
-/* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
- * predictions, or one graph output of the forward-only program. */
-enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
-
-/* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
- * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
- * forward-only program checks its file and keeps nothing). */
-typedef struct MprtBuffer {
-    const char *name;
-    int kind;
-    MprtDType dtype;
-    int rank;
-    int64_t shape[MPRT_MAX_RANK];
-    int dev;
-    size_t offset;
-    int slots;
-    size_t stride, nbytes;
-} MprtBuffer;
-
-static unsigned char **mprt_arenas;   /* one per device */
+MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 static const char *mprt_program = "train";   /* the program's name in errors */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)

@@ -8,19 +8,7 @@
  * around its forward passes.
  */
 #include "mprt.h"
-
-/* A program uses only the kernels its model needs. */
-#if defined(__GNUC__) || defined(__clang__)
-#define MPRT_KERNEL static __attribute__((unused))
-#else
-#define MPRT_KERNEL static
-#endif
-/* And of the runtime's globals. */
-#if defined(__GNUC__) || defined(__clang__)
-#define MPRT_GLOBAL static __attribute__((unused))
-#else
-#define MPRT_GLOBAL static
-#endif
+#include "program.h"
 
 /* The devices' entry points (stream.c for CPU devices, cuda.c for GPUs):
  * mprt_launch and the rest. A trainer with both kinds (MPRT_MIXED, set by

@@ -195,16 +195,6 @@ MPRT_KERNEL void MPRT_HOST_API(sync)(void)
     pthread_mutex_unlock(&mprt_mu);
 }
 
-/* Around each node of a stage action: its time, when profiling. */
-#define MPRT_PROF_BEGIN(k) double mprt_t0_ = mprt_profiling ? mprt_clock() : 0
-#define MPRT_PROF_END(k)                                    \
-    do {                                                    \
-        if (mprt_profiling) {                               \
-            mprt_node_seconds[k] += mprt_clock() - mprt_t0_; \
-            mprt_node_calls[k]++;                           \
-        }                                                   \
-    } while (0)
-
 /* ---- device memory: a CPU device's is the host's ---- */
 
 MPRT_KERNEL void MPRT_HOST_API(devices_open)(int ndev, const char *const *names)

@@ -4,6 +4,7 @@
  * cuda.c for CUDA devices) fills mprt_op_start/end and the node times.
  */
 #include "mprt.h"
+#include "program.h"
 
 #include <time.h>
 
@@ -19,13 +20,6 @@ MPRT_KERNEL double mprt_clock(void)
 }
 
 /* ---- the measured timeline ---- */
-
-/* One operation of the step, as the generated program describes it. */
-typedef struct MprtOpInfo {
-    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
-    const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
-    int dst_dev;           /* copies: the receiving device; -1 otherwise */
-} MprtOpInfo;
 
 /* Writes the last traced step in Chrome trace format, as mpcc --trace
  * writes the predicted one: a process per device, a thread per stream,
@@ -74,12 +68,30 @@ MPRT_GLOBAL int mprt_profiling;
 MPRT_GLOBAL double *mprt_node_seconds;
 MPRT_GLOBAL long *mprt_node_calls;
 
-typedef struct MprtProfNode {
-    const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
-    const char *phase;     /* "forward", "backward" or "update" */
-} MprtProfNode;
-
 MPRT_GLOBAL const MprtProfNode *mprt_prof_nodes;   /* the program's nodes, by index */
+
+/* A stage action marks where each node it times starts (mprt_prof_node)
+ * and where its last one ends (mprt_prof_end): a node's time runs from its
+ * mark to the next, on the thread issuing the action (a CPU stream's
+ * worker, or the host for CUDA devices). */
+MPRT_GLOBAL _Thread_local int mprt_prof_open = -1;   /* the node being timed, or -1 */
+MPRT_GLOBAL _Thread_local double mprt_prof_t0;       /* since when */
+
+MPRT_KERNEL void mprt_prof_end(void)
+{
+    if (mprt_prof_open >= 0) {
+        mprt_node_seconds[mprt_prof_open] += mprt_clock() - mprt_prof_t0;
+        mprt_node_calls[mprt_prof_open]++;
+        mprt_prof_open = -1;
+    }
+}
+
+MPRT_KERNEL void mprt_prof_node(int k)
+{
+    mprt_prof_end();
+    if (mprt_profiling)
+        mprt_prof_open = k, mprt_prof_t0 = mprt_clock();
+}
 
 /* Mean seconds per call of every node that ran while profiling, and the
  * rows of the micro-batch they ran on, as mpcc --measured reads them. */

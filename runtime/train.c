@@ -1,6 +1,6 @@
 /* train.c — the generated trainer's main loop and command line.
  *
- * The generated code (after this file) describes the model in one MprtModel:
+ * The generated code (before this file) describes the model in one MprtModel:
  * its devices, each with one arena; its buffers (parameters, optimizer
  * state, the inputs and labels of every micro-batch, each at a device,
  * an offset and a slot per micro-batch); and the step, which enqueues every
@@ -10,40 +10,14 @@
  * The buffer table, errors and weight loading are program.c's.
  */
 #include "mprt.h"
+#include "train.h"
 
 #include <math.h>
 #include <sys/resource.h>
 #include <time.h>
 
-enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
-
-typedef struct MprtModel {
-    const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
-    int batch, microbatches;
-    double lr;
-    int ndev;
-    const size_t *arena_bytes;          /* [ndev] */
-    const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
-    const size_t *work_bytes;           /* [ndev] */
-    const char *const *device_names;    /* [ndev] */
-    int nstreams, nevents, nops;
-    const MprtOpInfo *ops;              /* [nops]: for --trace */
-    const MprtProfNode *prof_nodes;     /* for --profile */
-    int nprof_nodes;
-    int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
-    const MprtBuffer *buffers;
-    int nbuffers;
-    int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
-    int64_t ignore_index;       /* cross-entropy: labels that are not scored */
-    int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
-    size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
-    void (*zero_state)(void);
-    void (*run_step)(void);     /* every micro-batch forward and backward, the update */
-    void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
-} MprtModel;
-
-static long mprt_step_no;             /* the step being run, from 0 */
-static float mprt_lr;                 /* its learning rate */
+MPRT_GLOBAL long mprt_step_no;        /* the step being run, from 0 */
+MPRT_GLOBAL float mprt_lr;            /* its learning rate */
 
 typedef struct MprtArgs {
     const char *data, *labels, *tokens, *save, *resume, *weights, *loss_log;

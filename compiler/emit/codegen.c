@@ -1,20 +1,28 @@
-/* codegen.c — writes the standalone trainer for CPU devices: train.c (the
- * runtime pasted in, then the model: one function per stage and action,
- * and the step as the plan's operations on each device's streams) and the
- * initial weights as safetensors under the ONNX initializer names. With
+/* codegen.c — writes the standalone trainer for CPU devices: train.c and
+ * the initial weights as safetensors under the ONNX initializer names. With
  * --infer, the same kernels and buffers make a forward-only program
  * (infer.c: the forward function and runtime/infer.c's main).
  *
+ * The program reads top down: its head (how it was made and how to build
+ * it); the runtime's declarations (its headers, then a prototype of every
+ * runtime function and global the model uses); the model (one function per
+ * stage and action, the step as the plan's operations on each device's
+ * streams, and the tables the runtime reads); the runtime's definitions
+ * (the runtime's .c files, pasted in); and main.
+ *
  * Every buffer lives at the static offset the plan gave it in its device's
- * arena (An), micro-batch mb in slot mb % slots. Every kernel call is
- * preceded by a comment naming the ONNX node it implements; names from the
- * model reach the C file only inside comments (escaped) and string literals
- * (escaped).
+ * arena (An), micro-batch mb in slot mb % slots; a function names each
+ * buffer it uses in a local pointer (the value's name as a C identifier)
+ * with its type and shape. Every kernel call is preceded by a comment
+ * naming the ONNX node it implements. Names from the model reach the C file
+ * only inside comments (escaped), string literals (escaped) and as
+ * identifiers made of [A-Za-z0-9_] (c_ident).
  */
 #include "mpcc.h"
 #include "mprt.h"
 #include "kernel.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -38,7 +46,20 @@ typedef struct CG {
     bool cuda;            /* some devices are CUDA devices */
     bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
     const Fusion *fu;     /* the chains that run as one kernel each */
+    /* the function being written: the buffers it uses, as named locals */
+    struct Local *locals;
+    int nlocals, cap_locals;
+    int *local_of;        /* [nbufs]: the buffer's local, -1 if none yet */
+    bool in_function;
+    bool dropout;         /* it runs a Dropout node (which reads mprt_dropout_mb) */
+    bool timed;           /* it has marked a node's start for --profile */
 } CG;
+
+/* A buffer of the function being written, by the name it has there. */
+typedef struct Local {
+    int buf;
+    const char *name;
+} Local;
 
 static void emit(CG *cg, const char *fmt, ...) FMT(2, 3);
 static void emit(CG *cg, const char *fmt, ...)
@@ -47,6 +68,75 @@ static void emit(CG *cg, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(cg->out, fmt, ap);
     va_end(ap);
+}
+
+/* The program is written to memory, then to its file: an error on the
+ * way (an op the trainer lacks) leaves no partial file, and one that
+ * unwinds to a harness (diag_jmp) frees it with the arena. */
+typedef struct Text {
+    FILE *f;
+    char *buf;
+    size_t n;
+} Text;
+
+static void text_free(void *p)
+{
+    Text *t = p;
+    if (t->f)
+        fclose(t->f);
+    free(t->buf);
+}
+
+static FILE *text_open(Graph *g, Text *t)
+{
+    t->f = open_memstream(&t->buf, &t->n);
+    if (!t->f)
+        error_file(g->file, "out of memory for the generated program");
+    arena_defer(g->arena, text_free, t);
+    return t->f;
+}
+
+/* Finishes a text in memory: its bytes are t->buf[0 .. t->n). */
+static void text_close(Graph *g, Text *t)
+{
+    bool ok = fclose(t->f) == 0;
+    t->f = NULL;
+    if (!ok)
+        error_file(g->file, "out of memory for the generated program");
+}
+
+/* Calls fn on every identifier of the C text s[0 .. n), leaving out
+ * comments, string and character literals and numbers (0x1p+0f). */
+typedef void (*IdentFn)(void *ctx, const char *id, size_t len);
+static void for_each_ident(const char *s, size_t n, IdentFn fn, void *ctx)
+{
+    const char *p = s, *end = s + n;
+    while (p < end) {
+        const char *q = p;
+        if (p + 1 < end && p[0] == '/' && p[1] == '*') {
+            for (p += 2; p < end && !(p[0] == '*' && p + 1 < end && p[1] == '/'); p++)
+                ;
+            p = p + 2 < end ? p + 2 : end;
+        } else if (p + 1 < end && p[0] == '/' && p[1] == '/') {
+            while (p < end && *p != '\n')
+                p++;
+        } else if (*p == '"' || *p == '\'') {
+            for (p++; p < end && *p != *q; p++)
+                p += *p == '\\';
+            p = p < end ? p + 1 : end;
+        } else if (isdigit((unsigned char)*p)) {
+            for (p++; p < end && (isalnum((unsigned char)*p) || *p == '_' || *p == '.' ||
+                                  ((*p == '+' || *p == '-') && strchr("eEpP", p[-1])));
+                 p++)
+                ;
+        } else if (isalpha((unsigned char)*p) || *p == '_') {
+            while (p < end && (isalnum((unsigned char)*p) || *p == '_'))
+                p++;
+            fn(ctx, q, (size_t)(p - q));
+        } else {
+            p++;
+        }
+    }
 }
 
 /* Text from the model inside a C comment: escaped, with no comment start
@@ -86,14 +176,23 @@ static const char *ctype(DType t)
     }
 }
 
-/* A buffer's address: A1 + 4096, or A1 + 4096 + (size_t)(mb % 3) * 8192. */
-static const char *addr(CG *cg, int b, const char *mb)
+/* A buffer's address in a function of the micro-batch mb: A1 + 4096, or
+ * A1 + 4096 + (size_t)(mb % 3) * 8192 with a slot per micro-batch. */
+static const char *addr(CG *cg, int b)
 {
     const Buf *bf = &cg->plan->bufs[b];
     if (bf->slots == 1)
         return arena_printf(cg->g->arena, "A%d + %zu", bf->dev, bf->offset);
-    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(%s %% %d) * %zu", bf->dev,
-                        bf->offset, mb, bf->slots, bf->bytes);
+    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(mb %% %d) * %zu", bf->dev,
+                        bf->offset, bf->slots, bf->bytes);
+}
+
+/* Micro-batch mb's slot of a buffer: A1 + 12288. */
+static const char *slot_addr(CG *cg, int b, int mb)
+{
+    const Buf *bf = &cg->plan->bufs[b];
+    return arena_printf(cg->g->arena, "A%d + %zu", bf->dev,
+                        bf->offset + (size_t)(mb % bf->slots) * bf->bytes);
 }
 
 static bool has_buf(CG *cg, uint32_t v)
@@ -101,19 +200,172 @@ static bool has_buf(CG *cg, uint32_t v)
     return v != NONE && plan_buf(cg->plan, v, cg->stage) >= 0;
 }
 
-/* A buffer expression in the current stage: ((float *)(A0 + 4096)) */
-static const char *buf(CG *cg, uint32_t v)
+/* ---- the buffers a function uses: named locals ---- */
+
+/* Names a local may not take: C's keywords (through C23), what the
+ * generated code itself declares or reads inside its functions, and the C
+ * library's macros with lowercase names (reserved_name refuses the
+ * others, in capitals, as a class). */
+static const char *const reserved_names[] = {
+    "alignas", "alignof", "asm", "auto", "bool", "break", "case", "char", "complex", "const",
+    "constexpr", "continue", "default", "do", "double", "else", "enum", "extern", "false",
+    "float", "for", "goto", "if", "imaginary", "inline", "int", "long", "noreturn", "nullptr",
+    "register", "restrict", "return", "short", "signed", "sizeof", "static", "static_assert",
+    "struct", "switch", "thread_local", "true", "typedef", "typeof", "typeof_unqual", "union",
+    "unsigned", "void", "volatile", "while",
+    "mb", "chain", "logp", "scale", "lr", "step", "main", "model", "buffers", "prof_nodes",
+    "op_info", "arena_bytes", "work_offset", "work_bytes", "device_names", "zero_state",
+    "run_step", "eval_forward",
+    "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
+    "offsetof", "math_errhandling", "st_atime", "st_mtime", "st_ctime", "sa_handler",
+    "sa_sigaction",
+};
+
+/* The prefixes of the runtime's names and of the libraries it includes
+ * (matched in any case): a local so named could meet one of their macros. */
+static const char *const reserved_prefixes[] = {"mprt", "cuda", "cublas", "cudnn", "nvrtc",
+                                                "nvtx", "cblas", "pthread"};
+
+static bool has_prefix_nocase(const char *s, const char *prefix)
 {
-    const Value *val = &cg->g->values[v];
-    int b = plan_buf(cg->plan, v, cg->stage);
-    MPCC_ASSERT(b >= 0);
-    const char *t = ctype(val->dtype);
-    if (!t) {
-        Loc loc = value_loc(cg->g, v);
+    for (; *prefix; s++, prefix++)
+        if (tolower((unsigned char)*s) != *prefix)
+            return false;
+    return true;
+}
+
+/* sN_forward and the other action functions. */
+static bool action_function_name(const char *s)
+{
+    static const char *const acts[] = {"forward", "backward", "wgrad", "update"};
+    if (*s++ != 's' || !isdigit((unsigned char)*s))
+        return false;
+    while (isdigit((unsigned char)*s))
+        s++;
+    for (size_t i = 0; *s == '_' && i < sizeof acts / sizeof acts[0]; i++)
+        if (strcmp(s + 1, acts[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Whether identifier s could mean something else where a local of that
+ * name is declared: a keyword, a macro (the headers' are in capitals:
+ * NULL, EOF; so are the program's own: A0, CPU0_COMPUTE, EV_S0_FWD_MB0),
+ * a type (size_t), the runtime's or a library's name, or the program's. */
+static bool reserved_name(const char *s)
+{
+    size_t n = strlen(s);
+    bool lower = false;
+    for (const char *p = s; *p; p++)
+        lower = lower || islower((unsigned char)*p);
+    if ((!lower && n > 1) || (n >= 2 && strcmp(s + n - 2, "_t") == 0))
+        return true;
+    for (size_t i = 0; i < sizeof reserved_prefixes / sizeof reserved_prefixes[0]; i++)
+        if (has_prefix_nocase(s, reserved_prefixes[i]))
+            return true;
+    if (s[0] == 'c' && s[1] == 'u' && isupper((unsigned char)s[2]))   /* cuMemAlloc */
+        return true;
+    for (size_t i = 0; i < sizeof reserved_names / sizeof reserved_names[0]; i++)
+        if (strcmp(s, reserved_names[i]) == 0)
+            return true;
+    return action_function_name(s);
+}
+
+/* At most this many characters of a value's name, so a name with its
+ * suffix (_2) stays within the 63 that C11 promises to tell apart. */
+enum { C_IDENT_MAX = 56 };
+
+/* A model's name as a C identifier: runs of characters other than
+ * [A-Za-z0-9_] become one '_', none is kept at either end, and "v_" goes
+ * before a name that would start with a digit, be empty or be reserved. */
+static const char *c_ident(CG *cg, const char *name)
+{
+    char *r = arena_alloc(cg->g->arena, C_IDENT_MAX + 3), *w = r + 2, *end = w + C_IDENT_MAX;
+    bool gap = false;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if (!isalnum(*p) || *p >= 0x80) {
+            gap = true;   /* '_' too: a run of them is one, and none is kept at the ends */
+            continue;
+        }
+        if (w + (gap && w > r + 2) >= end)
+            break;
+        if (gap && w > r + 2)
+            *w++ = '_';
+        *w++ = (char)*p;
+        gap = false;
+    }
+    *w = 0;
+    if (w == r + 2 || isdigit((unsigned char)r[2]) || reserved_name(r + 2)) {
+        r[0] = 'v', r[1] = '_';
+        return r;
+    }
+    return r + 2;
+}
+
+static bool local_named(const CG *cg, const char *name)
+{
+    for (int i = 0; i < cg->nlocals; i++)
+        if (strcmp(cg->locals[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Buffer b in the function being written. Its local is named later, in
+ * the order the body first mentions it (end_function), not in the order
+ * the emitters happen to evaluate their arguments: until then the body
+ * holds a mark, "\1b\2" (bytes nothing else in the program has). */
+static const char *local_buf(CG *cg, int b)
+{
+    MPCC_ASSERT(cg->in_function);
+    const Value *val = &cg->g->values[cg->plan->bufs[b].value];
+    if (!ctype(val->dtype)) {
+        Loc loc = value_loc(cg->g, cg->plan->bufs[b].value);
         error_at(&loc, "element type %s is not supported by the CPU trainer yet",
                  dtype_name(val->dtype));
     }
-    return arena_printf(cg->g->arena, "((%s *)(%s))", t, addr(cg, b, "mb"));
+    return arena_printf(cg->g->arena, "\1%d\2", b);
+}
+
+/* Buffer b's local, made the first time: called after its value (a
+ * gradient's sum: VALUE_grad_sum), unique in the function by _2, _3, ... */
+static const char *local_name(CG *cg, int b)
+{
+    if (cg->local_of[b] >= 0)
+        return cg->locals[cg->local_of[b]].name;
+    const Buf *bf = &cg->plan->bufs[b];
+    const Value *val = &cg->g->values[bf->value];
+    const char *base = c_ident(cg, bf->acc ? arena_printf(cg->g->arena, "%s_grad_sum", val->name)
+                                           : val->name);
+    const char *name = base;
+    for (int k = 2; local_named(cg, name); k++)
+        name = arena_printf(cg->g->arena, "%s_%d", base, k);
+    if (cg->nlocals == cg->cap_locals) {
+        int cap = cg->cap_locals ? 2 * cg->cap_locals : 64;
+        cg->locals = arena_grow(cg->g->arena, cg->locals, (size_t)cg->cap_locals, (size_t)cap,
+                                sizeof(Local));
+        cg->cap_locals = cap;
+    }
+    cg->locals[cg->nlocals] = (Local){b, name};
+    cg->local_of[b] = cg->nlocals++;
+    return name;
+}
+
+/* The buffer a mark at p ("\1b\2") stands for; *next is after it. */
+static int local_mark(const char *p, const char **next)
+{
+    char *end;
+    long b = strtol(p + 1, &end, 10);
+    MPCC_ASSERT(*end == '\2');
+    *next = end + 1;
+    return (int)b;
+}
+
+/* A buffer of the current stage, by its local's name. */
+static const char *buf(CG *cg, uint32_t v)
+{
+    int b = plan_buf(cg->plan, v, cg->stage);
+    MPCC_ASSERT(b >= 0);
+    return local_buf(cg, b);
 }
 
 static long numel(CG *cg, uint32_t v)
@@ -124,6 +376,91 @@ static long numel(CG *cg, uint32_t v)
 static const Shape *shape_of(CG *cg, uint32_t v)
 {
     return &cg->g->values[v].shape;
+}
+
+/* What a local's comment says of its buffer: its element type and shape,
+ * where it comes from, and its slot. */
+static const char *local_note(CG *cg, const Buf *bf)
+{
+    Arena *a = cg->g->arena;
+    const Value *val = &cg->g->values[bf->value];
+    const char *s = arena_printf(a, "%s[", dtype_name(val->dtype));
+    for (int i = 0; i < val->shape.rank; i++)
+        s = arena_printf(a, "%s%s%lld", s, i ? "," : "", (long long)val->shape.d[i]);
+    s = arena_printf(a, "%s]", s);
+    if (bf->acc)
+        s = arena_printf(a, "%s, the sum over the micro-batches", s);
+    else if (bf->received)
+        s = arena_printf(a, "%s, from stage %d", s, cg->plan->st->home[bf->value]);
+    if (bf->slots > 1)
+        s = arena_printf(a, "%s, slot mb %% %d", s, bf->slots);
+    return s;
+}
+
+/* A function being written: its body goes to memory while the buffers it
+ * uses become locals; end_function writes its head, the locals and the
+ * body. */
+typedef struct Function {
+    FILE *out;   /* where the function goes */
+    Text *body;
+} Function;
+
+static Function begin_function(CG *cg)
+{
+    for (int i = 0; i < cg->nlocals; i++)
+        cg->local_of[cg->locals[i].buf] = -1;
+    cg->nlocals = 0;
+    cg->in_function = true;
+    cg->dropout = cg->timed = false;
+    Function f = {cg->out, arena_alloc(cg->g->arena, sizeof(Text))};
+    cg->out = text_open(cg->g, f.body);
+    return f;
+}
+
+static void find_mb(void *ctx, const char *id, size_t len)
+{
+    if (len == 2 && memcmp(id, "mb", 2) == 0)
+        *(bool *)ctx = true;
+}
+
+/* The function: head ("static void s0_forward(int mb)\n"), a local per
+ * buffer in the order the body first mentions them, then (where the
+ * function has a Dropout node) the micro-batch its masks are drawn for,
+ * and the body with its marks replaced by the locals' names. */
+static void end_function(CG *cg, Function *f, const char *head)
+{
+    text_close(cg->g, f->body);
+    cg->out = f->out;
+    cg->in_function = false;
+    const char *body = f->body->buf, *end = body + f->body->n, *next = body;
+    for (const char *p; (p = memchr(next, '\1', (size_t)(end - next)));)
+        local_name(cg, local_mark(p, &next));
+    emit(cg, "%s{\n", head);
+    bool mb_used = false;
+    for (int i = 0; i < cg->nlocals; i++) {
+        const Buf *bf = &cg->plan->bufs[cg->locals[i].buf];
+        const char *t = ctype(cg->g->values[bf->value].dtype);
+        emit(cg, "    %s *%s = (%s *)(%s);   /* %s */\n", t, cg->locals[i].name, t,
+             addr(cg, cg->locals[i].buf), local_note(cg, bf));
+        mb_used = mb_used || bf->slots > 1;
+    }
+    if (cg->dropout && !cg->o->infer) {
+        emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
+             "micro-batch */\n", cg->plan->sc->M);
+        mb_used = true;
+    }
+    if (!mb_used)
+        for_each_ident(body, f->body->n, find_mb, &mb_used);
+    if (!mb_used)
+        emit(cg, "    (void)mb;\n");
+    for (const char *p = body; p < end; p = next) {
+        const char *mark = memchr(p, '\1', (size_t)(end - p));
+        fwrite(p, 1, (size_t)((mark ? mark : end) - p), cg->out);
+        next = end;
+        if (mark)
+            emit(cg, "%s", cg->locals[cg->local_of[local_mark(mark, &next)]].name);
+    }
+    emit(cg, "}\n");
 }
 
 /* ---- kernels, one call per node ---- */
@@ -947,6 +1284,7 @@ static void emit_layer_norm(CG *cg, const Node *n)
 
 static void emit_dropout(CG *cg, const Node *n)
 {
+    cg->dropout = true;   /* the function sets mprt_dropout_mb, which the mask reads */
     /* --infer: before opset 12 Dropout has no training mode: the identity */
     double ratio = cg->o->infer && cg->g->opset < 12 ? 0 : dropout_ratio(cg->g, n);
     if (n->op == OP_DROPOUT)
@@ -1436,21 +1774,32 @@ static uint32_t float_inputs(const Node *n)
     }
 }
 
-/* The node's comment; a node inside a fused chain is computed by the
- * chain's last node, and says so. */
-static void emit_node_comment(CG *cg, const Node *n)
+/* Where node `mark` of the profile (-1: none) starts: the line that times
+ * it for --profile, and names it for the CUDA calls' errors on a CUDA
+ * device. The node's comment follows on the same line. */
+static void emit_mark(CG *cg, int mark)
+{
+    emit(cg, "    ");
+    if (mark >= 0)
+        emit(cg, "mprt_%sprof_node(%d);   ", cuda_stage(cg) ? "cu_" : "", mark);
+}
+
+/* The node's comment, after its mark; a node inside a fused chain is
+ * computed by the chain's last node, and says so. */
+static void emit_node_comment(CG *cg, const Node *n, int mark)
 {
     uint32_t tail = cg->fu->tail[n - cg->g->nodes];
-    emit(cg, "    /* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
+    emit_mark(cg, mark);
+    emit(cg, "/* node '%s' (%s)", comment_text(cg, n->name), comment_text(cg, n->op_type));
     if (tail != NONE)
         emit(cg, ": fused into '%s' below, not written",
              comment_text(cg, cg->g->nodes[tail].name));
     emit(cg, " */\n");
 }
 
-static void emit_node(CG *cg, const Node *n)
+static void emit_node(CG *cg, const Node *n, int mark)
 {
-    emit_node_comment(cg, n);
+    emit_node_comment(cg, n, mark);
     if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
         error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
                  n->op_type);
@@ -1649,6 +1998,8 @@ static void emit_header(CG *cg, const char *hash)
     }
     emit(cg, " * build:    %s\n */\n", build_line(cg));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
+    if (cg->mixed)
+        emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
 }
 
 static const EmbeddedFile *embedded(const char *name)
@@ -1678,40 +2029,289 @@ static void emit_kernel_source(CG *cg)
     emit(cg, "    NULL\n};\n");
 }
 
-/* The runtime files, in order: CPU devices' kernels and worker threads,
- * CUDA devices' calls and their kernels, or both and what picks one. */
+/* The runtime's files as the program pastes them, in order: its headers
+ * (before the model), then its definitions (after it): CPU devices'
+ * kernels and worker threads, CUDA devices' calls and their kernels, or
+ * both and what picks one. check_cuda_ops.py reads the lists cpu[] and
+ * cuda[]. */
+static const char *const *runtime_headers(CG *cg)
+{
+    static const char *train[] = {"mprt_h", "kernel_h", "program_h", "train_h", NULL};
+    static const char *infer[] = {"mprt_h", "kernel_h", "program_h", "infer_h", NULL};
+    return cg->o->infer ? infer : train;
+}
+
+static const char *const *runtime_sources(CG *cg)
+{
+    static const char *cpu[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                "data_c", "checkpoint_c", "train_c", NULL};
+    static const char *cuda[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                 "cuda_c", "cuda_ops_c", "program_c", "data_c", "checkpoint_c",
+                                 "train_c", NULL};
+    static const char *mixed[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
+                                  "cuda_ops_c", "mixed_c", "program_c", "data_c", "checkpoint_c",
+                                  "train_c", NULL};
+    static const char *infer[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
+                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                  "infer_c", NULL};
+    return cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
+}
+
+/* The #if nesting after line p (of length len) at depth. */
+static int if_depth(const char *p, size_t len, int depth)
+{
+    if (len >= 3 && strncmp(p, "#if", 3) == 0)
+        return depth + 1;
+    return len >= 6 && strncmp(p, "#endif", 6) == 0 ? depth - 1 : depth;
+}
+
+/* A line #include <...> outside any #if: a library a runtime file uses,
+ * which the program includes once, before the model (emit_libraries). */
+static bool library_include(const char *p, size_t len, int depth)
+{
+    return depth == 0 && len > 10 && strncmp(p, "#include <", 10) == 0;
+}
+
+/* A header's include guard: the lines of its first #ifndef, the #define
+ * after it and its last #endif (a pasted header is read once and needs
+ * none); NULL where a header has none. */
+typedef struct Guard {
+    const char *ifndef, *define, *endif;
+} Guard;
+
+static Guard include_guard(const char *text)
+{
+    Guard g = {NULL, NULL, NULL};
+    const char *ifndef = strstr(text, "\n#ifndef "), *endif = NULL;
+    for (const char *q = strstr(text, "\n#endif\n"); q; q = strstr(q + 1, "\n#endif\n"))
+        endif = q;
+    const char *define = ifndef ? strchr(ifndef + 1, '\n') : NULL;
+    if (define && endif && strncmp(define + 1, "#define ", 8) == 0)
+        g = (Guard){ifndef + 1, define + 1, endif + 1};
+    return g;
+}
+
+/* A runtime file as it is, less its #include "..." lines (what they name
+ * is pasted already), a header's include guard, the libraries a .c file
+ * includes (included once, ahead: emit_libraries), and the blank lines
+ * but one between two lines kept. */
+static void paste(CG *cg, const char *name, bool header)
+{
+    const EmbeddedFile *f = embedded(name);
+    emit(cg, "\n");   /* the file's first line names it */
+    Guard guard = header ? include_guard(f->text) : (Guard){NULL, NULL, NULL};
+    int depth = 0;
+    bool blank = false;   /* a blank line to write before the next line kept */
+    for (const char *p = f->text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        bool keep = !(len > 10 && strncmp(p, "#include \"", 10) == 0) &&
+                    p != guard.ifndef && p != guard.define && p != guard.endif &&
+                    (header || !library_include(p, len, depth));
+        if (keep && len == 0)
+            blank = true;
+        else if (keep)
+            fprintf(cg->out, "%s%.*s\n", blank ? "\n" : "", (int)len, p), blank = false;
+        depth = if_depth(p, len, depth);
+        p += len + (nl ? 1 : 0);
+    }
+}
+
+/* The lines #include <...> seen so far, each once. */
+typedef struct Libraries {
+    const char **line;
+    int n, cap;
+} Libraries;
+
+/* Adds a runtime file's #include <...> lines (of a .c file, those outside
+ * any #if) that libs lacks; writes them when `write`. */
+static void add_libraries(CG *cg, Libraries *libs, const char *name, bool header, bool write)
+{
+    int depth = 0;
+    for (const char *p = embedded(name)->text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        bool lib = header ? len > 10 && strncmp(p, "#include <", 10) == 0
+                          : library_include(p, len, depth);
+        for (int k = 0; lib && k < libs->n; k++)
+            lib = !(strlen(libs->line[k]) == len && strncmp(libs->line[k], p, len) == 0);
+        if (lib) {
+            if (libs->n == libs->cap) {
+                int cap = libs->cap ? 2 * libs->cap : 32;
+                libs->line = arena_grow(cg->g->arena, libs->line, (size_t)libs->cap,
+                                        (size_t)cap, sizeof *libs->line);
+                libs->cap = cap;
+            }
+            libs->line[libs->n++] = arena_strndup(cg->g->arena, p, len);
+            if (write)
+                emit(cg, "%.*s\n", (int)len, p);
+        }
+        depth = if_depth(p, len, depth);
+        p += len + (nl ? 1 : 0);
+    }
+}
+
+/* The libraries the runtime's definitions include, each once (those its
+ * headers include come with them), before the model: the program reads as
+ * a file that includes what it needs first. */
+static void emit_libraries(CG *cg)
+{
+    const char *const *headers = runtime_headers(cg), *const *files = runtime_sources(cg);
+    Libraries libs = {0};
+    emit(cg, "\n/* ---- the runtime's libraries, and its functions and globals the model uses "
+         "---- */\n");
+    for (int i = 0; headers[i]; i++)
+        add_libraries(cg, &libs, headers[i], true, false);
+    for (int i = 0; files[i]; i++)
+        add_libraries(cg, &libs, files[i], false, true);
+}
+
+/* ---- the runtime's declarations: what the model uses, defined after it ---- */
+
+/* A function or global of the runtime: its name, and its declaration as
+ * one line (the definition's head, or the global without its initial
+ * value). */
+typedef struct RtDecl {
+    const char *name, *text;
+    size_t len;   /* of the name */
+    bool used;
+} RtDecl;
+
+typedef struct RtIndex {
+    RtDecl *d;
+    int n, cap;
+} RtIndex;
+
+/* MPRT_HOST_API(launch) and MPRT_GPU_API(launch) spelt out as the program
+ * compiles them (state.c): mprt_launch, or in a trainer with CPU and
+ * CUDA devices mprt_host_launch and mprt_gpu_launch (mixed.c's
+ * mprt_launch picks one). */
+static const char *spell_api(CG *cg, const char *text)
+{
+    static const struct { const char *macro, *mixed; } apis[] = {
+        {"MPRT_HOST_API(", "mprt_host_"}, {"MPRT_GPU_API(", "mprt_gpu_"}};
+    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++) {
+        const char *m = strstr(text, apis[i].macro), *close = m ? strchr(m, ')') : NULL;
+        if (!close)
+            continue;
+        size_t at = (size_t)(m - text), k = strlen(apis[i].macro);
+        return arena_printf(cg->g->arena, "%.*s%s%.*s%s", (int)at, text,
+                            cg->mixed ? apis[i].mixed : "mprt_", (int)(close - m - k), m + k,
+                            close + 1);
+    }
+    return text;
+}
+
+/* The first name mprt_... in a declaration: what it declares. */
+static const char *declared_name(CG *cg, const char *text)
+{
+    for (const char *p = strstr(text, "mprt_"); p; p = strstr(p + 1, "mprt_"))
+        if (p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) {
+            size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+            return arena_strndup(cg->g->arena, p, n);
+        }
+    return NULL;
+}
+
+/* One line from the definition starting at p: the head of a function
+ * (up to its body's "{" line, continuation lines joined), or a global
+ * without its initial value; *next is the line after what was read. */
+static const char *declaration(CG *cg, const char *p, const char **next)
+{
+    const char *brace = strstr(p, "\n{\n"), *semi = strchr(p, ';'), *eq = strstr(p, " = ");
+    Arena *a = cg->g->arena;
+    if (semi && (!brace || semi < brace)) {   /* a global: up to its value or its end */
+        const char *end = eq && eq < semi ? eq : semi;
+        *next = semi + 1;
+        return arena_printf(a, "%.*s;", (int)(end - p), p);
+    }
+    MPCC_ASSERT(brace);
+    *next = brace + 3;
+    char *r = arena_alloc(a, (size_t)(brace - p) + 2), *w = r;
+    for (const char *q = p; q < brace; q++) {
+        if (*q == '\n') {   /* a continuation line: its indent becomes one space */
+            while (q + 1 < brace && q[1] == ' ')
+                q++;
+            *w++ = ' ';
+        } else {
+            *w++ = *q;
+        }
+    }
+    *w++ = ';';
+    *w = 0;
+    return r;
+}
+
+/* Every function and global of the program's runtime files, as their
+ * definitions at the start of a line declare them (MPRT_KERNEL,
+ * MPRT_CU_KERNEL, MPRT_GLOBAL). */
+static RtIndex runtime_index(CG *cg)
+{
+    static const char *const starts[] = {"MPRT_KERNEL ", "MPRT_CU_KERNEL ", "MPRT_GLOBAL "};
+    RtIndex ix = {0};
+    const char *const *files = runtime_sources(cg);
+    for (int i = 0; files[i]; i++)
+        for (const char *p = embedded(files[i])->text; p && *p;) {
+            bool start = false;
+            for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++)
+                start = start || strncmp(p, starts[k], strlen(starts[k])) == 0;
+            if (!start) {
+                p = strchr(p, '\n');
+                p = p ? p + 1 : NULL;
+                continue;
+            }
+            const char *text = spell_api(cg, declaration(cg, p, &p));
+            if (ix.n == ix.cap) {
+                int cap = ix.cap ? 2 * ix.cap : 256;
+                ix.d = arena_grow(cg->g->arena, ix.d, (size_t)ix.cap, (size_t)cap, sizeof *ix.d);
+                ix.cap = cap;
+            }
+            const char *name = declared_name(cg, text);
+            ix.d[ix.n++] = (RtDecl){name, text, name ? strlen(name) : 0, false};
+        }
+    return ix;
+}
+
+/* Marks the runtime's declaration of every name mprt_... the model uses;
+ * one the runtime does not define is mpcc's error. */
+static void mark_used(void *ctx, const char *id, size_t len)
+{
+    RtIndex *ix = ctx;
+    if (len < 5 || strncmp(id, "mprt_", 5) != 0)
+        return;
+    for (int i = ix->n - 1; i >= 0; i--)   /* the last: mixed.c's over stream.c's */
+        if (ix->d[i].len == len && memcmp(ix->d[i].name, id, len) == 0) {
+            ix->d[i].used = true;
+            return;
+        }
+    mpcc_die(__FILE__, __LINE__, "the generated model calls %.*s, which the runtime lacks",
+             (int)len, id);
+}
+
+/* The runtime's headers, and the declarations of what the model uses. */
+static void emit_declarations(CG *cg, const Text *model)
+{
+    emit(cg, "\n/* ==== the runtime's declarations (its definitions follow the model) ==== */\n");
+    const char *const *headers = runtime_headers(cg);
+    for (int i = 0; headers[i]; i++)
+        paste(cg, headers[i], true);
+    emit_libraries(cg);
+    RtIndex ix = runtime_index(cg);
+    for_each_ident(model->buf, model->n, mark_used, &ix);
+    for (int i = 0; i < ix.n; i++)
+        if (ix.d[i].used)
+            emit(cg, "%s\n", ix.d[i].text);
+}
+
+/* The runtime's definitions, after the model. */
 static void emit_runtime(CG *cg)
 {
-    static const char *cpu[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                "stream_c", "program_c", "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *cuda[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                 "kernel_h", "timeline_c", "cuda_c", "cuda_ops_c", "program_c",
-                                 "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *mixed[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                  "stream_c", "cuda_c", "cuda_ops_c", "mixed_c", "program_c",
-                                  "data_c", "checkpoint_c", "train_c", NULL};
-    static const char *infer[] = {"mprt_h", "mprt_c", "npy_c", "safetensors_c", "state_c",
-                                  "kernel_h", "timeline_c", "cpu_c", "cpu_move_c", "cpu_math_c",
-                                  "stream_c", "program_c", "infer_c", NULL};
-    const char *const *order = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
-    if (cg->mixed)
-        emit(cg, "\n#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
-    for (size_t i = 0; order[i]; i++)
-        for (const EmbeddedFile *f = embedded_files; f->name; f++) {
-            if (strcmp(f->name, order[i]) != 0)
-                continue;
-            emit(cg, "\n/* ---- runtime/%s ---- */\n", f->name);
-            const char *p = f->text;
-            while (*p) {
-                const char *nl = strchr(p, '\n');
-                size_t len = nl ? (size_t)(nl - p) : strlen(p);
-                if (!(len > 10 && strncmp(p, "#include \"", 10) == 0))   /* pasted already */
-                    fprintf(cg->out, "%.*s\n", (int)len, p);
-                p += len + (nl ? 1 : 0);
-            }
-        }
+    emit(cg, "\n/* ==== the runtime ==== */\n");
+    const char *const *files = runtime_sources(cg);
+    for (int i = 0; files[i]; i++)
+        paste(cg, files[i], false);
 }
 
 static bool all_zero(const Tensor *t)
@@ -1793,8 +2393,10 @@ static void emit_constants(CG *cg)
 static const char *grad_buf(CG *cg, uint32_t p)
 {
     int acc = cg->plan->acc_of[p];
-    if (acc >= 0)
-        return arena_printf(cg->g->arena, "((float *)(%s))", addr(cg, acc, "0"));
+    if (acc >= 0) {
+        MPCC_ASSERT(cg->plan->bufs[acc].slots == 1);   /* one sum for the whole step */
+        return local_buf(cg, acc);
+    }
     return buf(cg, cg->g->values[p].grad);
 }
 
@@ -1858,9 +2460,10 @@ static void emit_clip_partials(CG *cg, int kind)
         emit(cg, "    if (mb == %d)\n        mprt_cu_norm_mark();\n", cg->plan->sc->M - 1);
 }
 
-static void emit_update_node(CG *cg, const Node *n)
+static void emit_update_node(CG *cg, const Node *n, int mark)
 {
-    emit(cg, "    /* %s */\n", comment_text(cg, n->name));
+    emit_mark(cg, mark);
+    emit(cg, "/* %s */\n", comment_text(cg, n->name));
     if (n->op == OP_SGD)
         emit(cg, "    %s(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n", kernel(cg, "sgd"),
              numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
@@ -1874,65 +2477,85 @@ static void emit_update_node(CG *cg, const Node *n)
              attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
 }
 
-/* One node between its profiling marks (MPRT_CU_PROF_* on a CUDA device,
- * which also name the node for the CUDA calls' errors). */
-static void emit_timed(CG *cg, uint32_t node, void (*body)(CG *, const Node *))
+/* Node `node` is timed by --profile: its index in the profile's table. */
+static int profile_slot(CG *cg, uint32_t node)
 {
-    const char *kind = cuda_stage(cg) ? "CU_" : "";
-    emit(cg, "    {\n    MPRT_%sPROF_BEGIN(%d);\n", kind, cg->nprofiled);
-    body(cg, &cg->g->nodes[node]);
-    emit(cg, "    MPRT_%sPROF_END(%d);\n    }\n", kind, cg->nprofiled);
-    cg->profiled[cg->nprofiled++] = node;
+    cg->profiled[cg->nprofiled] = node;
+    cg->timed = true;
+    return cg->nprofiled++;
+}
+
+/* After a function's last timed node: where its time ends. */
+static void emit_timed_end(CG *cg)
+{
+    if (cg->timed)
+        emit(cg, "    mprt_%sprof_end();\n", cuda_stage(cg) ? "cu_" : "");
+    cg->timed = false;
 }
 
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
 {
-    emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n    long step = mprt_step_no + 1;\n"
-         "    (void)mb, (void)step, (void)scale, (void)lr;\n", cg->plan->sc->M);
+    bool adamw = false;
+    for (int i = 0; i < n; i++)
+        adamw = adamw || cg->g->nodes[nodes[i]].op != OP_SGD;   /* emit_update_node */
+    emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n", cg->plan->sc->M);
+    if (adamw)
+        emit(cg, "    long step = mprt_step_no + 1;   /* AdamW's bias correction */\n");
+    if (n == 0)
+        emit(cg, "    (void)scale, (void)lr;\n");
     if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
         emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    scale *= mprt_clip_scale(%d, mprt_norm_sq, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++)
-        emit_timed(cg, nodes[i], emit_update_node);
+        emit_update_node(cg, &cg->g->nodes[nodes[i]], profile_slot(cg, nodes[i]));
+    emit_timed_end(cg);
+}
+
+/* The body of one stage's action (cg->stage, kind): its nodes, then the
+ * gradients' sums and squared norms. */
+static void emit_action_body(CG *cg, int kind)
+{
+    const Plan *p = cg->plan;
+    size_t k = (size_t)cg->stage * ACT_KINDS + kind;
+    if (kind == ACT_UPDATE) {
+        emit_update_body(cg, p->nodes[k], p->nnodes[k]);
+        return;
+    }
+    if (kind == ACT_BWD && p->st->recompute[cg->stage]) {
+        size_t f = (size_t)cg->stage * ACT_KINDS + ACT_FWD;
+        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
+        cg->recomputing = true;
+        for (int i = 0; i < p->nnodes[f]; i++)
+            emit_node(cg, &cg->g->nodes[p->nodes[f][i]], -1);
+        cg->recomputing = false;
+        emit(cg, "    /* the backward */\n");
+    }
+    for (int i = 0; i < p->nnodes[k]; i++) {
+        const Node *n = &cg->g->nodes[p->nodes[k][i]];
+        emit_node(cg, n, profile_slot(cg, p->nodes[k][i]));
+        if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
+            emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
+    }
+    emit_timed_end(cg);
+    if (kind != ACT_FWD) {
+        emit_accumulate(cg, kind);
+        emit_clip_partials(cg, kind);
+    }
 }
 
 /* One stage's action as a function of the micro-batch. */
 static void emit_action(CG *cg, int stage, int kind)
 {
     const Plan *p = cg->plan;
-    size_t k = (size_t)stage * ACT_KINDS + kind;
     cg->stage = stage;
-    emit(cg, "\n/* --- stage %d on %s: %s --- */\nstatic void s%d_%s(int mb)\n{\n", stage,
-         p->ds->d[p->st->dev[stage]].name, act_names[kind], stage, act_names[kind]);
-    if (kind == ACT_UPDATE) {
-        emit_update_body(cg, p->nodes[k], p->nnodes[k]);
-        emit(cg, "}\n");
-        return;
-    }
-    emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
-         "micro-batch */\n", p->sc->M);
-    if (kind == ACT_BWD && p->st->recompute[stage]) {
-        size_t f = (size_t)stage * ACT_KINDS + ACT_FWD;
-        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
-        cg->recomputing = true;
-        for (int i = 0; i < p->nnodes[f]; i++)
-            emit_node(cg, &cg->g->nodes[p->nodes[f][i]]);
-        cg->recomputing = false;
-        emit(cg, "    /* the backward */\n");
-    }
-    for (int i = 0; i < p->nnodes[k]; i++) {
-        const Node *n = &cg->g->nodes[p->nodes[k][i]];
-        emit_timed(cg, p->nodes[k][i], emit_node);
-        if (n->out[0] == cg->g->loss && n->nout && kind == ACT_FWD)
-            emit(cg, "    mprt_keep_loss(mb, %s);\n", buf(cg, cg->g->loss));
-    }
-    if (kind != ACT_FWD) {
-        emit_accumulate(cg, kind);
-        emit_clip_partials(cg, kind);
-    }
-    emit(cg, "}\n");
+    Function f = begin_function(cg);
+    emit_action_body(cg, kind);
+    end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- stage %d on %s: %s --- */\n"
+                                      "static void s%d_%s(int mb)\n", stage,
+                                      p->ds->d[p->st->dev[stage]].name, act_names[kind], stage,
+                                      act_names[kind]));
 }
 
 static void emit_actions(CG *cg)
@@ -1952,38 +2575,112 @@ static const char *stream_name(CG *cg, int stream)
                         kinds[stream % STREAMS_PER_DEV]);
 }
 
-static void emit_op(CG *cg, int i)
+/* A stream's name in the program: CPU0_COMPUTE, CUDA1_SEND_BACK. */
+static const char *stream_ident(CG *cg, int stream)
+{
+    static const char *const kinds[] = {"COMPUTE", "SEND", "SEND_BACK"};
+    const char *dev = cg->plan->ds->d[stream / STREAMS_PER_DEV].name;
+    char *r = arena_alloc(cg->g->arena, strlen(dev) + 1), *w = r;
+    for (; *dev; dev++)
+        if (isalnum((unsigned char)*dev))
+            *w++ = (char)toupper((unsigned char)*dev);
+    *w = 0;
+    return arena_printf(cg->g->arena, "%s_%s", r, kinds[stream % STREAMS_PER_DEV]);
+}
+
+static bool name_taken(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(names[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* An event's name in the program: what it marks as done, the action
+ * (EV_S1_BWD_MB2, EV_S0_UPDATE) or copy (EV_COPY_S0_S1_MB2, then
+ * EV_COPY_S0_S1_MB2_2 for the next value that crosses with it) that
+ * records it. */
+static const char *event_ident(CG *cg, const PlanOp *op, const char *const *taken, int ntaken)
+{
+    static const char *const acts[] = {"FWD", "BWD", "WGRAD", "UPDATE"};
+    const Plan *p = cg->plan;
+    const char *base;
+    if (op->kind == OPK_RUN && op->act.kind == ACT_UPDATE)
+        base = arena_printf(cg->g->arena, "EV_S%d_UPDATE", op->act.stage);
+    else if (op->kind == OPK_RUN)
+        base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
+                            op->act.mb);
+    else
+        base = arena_printf(cg->g->arena, "EV_COPY_S%d_S%d_MB%d", p->bufs[op->src].stage,
+                            p->bufs[op->dst].stage, op->mb);
+    const char *name = base;
+    for (int k = 2; name_taken(taken, ntaken, name); k++)
+        name = arena_printf(cg->g->arena, "%s_%d", base, k);
+    return name;
+}
+
+/* The step's streams and events as enums, by which run_step names them;
+ * the events' names by number. */
+static const char **emit_step_names(CG *cg)
+{
+    const Plan *p = cg->plan;
+    emit(cg, "\n/* The step's streams: each device's kernels, copies on and copies back. */\n"
+         "enum {\n");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "    %s, %s, %s,\n", stream_ident(cg, d * STREAMS_PER_DEV),
+             stream_ident(cg, d * STREAMS_PER_DEV + 1), stream_ident(cg, d * STREAMS_PER_DEV + 2));
+    emit(cg, "};\n");
+    const char **ev = arena_array(cg->g->arena, (size_t)p->nevents + 1, sizeof *ev);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].event >= 0)
+            ev[p->ops[i].event] = event_ident(cg, &p->ops[i], ev, p->nevents);
+    if (p->nevents == 0)
+        return ev;
+    emit(cg, "\n/* The step's events, each recorded when what it names is done: EV_S1_BWD_MB2,\n"
+         " * stage 1's backward of micro-batch 2; EV_COPY_S0_S1_MB2, a copy from stage 0 to 1. */\n"
+         "enum {");
+    size_t col = 0;   /* of the line's end; 0: no line yet */
+    for (int e = 0; e < p->nevents; e++) {
+        MPCC_ASSERT(ev[e]);
+        if (col == 0 || col + strlen(ev[e]) + 2 > 96)
+            emit(cg, "\n   "), col = 3;
+        emit(cg, " %s,", ev[e]);
+        col += strlen(ev[e]) + 2;
+    }
+    emit(cg, "\n};\n");
+    return ev;
+}
+
+static void emit_op(CG *cg, int i, const char *const *ev)
 {
     const Plan *p = cg->plan;
     const PlanOp *op = &p->ops[i];
+    const char *stream = stream_ident(cg, op->stream);
     for (int k = 0; k < op->ndeps; k++)
-        emit(cg, "    mprt_wait_event(%d, %d);\n", op->stream, p->ops[op->deps[k]].event);
+        emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[p->ops[op->deps[k]].event]);
     if (op->kind == OPK_RUN) {
-        emit(cg, "    mprt_launch(%d, s%d_%s, %d, %d);   /* %s */\n", op->stream, op->act.stage,
-             act_names[op->act.kind], op->act.mb, i, stream_name(cg, op->stream));
+        emit(cg, "    mprt_launch(%s, s%d_%s, %d, %d);\n", stream, op->act.stage,
+             act_names[op->act.kind], op->act.mb, i);
     } else {
-        const Buf *src = &p->bufs[op->src], *dst = &p->bufs[op->dst];
-        char mb[16];
-        snprintf(mb, sizeof mb, "%d", op->mb);
-        emit(cg, "    mprt_memcpy_async(%d, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
-             op->stream, addr(cg, op->dst, mb), addr(cg, op->src, mb), dst->bytes, i,
+        const Buf *dst = &p->bufs[op->dst];
+        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
+             stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb), dst->bytes, i,
              stream_name(cg, op->stream),
              comment_text(cg, cg->g->values[dst->value].name), op->mb, dst->stage);
-        (void)src;
     }
     if (op->event >= 0)
-        emit(cg, "    mprt_record_event(%d, %d);\n", op->stream, op->event);
+        emit(cg, "    mprt_record_event(%s, %s);\n", stream, ev[op->event]);
 }
 
 static void emit_step(CG *cg)
 {
     const Plan *p = cg->plan;
+    const char **ev = emit_step_names(cg);
     emit(cg, "\n/* One step: every device's actions and copies, in an order where each wait\n"
-         " * names an event recorded before it. Stream n is device n / 3; n %% 3 is its\n"
-         " * compute stream (0), its send stream (1) and its send-back stream (2). */\n"
+         " * names an event recorded before it; an operation's last number is its op_info row. */\n"
          "static void run_step(void)\n{\n");
     for (int i = 0; i < p->nops; i++)
-        emit_op(cg, i);
+        emit_op(cg, i, ev);
     emit(cg, "    mprt_sync();\n}\n");
 }
 
@@ -2034,8 +2731,9 @@ static void emit_eval(CG *cg)
             if (!bf->received || p->st->home[v] != s ||
                 (pn != NONE && cg->g->nodes[pn].phase != PH_FORWARD))
                 continue;
-            emit(cg, "    mprt_dev_copy(%s, %s, %zu);\n", addr(cg, r, "0"),
-                 addr(cg, plan_buf(p, v, s), "0"), bf->bytes);
+            emit(cg, "    mprt_dev_copy(%s, %s, %zu);   /* '%s' to stage %d */\n",
+                 slot_addr(cg, r, 0), slot_addr(cg, plan_buf(p, v, s), 0), bf->bytes,
+                 comment_text(cg, cg->g->values[v].name), bf->stage);
         }
     }
     emit(cg, "}\n");
@@ -2167,10 +2865,17 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
-         "};\n\nint main(int argc, char **argv)\n{\n");
+         "};\n");
+}
+
+/* main, after the runtime: the runtime's trainer (or forward-only program)
+ * runs the model; a CUDA trainer hands it the kernels' source. */
+static void emit_main(CG *cg)
+{
+    emit(cg, "\n/* ==== main ==== */\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
         emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
-    emit(cg, "    return mprt_train_main(&model, argc, argv);\n}\n");
+    emit(cg, "    return mprt_%s_main(&model, argc, argv);\n}\n", cg->o->infer ? "infer" : "train");
 }
 
 /* --infer: each stage's forward, node after node. */
@@ -2180,11 +2885,12 @@ static void emit_forward_only(CG *cg)
     for (int s = 0; s < p->st->n; s++) {
         size_t k = (size_t)s * ACT_KINDS + ACT_FWD;
         cg->stage = s;
-        emit(cg, "\n/* --- the forward on %s --- */\nstatic void s%d_forward(int mb)\n{\n"
-             "    (void)mb;\n", p->ds->d[p->st->dev[s]].name, s);
+        Function f = begin_function(cg);
         for (int i = 0; i < p->nnodes[k]; i++)
-            emit_node(cg, &cg->g->nodes[p->nodes[k][i]]);
-        emit(cg, "}\n");
+            emit_node(cg, &cg->g->nodes[p->nodes[k][i]], -1);
+        end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- the forward on %s --- */\n"
+                                          "static void s%d_forward(int mb)\n",
+                                          p->ds->d[p->st->dev[s]].name, s));
     }
 }
 
@@ -2210,8 +2916,7 @@ static void emit_infer_model(CG *cg, const char *hash, const char *weights)
          "    .ndev = 1, .arena_bytes = arena_bytes, .device_names = device_names,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n"
          "    .zero_state = zero_state, .forward = eval_forward,\n"
-         "};\n\nint main(int argc, char **argv)\n{\n"
-         "    return mprt_infer_main(&model, argc, argv);\n}\n",
+         "};\n",
          p->arena_bytes[0], c_string(cg, p->ds->d[0].name), c_string(cg, program_name(cg)),
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights));
 }
@@ -2254,48 +2959,39 @@ static int cuda_devices(const Plan *plan)
     return ncuda;
 }
 
-/* The program is written to memory, then to its file: an error on the
- * way (an op the trainer lacks) leaves no partial file, and one that
- * unwinds to a harness (diag_jmp) frees it with the arena. */
-typedef struct Text {
-    FILE *f;
-    char *buf;
-    size_t n;
-} Text;
-
-static void text_free(void *p)
-{
-    Text *t = p;
-    if (t->f)
-        fclose(t->f);
-    free(t->buf);
-}
-
-static FILE *text_open(Graph *g, Text *t)
-{
-    t->f = open_memstream(&t->buf, &t->n);
-    if (!t->f)
-        error_file(g->file, "out of memory for the generated program");
-    arena_defer(g->arena, text_free, t);
-    return t->f;
-}
-
 /* Writes the text to path (through path.tmp, renamed when complete). */
 static void text_save(Graph *g, Text *t, const char *path)
 {
-    bool ok = fclose(t->f) == 0;
-    t->f = NULL;
-    if (!ok)
-        error_file(g->file, "out of memory for the generated program");
+    text_close(g, t);
     char *tmp = arena_printf(g->arena, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
-    ok = fwrite(t->buf, 1, t->n, f) == t->n;
+    bool ok = fwrite(t->buf, 1, t->n, f) == t->n;
     if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
         int err = errno;
         remove(tmp);
         error_file(path, "write failed: %s", strerror(err));
+    }
+}
+
+/* The model's part of the program: its arenas, constants, functions and
+ * tables. */
+static void emit_model_part(CG *cg, const char *hash, const char *weights)
+{
+    emit_devices(cg);
+    emit_constants(cg);
+    if (cg->o->infer) {
+        emit_forward_only(cg);
+        emit_eval(cg);
+        emit_infer_model(cg, hash, weights);
+    } else {
+        emit_actions(cg);
+        emit_step(cg);
+        emit_prof_table(cg);
+        emit_op_table(cg);
+        emit_eval(cg);
+        emit_model(cg, hash, weights);
     }
 }
 
@@ -2305,31 +3001,28 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
              .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
+    cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
+    for (int b = 0; b < plan->nbufs; b++)
+        cg.local_of[b] = -1;
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);
     const char *slash = strrchr(weights, '/');
+    /* the model first, to know what it uses of the runtime */
+    Text *model = arena_alloc(g->arena, sizeof *model);
+    cg.out = text_open(g, model);
+    emit_model_part(&cg, hash, slash ? slash + 1 : weights);
+    text_close(g, model);
     Text *text = arena_alloc(g->arena, sizeof *text);
     cg.out = text_open(g, text);
     emit_header(&cg, hash);
+    emit_declarations(&cg, model);
+    emit(&cg, "\n/* ==== the model ==== */\n\n");
+    fwrite(model->buf, 1, model->n, cg.out);
     emit_runtime(&cg);
     if (cg.cuda)
         emit_kernel_source(&cg);
-    emit(&cg, "\n/* ==== the model ==== */\n\n");
-    emit_devices(&cg);
-    emit_constants(&cg);
-    if (o->infer) {
-        emit_forward_only(&cg);
-        emit_eval(&cg);
-        emit_infer_model(&cg, hash, slash ? slash + 1 : weights);
-    } else {
-        emit_actions(&cg);
-        emit_step(&cg);
-        emit_prof_table(&cg);
-        emit_op_table(&cg);
-        emit_eval(&cg);
-        emit_model(&cg, hash, slash ? slash + 1 : weights);
-    }
+    emit_main(&cg);
     text_save(g, text, o->output);
     write_weights(&cg, weights);
 }

@@ -9,7 +9,8 @@ for two CPU devices (--devices=cpu:0,cpu:1). From each generated train.c it
 reads the step: run_step's stream operations in issue order (launches,
 event records and waits, copies with their streams and sizes) and, inside
 each launched action, the kernels it calls in order, with mprt_cu_X and
-mprt_X both written X. The two sequences must be identical, and equal to
+mprt_X both written X; streams and events by number (the trainer names
+them in two enums). The two sequences must be identical, and equal to
 GOLDEN (MPCC_UPDATE_GOLDEN=1 rewrites it; review the diff).
 """
 import os
@@ -20,7 +21,8 @@ import tempfile
 
 CALL = re.compile(r"\bmprt_(?:cu_)?([a-z0-9_]+)\(")
 # The trainer's bookkeeping inside actions, not kernels.
-NOT_KERNELS = {"dev_read", "dev_hold", "dev_unhold", "dev_stage", "dev_commit", "keep_loss"}
+NOT_KERNELS = {"dev_read", "dev_hold", "dev_unhold", "dev_stage", "dev_commit", "keep_loss",
+               "prof_node", "prof_end"}
 
 
 def function_body(src, name):
@@ -31,28 +33,41 @@ def function_body(src, name):
     return src[m.end():end]
 
 
+def enum_numbers(src):
+    """The streams' and events' numbers by name: the trainer's enums
+    (CPU0_COMPUTE = 0, ...; EV_S0_FWD_MB0 = 0, ...)."""
+    numbers = {}
+    for body in re.findall(r"^enum \{(.*?)\};", src, re.M | re.S):
+        names = [n.strip() for n in re.sub(r"/\*.*?\*/", "", body, flags=re.S).split(",")]
+        names = [n for n in names if n]
+        if names and (names[0].startswith("EV_") or names[0].endswith("_COMPUTE")):
+            numbers.update({n: str(i) for i, n in enumerate(names)})
+    return numbers
+
+
 def step_actions(path):
     with open(path) as f:
         src = f.read()
+    num = enum_numbers(src)
     out = []
     for line in function_body(src, "run_step").splitlines():
         line = line.split("/*")[0].strip()
         if not line:
             continue
-        m = re.match(r"mprt_launch\((\d+), (\w+), (\d+), \d+\);$", line)
+        m = re.match(r"mprt_launch\((\w+), (\w+), (\d+), \d+\);$", line)
         if m:
-            out.append("launch stream %s %s mb %s" % m.groups())
+            out.append("launch stream %s %s mb %s" % (num[m.group(1)], m.group(2), m.group(3)))
             for call in CALL.findall(function_body(src, m.group(2))):
                 if call not in NOT_KERNELS:
                     out.append("    " + call)
             continue
-        m = re.match(r"mprt_memcpy_async\((\d+), .*, (\d+), \d+\);$", line)
+        m = re.match(r"mprt_memcpy_async\((\w+), .*, (\d+), \d+\);$", line)
         if m:
-            out.append("copy stream %s %s bytes" % m.groups())
+            out.append("copy stream %s %s bytes" % (num[m.group(1)], m.group(2)))
             continue
-        m = re.match(r"mprt_(record|wait)_event\((\d+), (\d+)\);$", line)
+        m = re.match(r"mprt_(record|wait)_event\((\w+), (\w+)\);$", line)
         if m:
-            out.append("%s stream %s event %s" % m.groups())
+            out.append("%s stream %s event %s" % (m.group(1), num[m.group(2)], num[m.group(3)]))
             continue
         if line == "mprt_sync();":
             out.append("sync")

@@ -15,11 +15,12 @@ must go through kernel().
 
 For each kernel a C file asserts
 __builtin_types_compatible_p(typeof(mprt_X), typeof(mprt_cu_X)) after
-pasting the runtime in the CUDA trainer's order, read from codegen.c's
-emit_runtime (mprt.h, mprt.c, npy.c, safetensors.c, state.c, kernel.h,
-timeline.c, cuda.c, cuda_ops.c, program.c, train.c today), with the CPU
-kernels (cpu.c, cpu_move.c, cpu_math.c) before cuda.c, where the CPU
-trainer has them after timeline.c. It also asserts that
+including the runtime's .c files in the CUDA trainer's order, read from
+codegen.c's runtime_sources (mprt.c, npy.c, safetensors.c, state.c,
+timeline.c, cuda.c, cuda_ops.c, program.c, data.c, checkpoint.c, train.c
+today; each includes its headers), with the CPU kernels (cpu.c,
+cpu_move.c, cpu_math.c) before cuda.c, where the CPU trainer has them
+after timeline.c. It also asserts that
 mprt_cu_check_faults is void(void). It is compiled with
 -std=c11 -Wall -Wextra -Werror and linked (never run) against cuDNN,
 cuBLAS, cudart, NVRTC and the driver; -lopenblas only because cpu.c is in
@@ -85,17 +86,17 @@ def emitted_kernels(codegen, cpu_kernels):
 
 
 def runtime_order(codegen):
-    """The CUDA trainer's runtime files as codegen.c's emit_runtime pastes
-    them, with the CPU kernels inserted before cuda.c (after timeline.c,
-    where the CPU trainer has them)."""
+    """The CUDA trainer's runtime .c files as codegen.c's runtime_sources
+    lists them, with the CPU kernels inserted before cuda.c (after
+    timeline.c, where the CPU trainer has them)."""
     def files(name):
         m = re.search(r"static const char \*%s\[\] = \{(.*?)\};" % name, codegen, re.S)
         if not m:
-            fail(f"codegen.c's emit_runtime has no list {name}[]")
+            fail(f"codegen.c's runtime_sources has no list {name}[]")
         return [re.sub(r"_(c|h)$", r".\1", f) for f in re.findall(r'"([a-z_]+)"', m.group(1))]
     cuda, cpu = files("cuda"), files("cpu")
     if "cuda.c" not in cuda or any(f not in cpu for f in CPU_FILES):
-        fail("codegen.c's emit_runtime lists are not as this test expects: %s, %s" % (cuda, cpu))
+        fail("codegen.c's runtime_sources lists are not as this test expects: %s, %s" % (cuda, cpu))
     at = cuda.index("cuda.c")
     return cuda[:at] + CPU_FILES + cuda[at:]
 

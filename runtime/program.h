@@ -1,0 +1,55 @@
+/* program.h — what a generated program's model needs of the runtime ahead
+ * of its code, since a macro, an enum or a struct must come before what
+ * uses it: the storage classes of the runtime's functions and globals
+ * (declared ahead, defined after the model), and the tables the model
+ * fills in: its buffers, the step's operations, the nodes it times. */
+#ifndef MPRT_PROGRAM_H
+#define MPRT_PROGRAM_H
+
+#include "mprt.h"
+
+/* A program uses only the kernels its model needs, and of the runtime's
+ * globals (on a CUDA device, MPRT_CU_KERNEL: runtime/cuda_ops.c). */
+#if defined(__GNUC__) || defined(__clang__)
+#define MPRT_KERNEL static __attribute__((unused))
+#define MPRT_GLOBAL static __attribute__((unused))
+#define MPRT_CU_KERNEL static __attribute__((unused))
+#else
+#define MPRT_KERNEL static
+#define MPRT_GLOBAL static
+#define MPRT_CU_KERNEL static
+#endif
+
+/* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
+ * predictions, or one graph output of the forward-only program. */
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
+
+/* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
+ * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
+ * forward-only program checks its file and keeps nothing). */
+typedef struct MprtBuffer {
+    const char *name;
+    int kind;
+    MprtDType dtype;
+    int rank;
+    int64_t shape[MPRT_MAX_RANK];
+    int dev;
+    size_t offset;
+    int slots;
+    size_t stride, nbytes;
+} MprtBuffer;
+
+/* One operation of the step, for --trace (timeline.c). */
+typedef struct MprtOpInfo {
+    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
+    const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
+    int dst_dev;           /* copies: the receiving device; -1 otherwise */
+} MprtOpInfo;
+
+/* A node the program times, for --profile (timeline.c). */
+typedef struct MprtProfNode {
+    const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
+    const char *phase;     /* "forward", "backward" or "update" */
+} MprtProfNode;
+
+#endif

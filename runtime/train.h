@@ -1,0 +1,35 @@
+/* train.h — the trainer's model as the generated code describes it for
+ * train.c's mprt_train_main, in a table ahead of the runtime's code. */
+#ifndef MPRT_TRAIN_H
+#define MPRT_TRAIN_H
+
+#include "program.h"
+
+enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
+
+typedef struct MprtModel {
+    const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
+    int batch, microbatches;
+    double lr;
+    int ndev;
+    const size_t *arena_bytes;          /* [ndev] */
+    const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
+    const size_t *work_bytes;           /* [ndev] */
+    const char *const *device_names;    /* [ndev] */
+    int nstreams, nevents, nops;
+    const MprtOpInfo *ops;              /* [nops]: for --trace */
+    const MprtProfNode *prof_nodes;     /* for --profile */
+    int nprof_nodes;
+    int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
+    const MprtBuffer *buffers;
+    int nbuffers;
+    int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
+    int64_t ignore_index;       /* cross-entropy: labels that are not scored */
+    int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
+    size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
+    void (*zero_state)(void);
+    void (*run_step)(void);     /* every micro-batch forward and backward, the update */
+    void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
+} MprtModel;
+
+#endif
