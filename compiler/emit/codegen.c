@@ -1967,6 +1967,21 @@ static void emit_infer_header(CG *cg, const char *hash)
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
 }
 
+/* The rows of one step: -batch, or without it the first dimension of the
+ * model's inputs as bound (an export with a fixed batch, --shapes). */
+static long long step_rows(const CG *cg)
+{
+    if (cg->o->batch)
+        return (long long)cg->o->batch * cg->plan->sc->M;
+    const Graph *g = cg->g;
+    for (uint32_t i = 0; i < g->ninputs; i++) {
+        const Value *v = &g->values[g->inputs[i]];
+        if (v->kind == VK_INPUT && v->shape.rank > 0)
+            return (long long)v->shape.d[0];
+    }
+    return 1;
+}
+
 static void emit_header(CG *cg, const char *hash)
 {
     const Plan *p = cg->plan;
@@ -1981,7 +1996,8 @@ static void emit_header(CG *cg, const char *hash)
         emit(cg, " * batch:    %lld in %d micro-batch(es) of %lld\n",
              (long long)cg->o->batch * p->sc->M, p->sc->M, (long long)cg->o->batch);
     else
-        emit(cg, " * batch:    the input shapes given by --shapes, in one micro-batch\n");
+        emit(cg, " * batch:    %lld, the inputs' first dimension as the model or --shapes "
+             "fixes it, in one micro-batch\n", step_rows(cg));
     emit(cg, " * schedule: %s, %d stage(s) on %d device(s); predicted step %.6g s, bubble "
          "%.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->ndev, p->step_time,
          100 * p->bubble);
@@ -2858,7 +2874,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),
-         (long long)cg->o->batch * p->sc->M, p->sc->M, cg->o->train.lr, p->sc->ndev,
+         step_rows(cg), p->sc->M, cg->o->train.lr, p->sc->ndev,
          p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
