@@ -439,6 +439,14 @@ int param_axis(const Node *n, int64_t axis, int rank, const char *what);   /* 0 
 int softmax_axis(Graph *g, const Node *n);   /* Softmax, LogSoftmax: normalised */
 double norm_epsilon(const Node *n);          /* BatchNormalization, InstanceNorm., LayerNorm. */
 double bn_momentum(const Node *n);
+typedef struct GemmParams {
+    bool trans_a, trans_b;
+    double alpha, beta;
+} GemmParams;
+GemmParams gemm_params(const Node *n);
+int64_t conv_group(const Node *n);
+int64_t loss_ignore_index(const Node *n);
+const char *loss_reduction(const Node *n);
 typedef struct SliceParams {
     int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
 } SliceParams;
@@ -450,6 +458,14 @@ void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D 
 void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
 void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
 void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
+typedef struct Window {
+    int n;                       /* spatial dimensions */
+    int64_t k[MAX_RANK], stride[MAX_RANK], dil[MAX_RANK];
+    int64_t pad[2 * MAX_RANK];   /* begins, then ends */
+    const char *auto_pad;        /* "NOTSET", "SAME_UPPER", "SAME_LOWER" or "VALID" */
+} Window;
+Window window_params(const Node *n, int spatial, const int64_t *kernel_from_weight);
+void window_ints(const Node *n, const char *name, int64_t *dst, int count, int64_t dflt);
 
 /* --------------------------------------------------- front/shapes.c */
 

@@ -504,7 +504,8 @@ static _Noreturn void unsupported(CG *cg, const Node *n, const char *what)
 static void emit_gemm(CG *cg, const Node *n)
 {
     const Shape *a = shape_of(cg, n->in[0]), *y = shape_of(cg, n->out[0]);
-    int ta = (int)attr_int(n, "transA", 0), tb = (int)attr_int(n, "transB", 0);
+    GemmParams gp = gemm_params(n);
+    int ta = gp.trans_a, tb = gp.trans_b;
     long K = ta ? a->d[0] : a->d[1];
     int has_c = n->nin > 2 && n->in[2] != NONE;
     long cr = 1, cc = 1;
@@ -514,8 +515,8 @@ static void emit_gemm(CG *cg, const Node *n)
         cc = c->rank >= 1 ? c->d[c->rank - 1] : 1;
     }
     emit(cg, "    %s(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, %s, %ld, %ld, %s);\n", kernel(cg, "gemm"),
-         ta, tb, (long long)y->d[0], (long long)y->d[1], K, attr_float(n, "alpha", 1.0),
-         buf(cg, n->in[0]), buf(cg, n->in[1]), attr_float(n, "beta", 1.0),
+         ta, tb, (long long)y->d[0], (long long)y->d[1], K, gp.alpha,
+         buf(cg, n->in[0]), buf(cg, n->in[1]), gp.beta,
          has_c ? buf(cg, n->in[2]) : "NULL", cr, cc, buf(cg, n->out[0]));
 }
 
@@ -791,7 +792,7 @@ static void emit_loss_forward(CG *cg, const Node *n)
     channel_dims(cg, n->in[0], &N, &C, &D);
     if (cg->g->values[n->in[1]].dtype != DT_I64)
         unsupported(cg, n, "labels that are not int64");
-    const char *red = attr_str(n, "reduction", "mean");
+    const char *red = loss_reduction(n);
     int reduction = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : 2;
     if (reduction == 2 && strcmp(red, "mean") != 0)
         unsupported(cg, n, arena_printf(cg->g->arena, "the reduction '%s'",
@@ -807,7 +808,7 @@ static void emit_loss_forward(CG *cg, const Node *n)
     }
     emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %d, %s, %s);\n", kernel(cg, "nll_forward"), N, C, D,
          logp, buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
-         (long long)attr_int(n, "ignore_index", -100), reduction, buf(cg, n->out[0]),
+         (long long)loss_ignore_index(n), reduction, buf(cg, n->out[0]),
          c_string(cg, n->name));
     if (n->op == OP_SOFTMAX_CE)
         emit(cg, "    }\n");
@@ -823,9 +824,9 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
     channel_dims(cg, n->in[grad ? 1 : 0], &N, &C, &D);
     if (n->nin > (grad ? 3u : 2u))
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
-    if (strcmp(attr_str(n, "reduction", "mean"), "mean") != 0)
+    if (strcmp(loss_reduction(n), "mean") != 0)
         unsupported(cg, n, "a reduction other than mean");
-    long long ignore = (long long)attr_int(n, "ignore_index", -100);
+    long long ignore = (long long)loss_ignore_index(n);
     if (!grad)
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", kernel(cg, "sce"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
@@ -849,9 +850,9 @@ static void emit_nll(CG *cg, const Node *n)
     channel_dims(cg, grad ? n->out[0] : n->in[0], &N, &C, &D);
     if (!grad && n->nin > 2 && n->in[2] != NONE)
         unsupported(cg, n, "class weights in NegativeLogLikelihoodLoss");
-    if (strcmp(attr_str(n, "reduction", "mean"), "mean") != 0)
+    if (strcmp(loss_reduction(n), "mean") != 0)
         unsupported(cg, n, "a reduction other than mean");
-    long long ignore = (long long)attr_int(n, "ignore_index", -100);
+    long long ignore = (long long)loss_ignore_index(n);
     if (!grad)
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", kernel(cg, "nll"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
@@ -873,7 +874,7 @@ static void dims_2d(const Shape *s, int64_t d[4])
 
 /* Strides, dilations and pads (begins, then ends) of a 1-D or 2-D window
  * op over input x (N, C, spatial..) with output y and kernel k (kh, kw),
- * as 2-D; auto_pad SAME_* pads as ONNX says (the extra one at the end for
+ * as 2-D (window_params reads them); auto_pad SAME_* pads as ONNX says (the extra one at the end for
  * SAME_UPPER, at the beginning for SAME_LOWER). */
 static void window_2d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64_t k[2],
                       int64_t st[2], int64_t dl[2], int64_t pd[4])
@@ -882,21 +883,15 @@ static void window_2d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64
     if (xs->rank != 3 && xs->rank != 4)
         unsupported(cg, n, arena_printf(cg->g->arena, "%s over %d spatial dimensions",
                                         comment_text(cg, n->op_type), xs->rank - 2));
-    uint32_t c;
-    const int64_t *v;
     int sp = xs->rank - 2, o = 2 - sp;
+    Window w = window_params(n, sp, k + o);
     st[0] = st[1] = dl[0] = dl[1] = 1;
     pd[0] = pd[1] = pd[2] = pd[3] = 0;
-    if ((v = attr_ints(n, "strides", &c)) && (int)c == sp)
-        for (int i = 0; i < sp; i++)
-            st[o + i] = v[i];
-    if ((v = attr_ints(n, "dilations", &c)) && (int)c == sp)
-        for (int i = 0; i < sp; i++)
-            dl[o + i] = v[i];
-    if ((v = attr_ints(n, "pads", &c)) && (int)c == 2 * sp)
-        for (int i = 0; i < sp; i++)
-            pd[o + i] = v[i], pd[2 + o + i] = v[sp + i];
-    const char *ap = attr_str(n, "auto_pad", "NOTSET");
+    for (int i = 0; i < sp; i++) {
+        st[o + i] = w.stride[i], dl[o + i] = w.dil[i];
+        pd[o + i] = w.pad[i], pd[2 + o + i] = w.pad[sp + i];
+    }
+    const char *ap = w.auto_pad;
     int64_t xd[4], yd[4];
     dims_2d(xs, xd);
     dims_2d(shape_of(cg, y), yd);
@@ -923,7 +918,7 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
          "%lld, %lld, %lld, %lld, %lld, %lld}",
          (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
          (long long)wd[0], (long long)wd[2], (long long)wd[3], (long long)yd[2],
-         (long long)yd[3], (long long)attr_int(n, "group", 1), (long long)st[0],
+         (long long)yd[3], (long long)conv_group(n), (long long)st[0],
          (long long)st[1], (long long)dl[0], (long long)dl[1], (long long)pd[0],
          (long long)pd[1]);
 }
@@ -1186,7 +1181,8 @@ static void emit_matmul(CG *cg, const Node *n)
 {
     const Shape *a = shape_of(cg, n->in[0]), *b = shape_of(cg, n->in[1]),
                 *y = shape_of(cg, n->out[0]);
-    int ta = (int)attr_int(n, "transA", 0), tb = (int)attr_int(n, "transB", 0);
+    GemmParams gp = gemm_params(n);   /* autodiff's transposed products */
+    int ta = gp.trans_a, tb = gp.trans_b;
     int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
     long M = a->rank >= 2 ? (long)a->d[a->rank - (ta ? 1 : 2)] : 1;
     long K = (long)a->d[a->rank - (ta && a->rank >= 2 ? 2 : 1)];
@@ -2837,7 +2833,7 @@ static void emit_loss_fields(CG *cg)
                                                   cg->plan->st->home[n->out[1]])];
         emit(cg, "    .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = %lldLL,\n"
              "    .log_prob_dev = %d, .log_prob_offset = %zu,\n",
-             (long long)attr_int(n, "ignore_index", -100), lp->dev, lp->offset);
+             (long long)loss_ignore_index(n), lp->dev, lp->offset);
     } else {
         emit(cg, "    .loss_kind = MPRT_LOSS_MSE,\n");
     }

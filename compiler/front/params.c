@@ -96,6 +96,34 @@ double bn_momentum(const Node *n)
     return attr_float(n, "momentum", 0.9);
 }
 
+/* Gemm (and the products autodiff makes of it): Y = alpha A' B' + beta C. */
+GemmParams gemm_params(const Node *n)
+{
+    return (GemmParams){.trans_a = attr_int(n, "transA", 0) != 0,
+                        .trans_b = attr_int(n, "transB", 0) != 0,
+                        .alpha = attr_float(n, "alpha", 1.0),
+                        .beta = attr_float(n, "beta", 1.0)};
+}
+
+/* Conv and ConvTranspose: the number of groups. */
+int64_t conv_group(const Node *n)
+{
+    return attr_int(n, "group", 1);
+}
+
+/* The losses (SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their
+ * gradients): the label that counts for nothing, and how the per-sample
+ * losses reduce ("none", "sum" or "mean"). */
+int64_t loss_ignore_index(const Node *n)
+{
+    return attr_int(n, "ignore_index", -100);
+}
+
+const char *loss_reduction(const Node *n)
+{
+    return attr_str(n, "reduction", "mean");
+}
+
 void slice_params(Graph *g, Node *n, SliceParams *p)
 {
     const Value *x = node_in(g, n, 0);
@@ -302,4 +330,46 @@ void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value)
     if (value)
         *value = g->opset >= 11 ? scalar_in(g, n, 2, "Pad's constant_value", 0)
                                 : attr_float(n, "value", 0);
+}
+
+/* ---- convolution and pooling windows ---- */
+
+/* An attribute of n ints, each at least 1 (or 0 where dflt is 0). */
+void window_ints(const Node *nd, const char *name, int64_t *dst, int n, int64_t dflt)
+{
+    uint32_t cnt;
+    const int64_t *v = attr_ints(nd, name, &cnt);
+    for (int i = 0; i < n; i++)
+        dst[i] = dflt;
+    if (!v)
+        return;
+    if ((int)cnt != n)
+        error_at(&nd->loc, "'%s' has %u values, expected %d", name, cnt, n);
+    for (int i = 0; i < n; i++) {
+        if (v[i] < (dflt == 0 ? 0 : 1))
+            error_at(&nd->loc, "'%s' has the invalid value %lld", name, (long long)v[i]);
+        dst[i] = v[i];
+    }
+}
+
+/* The window of a convolution or pooling over n spatial dimensions: the
+ * kernel (kernel_shape, else the weight's), strides, dilations, pads and
+ * auto_pad, with ONNX's defaults, checked. */
+Window window_params(const Node *nd, int n, const int64_t *kernel_from_weight)
+{
+    Window w = {.n = n};
+    uint32_t cnt;
+    const int64_t *ks = attr_ints(nd, "kernel_shape", &cnt);
+    if (ks && (int)cnt != n)
+        error_at(&nd->loc, "kernel_shape has %u values, expected %d", cnt, n);
+    for (int i = 0; i < n; i++) {
+        w.k[i] = ks ? ks[i] : kernel_from_weight ? kernel_from_weight[i] : 0;
+        if (w.k[i] < 1)
+            error_at(&nd->loc, "kernel_shape is required and must be positive");
+    }
+    window_ints(nd, "strides", w.stride, n, 1);
+    window_ints(nd, "dilations", w.dil, n, 1);
+    window_ints(nd, "pads", w.pad, 2 * n, 0);
+    w.auto_pad = attr_str(nd, "auto_pad", "NOTSET");
+    return w;
 }

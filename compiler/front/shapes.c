@@ -201,7 +201,8 @@ static void infer_gemm(const Inf *c)
     const Value *a = in(c, 0), *b = in(c, 1);
     if (a->shape.rank != 2 || b->shape.rank != 2)
         error_at(&c->n->loc, "Gemm needs 2-D inputs, got %s and %s", ty(c, a), ty(c, b));
-    bool ta = attr_int(c->n, "transA", 0), tb = attr_int(c->n, "transB", 0);
+    GemmParams gp = gemm_params(c->n);
+    bool ta = gp.trans_a, tb = gp.trans_b;
     int64_t m = a->shape.d[ta ? 1 : 0], k = a->shape.d[ta ? 0 : 1];
     int64_t k2 = b->shape.d[tb ? 1 : 0], n = b->shape.d[tb ? 0 : 1];
     if (k != k2)
@@ -219,47 +220,9 @@ static void infer_gemm(const Inf *c)
 
 /* ---- convolution and pooling ---- */
 
-typedef struct Window {
-    int n;                       /* spatial dimensions */
-    int64_t k[MAX_RANK], stride[MAX_RANK], dil[MAX_RANK];
-    int64_t pad[2 * MAX_RANK];   /* begins, then ends */
-    const char *auto_pad;
-} Window;
-
-static void window_ints(const Inf *c, const char *name, int64_t *dst, int n, int64_t dflt)
-{
-    uint32_t cnt;
-    const int64_t *v = attr_ints(c->n, name, &cnt);
-    for (int i = 0; i < n; i++)
-        dst[i] = dflt;
-    if (!v)
-        return;
-    if ((int)cnt != n)
-        error_at(&c->n->loc, "'%s' has %u values, expected %d", name, cnt, n);
-    for (int i = 0; i < n; i++) {
-        if (v[i] < (dflt == 0 ? 0 : 1))
-            error_at(&c->n->loc, "'%s' has the invalid value %lld", name, (long long)v[i]);
-        dst[i] = v[i];
-    }
-}
-
 static Window window(const Inf *c, int n, const int64_t *kernel_from_weight)
 {
-    Window w = {.n = n};
-    uint32_t cnt;
-    const int64_t *ks = attr_ints(c->n, "kernel_shape", &cnt);
-    if (ks && (int)cnt != n)
-        error_at(&c->n->loc, "kernel_shape has %u values, expected %d", cnt, n);
-    for (int i = 0; i < n; i++) {
-        w.k[i] = ks ? ks[i] : kernel_from_weight ? kernel_from_weight[i] : 0;
-        if (w.k[i] < 1)
-            error_at(&c->n->loc, "kernel_shape is required and must be positive");
-    }
-    window_ints(c, "strides", w.stride, n, 1);
-    window_ints(c, "dilations", w.dil, n, 1);
-    window_ints(c, "pads", w.pad, 2 * n, 0);
-    w.auto_pad = attr_str(c->n, "auto_pad", "NOTSET");
-    return w;
+    return window_params(c->n, n, kernel_from_weight);
 }
 
 static int64_t window_out(const Inf *c, const Window *w, int i, int64_t size, bool ceil_mode)
@@ -289,7 +252,7 @@ static void infer_conv(const Inf *c)
     if (n < 1 || wt->shape.rank != x->shape.rank)
         error_at(&c->n->loc, "Conv needs input (N,C,spatial..) and weight of the same "
                  "rank, got %s and %s", ty(c, x), ty(c, wt));
-    int64_t group = attr_int(c->n, "group", 1);
+    int64_t group = conv_group(c->n);
     int64_t cin = x->shape.d[1], cout = wt->shape.d[0];
     if (group < 1 || cin % group || cout % group || wt->shape.d[1] * group != cin)
         error_at(&c->n->loc, "input %s, weight %s and group=%lld do not agree "
@@ -312,13 +275,13 @@ static void infer_conv_transpose(const Inf *c)
     if (n < 1 || wt->shape.rank != x->shape.rank)
         error_at(&c->n->loc, "ConvTranspose needs input (N,C,spatial..) and weight of "
                  "the same rank, got %s and %s", ty(c, x), ty(c, wt));
-    int64_t group = attr_int(c->n, "group", 1);
+    int64_t group = conv_group(c->n);
     if (group < 1 || wt->shape.d[0] != x->shape.d[1])
         error_at(&c->n->loc, "weight %s does not match input %s (dimension 0 must be C)",
                  ty(c, wt), ty(c, x));
     Window w = window(c, n, wt->shape.d + 2);
     int64_t outpad[MAX_RANK];
-    window_ints(c, "output_padding", outpad, n, 0);
+    window_ints(c->n, "output_padding", outpad, n, 0);
     uint32_t cnt;
     const int64_t *os = attr_ints(c->n, "output_shape", &cnt);
     Shape r = {x->shape.rank, {x->shape.d[0], wt->shape.d[1] * group}};
@@ -426,7 +389,7 @@ static void infer_loss(const Inf *c)
     for (int i = 0; i < t->shape.rank; i++)
         if (t->shape.d[i] != x->shape.d[i == 0 ? 0 : i + 1])
             error_at(&c->n->loc, "labels %s do not match scores %s", ty(c, t), ty(c, x));
-    const char *red = attr_str(c->n, "reduction", "mean");
+    const char *red = loss_reduction(c->n);
     Shape s = {0};
     if (strcmp(red, "none") == 0)
         s = t->shape;

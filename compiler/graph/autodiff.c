@@ -156,8 +156,9 @@ static void grad_gemm(AD *ad, uint32_t dy)
 {
     const Node *n = ad->n;
     uint32_t a = n->in[0], b = n->in[1];
-    int64_t ta = attr_int(n, "transA", 0), tb = attr_int(n, "transB", 0);
-    double alpha = attr_float(n, "alpha", 1.0), beta = attr_float(n, "beta", 1.0);
+    GemmParams gp = gemm_params(n);
+    int64_t ta = gp.trans_a, tb = gp.trans_b;
+    double alpha = gp.alpha, beta = gp.beta;
     uint32_t out;
     if (ad->needs[a]) {
         /* dA = alpha dY op(B)^T, or its transpose when A is transposed */

@@ -61,7 +61,8 @@ typedef struct MatDims {
 static MatDims mat_dims(const Graph *g, const Node *n)
 {
     const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
-    bool ta = attr_int(n, "transA", 0) != 0, tb = attr_int(n, "transB", 0) != 0;
+    GemmParams gp = gemm_params(n);
+    bool ta = gp.trans_a, tb = gp.trans_b;
     MatDims d = {.batch = 1};
     d.M = a->rank >= 2 ? (double)a->d[a->rank - (ta ? 1 : 2)] : 1;
     d.K = (double)a->d[a->rank - (ta && a->rank >= 2 ? 2 : 1)];
@@ -160,7 +161,7 @@ int64_t node_workspace(const Graph *g, const Node *n)
     if (conv_batched(ys->d[0], p)) {
         /* the patches of every image side by side, then a group's output (or
          * dy) planes gathered in the GEMM's order */
-        int64_t mg = ws->d[0] / attr_int(n, "group", 1);
+        int64_t mg = ws->d[0] / conv_group(n);
         bytes = ((double)k + (double)mg) * (double)ys->d[0] * (double)p * sizeof(float);
     }
     return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
@@ -208,7 +209,7 @@ static double cpu_matmul(const Graph *g, const Node *n, const Profile *p)
     MatDims d = mat_dims(g, n);
     double t;
     if (d.batch > 1 && d.a_batched && !d.b_batched && d.y_batched &&
-        !attr_int(n, "transA", 0))
+        !gemm_params(n).trans_a)
         t = gemm_call(p, d.batch * d.M, d.N, d.K);
     else if (d.batch > 1 && !d.y_batched)
         t = gemm_call(p, d.M, d.N, d.batch * d.K);
@@ -250,7 +251,7 @@ static double patches(const Profile *p, const ConvDims *c, double cols)
 
 static double cpu_conv(const Graph *g, const Node *n, const Profile *p)
 {
-    double group = (double)attr_int(n, "group", 1), calls;
+    double group = (double)conv_group(n), calls;
     ConvDims c;
     double t;
     switch (n->op) {
