@@ -130,8 +130,8 @@ def check_shared(kernel_h, kernels_cu):
     host = {n[len("MPRT_"):] for e in enums(kernel_h) for n in e if n.startswith("MPRT_")}
     for e in enums(kernels_cu):
         if host & set(e):
-            fail("kernels.cu's enum {%s} spells out kernel.h's codes: list them once, in "
-                 "runtime/opcodes.h, and expand the list in both" % ", ".join(e))
+            fail("kernels.cu's enum {%s} spells out kernel.h's codes: declare the enum "
+                 "once, in runtime/opcodes.h's MPRT_OPCODES" % ", ".join(e))
     both = sorted(defines(kernel_h).keys() & defines(kernels_cu).keys())
     if both:
         fail("kernel.h and kernels.cu both define %s: define it once, in runtime/opcodes.h" %
