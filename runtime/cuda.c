@@ -78,7 +78,8 @@ static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's devi
 static size_t *mprt_cu_arena_size;
 static const char *const *mprt_cu_lines;   /* runtime/kernels.cu line by line, NULL-ended:
                                                set by the generated program */
-static char *mprt_cu_source;                /* those lines joined */
+static const char *const *mprt_cu_header_lines;   /* opcodes.h, which kernels.cu includes */
+static char *mprt_cu_source, *mprt_cu_header;       /* those lines joined */
 static int mprt_cu_tf32;             /* mpcc --tf32: GEMMs and convolutions may round to TF32 */
 /* --trace: each operation's timing events and device, one reference per device */
 static cudaEvent_t *mprt_cu_tstart, *mprt_cu_tend, *mprt_cu_ref;   /* [nops + 1], [ndev] */
@@ -152,39 +153,43 @@ MPRT_KERNEL void mprt_cu_cache_dir(char *dir, size_t n)
 static const char *const mprt_cu_opts[] = {"--std=c++17", "-default-device", "--fmad=false"};
 enum { MPRT_CU_NOPTS = sizeof mprt_cu_opts / sizeof mprt_cu_opts[0] };
 
-/* The kernels' source in one string. The generated program holds it line
- * by line, as no ISO C compiler need take a string literal of its length. */
-static const char *mprt_cu_joined(void)
+/* A file of the kernels' source in one string, joined once into *joined.
+ * The generated program holds it line by line, as no ISO C compiler need
+ * take a string literal of its length. */
+static const char *mprt_cu_joined(const char *const *lines, char **joined)
 {
-    if (mprt_cu_source)
-        return mprt_cu_source;
+    if (*joined)
+        return *joined;
     size_t n = 1;
-    for (const char *const *l = mprt_cu_lines; *l; l++)
+    for (const char *const *l = lines; *l; l++)
         n += strlen(*l);
     char *s = malloc(n), *w = s;
     if (!s) {
         fprintf(stderr, "train: out of host memory for the CUDA kernels' source\n");
         exit(1);
     }
-    for (const char *const *l = mprt_cu_lines; *l; l++) {
+    for (const char *const *l = lines; *l; l++) {
         size_t k = strlen(*l);
         memcpy(w, *l, k);
         w += k;
     }
     *w = 0;
-    return mprt_cu_source = s;
+    return *joined = s;
 }
 
-/* The cubin of the kernels for arch: from the cache (keyed by the source,
- * the options, the architecture and NVRTC's version), or compiled now. */
+/* The cubin of the kernels for arch: from the cache (keyed by the source
+ * and its header, the options, the architecture and NVRTC's version), or
+ * compiled now. */
 MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
 {
-    const char *source = mprt_cu_joined();
+    const char *source = mprt_cu_joined(mprt_cu_lines, &mprt_cu_source);
+    const char *header = mprt_cu_joined(mprt_cu_header_lines, &mprt_cu_header);
+    const char *header_name = "opcodes.h";   /* as kernels.cu includes it */
     int major, minor;
     MPRT_NVRTC(nvrtcVersion(&major, &minor));
     char dir[1024], path[1200], err[512];
     mprt_cu_cache_dir(dir, sizeof dir);
-    uint64_t key = mprt_fnv1a(source, 0xcbf29ce484222325ULL);
+    uint64_t key = mprt_fnv1a(header, mprt_fnv1a(source, 0xcbf29ce484222325ULL));
     for (int i = 0; i < MPRT_CU_NOPTS; i++)
         key = mprt_fnv1a(mprt_cu_opts[i], key);
     snprintf(path, sizeof path, "%s/kernels-%016llx-sm%d-nvrtc%d.%d.cubin", dir,
@@ -206,7 +211,7 @@ MPRT_KERNEL char *mprt_cu_cubin(int arch, size_t *size)
     fprintf(stderr, "compiling CUDA kernels for sm_%d with NVRTC %d.%d (cached in %s)\n", arch,
             major, minor, dir);
     nvrtcProgram prog;
-    MPRT_NVRTC(nvrtcCreateProgram(&prog, source, "runtime/kernels.cu", 0, NULL, NULL));
+    MPRT_NVRTC(nvrtcCreateProgram(&prog, source, "runtime/kernels.cu", 1, &header, &header_name));
     char opt_arch[64];
     snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=sm_%d", arch);
     const char *opts[1 + MPRT_CU_NOPTS] = {opt_arch};

@@ -1,22 +1,15 @@
 /* kernel.h — what the generated step hands every device's kernels: the op
  * codes and the parameter blocks that the CPU kernels (cpu.c, cpu_move.c,
  * cpu_math.c) and their CUDA twins (cuda_ops.c) share, so one call in
- * train.c reads the same on either device. Pasted after mprt.h. */
+ * train.c reads the same on either device. Pasted after opcodes.h. */
 #ifndef MPRT_KERNEL_H
 #define MPRT_KERNEL_H
 
 #include "mprt.h"
+#include "opcodes.h"
 
-/* Broadcasting binary ops (mprt_binary); MPRT_MIN and MPRT_MAX are for
- * mprt_nary only; MPRT_PRELU is x > 0 ? x : x * slope. */
-enum { MPRT_ADD, MPRT_SUB, MPRT_MUL, MPRT_DIV, MPRT_POW, MPRT_MIN, MPRT_MAX, MPRT_PRELU };
-
-/* Elementwise functions (mprt_unary); p and q are the op's parameters
- * where it has some: HardSigmoid alpha, beta; LeakyRelu, Elu alpha; Selu
- * alpha, gamma; Clip min, max; Gelu q = 1 for the tanh approximation. */
-enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOID,
-       MPRT_RECIPROCAL, MPRT_ABS, MPRT_HARD_SIGMOID, MPRT_HARD_SWISH, MPRT_LEAKY_RELU,
-       MPRT_ELU, MPRT_SELU, MPRT_SOFTPLUS, MPRT_GELU, MPRT_CLIP };
+#define MPRT_OPCODE(name) MPRT_##name,   /* opcodes.h's codes: MPRT_ADD.. */
+MPRT_OPCODES(MPRT_OPCODE)
 
 /* Fused elementwise chains (mprt_ew_chain): one value v per element of
  * the output, started by an MPRT_EW_LOAD step and carried through the
@@ -29,10 +22,6 @@ enum { MPRT_ERF, MPRT_TANH, MPRT_SQRT, MPRT_EXP, MPRT_LOG, MPRT_NEG, MPRT_SIGMOI
  * (and b) at its strides; a LOAD or BINARY step with a = -1 reads the
  * constant p instead. Operands: at most MPRT_EW_OPERANDS per chain,
  * steps: at most MPRT_EW_STEPS. */
-#define MPRT_EW_STEPS 16
-#define MPRT_EW_OPERANDS 8
-enum { MPRT_EW_LOAD, MPRT_EW_UNARY, MPRT_EW_RELU, MPRT_EW_BINARY, MPRT_EW_UNARY_GRAD,
-       MPRT_EW_RELU_GRAD };
 
 typedef struct MprtEwStep {
     int kind, op;   /* MPRT_EW_*, and MPRT_ERF.. or MPRT_ADD.. where it has one */
@@ -49,17 +38,6 @@ typedef struct MprtEwChain {
     long stride[MPRT_EW_OPERANDS][8];
     MprtEwStep step[MPRT_EW_STEPS];
 } MprtEwChain;
-
-/* Comparisons and logic (bool results) and the operands' element type. */
-enum { MPRT_EQUAL, MPRT_LESS, MPRT_LESS_EQUAL, MPRT_GREATER, MPRT_GREATER_EQUAL,
-       MPRT_AND, MPRT_OR, MPRT_XOR };
-enum { MPRT_ELEM_F32, MPRT_ELEM_I64, MPRT_ELEM_BOOL };
-
-/* Element types of Cast, as the generated code names them. */
-enum { MPRT_CAST_F32, MPRT_CAST_I64, MPRT_CAST_I32, MPRT_CAST_U8, MPRT_CAST_BOOL };
-
-/* Pad's modes. */
-enum { MPRT_PAD_CONSTANT, MPRT_PAD_REFLECT, MPRT_PAD_EDGE };
 
 /* A 2-D convolution (1-D ones have H = KH = OH = 1). */
 typedef struct MprtConv {
@@ -86,12 +64,7 @@ typedef struct MprtPool {
     int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 
-/* Resize over the last two dimensions: how an output coordinate maps to
- * the input (ONNX's coordinate_transformation_mode) and how it is sampled. */
-enum { MPRT_HALF_PIXEL, MPRT_PYTORCH_HALF_PIXEL, MPRT_ALIGN_CORNERS, MPRT_ASYMMETRIC };
-enum { MPRT_NEAREST_FLOOR, MPRT_NEAREST_ROUND_DOWN, MPRT_NEAREST_ROUND_UP,
-       MPRT_NEAREST_CEIL, MPRT_LINEAR };
-
+/* Resize over the last two dimensions (opcodes.h: coord, mode). */
 typedef struct MprtResize {
     long NC;
     int H, W, OH, OW;
@@ -104,7 +77,5 @@ typedef struct MprtResize {
  * sums the squares of elements l, l + lanes, l + 2 lanes ... in double;
  * each group of MPRT_SQ_GROUP consecutive lanes, then the groups' sums,
  * are added by halving (s[t] += s[t + w] for w = half the count ... 1). */
-#define MPRT_SQ_GROUP 256
-#define MPRT_SQ_GROUPS 128
 
 #endif

@@ -10,17 +10,24 @@
  * Resize), the kernels gather instead: each output element is owned by one
  * thread that adds its terms in the CPU's order, so the results are
  * deterministic. Double products that the CPU rounds before adding are
- * DMUL (__dmul_rn) for the same reason as the float ones. The op codes and
- * the parameter structs passed by value are runtime/kernel.h's, the same
- * values and layouts (tests/cuda/check_cuda_ops.py compares them).
+ * DMUL (__dmul_rn) for the same reason as the float ones. The op codes
+ * and limits are runtime/opcodes.h's, as kernel.h's are (NVRTC gets that
+ * file as the header of this one); the parameter structs passed by value
+ * have kernel.h's layouts (tests/cuda/check_cuda_ops.py compares them).
  *
  * NVRTC has no libc headers: the fixed-width types are defined here.
  * Elementwise kernels are grid-stride loops; row kernels run one block per
  * row (blockDim a multiple of 32, at most 1024). */
 
+#include "opcodes.h"
+
 typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned char u8;
+
+/* The op codes of opcodes.h as named there: ADD, not kernel.h's MPRT_ADD. */
+#define OPCODE(name) name,
+MPRT_OPCODES(OPCODE)
 
 #define MPRT_INF __int_as_float(0x7f800000)
 #define FMUL __fmul_rn
@@ -157,9 +164,6 @@ extern "C" __global__ void mprt_k_accumulate(i64 n, float *sum, const float *g, 
     FOR_EACH(i, n) sum[i] = FADD(first ? 0.0f : sum[i], g[i]);
 }
 
-/* The op codes of runtime/kernel.h, in its order (the values are the same). */
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, PRELU };
-
 /* One element of mprt_k_binary: u op v (shared with mprt_k_ew_chain). */
 static __device__ float binary1(int op, float u, float v)
 {
@@ -288,9 +292,6 @@ extern "C" __global__ void mprt_k_minmax_grad(int wrt, i64 n, Nary a, const floa
     }
 }
 
-enum { ERF, TANH, SQRT, EXP, LOG, NEG, SIGMOID, RECIPROCAL, ABS, HARD_SIGMOID, HARD_SWISH,
-       LEAKY_RELU, ELU, SELU, SOFTPLUS, GELU, CLIP };
-
 static __device__ float clampf(float v, float lo, float hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
@@ -386,10 +387,6 @@ extern "C" __global__ void mprt_k_unary_grad(int op, i64 n, float p, float q, co
 }
 
 /* ---- fused elementwise chains (kernel.h's MprtEwChain) ---- */
-
-#define MPRT_EW_STEPS 16
-#define MPRT_EW_OPERANDS 8
-enum { EW_LOAD, EW_UNARY, EW_RELU, EW_BINARY, EW_UNARY_GRAD, EW_RELU_GRAD };
 
 struct EwStep {
     int kind, op;
@@ -1311,9 +1308,6 @@ extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *
 /* ---- --clip-norm: a gradient's squared norm, in runtime/kernel.h's
  * order (the CPU's mprt_sq_norm), whatever the launch shape ---- */
 
-#define MPRT_SQ_GROUP 256
-#define MPRT_SQ_GROUPS 128
-
 /* s[0 .. 2 w) added by halving into s[0]; every thread of the block calls it. */
 static __device__ void sq_halving(double *s, int w)
 {
@@ -1467,8 +1461,6 @@ extern "C" __global__ void mprt_k_gather_grad(i64 outer, i64 dim, i64 inner, i64
     }
 }
 
-enum { CAST_F32, CAST_I64, CAST_I32, CAST_U8, CAST_BOOL };
-
 static __device__ double cast_read(int t, const void *x, i64 i)
 {
     switch (t) {
@@ -1494,9 +1486,6 @@ extern "C" __global__ void mprt_k_cast(i64 n, int from, int to, const void *x, v
 }
 
 /* ---- comparisons and logic: bool (u8) results ---- */
-
-enum { EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL, AND, OR, XOR };
-enum { ELEM_F32, ELEM_I64, ELEM_BOOL };
 
 static __device__ double elem(int type, const void *p, i64 i)
 {
@@ -1542,8 +1531,6 @@ extern "C" __global__ void mprt_k_not(i64 n, const u8 *x, u8 *y)
 }
 
 /* ---- Pad (constant, reflect, edge) over up to 8 dims ---- */
-
-enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE };
 
 struct Pad {
     i64 xs[8], ys[8], begin[8];   /* x's dims, y's dims, the pads before (negative: crop) */
@@ -1648,9 +1635,6 @@ extern "C" __global__ void mprt_k_pad_grad(Pad p, i64 n, float *dx, const float 
 }
 
 /* ---- Resize (2-D, the last two dimensions), as runtime/cpu_move.c ---- */
-
-enum { HALF_PIXEL, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC };
-enum { NEAREST_FLOOR, NEAREST_ROUND_DOWN, NEAREST_ROUND_UP, NEAREST_CEIL, LINEAR };
 
 struct Resize {
     i64 NC;

@@ -2029,13 +2029,13 @@ static const EmbeddedFile *embedded(const char *name)
     mpcc_die(__FILE__, __LINE__, "runtime file %s is not embedded", name);
 }
 
-/* runtime/kernels.cu line by line, for NVRTC at start-up (joined there:
- * one literal would pass the 4095 characters ISO C promises). */
-static void emit_kernel_source(CG *cg)
+/* A runtime file line by line as the array `var`, for NVRTC at start-up
+ * (joined there: one literal would pass the 4095 characters ISO C
+ * promises). */
+static void emit_lines(CG *cg, const char *name, const char *var)
 {
-    const char *p = embedded("kernels_cu")->text;
-    emit(cg, "\n/* ---- runtime/kernels.cu, compiled by NVRTC at start-up ---- */\n"
-         "static const char *const mprt_cu_kernels[] = {\n");
+    const char *p = embedded(name)->text;
+    emit(cg, "static const char *const %s[] = {\n", var);
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
@@ -2048,6 +2048,16 @@ static void emit_kernel_source(CG *cg)
     emit(cg, "    NULL\n};\n");
 }
 
+/* runtime/kernels.cu, and opcodes.h: the header it includes (the op
+ * codes it shares with kernel.h), which NVRTC gets by name. */
+static void emit_kernel_source(CG *cg)
+{
+    emit(cg, "\n/* ---- runtime/kernels.cu and its header opcodes.h, compiled by NVRTC at "
+         "start-up ---- */\n");
+    emit_lines(cg, "kernels_cu", "mprt_cu_kernels");
+    emit_lines(cg, "opcodes_h", "mprt_cu_opcodes");
+}
+
 /* The runtime's files as the program pastes them, in order: its headers
  * (before the model), then its definitions (after it): CPU devices'
  * kernels and worker threads, CUDA devices' calls and their kernels, or
@@ -2055,8 +2065,10 @@ static void emit_kernel_source(CG *cg)
  * cuda[]. */
 static const char *const *runtime_headers(CG *cg)
 {
-    static const char *train[] = {"mprt_h", "kernel_h", "program_h", "train_h", NULL};
-    static const char *infer[] = {"mprt_h", "kernel_h", "program_h", "infer_h", NULL};
+    static const char *train[] = {"mprt_h", "opcodes_h", "kernel_h", "program_h", "train_h",
+                                  NULL};
+    static const char *infer[] = {"mprt_h", "opcodes_h", "kernel_h", "program_h", "infer_h",
+                                  NULL};
     return cg->o->infer ? infer : train;
 }
 
@@ -2893,7 +2905,8 @@ static void emit_main(CG *cg)
 {
     emit(cg, "\n/* ==== main ==== */\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
-        emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
+        emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n"
+             "    mprt_cu_header_lines = mprt_cu_opcodes;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
     emit(cg, "    return mprt_%s_main(&model, argc, argv);\n}\n", cg->o->infer ? "infer" : "train");
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_cuda_ops.py — every kernel the code generator can call on a CPU
-device has a CUDA twin of the same type, kernels.cu agrees with
-runtime/kernel.h, and the CUDA runtime compiles and links.
+device has a CUDA twin of the same type, kernels.cu's parameter structs
+are runtime/kernel.h's, and the CUDA runtime compiles and links.
 
   check_cuda_ops.py SOURCE_DIR CC CUDA_HOME WORK_DIR
 
@@ -26,12 +26,13 @@ mprt_cu_check_faults is void(void). It is compiled with
 cuBLAS, cudart, NVRTC and the driver; -lopenblas only because cpu.c is in
 it (the CUDA trainer has no BLAS).
 
-kernels.cu's enums and the structs passed by value must be kernel.h's: an
-enum of kernels.cu whose first name is a kernel.h name less MPRT_ lists
-the same names in the same order; struct Conv, Pool, Resize, EwStep and
-EwChain have MprtConv's, MprtPool's, MprtResize's, MprtEwStep's and
-MprtEwChain's fields, names and types, in order; and a macro MPRT_X that
-both files define (the fused chains' limits) has the same value in both.
+The structs passed by value must be kernel.h's: struct Conv, Pool,
+Resize, EwStep and EwChain have MprtConv's, MprtPool's, MprtResize's,
+MprtEwStep's and MprtEwChain's fields, names and types, in order. The op
+codes and limits of both files are runtime/opcodes.h's, written once; so
+that they stay so, neither file may spell out a code or a limit of the
+other: no enum of kernels.cu names a kernel.h code less MPRT_, and no
+macro MPRT_X is defined in both.
 """
 import os
 import re
@@ -124,20 +125,17 @@ def defines(text):
 
 
 def check_shared(kernel_h, kernels_cu):
-    """kernels.cu's copies of kernel.h's op codes and parameter blocks."""
-    host = {tuple(n[len("MPRT_"):] for n in e): e for e in enums(kernel_h)}
-    firsts = {k[0]: k for k in host}
-    checked = 0
+    """kernels.cu's copies of kernel.h's parameter blocks, and no copies of
+    its op codes or limits (those are opcodes.h's)."""
+    host = {n[len("MPRT_"):] for e in enums(kernel_h) for n in e if n.startswith("MPRT_")}
     for e in enums(kernels_cu):
-        if e[0] in firsts:
-            if tuple(e) != firsts[e[0]]:
-                fail("kernels.cu's enum {%s} differs from kernel.h's {%s}" %
-                     (", ".join(e), ", ".join(host[firsts[e[0]]])))
-            checked += 1
-    host_defs, cu_defs = defines(kernel_h), defines(kernels_cu)
-    for name in sorted(host_defs.keys() & cu_defs.keys()):
-        if host_defs[name] != cu_defs[name]:
-            fail(f"kernels.cu defines {name} as {cu_defs[name]}, kernel.h as {host_defs[name]}")
+        if host & set(e):
+            fail("kernels.cu's enum {%s} spells out kernel.h's codes: declare the enum "
+                 "once, in runtime/opcodes.h's MPRT_OPCODES" % ", ".join(e))
+    both = sorted(defines(kernel_h).keys() & defines(kernels_cu).keys())
+    if both:
+        fail("kernel.h and kernels.cu both define %s: define it once, in runtime/opcodes.h" %
+             ", ".join(both))
     for cu, h in STRUCTS.items():
         m = re.search(r"\bstruct %s\s*\{(.*?)\};" % cu, kernels_cu, re.S)
         n = re.search(r"typedef struct %s\s*\{(.*?)\}\s*%s;" % (h, h), kernel_h, re.S)
@@ -146,7 +144,6 @@ def check_shared(kernel_h, kernels_cu):
         a, b = fields(m.group(1), CU_TYPES), fields(n.group(1), {})
         if a != b:
             fail(f"kernels.cu's struct {cu} {a} is not kernel.h's {h} {b}")
-    return checked
 
 
 def main():
@@ -172,7 +169,7 @@ def main():
     missing = [k for k in kernels if not re.search(r"\bmprt_cu_%s\(" % k, ops)]
     if missing:
         fail("runtime/cuda_ops.c lacks " + ", ".join("mprt_cu_" + k for k in missing))
-    nenums = check_shared(read("runtime", "kernel.h"), read("runtime", "kernels.cu"))
+    check_shared(read("runtime", "kernel.h"), read("runtime", "kernels.cu"))
 
     lines = ["#define _DEFAULT_SOURCE", "#define _POSIX_C_SOURCE 200809L"]
     lines += ['#include "%s"' % os.path.join(rt, f) for f in order]
@@ -194,9 +191,9 @@ def main():
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         fail("%s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
-    print("check_cuda_ops: %d kernels, each with a CUDA twin of the same type; %d enums and "
-          "%d structs of kernels.cu match kernel.h; the CUDA trainer's runtime (%s) compiles "
-          "and links" % (len(kernels), nenums, len(STRUCTS), " ".join(order)))
+    print("check_cuda_ops: %d kernels, each with a CUDA twin of the same type; %d structs of "
+          "kernels.cu match kernel.h; the CUDA trainer's runtime (%s) compiles and links" %
+          (len(kernels), len(STRUCTS), " ".join(order)))
     if direct:
         fail("codegen.c names %s directly, not through kernel(): a CUDA stage would call the "
              "CPU kernel" % ", ".join("mprt_" + k for k in direct))

@@ -24,7 +24,9 @@
  *   can never be met is reported as a deadlock.
  * - cuBLAS's SGEMMs are OpenBLAS's, column-major, on the handle's stream.
  * - NVRTC "compiles" nothing (tests/cuda/nvrtc_compile.c compiles the
- *   real kernels) but takes only runtime/kernels.cu as the source; cuDNN's convolutions and batch norm are fakecudnn.c's:
+ *   real kernels) but takes only runtime/kernels.cu as the source, with
+ *   runtime/opcodes.h as its one header named "opcodes.h".
+ * - cuDNN's convolutions and batch norm are fakecudnn.c's:
  *   the descriptors read back, the CPU trainer's kernels run as an
  *   operation of the handle's stream (fakegpu_enqueue_host).
  * One mutex guards everything: a mixed trainer's CPU worker threads call
@@ -621,28 +623,37 @@ nvrtcResult nvrtcVersion(int *major, int *minor)
     return NVRTC_SUCCESS;
 }
 
-/* The source must be runtime/kernels.cu as it is, byte for byte: the
- * host kernels the fake runs were built from that file. */
-static bool is_kernels_cu(const char *src)
+/* Whether text is the file at path as it is, byte for byte. */
+static bool same_as_file(const char *text, const char *path)
 {
-    FILE *f = fopen(FAKEGPU_KERNELS, "rb");
+    FILE *f = fopen(path, "rb");
     if (!f)
         return false;
     bool same = true;
     int c;
     for (size_t i = 0; same && (c = fgetc(f)) != EOF; i++)
-        same = src[i] == (char)c;
+        same = text[i] == (char)c;
     long n = ftell(f);
     fclose(f);
-    return same && n >= 0 && strlen(src) == (size_t)n;
+    return same && n >= 0 && strlen(text) == (size_t)n;
+}
+
+/* The source must be runtime/kernels.cu and its one header opcodes.h as
+ * they are: the host kernels the fake runs were built from those files. */
+static bool is_kernels_cu(const char *src, int n, const char *const *headers,
+                          const char *const *names)
+{
+    return src && same_as_file(src, FAKEGPU_KERNELS) && n == 1 && headers && names &&
+           strcmp(names[0], "opcodes.h") == 0 && same_as_file(headers[0], FAKEGPU_OPCODES);
 }
 
 nvrtcResult nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name, int n,
                                const char *const *headers, const char *const *names)
 {
-    (void)name, (void)n, (void)headers, (void)names;
-    if (!src || !is_kernels_cu(src)) {
-        fprintf(stderr, "fakegpu: the program's source is not %s\n", FAKEGPU_KERNELS);
+    (void)name;
+    if (!is_kernels_cu(src, n, headers, names)) {
+        fprintf(stderr, "fakegpu: the program is not %s with the header %s\n", FAKEGPU_KERNELS,
+                FAKEGPU_OPCODES);
         return NVRTC_ERROR_INVALID_INPUT;
     }
     *p = xcalloc(1, sizeof **p);

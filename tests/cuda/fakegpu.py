@@ -59,8 +59,10 @@ def build(src, cc, cxx, cuda, lib):
     inc = os.path.join(cuda, "include")
     run([cxx, "-std=c++17", "-O1", "-w", "-c", dev, "-o", os.path.join(lib, "kernels_host.o")])
     kernels = os.path.join(src, "runtime", "kernels.cu")   # the source NVRTC must get
+    opcodes = os.path.join(src, "runtime", "opcodes.h")    # and its header
     run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", inc,
-         "-DFAKEGPU_KERNELS=%s" % json.dumps(kernels), "-c",
+         "-DFAKEGPU_KERNELS=%s" % json.dumps(kernels),
+         "-DFAKEGPU_OPCODES=%s" % json.dumps(opcodes), "-c",
          os.path.join(here, "fakegpu.c"), "-o", os.path.join(lib, "fakegpu.o")])
     run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
          "-I", os.path.join(src, "runtime"), "-I", inc, "-c", os.path.join(here, "fakecudnn.c"),

@@ -3,7 +3,10 @@
  * mprt_cu_cubin), for sm_80 and sm_90, and checks that every kernel
  * runtime/cuda_ops.c launches is in the module.
  *
- *   nvrtc_compile runtime/kernels.cu runtime/cuda_ops.c runtime/cuda.c
+ *   nvrtc_compile runtime/kernels.cu runtime/cuda_ops.c runtime/cuda.c runtime/opcodes.h
+ *
+ * opcodes.h is the program's one header, by the name kernels.cu includes
+ * it by, as the trainer hands it to NVRTC.
  *
  * Launch sites name their kernels as literals, the leading arguments of
  * one of cuda_ops.c's launchers: mprt_cu_each("relu", ...) launches
@@ -48,6 +51,9 @@ static char *slurp(const char *path)
         }                                                                              \
     } while (0)
 
+/* kernels.cu's header: opcodes.h's text and the name it is included by. */
+static const char *header, *header_name = "opcodes.h";
+
 /* The trainer's NVRTC options besides the architecture: the string
  * literals of cuda.c's `mprt_cu_opts[] = {...}`. */
 static char trainer_opts[8][64];
@@ -82,7 +88,7 @@ static char *compile(const char *src, const char *arch, int cubin, size_t *size)
     const char *opts[9] = {opt};
     for (int i = 0; i < ntrainer_opts; i++)
         opts[1 + i] = trainer_opts[i];
-    NVRTC(nvrtcCreateProgram(&prog, src, "kernels.cu", 0, NULL, NULL));
+    NVRTC(nvrtcCreateProgram(&prog, src, "kernels.cu", 1, &header, &header_name));
     nvrtcResult r = nvrtcCompileProgram(prog, 1 + ntrainer_opts, opts);
     size_t loglen = 0;
     NVRTC(nvrtcGetProgramLogSize(prog, &loglen));
@@ -129,7 +135,7 @@ static int error_location(const char *src, const char *cuda, const char *cuda_pa
     snprintf(bad, n + 64, "%s%sint mprt_broken = ;\n", src, n && src[n - 1] != '\n' ? "\n" : "");
     line += n && src[n - 1] != '\n';
     nvrtcProgram prog;
-    NVRTC(nvrtcCreateProgram(&prog, bad, name, 0, NULL, NULL));
+    NVRTC(nvrtcCreateProgram(&prog, bad, name, 1, &header, &header_name));
     const char *opts[] = {"--gpu-architecture=sm_80"};
     nvrtcResult r = nvrtcCompileProgram(prog, 1, opts);
     size_t loglen = 0;
@@ -245,11 +251,12 @@ static int unlaunched_literals(const char *ops, const char *path)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: nvrtc_compile kernels.cu cuda_ops.c cuda.c\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: nvrtc_compile kernels.cu cuda_ops.c cuda.c opcodes.h\n");
         return 2;
     }
     char *src = slurp(argv[1]), *ops = slurp(argv[2]), *cuda = slurp(argv[3]);
+    header = slurp(argv[4]);
     int major, minor;
     NVRTC(nvrtcVersion(&major, &minor));
     read_trainer_opts(cuda, argv[3]);
