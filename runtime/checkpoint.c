@@ -57,7 +57,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
         e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape,
-                               mprt_dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
+                               mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
     }
     char steps[32], err[512];
     snprintf(steps, sizeof steps, "%ld", step);
@@ -67,7 +67,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
     for (int i = 0, k = 0; i < c->nbuffers; i++) {
         const MprtBuffer *b = &c->buffers[i];
         if (b->kind == MPRT_PARAM || b->kind == MPRT_STATE)
-            mprt_dev_unhold(e[k++].data, mprt_slot(b, 0));
+            mprt_ops->dev_unhold(e[k++].data, mprt_slot(b, 0));
     }
     free(e);
     if (rc != 0)

@@ -26,6 +26,7 @@
  * error, and exit status 1.
  */
 #include "mprt.h"
+#include "program.h"
 
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -340,7 +341,7 @@ static void staged_note(int ndev, const char *const *names)
 
 /* Logical device d (names[d] = "cuda:K") onto the GPUs present; a mixed
  * trainer's CPU devices ("cpu:K") get none. */
-MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
+static void mprt_gpu_devices_open(int ndev, const char *const *names)
 {
     int gpus = mprt_cu_count();
     mprt_cu_ndev = ndev;
@@ -411,7 +412,7 @@ MPRT_KERNEL void MPRT_GPU_API(devices_open)(int ndev, const char *const *names)
     staged_note(ndev, names);
 }
 
-MPRT_KERNEL int MPRT_GPU_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)
+static int mprt_gpu_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     (void)nstreams;
     mprt_clock0 = 0;
@@ -499,7 +500,7 @@ MPRT_KERNEL void mprt_cu_trace_read(void)
         mprt_cu_ref_host[d] = 0;
 }
 
-MPRT_KERNEL void MPRT_GPU_API(launch)(int stream, void (*fn)(int), int mb, int label)
+static void mprt_gpu_launch(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_cu_trace_mark(stream, label, 0);
     mprt_cu_use(stream / 3);
@@ -607,7 +608,7 @@ static void mprt_cu_stage_copy(int stream, int to, void *dst, const void *src, s
 /* On the sender's copy stream: to another GPU's arena by a peer copy where
  * that is direct, else staged through host memory; to a mixed trainer's
  * CPU device, whose arena is pinned, by one DMA. */
-MPRT_KERNEL void MPRT_GPU_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
+static void mprt_gpu_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
     int to = mprt_cu_owner(dst), from = stream / 3;
     mprt_cu_trace_mark(stream, label, 0);
@@ -622,12 +623,12 @@ MPRT_KERNEL void MPRT_GPU_API(memcpy_async)(int stream, void *dst, const void *s
     mprt_cu_trace_mark(stream, label, 1);
 }
 
-MPRT_KERNEL void MPRT_GPU_API(wait_event)(int stream, int ev)
+static void mprt_gpu_wait_event(int stream, int ev)
 {
     MPRT_CUDA(cudaStreamWaitEvent(mprt_cu_streams[stream], mprt_cu_events[ev], 0));
 }
 
-MPRT_KERNEL void MPRT_GPU_API(record_event)(int stream, int ev)
+static void mprt_gpu_record_event(int stream, int ev)
 {
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
     if (!mprt_cu_events[ev])
@@ -670,7 +671,7 @@ MPRT_KERNEL void mprt_cu_check_faults(void)
 
 /* The end of a step: every stream drained (a kernel's failure surfaces
  * here, named as the step's), then the kernels' recorded faults. */
-MPRT_KERNEL void MPRT_GPU_API(sync)(void)
+static void mprt_gpu_sync(void)
 {
     mprt_cu_node = "the step";
     for (int s = 0; s < 3 * mprt_cu_ndev; s++) {
@@ -710,7 +711,7 @@ MPRT_KERNEL void mprt_cu_prof_node(int k)
 
 /* ---- device memory ---- */
 
-MPRT_KERNEL unsigned char *MPRT_GPU_API(arena_alloc)(int dev, const char *name, size_t n)
+static unsigned char *mprt_gpu_arena_alloc(int dev, const char *name, size_t n)
 {
     void *p = NULL;
     mprt_cu_use(dev);
@@ -732,19 +733,19 @@ MPRT_KERNEL unsigned char *MPRT_GPU_API(arena_alloc)(int dev, const char *name, 
 }
 
 /* The memory plan's kernel scratch of a device (cuDNN's workspace). */
-MPRT_KERNEL void MPRT_GPU_API(dev_scratch)(int dev, void *p, size_t n)
+static void mprt_gpu_dev_scratch(int dev, void *p, size_t n)
 {
     mprt_cu_devs[dev].scratch = p;
     mprt_cu_devs[dev].scratch_bytes = n;
 }
 
-MPRT_KERNEL void MPRT_GPU_API(arena_free)(int dev, unsigned char *p)
+static void mprt_gpu_arena_free(int dev, unsigned char *p)
 {
     mprt_cu_use(dev);
     cudaFree(p);
 }
 
-MPRT_KERNEL void MPRT_GPU_API(dev_write)(int dev, void *dst, const void *src, size_t n)
+static void mprt_gpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
@@ -765,7 +766,7 @@ MPRT_KERNEL void *mprt_cu_staging(int k, size_t n)
     return area[k];
 }
 
-MPRT_KERNEL const void *MPRT_GPU_API(dev_read)(int dev, const void *src, size_t n, int k)
+static const void *mprt_gpu_dev_read(int dev, const void *src, size_t n, int k)
 {
     void *h = mprt_cu_staging(k, n);
     mprt_cu_use(dev);
@@ -773,7 +774,7 @@ MPRT_KERNEL const void *MPRT_GPU_API(dev_read)(int dev, const void *src, size_t 
     return h;
 }
 
-MPRT_KERNEL const void *MPRT_GPU_API(dev_hold)(int dev, const void *src, size_t n)
+static const void *mprt_gpu_dev_hold(int dev, const void *src, size_t n)
 {
     void *h = malloc(n ? n : 1);
     if (!h)
@@ -783,43 +784,43 @@ MPRT_KERNEL const void *MPRT_GPU_API(dev_hold)(int dev, const void *src, size_t 
     return h;
 }
 
-MPRT_KERNEL void MPRT_GPU_API(dev_unhold)(const void *host, const void *src)
+static void mprt_gpu_dev_unhold(const void *host, const void *src)
 {
     (void)src;
     free((void *)host);
 }
 
-MPRT_KERNEL void *MPRT_GPU_API(dev_stage)(int dev, void *dst, size_t n)
+static void *mprt_gpu_dev_stage(int dev, void *dst, size_t n)
 {
     (void)dev, (void)dst;
     return mprt_cu_staging(3, n);
 }
 
-MPRT_KERNEL void MPRT_GPU_API(dev_commit)(int dev, void *dst, const void *staged, size_t n)
+static void mprt_gpu_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
-    MPRT_GPU_API(dev_write)(dev, dst, staged, n);
+    mprt_gpu_dev_write(dev, dst, staged, n);
 }
 
-MPRT_KERNEL void MPRT_GPU_API(dev_zero)(int dev, void *dst, size_t n)
+static void mprt_gpu_dev_zero(int dev, void *dst, size_t n)
 {
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemset(dst, 0, n));
 }
 
-MPRT_KERNEL void MPRT_GPU_API(dev_copy)(void *dst, const void *src, size_t n)
+static void mprt_gpu_dev_copy(void *dst, const void *src, size_t n)
 {
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
 }
 
 /* In a stage's forward: the loss of micro-batch mb, copied to the host
  * (mprt_losses, pinned) on the compute stream; read after mprt_sync. */
-MPRT_KERNEL void MPRT_GPU_API(keep_loss)(int mb, const float *loss)
+static void mprt_gpu_keep_loss(int mb, const float *loss)
 {
     MPRT_CUDA(cudaMemcpyAsync(&mprt_losses[mb], loss, sizeof(float), cudaMemcpyDeviceToHost,
                               mprt_cu->compute));
 }
 
-MPRT_KERNEL void MPRT_GPU_API(losses_alloc)(int n)
+static void mprt_gpu_losses_alloc(int n)
 {
     MPRT_CUDA(cudaHostAlloc((void **)&mprt_losses, (size_t)n * sizeof *mprt_losses,
                             cudaHostAllocPortable));
@@ -830,7 +831,7 @@ MPRT_KERNEL void MPRT_GPU_API(losses_alloc)(int n)
  * and mapped, so that a GPU's kernel writes its entries in place (one
  * address on the host and every GPU, unified addressing), and each GPU's
  * group sums and the event that says its entries are in. */
-MPRT_KERNEL void MPRT_GPU_API(norm_alloc)(int n)
+static void mprt_gpu_norm_alloc(int n)
 {
     MPRT_CUDA(cudaHostAlloc((void **)&mprt_norm_sq, (size_t)n * sizeof *mprt_norm_sq,
                             cudaHostAllocPortable | cudaHostAllocMapped));
@@ -861,3 +862,20 @@ MPRT_KERNEL void mprt_cu_norm_wait(void)
         if (mprt_cu_devs[d].ordinal >= 0)
             MPRT_CUDA(cudaEventSynchronize(mprt_cu_devs[d].norm_done));
 }
+
+MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
+    .launch = mprt_gpu_launch, .memcpy_async = mprt_gpu_memcpy_async,
+    .wait_event = mprt_gpu_wait_event, .record_event = mprt_gpu_record_event,
+    .dev_scratch = mprt_gpu_dev_scratch, .dev_zero = mprt_gpu_dev_zero,
+    .arena_alloc = mprt_gpu_arena_alloc, .arena_free = mprt_gpu_arena_free,
+    .dev_write = mprt_gpu_dev_write, .dev_read = mprt_gpu_dev_read, .dev_hold = mprt_gpu_dev_hold,
+    .dev_unhold = mprt_gpu_dev_unhold, .dev_stage = mprt_gpu_dev_stage,
+    .dev_commit = mprt_gpu_dev_commit, .keep_loss = mprt_gpu_keep_loss,
+    .devices_open = mprt_gpu_devices_open, .streams_start = mprt_gpu_streams_start,
+    .sync = mprt_gpu_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
+    .dev_copy = mprt_gpu_dev_copy,
+};
+
+#ifndef MPRT_MIXED   /* GPUs only; mixed.c has the table of a trainer with both */
+MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_gpu_ops;
+#endif

@@ -469,7 +469,7 @@ static void mprt_fill(const MprtData *d, int labels, const MprtBuffer *b, int64_
                       const int64_t *rows, int64_t n, int64_t pad, int mb)
 {
     size_t row = b->nbytes / (size_t)R;
-    unsigned char *dst = mprt_dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
+    unsigned char *dst = mprt_ops->dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
     for (int64_t r = 0; r < n; r++)
         mprt_copy_row(d, labels, rows[r], b, row, dst + (size_t)r * row);
     size_t used = (size_t)n * row;
@@ -478,5 +478,5 @@ static void mprt_fill(const MprtData *d, int labels, const MprtBuffer *b, int64_
             ((int64_t *)dst)[i] = pad;
     else
         memset(dst + used, 0, b->nbytes - used);
-    mprt_dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
+    mprt_ops->dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
 }

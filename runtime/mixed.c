@@ -1,10 +1,10 @@
 /* mixed.c — CPU and CUDA devices in one trainer (--devices=cpu,cuda:0).
  *
- * stream.c drives the CPU devices (a worker thread per stream) and cuda.c
- * the GPUs (the host thread issuing to CUDA streams). In a mixed trainer
- * both are compiled with their entry points renamed, mprt_host_* and
- * mprt_gpu_* (MPRT_HOST_API and MPRT_GPU_API, state.c), and the functions
- * here pick one by the device of the stream, buffer or event.
+ * stream.c drives the CPU devices (a worker thread per stream, its table
+ * mprt_cpu_ops) and cuda.c the GPUs (the host thread issuing to CUDA
+ * streams, mprt_gpu_ops). The program's table, mprt_ops, is this file's
+ * third one: each entry picks the table of the device that owns the
+ * stream, buffer or event, or does what only a mix of the two needs.
  *
  * Between the two kinds:
  * - A CPU device's arena is pinned host memory (cudaHostAlloc), so every
@@ -22,6 +22,7 @@
  *   GPUs were already given keeps running meanwhile.
  */
 #include "mprt.h"
+#include "program.h"
 
 #include <cuda_runtime.h>
 
@@ -33,60 +34,62 @@ static int mprt_mx_gpu(int dev)
     return mprt_cu_devs[dev].ordinal >= 0;
 }
 
+/* The table of device d's kind. */
+static const MprtDeviceOps *mprt_mx_dev(int dev)
+{
+    return mprt_mx_gpu(dev) ? &mprt_gpu_ops : &mprt_cpu_ops;
+}
+
+/* The table of the kind whose memory holds p: a GPU's arena, else the host's. */
+static const MprtDeviceOps *mprt_mx_owner(const void *p)
+{
+    return mprt_cu_owner(p) >= 0 ? &mprt_gpu_ops : &mprt_cpu_ops;
+}
+
 /* A CPU device's copy: cudaMemcpy when either side is a GPU's arena. */
-static void mprt_mx_copy_bytes(void *dst, const void *src, size_t n)
+static void *mprt_mx_copy_bytes(void *dst, const void *src, size_t n)
 {
     int d = mprt_cu_owner(dst);
     if (d < 0)
         d = mprt_cu_owner(src);
-    if (d < 0) {
-        memcpy(dst, src, n);
-        return;
-    }
+    if (d < 0)
+        return memcpy(dst, src, n);
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+    return dst;
 }
 
-MPRT_KERNEL void mprt_devices_open(int ndev, const char *const *names)
+static void mprt_mx_devices_open(int ndev, const char *const *names)
 {
-    mprt_gpu_devices_open(ndev, names);
-    mprt_host_devices_open(ndev, names);
+    mprt_gpu_ops.devices_open(ndev, names);
+    mprt_cpu_ops.devices_open(ndev, names);
     mprt_stream_copy = mprt_mx_copy_bytes;
 }
 
-MPRT_KERNEL int mprt_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
+static int mprt_mx_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     mprt_mx_event_gpu = calloc((size_t)nevents + 1, 1);
     if (!mprt_mx_event_gpu)
         return mprt_errf(err, errlen, "out of memory starting the streams");
-    if (mprt_gpu_streams_start(nstreams, nevents, nops, err, errlen) != 0)
+    if (mprt_gpu_ops.streams_start(nstreams, nevents, nops, err, errlen) != 0)
         return -1;
-    return mprt_host_streams_start(nstreams, nevents, nops, err, errlen);
+    return mprt_cpu_ops.streams_start(nstreams, nevents, nops, err, errlen);
 }
 
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
+static void mprt_mx_launch(int stream, void (*fn)(int), int mb, int label)
 {
-    if (mprt_mx_gpu(stream / 3))
-        mprt_gpu_launch(stream, fn, mb, label);
-    else
-        mprt_host_launch(stream, fn, mb, label);
+    mprt_mx_dev(stream / 3)->launch(stream, fn, mb, label);
 }
 
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
+static void mprt_mx_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
-    if (mprt_mx_gpu(stream / 3))
-        mprt_gpu_memcpy_async(stream, dst, src, n, label);
-    else
-        mprt_host_memcpy_async(stream, dst, src, n, label);
+    mprt_mx_dev(stream / 3)->memcpy_async(stream, dst, src, n, label);
 }
 
-MPRT_KERNEL void mprt_record_event(int stream, int ev)
+static void mprt_mx_record_event(int stream, int ev)
 {
     mprt_mx_event_gpu[ev] = (unsigned char)mprt_mx_gpu(stream / 3);
-    if (mprt_mx_event_gpu[ev])
-        mprt_gpu_record_event(stream, ev);
-    else
-        mprt_host_record_event(stream, ev);
+    mprt_mx_dev(stream / 3)->record_event(stream, ev);
 }
 
 /* Run by a CPU stream's worker: waits for GPU event ev. */
@@ -95,39 +98,35 @@ static void mprt_mx_wait_gpu_event(int ev)
     MPRT_CUDA(cudaEventSynchronize(mprt_cu_events[ev]));
 }
 
-MPRT_KERNEL void mprt_wait_event(int stream, int ev)
+static void mprt_mx_wait_event(int stream, int ev)
 {
     int gpu_waits = mprt_mx_gpu(stream / 3), gpu_event = mprt_mx_event_gpu[ev];
-    if (gpu_waits && gpu_event)
-        mprt_gpu_wait_event(stream, ev);
+    if (gpu_waits == gpu_event)
+        mprt_mx_dev(stream / 3)->wait_event(stream, ev);
     else if (gpu_waits)
         mprt_host_wait(ev);
-    else if (gpu_event)
-        mprt_host_launch(stream, mprt_mx_wait_gpu_event, ev, -1);
     else
-        mprt_host_wait_event(stream, ev);
+        mprt_cpu_ops.launch(stream, mprt_mx_wait_gpu_event, ev, -1);
 }
 
-MPRT_KERNEL void mprt_sync(void)
+static void mprt_mx_sync(void)
 {
-    mprt_host_sync();
-    mprt_gpu_sync();
+    mprt_cpu_ops.sync();
+    mprt_gpu_ops.sync();
 }
 
 /* ---- device memory ---- */
 
-MPRT_KERNEL void mprt_dev_scratch(int dev, void *p, size_t n)
+static void mprt_mx_dev_scratch(int dev, void *p, size_t n)
 {
-    if (mprt_mx_gpu(dev))
-        mprt_gpu_dev_scratch(dev, p, n);
-    else
-        mprt_host_dev_scratch(dev, p, n);
+    mprt_mx_dev(dev)->dev_scratch(dev, p, n);
 }
 
-MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
+/* A CPU device's arena is pinned: a copy to or from a GPU is one DMA. */
+static unsigned char *mprt_mx_arena_alloc(int dev, const char *name, size_t n)
 {
     if (mprt_mx_gpu(dev))
-        return mprt_gpu_arena_alloc(dev, name, n);
+        return mprt_gpu_ops.arena_alloc(dev, name, n);
     void *p = NULL;
     if (cudaHostAlloc(&p, n ? n : 1, cudaHostAllocPortable) != cudaSuccess) {
         fprintf(stderr, "train: error: out of pinned host memory: %s needs %zu bytes (the "
@@ -139,84 +138,69 @@ MPRT_KERNEL unsigned char *mprt_arena_alloc(int dev, const char *name, size_t n)
     return p;
 }
 
-MPRT_KERNEL void mprt_arena_free(int dev, unsigned char *p)
+static void mprt_mx_arena_free(int dev, unsigned char *p)
 {
     if (mprt_mx_gpu(dev))
-        mprt_gpu_arena_free(dev, p);
+        mprt_gpu_ops.arena_free(dev, p);
     else
         cudaFreeHost(p);
 }
 
-MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n)
+static void mprt_mx_dev_write(int dev, void *dst, const void *src, size_t n)
 {
-    if (mprt_mx_gpu(dev))
-        mprt_gpu_dev_write(dev, dst, src, n);
-    else
-        mprt_host_dev_write(dev, dst, src, n);
+    mprt_mx_dev(dev)->dev_write(dev, dst, src, n);
 }
 
-MPRT_KERNEL const void *mprt_dev_read(int dev, const void *src, size_t n, int k)
+static const void *mprt_mx_dev_read(int dev, const void *src, size_t n, int k)
 {
-    return mprt_mx_gpu(dev) ? mprt_gpu_dev_read(dev, src, n, k)
-                            : mprt_host_dev_read(dev, src, n, k);
+    return mprt_mx_dev(dev)->dev_read(dev, src, n, k);
 }
 
-MPRT_KERNEL const void *mprt_dev_hold(int dev, const void *src, size_t n)
+static const void *mprt_mx_dev_hold(int dev, const void *src, size_t n)
 {
-    return mprt_mx_gpu(dev) ? mprt_gpu_dev_hold(dev, src, n) : mprt_host_dev_hold(dev, src, n);
+    return mprt_mx_dev(dev)->dev_hold(dev, src, n);
 }
 
-MPRT_KERNEL void mprt_dev_unhold(const void *host, const void *src)
+static void mprt_mx_dev_unhold(const void *host, const void *src)
 {
-    if (mprt_cu_owner(src) >= 0)
-        mprt_gpu_dev_unhold(host, src);
-    else
-        mprt_host_dev_unhold(host, src);
+    mprt_mx_owner(src)->dev_unhold(host, src);
 }
 
-MPRT_KERNEL void *mprt_dev_stage(int dev, void *dst, size_t n)
+static void *mprt_mx_dev_stage(int dev, void *dst, size_t n)
 {
-    return mprt_mx_gpu(dev) ? mprt_gpu_dev_stage(dev, dst, n) : mprt_host_dev_stage(dev, dst, n);
+    return mprt_mx_dev(dev)->dev_stage(dev, dst, n);
 }
 
-MPRT_KERNEL void mprt_dev_commit(int dev, void *dst, const void *staged, size_t n)
+static void mprt_mx_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
-    if (mprt_mx_gpu(dev))
-        mprt_gpu_dev_commit(dev, dst, staged, n);
-    else
-        mprt_host_dev_commit(dev, dst, staged, n);
+    mprt_mx_dev(dev)->dev_commit(dev, dst, staged, n);
 }
 
-MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n)
+static void mprt_mx_dev_zero(int dev, void *dst, size_t n)
 {
-    if (mprt_mx_gpu(dev))
-        mprt_gpu_dev_zero(dev, dst, n);
-    else
-        mprt_host_dev_zero(dev, dst, n);
+    mprt_mx_dev(dev)->dev_zero(dev, dst, n);
 }
 
-/* Outside the step: cudaMemcpy takes any pair of arenas, pinned or not. */
-MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n)
+static void mprt_mx_keep_loss(int mb, const float *loss)
 {
-    mprt_gpu_dev_copy(dst, src, n);
+    mprt_mx_owner(loss)->keep_loss(mb, loss);
 }
 
-MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss)
-{
-    if (mprt_cu_owner(loss) >= 0)
-        mprt_gpu_keep_loss(mb, loss);
-    else
-        mprt_host_keep_loss(mb, loss);
-}
+/* cuda.c's, for the whole program: its dev_copy is a cudaMemcpy, which
+ * takes any pair of arenas, pinned or not; its losses are pinned, so that
+ * a GPU's copy of its loss is asynchronous; its norms pinned and mapped,
+ * so that a GPU writes its entries in place. */
+MPRT_GLOBAL const MprtDeviceOps mprt_mixed_ops = {
+    .launch = mprt_mx_launch, .memcpy_async = mprt_mx_memcpy_async,
+    .wait_event = mprt_mx_wait_event, .record_event = mprt_mx_record_event,
+    .dev_scratch = mprt_mx_dev_scratch, .dev_zero = mprt_mx_dev_zero,
+    .arena_alloc = mprt_mx_arena_alloc, .arena_free = mprt_mx_arena_free,
+    .dev_write = mprt_mx_dev_write, .dev_read = mprt_mx_dev_read, .dev_hold = mprt_mx_dev_hold,
+    .dev_unhold = mprt_mx_dev_unhold, .dev_stage = mprt_mx_dev_stage,
+    .dev_commit = mprt_mx_dev_commit, .keep_loss = mprt_mx_keep_loss,
+    .devices_open = mprt_mx_devices_open, .streams_start = mprt_mx_streams_start,
+    .sync = mprt_mx_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
+    .dev_copy = mprt_gpu_dev_copy,
+};
 
-/* cuda.c's: pinned, so that a GPU's copy of its loss is asynchronous. */
-MPRT_KERNEL void mprt_losses_alloc(int n)
-{
-    mprt_gpu_losses_alloc(n);
-}
-
-/* cuda.c's: pinned and mapped, so that a GPU writes its entries in place. */
-MPRT_KERNEL void mprt_norm_alloc(int n)
-{
-    mprt_gpu_norm_alloc(n);
-}
+MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_mixed_ops;

@@ -3,11 +3,23 @@
  *
  * The trainer (train.c) and the forward-only program (infer.c) both
  * describe their model as buffers at static offsets in one arena per
- * device; micro-batch mb of a buffer lives in slot mb % slots. Errors are
+ * device, through the devices' entry points below; micro-batch mb of a buffer lives in slot mb % slots. Errors are
  * one line on standard error, `PROGRAM: error: ...`, and exit status 1.
  */
 #include "mprt.h"
 #include "program.h"
+
+/* The devices' entry points that the model calls, each through the
+ * program's table (program.h); the runtime calls mprt_ops itself. */
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(stream, fn, mb, label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(stream, dst, src, n, label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(stream, ev); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(stream, ev); }
+MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(dev, dst, src, n); }
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(dev, dst, n); }
+MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 static const char *mprt_program = "train";   /* the program's name in errors */

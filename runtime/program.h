@@ -20,6 +20,28 @@
 #define MPRT_CU_KERNEL static
 #endif
 
+/* A kind of device's operations: stream.c's CPU devices, cuda.c's GPUs;
+ * stream s is device s / 3's. The program calls them through its table,
+ * mprt_ops (mixed.c's picks the table of each device): one indirect call. */
+typedef struct MprtDeviceOps {
+    void (*launch)(int stream, void (*fn)(int), int mb, int label);
+    void (*memcpy_async)(int stream, void *dst, const void *src, size_t n, int label);
+    void (*wait_event)(int stream, int ev), (*record_event)(int stream, int ev);
+    void (*keep_loss)(int mb, const float *loss), (*sync)(void), (*losses_alloc)(int n);
+    void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
+    unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
+    void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
+    void (*dev_write)(int dev, void *dst, const void *src, size_t n);
+    const void *(*dev_read)(int dev, const void *src, size_t n, int k);
+    const void *(*dev_hold)(int dev, const void *src, size_t n);
+    void (*dev_unhold)(const void *host, const void *src);
+    void *(*dev_stage)(int dev, void *dst, size_t n);
+    void (*dev_commit)(int dev, void *dst, const void *staged, size_t n);
+    void (*devices_open)(int ndev, const char *const *names);
+    int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
+    void (*dev_copy)(void *dst, const void *src, size_t n);
+} MprtDeviceOps;
+
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
  * predictions, or one graph output of the forward-only program. */
 enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };

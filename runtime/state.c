@@ -10,18 +10,6 @@
 #include "mprt.h"
 #include "program.h"
 
-/* The devices' entry points (stream.c for CPU devices, cuda.c for GPUs):
- * mprt_launch and the rest. A trainer with both kinds (MPRT_MIXED, set by
- * the generated program) compiles each under its own prefix, and mixed.c
- * picks one by device. */
-#ifdef MPRT_MIXED
-#define MPRT_HOST_API(name) mprt_host_##name
-#define MPRT_GPU_API(name) mprt_gpu_##name
-#else
-#define MPRT_HOST_API(name) mprt_##name
-#define MPRT_GPU_API(name) mprt_##name
-#endif
-
 MPRT_GLOBAL int mprt_training = 1;
 MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, set by the devices */
 /* --clip-norm: each parameter's squared gradient norm, in the order of the

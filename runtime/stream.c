@@ -15,6 +15,7 @@
  * trainer started) are kept by its label, for --trace and --profile.
  */
 #include "mprt.h"
+#include "program.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -45,14 +46,9 @@ MPRT_GLOBAL int mprt_nstreams;
 MPRT_GLOBAL unsigned char *mprt_events;
 MPRT_GLOBAL int mprt_nevents;
 
-static void mprt_host_bytes(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
 /* How a copy stream moves bytes: memcpy, or (mixed.c) a CUDA copy when one
  * side is a GPU's. */
-MPRT_GLOBAL void (*mprt_stream_copy)(void *dst, const void *src, size_t n) = mprt_host_bytes;
+MPRT_GLOBAL void *(*mprt_stream_copy)(void *dst, const void *src, size_t n) = memcpy;
 
 MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
@@ -109,7 +105,7 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
 }
 
 /* Starts nstreams worker threads; nops bounds the operations of one step. */
-MPRT_KERNEL int MPRT_HOST_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)
+static int mprt_cpu_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     mprt_clock0 = 0;
     mprt_clock0 = mprt_clock();
@@ -149,22 +145,22 @@ MPRT_KERNEL void mprt_enqueue(int stream, MprtOp op)
     pthread_mutex_unlock(&mprt_mu);
 }
 
-MPRT_KERNEL void MPRT_HOST_API(launch)(int stream, void (*fn)(int), int mb, int label)
+static void mprt_cpu_launch(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RUN, mb, -1, label, fn, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
+static void mprt_cpu_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_COPY, 0, -1, label, NULL, dst, src, n});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(wait_event)(int stream, int ev)
+static void mprt_cpu_wait_event(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_WAIT, 0, ev, -1, NULL, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(record_event)(int stream, int ev)
+static void mprt_cpu_record_event(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RECORD, 0, ev, -1, NULL, NULL, NULL, 0});
 }
@@ -183,7 +179,7 @@ MPRT_KERNEL void mprt_host_wait(int ev)
 
 /* Waits until every stream has run everything enqueued, then clears the
  * events for the next step. */
-MPRT_KERNEL void MPRT_HOST_API(sync)(void)
+static void mprt_cpu_sync(void)
 {
     pthread_mutex_lock(&mprt_mu);
     mprt_host_waits++;
@@ -197,18 +193,12 @@ MPRT_KERNEL void MPRT_HOST_API(sync)(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-MPRT_KERNEL void MPRT_HOST_API(devices_open)(int ndev, const char *const *names)
-{
-    (void)ndev, (void)names;
-}
+static void mprt_cpu_devices_open(int ndev, const char *const *names) { (void)ndev, (void)names; }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
-MPRT_KERNEL void MPRT_HOST_API(dev_scratch)(int dev, void *p, size_t n)
-{
-    (void)dev, (void)p, (void)n;
-}
+static void mprt_cpu_dev_scratch(int dev, void *p, size_t n) { (void)dev, (void)p, (void)n; }
 
-MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name, size_t n)
+static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
 {
     (void)dev;
     unsigned char *p = calloc(1, n ? n : 1);
@@ -220,83 +210,72 @@ MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name,
     return p;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(arena_free)(int dev, unsigned char *p)
-{
-    (void)dev;
-    free(p);
-}
+static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p); }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
-MPRT_KERNEL void MPRT_HOST_API(dev_write)(int dev, void *dst, const void *src, size_t n)
+static void mprt_cpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
-    (void)dev;
-    memcpy(dst, src, n);
+    (void)dev, memcpy(dst, src, n);
 }
 
 /* The host's view of n device bytes at src (k: which staging area, so
  * that several views can be alive; CPU devices need none). */
-MPRT_KERNEL const void *MPRT_HOST_API(dev_read)(int dev, const void *src, size_t n, int k)
+static const void *mprt_cpu_dev_read(int dev, const void *src, size_t n, int k)
 {
-    (void)dev, (void)n, (void)k;
-    return src;
+    return (void)dev, (void)n, (void)k, src;
 }
 
 /* A host copy of n device bytes that stays until mprt_dev_unhold. */
-MPRT_KERNEL const void *MPRT_HOST_API(dev_hold)(int dev, const void *src, size_t n)
+static const void *mprt_cpu_dev_hold(int dev, const void *src, size_t n)
 {
-    (void)dev, (void)n;
-    return src;
+    return (void)dev, (void)n, src;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_unhold)(const void *host, const void *src)
-{
-    (void)host, (void)src;
-}
+static void mprt_cpu_dev_unhold(const void *host, const void *src) { (void)host, (void)src; }
 
 /* Where the host writes n bytes bound for dst, then mprt_dev_commit. */
-MPRT_KERNEL void *MPRT_HOST_API(dev_stage)(int dev, void *dst, size_t n)
-{
-    (void)dev, (void)n;
-    return dst;
-}
+static void *mprt_cpu_dev_stage(int dev, void *dst, size_t n) { return (void)dev, (void)n, dst; }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_commit)(int dev, void *dst, const void *staged, size_t n)
+static void mprt_cpu_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
     (void)dev, (void)dst, (void)staged, (void)n;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_zero)(int dev, void *dst, size_t n)
-{
-    (void)dev;
-    memset(dst, 0, n);
-}
+static void mprt_cpu_dev_zero(int dev, void *dst, size_t n) { (void)dev, memset(dst, 0, n); }
 
 /* Outside the step (evaluation): bytes between any two devices. */
-MPRT_KERNEL void MPRT_HOST_API(dev_copy)(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
+static void mprt_cpu_dev_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 
 /* In a stage's forward: keep the loss of micro-batch mb for the host. */
-MPRT_KERNEL void MPRT_HOST_API(keep_loss)(int mb, const float *loss)
-{
-    mprt_losses[mb] = loss[0];
-}
+static void mprt_cpu_keep_loss(int mb, const float *loss) { mprt_losses[mb] = loss[0]; }
 
-MPRT_KERNEL void MPRT_HOST_API(losses_alloc)(int n)
+/* The host's per-step arrays: the losses, --clip-norm's squared norms. */
+static void *mprt_cpu_calloc(int n, size_t size)
 {
-    mprt_losses = calloc((size_t)n, sizeof *mprt_losses);
-    if (!mprt_losses) {
+    void *p = calloc((size_t)n, size);
+    if (!p) {
         fprintf(stderr, "train: error: out of memory\n");
         exit(1);
     }
+    return p;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(norm_alloc)(int n)
-{
-    mprt_norm_sq = calloc((size_t)n, sizeof *mprt_norm_sq);
-    if (!mprt_norm_sq) {
-        fprintf(stderr, "train: error: out of memory\n");
-        exit(1);
-    }
-}
+static void mprt_cpu_losses_alloc(int n) { mprt_losses = mprt_cpu_calloc(n, sizeof(float)); }
+static void mprt_cpu_norm_alloc(int n) { mprt_norm_sq = mprt_cpu_calloc(n, sizeof(double)); }
+
+MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
+    .launch = mprt_cpu_launch, .memcpy_async = mprt_cpu_memcpy_async,
+    .wait_event = mprt_cpu_wait_event, .record_event = mprt_cpu_record_event,
+    .dev_scratch = mprt_cpu_dev_scratch, .dev_zero = mprt_cpu_dev_zero,
+    .arena_alloc = mprt_cpu_arena_alloc, .arena_free = mprt_cpu_arena_free,
+    .dev_write = mprt_cpu_dev_write, .dev_read = mprt_cpu_dev_read, .dev_hold = mprt_cpu_dev_hold,
+    .dev_unhold = mprt_cpu_dev_unhold, .dev_stage = mprt_cpu_dev_stage,
+    .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,
+    .devices_open = mprt_cpu_devices_open, .streams_start = mprt_cpu_streams_start,
+    .sync = mprt_cpu_sync, .losses_alloc = mprt_cpu_losses_alloc, .norm_alloc = mprt_cpu_norm_alloc,
+    .dev_copy = mprt_cpu_dev_copy,
+};
+
+#ifndef MPRT_MIXED   /* CPU devices only; mixed.c has the table of a trainer with both */
+MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
+#endif

@@ -241,10 +241,10 @@ typedef struct MprtScore {
 static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
                        int64_t n, int64_t R, MprtScore *sc)
 {
-    const float *x = mprt_dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
+    const float *x = mprt_ops->dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
     int64_t labels = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype));
     if (m->loss_kind == MPRT_LOSS_MSE) {
-        const float *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
+        const float *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
         for (int64_t i = 0; i < n * (labels / R); i++)
             sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
         sc->count += n * (labels / R);
@@ -252,9 +252,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
     }
     /* scores (S, C, D...) and labels (S, D...): D positions per row of the
      * scores; the padding rows' labels are the ignore index */
-    const float *lp = mprt_dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
+    const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
                                     m->log_prob_offset, out->nbytes, 2);
-    const int64_t *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
+    const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
     int64_t S = out->shape[0], C = out->shape[1], D = labels / S;
     for (int64_t r = 0; r < S; r++)
         for (int64_t d = 0; d < D; d++) {
@@ -321,15 +321,15 @@ static void mprt_start_devices(const MprtModel *m)
     if (!mprt_arenas)
         mprt_die("out of memory");
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
-    mprt_devices_open(m->ndev, m->device_names);
-    mprt_losses_alloc(m->microbatches);
+    mprt_ops->devices_open(m->ndev, m->device_names);
+    mprt_ops->losses_alloc(m->microbatches);
     if (m->norm_terms)
-        mprt_norm_alloc(m->norm_terms);
+        mprt_ops->norm_alloc(m->norm_terms);
     for (int d = 0; d < m->ndev; d++) {
-        mprt_arenas[d] = mprt_arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
-        mprt_dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
+        mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
     }
-    if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
+    if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
 }
 
@@ -537,7 +537,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(order.perm);
     free(rows);
     for (int d = 0; d < m->ndev; d++)
-        mprt_arena_free(d, mprt_arenas[d]);
+        mprt_ops->arena_free(d, mprt_arenas[d]);
     free(mprt_arenas);
     return 0;
 }

@@ -2018,7 +2018,7 @@ static void emit_header(CG *cg, const char *hash)
     emit(cg, " * build:    %s\n */\n", build_line(cg));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
     if (cg->mixed)
-        emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/state.c */\n");
+        emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
 }
 
 static const EmbeddedFile *embedded(const char *name)
@@ -2215,26 +2215,6 @@ typedef struct RtIndex {
     int n, cap;
 } RtIndex;
 
-/* MPRT_HOST_API(launch) and MPRT_GPU_API(launch) spelt out as the program
- * compiles them (state.c): mprt_launch, or in a trainer with CPU and
- * CUDA devices mprt_host_launch and mprt_gpu_launch (mixed.c's
- * mprt_launch picks one). */
-static const char *spell_api(CG *cg, const char *text)
-{
-    static const struct { const char *macro, *mixed; } apis[] = {
-        {"MPRT_HOST_API(", "mprt_host_"}, {"MPRT_GPU_API(", "mprt_gpu_"}};
-    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++) {
-        const char *m = strstr(text, apis[i].macro), *close = m ? strchr(m, ')') : NULL;
-        if (!close)
-            continue;
-        size_t at = (size_t)(m - text), k = strlen(apis[i].macro);
-        return arena_printf(cg->g->arena, "%.*s%s%.*s%s", (int)at, text,
-                            cg->mixed ? apis[i].mixed : "mprt_", (int)(close - m - k), m + k,
-                            close + 1);
-    }
-    return text;
-}
-
 /* The first name mprt_... in a declaration: what it declares. */
 static const char *declared_name(CG *cg, const char *text)
 {
@@ -2247,19 +2227,26 @@ static const char *declared_name(CG *cg, const char *text)
 }
 
 /* One line from the definition starting at p: the head of a function
- * (up to its body's "{" line, continuation lines joined), or a global
- * without its initial value; *next is the line after what was read. */
+ * (up to its body's "{", continuation lines joined; the body may follow
+ * on the head's line, as the devices' one-line entry points in program.c
+ * do, or open a line), or a global without its initial value; *next is
+ * where reading goes on. */
 static const char *declaration(CG *cg, const char *p, const char **next)
 {
-    const char *brace = strstr(p, "\n{\n"), *semi = strchr(p, ';'), *eq = strstr(p, " = ");
+    const char *brace = strstr(p, "\n{"), *semi = strchr(p, ';'), *eq = strstr(p, " = ");
+    const char *eol = strchr(p, '\n'), *inline_body = strstr(p, ") { ");
     Arena *a = cg->g->arena;
+    if (inline_body && (!eol || inline_body < eol)) {   /* head { body } */
+        *next = eol ? eol + 1 : p + strlen(p);
+        return arena_printf(a, "%.*s;", (int)(inline_body + 1 - p), p);
+    }
     if (semi && (!brace || semi < brace)) {   /* a global: up to its value or its end */
         const char *end = eq && eq < semi ? eq : semi;
         *next = semi + 1;
         return arena_printf(a, "%.*s;", (int)(end - p), p);
     }
     MPCC_ASSERT(brace);
-    *next = brace + 3;
+    *next = brace + 2;
     char *r = arena_alloc(a, (size_t)(brace - p) + 2), *w = r;
     for (const char *q = p; q < brace; q++) {
         if (*q == '\n') {   /* a continuation line: its indent becomes one space */
@@ -2293,7 +2280,7 @@ static RtIndex runtime_index(CG *cg)
                 p = p ? p + 1 : NULL;
                 continue;
             }
-            const char *text = spell_api(cg, declaration(cg, p, &p));
+            const char *text = declaration(cg, p, &p);
             if (ix.n == ix.cap) {
                 int cap = ix.cap ? 2 * ix.cap : 256;
                 ix.d = arena_grow(cg->g->arena, ix.d, (size_t)ix.cap, (size_t)cap, sizeof *ix.d);

@@ -324,6 +324,28 @@ typedef struct MprtResize {
 #define MPRT_CU_KERNEL static
 #endif
 
+/* A kind of device's operations: stream.c's CPU devices, cuda.c's GPUs;
+ * stream s is device s / 3's. The program calls them through its table,
+ * mprt_ops (mixed.c's picks the table of each device): one indirect call. */
+typedef struct MprtDeviceOps {
+    void (*launch)(int stream, void (*fn)(int), int mb, int label);
+    void (*memcpy_async)(int stream, void *dst, const void *src, size_t n, int label);
+    void (*wait_event)(int stream, int ev), (*record_event)(int stream, int ev);
+    void (*keep_loss)(int mb, const float *loss), (*sync)(void), (*losses_alloc)(int n);
+    void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
+    unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
+    void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
+    void (*dev_write)(int dev, void *dst, const void *src, size_t n);
+    const void *(*dev_read)(int dev, const void *src, size_t n, int k);
+    const void *(*dev_hold)(int dev, const void *src, size_t n);
+    void (*dev_unhold)(const void *host, const void *src);
+    void *(*dev_stage)(int dev, void *dst, size_t n);
+    void (*dev_commit)(int dev, void *dst, const void *staged, size_t n);
+    void (*devices_open)(int ndev, const char *const *names);
+    int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
+    void (*dev_copy)(void *dst, const void *src, size_t n);
+} MprtDeviceOps;
+
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
  * predictions, or one graph output of the forward-only program. */
 enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
@@ -2122,18 +2144,6 @@ void mprt_st_close(MprtStFile *f)
  * identity in inference. The trainer's evaluation (train.c) clears it
  * around its forward passes.
  */
-
-/* The devices' entry points (stream.c for CPU devices, cuda.c for GPUs):
- * mprt_launch and the rest. A trainer with both kinds (MPRT_MIXED, set by
- * the generated program) compiles each under its own prefix, and mixed.c
- * picks one by device. */
-#ifdef MPRT_MIXED
-#define MPRT_HOST_API(name) mprt_host_##name
-#define MPRT_GPU_API(name) mprt_gpu_##name
-#else
-#define MPRT_HOST_API(name) mprt_##name
-#define MPRT_GPU_API(name) mprt_##name
-#endif
 
 MPRT_GLOBAL int mprt_training = 1;
 MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, set by the devices */
@@ -4318,14 +4328,9 @@ MPRT_GLOBAL int mprt_nstreams;
 MPRT_GLOBAL unsigned char *mprt_events;
 MPRT_GLOBAL int mprt_nevents;
 
-static void mprt_host_bytes(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
-
 /* How a copy stream moves bytes: memcpy, or (mixed.c) a CUDA copy when one
  * side is a GPU's. */
-MPRT_GLOBAL void (*mprt_stream_copy)(void *dst, const void *src, size_t n) = mprt_host_bytes;
+MPRT_GLOBAL void *(*mprt_stream_copy)(void *dst, const void *src, size_t n) = memcpy;
 
 MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
@@ -4382,7 +4387,7 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
 }
 
 /* Starts nstreams worker threads; nops bounds the operations of one step. */
-MPRT_KERNEL int MPRT_HOST_API(streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen)
+static int mprt_cpu_streams_start(int nstreams, int nevents, int nops, char *err, size_t errlen)
 {
     mprt_clock0 = 0;
     mprt_clock0 = mprt_clock();
@@ -4422,22 +4427,22 @@ MPRT_KERNEL void mprt_enqueue(int stream, MprtOp op)
     pthread_mutex_unlock(&mprt_mu);
 }
 
-MPRT_KERNEL void MPRT_HOST_API(launch)(int stream, void (*fn)(int), int mb, int label)
+static void mprt_cpu_launch(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RUN, mb, -1, label, fn, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(memcpy_async)(int stream, void *dst, const void *src, size_t n, int label)
+static void mprt_cpu_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_COPY, 0, -1, label, NULL, dst, src, n});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(wait_event)(int stream, int ev)
+static void mprt_cpu_wait_event(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_WAIT, 0, ev, -1, NULL, NULL, NULL, 0});
 }
 
-MPRT_KERNEL void MPRT_HOST_API(record_event)(int stream, int ev)
+static void mprt_cpu_record_event(int stream, int ev)
 {
     mprt_enqueue(stream, (MprtOp){MPRT_OP_RECORD, 0, ev, -1, NULL, NULL, NULL, 0});
 }
@@ -4456,7 +4461,7 @@ MPRT_KERNEL void mprt_host_wait(int ev)
 
 /* Waits until every stream has run everything enqueued, then clears the
  * events for the next step. */
-MPRT_KERNEL void MPRT_HOST_API(sync)(void)
+static void mprt_cpu_sync(void)
 {
     pthread_mutex_lock(&mprt_mu);
     mprt_host_waits++;
@@ -4470,18 +4475,12 @@ MPRT_KERNEL void MPRT_HOST_API(sync)(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-MPRT_KERNEL void MPRT_HOST_API(devices_open)(int ndev, const char *const *names)
-{
-    (void)ndev, (void)names;
-}
+static void mprt_cpu_devices_open(int ndev, const char *const *names) { (void)ndev, (void)names; }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
-MPRT_KERNEL void MPRT_HOST_API(dev_scratch)(int dev, void *p, size_t n)
-{
-    (void)dev, (void)p, (void)n;
-}
+static void mprt_cpu_dev_scratch(int dev, void *p, size_t n) { (void)dev, (void)p, (void)n; }
 
-MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name, size_t n)
+static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
 {
     (void)dev;
     unsigned char *p = calloc(1, n ? n : 1);
@@ -4493,95 +4492,96 @@ MPRT_KERNEL unsigned char *MPRT_HOST_API(arena_alloc)(int dev, const char *name,
     return p;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(arena_free)(int dev, unsigned char *p)
-{
-    (void)dev;
-    free(p);
-}
+static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p); }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
-MPRT_KERNEL void MPRT_HOST_API(dev_write)(int dev, void *dst, const void *src, size_t n)
+static void mprt_cpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
-    (void)dev;
-    memcpy(dst, src, n);
+    (void)dev, memcpy(dst, src, n);
 }
 
 /* The host's view of n device bytes at src (k: which staging area, so
  * that several views can be alive; CPU devices need none). */
-MPRT_KERNEL const void *MPRT_HOST_API(dev_read)(int dev, const void *src, size_t n, int k)
+static const void *mprt_cpu_dev_read(int dev, const void *src, size_t n, int k)
 {
-    (void)dev, (void)n, (void)k;
-    return src;
+    return (void)dev, (void)n, (void)k, src;
 }
 
 /* A host copy of n device bytes that stays until mprt_dev_unhold. */
-MPRT_KERNEL const void *MPRT_HOST_API(dev_hold)(int dev, const void *src, size_t n)
+static const void *mprt_cpu_dev_hold(int dev, const void *src, size_t n)
 {
-    (void)dev, (void)n;
-    return src;
+    return (void)dev, (void)n, src;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_unhold)(const void *host, const void *src)
-{
-    (void)host, (void)src;
-}
+static void mprt_cpu_dev_unhold(const void *host, const void *src) { (void)host, (void)src; }
 
 /* Where the host writes n bytes bound for dst, then mprt_dev_commit. */
-MPRT_KERNEL void *MPRT_HOST_API(dev_stage)(int dev, void *dst, size_t n)
-{
-    (void)dev, (void)n;
-    return dst;
-}
+static void *mprt_cpu_dev_stage(int dev, void *dst, size_t n) { return (void)dev, (void)n, dst; }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_commit)(int dev, void *dst, const void *staged, size_t n)
+static void mprt_cpu_dev_commit(int dev, void *dst, const void *staged, size_t n)
 {
     (void)dev, (void)dst, (void)staged, (void)n;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(dev_zero)(int dev, void *dst, size_t n)
-{
-    (void)dev;
-    memset(dst, 0, n);
-}
+static void mprt_cpu_dev_zero(int dev, void *dst, size_t n) { (void)dev, memset(dst, 0, n); }
 
 /* Outside the step (evaluation): bytes between any two devices. */
-MPRT_KERNEL void MPRT_HOST_API(dev_copy)(void *dst, const void *src, size_t n)
-{
-    memcpy(dst, src, n);
-}
+static void mprt_cpu_dev_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 
 /* In a stage's forward: keep the loss of micro-batch mb for the host. */
-MPRT_KERNEL void MPRT_HOST_API(keep_loss)(int mb, const float *loss)
-{
-    mprt_losses[mb] = loss[0];
-}
+static void mprt_cpu_keep_loss(int mb, const float *loss) { mprt_losses[mb] = loss[0]; }
 
-MPRT_KERNEL void MPRT_HOST_API(losses_alloc)(int n)
+/* The host's per-step arrays: the losses, --clip-norm's squared norms. */
+static void *mprt_cpu_calloc(int n, size_t size)
 {
-    mprt_losses = calloc((size_t)n, sizeof *mprt_losses);
-    if (!mprt_losses) {
+    void *p = calloc((size_t)n, size);
+    if (!p) {
         fprintf(stderr, "train: error: out of memory\n");
         exit(1);
     }
+    return p;
 }
 
-MPRT_KERNEL void MPRT_HOST_API(norm_alloc)(int n)
-{
-    mprt_norm_sq = calloc((size_t)n, sizeof *mprt_norm_sq);
-    if (!mprt_norm_sq) {
-        fprintf(stderr, "train: error: out of memory\n");
-        exit(1);
-    }
-}
+static void mprt_cpu_losses_alloc(int n) { mprt_losses = mprt_cpu_calloc(n, sizeof(float)); }
+static void mprt_cpu_norm_alloc(int n) { mprt_norm_sq = mprt_cpu_calloc(n, sizeof(double)); }
+
+MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
+    .launch = mprt_cpu_launch, .memcpy_async = mprt_cpu_memcpy_async,
+    .wait_event = mprt_cpu_wait_event, .record_event = mprt_cpu_record_event,
+    .dev_scratch = mprt_cpu_dev_scratch, .dev_zero = mprt_cpu_dev_zero,
+    .arena_alloc = mprt_cpu_arena_alloc, .arena_free = mprt_cpu_arena_free,
+    .dev_write = mprt_cpu_dev_write, .dev_read = mprt_cpu_dev_read, .dev_hold = mprt_cpu_dev_hold,
+    .dev_unhold = mprt_cpu_dev_unhold, .dev_stage = mprt_cpu_dev_stage,
+    .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,
+    .devices_open = mprt_cpu_devices_open, .streams_start = mprt_cpu_streams_start,
+    .sync = mprt_cpu_sync, .losses_alloc = mprt_cpu_losses_alloc, .norm_alloc = mprt_cpu_norm_alloc,
+    .dev_copy = mprt_cpu_dev_copy,
+};
+
+#ifndef MPRT_MIXED   /* CPU devices only; mixed.c has the table of a trainer with both */
+MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
+#endif
 
 /* program.c — what the generated programs share: the table of their
  * buffers, the device arenas, errors, and loading weights.
  *
  * The trainer (train.c) and the forward-only program (infer.c) both
  * describe their model as buffers at static offsets in one arena per
- * device; micro-batch mb of a buffer lives in slot mb % slots. Errors are
+ * device, through the devices' entry points below; micro-batch mb of a buffer lives in slot mb % slots. Errors are
  * one line on standard error, `PROGRAM: error: ...`, and exit status 1.
  */
+
+/* The devices' entry points that the model calls, each through the
+ * program's table (program.h); the runtime calls mprt_ops itself. */
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(stream, fn, mb, label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(stream, dst, src, n, label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(stream, ev); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(stream, ev); }
+MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(dev, dst, src, n); }
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(dev, dst, n); }
+MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 static const char *mprt_program = "train";   /* the program's name in errors */
@@ -5135,7 +5135,7 @@ static void mprt_fill(const MprtData *d, int labels, const MprtBuffer *b, int64_
                       const int64_t *rows, int64_t n, int64_t pad, int mb)
 {
     size_t row = b->nbytes / (size_t)R;
-    unsigned char *dst = mprt_dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
+    unsigned char *dst = mprt_ops->dev_stage(b->dev, mprt_slot(b, mb), b->nbytes);
     for (int64_t r = 0; r < n; r++)
         mprt_copy_row(d, labels, rows[r], b, row, dst + (size_t)r * row);
     size_t used = (size_t)n * row;
@@ -5144,7 +5144,7 @@ static void mprt_fill(const MprtData *d, int labels, const MprtBuffer *b, int64_
             ((int64_t *)dst)[i] = pad;
     else
         memset(dst + used, 0, b->nbytes - used);
-    mprt_dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
+    mprt_ops->dev_commit(b->dev, mprt_slot(b, mb), dst, b->nbytes);
 }
 
 /* checkpoint.c — the trainer's checkpoints, and stopping without losing
@@ -5202,7 +5202,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
         e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape,
-                               mprt_dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
+                               mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
     }
     char steps[32], err[512];
     snprintf(steps, sizeof steps, "%ld", step);
@@ -5212,7 +5212,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
     for (int i = 0, k = 0; i < c->nbuffers; i++) {
         const MprtBuffer *b = &c->buffers[i];
         if (b->kind == MPRT_PARAM || b->kind == MPRT_STATE)
-            mprt_dev_unhold(e[k++].data, mprt_slot(b, 0));
+            mprt_ops->dev_unhold(e[k++].data, mprt_slot(b, 0));
     }
     free(e);
     if (rc != 0)
@@ -5591,10 +5591,10 @@ typedef struct MprtScore {
 static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuffer *lb,
                        int64_t n, int64_t R, MprtScore *sc)
 {
-    const float *x = mprt_dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
+    const float *x = mprt_ops->dev_read(out->dev, mprt_slot(out, 0), out->nbytes, 0);
     int64_t labels = (int64_t)(lb->nbytes / mprt_dtype_size(lb->dtype));
     if (m->loss_kind == MPRT_LOSS_MSE) {
-        const float *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
+        const float *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
         for (int64_t i = 0; i < n * (labels / R); i++)
             sc->loss += (double)(x[i] - t[i]) * (x[i] - t[i]);
         sc->count += n * (labels / R);
@@ -5602,9 +5602,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
     }
     /* scores (S, C, D...) and labels (S, D...): D positions per row of the
      * scores; the padding rows' labels are the ignore index */
-    const float *lp = mprt_dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
+    const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
                                     m->log_prob_offset, out->nbytes, 2);
-    const int64_t *t = mprt_dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
+    const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
     int64_t S = out->shape[0], C = out->shape[1], D = labels / S;
     for (int64_t r = 0; r < S; r++)
         for (int64_t d = 0; d < D; d++) {
@@ -5671,15 +5671,15 @@ static void mprt_start_devices(const MprtModel *m)
     if (!mprt_arenas)
         mprt_die("out of memory");
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
-    mprt_devices_open(m->ndev, m->device_names);
-    mprt_losses_alloc(m->microbatches);
+    mprt_ops->devices_open(m->ndev, m->device_names);
+    mprt_ops->losses_alloc(m->microbatches);
     if (m->norm_terms)
-        mprt_norm_alloc(m->norm_terms);
+        mprt_ops->norm_alloc(m->norm_terms);
     for (int d = 0; d < m->ndev; d++) {
-        mprt_arenas[d] = mprt_arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
-        mprt_dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
+        mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
     }
-    if (mprt_streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
+    if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
 }
 
@@ -5887,7 +5887,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(order.perm);
     free(rows);
     for (int d = 0; d < m->ndev; d++)
-        mprt_arena_free(d, mprt_arenas[d]);
+        mprt_ops->arena_free(d, mprt_arenas[d]);
     free(mprt_arenas);
     return 0;
 }
