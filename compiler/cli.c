@@ -104,6 +104,10 @@ static const char help_text[] =
 "                             costs   the cost model node by node: kind of work,\n"
 "                                     FLOPs, bytes, predicted (and with --measured,\n"
 "                                     measured) time, totals per kind\n"
+"                             gantt=FILE.svg  the predicted step as a picture: a row\n"
+"                                     per device stream, a box per action coloured by\n"
+"                                     stage, copies as arrows, idle time shaded, each\n"
+"                                     device's memory plan as a bar\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -192,9 +196,13 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_memory = true;
         else if (strcmp(w, "costs") == 0)
             o->dump_costs = true;
+        else if (strncmp(w, "gantt=", 6) == 0 && w[6])
+            o->dump_gantt = w + 6;
+        else if (strcmp(w, "gantt") == 0 || strcmp(w, "gantt=") == 0)
+            usage_error("--dump=%s needs a file: --dump=gantt=step.svg", w);
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
-                        "schedule, partition-dot, fuse, memory, costs)", w);
+                        "schedule, partition-dot, fuse, memory, costs, gantt=FILE.svg)", w);
     }
 }
 

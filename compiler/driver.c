@@ -235,16 +235,19 @@ int driver_run(Arena *arena, Options *o)
     if (opt.infer && !opt.check && !opt.dump_ir && !opt.dump_shapes)
         return infer(arena, &opt);
 
-    bool dump_plan_only = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
-                          opt.dump_fuse || opt.dump_memory || opt.dump_costs;
+    bool text_dumps = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
+                      opt.dump_fuse || opt.dump_memory || opt.dump_costs;
+    bool dump_plan_only = text_dumps || opt.dump_gantt;
     if (dump_plan_only || opt.output) {
         if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
             Pipeline *pl = pipeline_choose(arena, &opt, &driver_passes);
             if (opt.pipe.trace)
                 write_trace(pl, opt.pipe.trace);
-            if (dump_plan_only)
+            if (opt.dump_gantt)
+                write_gantt(pl, opt.dump_gantt);
+            if (text_dumps)
                 dump_plan(&opt, pl);
-            else
+            else if (!dump_plan_only)
                 codegen(pl->g, &pl->opt, pl->plan, pl->plan->fu);
             arena_free(arena);
             return 0;

@@ -387,6 +387,7 @@ typedef struct Options {
     bool dump_fuse;            /* --dump=fuse: the fused elementwise chains, then stop */
     bool dump_memory;          /* --dump=memory: what each device's arena holds, then stop */
     bool dump_costs;           /* --dump=costs: the cost model per node, then stop */
+    const char *dump_gantt;    /* --dump=gantt=FILE.svg: the predicted step as SVG, then stop */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
@@ -918,6 +919,10 @@ void dump_schedule(const Pipeline *pl, FILE *out);       /* --dump=schedule */
 void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot */
 void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
 void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
+
+/* ---------------------------------------------------- emit/gantt.c */
+
+void write_gantt(const Pipeline *pl, const char *path);  /* --dump=gantt=FILE.svg */
 /* --dump=costs: each node's predicted (and measured) time (costdump.c) */
 void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
 

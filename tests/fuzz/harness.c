@@ -8,9 +8,9 @@
  *   `-o train.c`     pipeline_choose with the passes of driver.c (import, bind,
  *                    analyse, loss -> autodiff -> optimizer, with --dump=grad
  *                    once) -> devices -> stages -> schedule -> memory plan
- *                    (sharing, simulation, checks) -> fusion -> every plan dump
- *                    and the trace -> code generation; or, for the --infer
- *                    set, driver.c's forward-only program
+ *                    (sharing, simulation, checks) -> fusion -> every plan dump,
+ *                    the trace and the SVG -> code generation; or, for the
+ *                    --infer set, driver.c's forward-only program
  *
  * The options are one of the fixed sets below, picked by a hash of the
  * input so that the corpus spreads over them (FUZZ_VARIANT=N picks set N;
@@ -79,7 +79,7 @@ static struct {
     int variant;                /* FUZZ_VARIANT: -1 by hash, NVARIANTS all */
     FILE *null;                 /* where the dumps go */
     char dir[64];
-    char *train_c, *trace, *profile;
+    char *train_c, *trace, *gantt, *profile;
     FuzzImport import;          /* the input of this run */
     const char *path;
     const uint8_t *data;
@@ -118,6 +118,7 @@ static void remove_outputs(void)
 {
     const char *names[] = {"train.c", "train.c.tmp", "train.weights.safetensors",
                            "train.weights.safetensors.tmp", "trace.json", "trace.json.tmp",
+                           "gantt.svg", "gantt.svg.tmp",
                            "small.profile"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *p = in_dir(names[i]);
@@ -169,6 +170,7 @@ static void setup(void)
     }
     fz.train_c = in_dir("train.c");
     fz.trace = in_dir("trace.json");
+    fz.gantt = in_dir("gantt.svg");
     fz.profile = in_dir("small.profile");
     FILE *f = fopen(fz.profile, "w");
     if (!f || fputs(small_profile, f) < 0 || fclose(f) != 0) {
@@ -271,6 +273,7 @@ static void train(Arena *a, const Options *o)
     Pipeline *pl = pipeline_choose(a, o, &(Passes){front, driver_plan});
     reached(REACH_PLAN);
     write_trace(pl, fz.trace);
+    write_gantt(pl, fz.gantt);
     dump_partition(pl, fz.null);
     dump_schedule(pl, fz.null);
     dump_partition_dot(pl, fz.null);
