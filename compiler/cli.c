@@ -108,6 +108,9 @@ static const char help_text[] =
 "                                     per device stream, a box per action coloured by\n"
 "                                     stage, copies as arrows, idle time shaded, each\n"
 "                                     device's memory plan as a bar\n"
+"                             sweep=FILE.svg  the predicted step against the\n"
+"                                     micro-batch count, a line per schedule that\n"
+"                                     can run, the chosen plan circled\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -198,11 +201,14 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
             o->dump_costs = true;
         else if (strncmp(w, "gantt=", 6) == 0 && w[6])
             o->dump_gantt = w + 6;
-        else if (strcmp(w, "gantt") == 0 || strcmp(w, "gantt=") == 0)
+        else if (strncmp(w, "sweep=", 6) == 0 && w[6])
+            o->dump_sweep = w + 6;
+        else if (strncmp(w, "gantt", 5) == 0 || strncmp(w, "sweep", 5) == 0)
             usage_error("--dump=%s needs a file: --dump=gantt=step.svg", w);
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
-                        "schedule, partition-dot, fuse, memory, costs, gantt=FILE.svg)", w);
+                        "schedule, partition-dot, fuse, memory, costs, gantt=FILE.svg, "
+                        "sweep=FILE.svg)", w);
     }
 }
 

@@ -237,7 +237,7 @@ int driver_run(Arena *arena, Options *o)
 
     bool text_dumps = opt.dump_partition || opt.dump_schedule || opt.dump_dot ||
                       opt.dump_fuse || opt.dump_memory || opt.dump_costs;
-    bool dump_plan_only = text_dumps || opt.dump_gantt;
+    bool dump_plan_only = text_dumps || opt.dump_gantt || opt.dump_sweep;
     if (dump_plan_only || opt.output) {
         if (!(opt.dump_ir || opt.dump_shapes || opt.dump_grad || opt.check)) {
             Pipeline *pl = pipeline_choose(arena, &opt, &driver_passes);
@@ -245,6 +245,8 @@ int driver_run(Arena *arena, Options *o)
                 write_trace(pl, opt.pipe.trace);
             if (opt.dump_gantt)
                 write_gantt(pl, opt.dump_gantt);
+            if (opt.dump_sweep)
+                write_sweep(pl, opt.dump_sweep);
             if (text_dumps)
                 dump_plan(&opt, pl);
             else if (!dump_plan_only)

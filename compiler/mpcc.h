@@ -388,6 +388,7 @@ typedef struct Options {
     bool dump_memory;          /* --dump=memory: what each device's arena holds, then stop */
     bool dump_costs;           /* --dump=costs: the cost model per node, then stop */
     const char *dump_gantt;    /* --dump=gantt=FILE.svg: the predicted step as SVG, then stop */
+    const char *dump_sweep;    /* --dump=sweep=FILE.svg: step time against M, then stop */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
@@ -879,6 +880,14 @@ const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 
 
 /* ---------------------------------------------- parallel/pipeline.c */
 
+/* One candidate the search planned: its predicted step, 0 when it could
+ * not run (for --dump=sweep). */
+typedef struct Tried {
+    SchedKind kind;
+    int M;
+    double step_time;
+} Tried;
+
 typedef struct Pipeline {
     Graph *g;                  /* the training graph of one micro-batch */
     Options opt;               /* as given, with batch per micro-batch and M chosen */
@@ -886,6 +895,8 @@ typedef struct Pipeline {
     const Stages *st;
     const Schedule *sc;
     const Plan *plan;
+    Tried *tried;              /* every candidate of the search, in the order planned */
+    int ntried;
 } Pipeline;
 
 /* The passes the search runs for each candidate, from the driver
@@ -923,6 +934,7 @@ void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trac
 /* ---------------------------------------------------- emit/gantt.c */
 
 void write_gantt(const Pipeline *pl, const char *path);  /* --dump=gantt=FILE.svg */
+void write_sweep(const Pipeline *pl, const char *path);  /* --dump=sweep=FILE.svg */
 /* --dump=costs: each node's predicted (and measured) time (costdump.c) */
 void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
 

@@ -253,3 +253,109 @@ void write_gantt(const Pipeline *pl, const char *path)
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         error_file(path, "write failed: %s", strerror(errno));
 }
+
+/* ---- --dump=sweep=FILE.svg: the predicted step against M ---- */
+
+enum { SW_LEFT = 80, SW_W = 640, SW_TOP = 50, SW_H = 320, SW_RIGHT = 200 };
+
+/* A line per schedule: darker than the boxes' colours, told apart in print. */
+static const char *const line_colour[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a"};
+
+static double sweep_x(int M, int most)
+{
+    return SW_LEFT + (most > 1 ? log2(M) / log2(most) : 0.5) * SW_W;
+}
+
+static double sweep_y(double t, double top)
+{
+    return SW_TOP + SW_H - t / top * SW_H;
+}
+
+static void sweep_axes(FILE *f, const Pipeline *pl, int most, double top)
+{
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">predicted step "
+            "against the micro-batch count, batch %lld</text>\n", SW_LEFT,
+            (long long)pl->opt.batch * pl->sc->M);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n<line x1=\"%d\" "
+            "y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", SW_LEFT, SW_TOP + SW_H,
+            SW_LEFT + SW_W, SW_TOP + SW_H, SW_LEFT, SW_TOP, SW_LEFT, SW_TOP + SW_H);
+    for (int M = 1; M <= most; M *= 2)
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                sweep_x(M, most), SW_TOP + SW_H + 16, M);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">micro-batches</text>\n",
+            SW_LEFT + SW_W / 2, SW_TOP + SW_H + 34);
+    double step = tick_step(top * 1e3);
+    for (double t = 0; t <= top * 1e3 * (1 + 1e-9); t += step)
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", SW_LEFT - 6,
+                sweep_y(t / 1e3, top) + 4, t);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">ms</text>\n", SW_LEFT - 6,
+            SW_TOP - 8);
+}
+
+/* One schedule's points joined by a line; a candidate that could not run
+ * is left out. */
+static void sweep_series(FILE *f, const Pipeline *pl, SchedKind k, int colour, int most,
+                         double top)
+{
+    const char *c = line_colour[colour % 4];
+    fprintf(f, "<g class=\"series\" data-schedule=\"%s\"><polyline fill=\"none\" stroke=\"%s\" "
+            "stroke-width=\"2\" points=\"", schedule_name(k), c);
+    for (int i = 0; i < pl->ntried; i++)
+        if (pl->tried[i].kind == k && pl->tried[i].step_time > 0)
+            fprintf(f, "%.1f,%.1f ", sweep_x(pl->tried[i].M, most),
+                    sweep_y(pl->tried[i].step_time, top));
+    fputs("\"/>\n", f);
+    for (int i = 0; i < pl->ntried; i++) {
+        const Tried *t = &pl->tried[i];
+        if (t->kind == k && t->step_time > 0)
+            fprintf(f, "<circle class=\"point\" data-m=\"%d\" data-ms=\"%.6f\" cx=\"%.1f\" "
+                    "cy=\"%.1f\" r=\"4\" fill=\"%s\" stroke=\"#333\"><title>%s, M=%d: %.3f ms"
+                    "</title></circle>\n", t->M, t->step_time * 1e3, sweep_x(t->M, most),
+                    sweep_y(t->step_time, top), c, schedule_name(k), t->M, t->step_time * 1e3);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#222\"><tspan fill=\"%s\">&#9632;</tspan> "
+            "%s</text></g>\n", SW_LEFT + SW_W + 20, SW_TOP + 20 + 18 * colour, c,
+            schedule_name(k));
+}
+
+void write_sweep(const Pipeline *pl, const char *path)
+{
+    char *tmp = arena_printf(pl->g->arena, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        error_file(path, "cannot open for writing: %s", strerror(errno));
+    int most = 1;
+    double top = pl->plan->step_time;
+    for (int i = 0; i < pl->ntried; i++) {
+        most = pl->tried[i].M > most ? pl->tried[i].M : most;
+        top = fmax(top, pl->tried[i].step_time);
+    }
+    top *= 1.1;
+    int width = SW_LEFT + SW_W + SW_RIGHT, height = SW_TOP + SW_H + 50;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000"
+            "/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
+            "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            width, height, width, height);
+    sweep_axes(f, pl, most, top);
+    SchedKind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
+    int shown = 0;
+    for (int k = 0; k < 4; k++) {
+        bool any = false;
+        for (int i = 0; i < pl->ntried; i++)
+            any |= pl->tried[i].kind == kinds[k] && pl->tried[i].step_time > 0;
+        if (any)
+            sweep_series(f, pl, kinds[k], shown++, most, top);
+    }
+    fprintf(f, "<circle class=\"chosen\" data-schedule=\"%s\" data-m=\"%d\" cx=\"%.1f\" "
+            "cy=\"%.1f\" r=\"9\" fill=\"none\" stroke=\"#000\" stroke-width=\"2\"><title>chosen: "
+            "%s, M=%d, %.3f ms</title></circle>\n", schedule_name(pl->sc->kind), pl->sc->M,
+            sweep_x(pl->sc->M, most), sweep_y(pl->plan->step_time, top),
+            schedule_name(pl->sc->kind), pl->sc->M, pl->plan->step_time * 1e3);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">circled: the plan chosen (its cuts</text><text "
+            "x=\"%d\" y=\"%d\">refined after the search)</text>\n", SW_LEFT + SW_W + 20,
+            SW_TOP + 20 + 18 * shown + 10, SW_LEFT + SW_W + 20,
+            SW_TOP + 20 + 18 * shown + 24);
+    fputs("</svg>\n", f);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        error_file(path, "write failed: %s", strerror(errno));
+}

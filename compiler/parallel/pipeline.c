@@ -368,6 +368,8 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
     int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, measured, counts);
     Pipeline *best = NULL;
     Reject last = {0};
+    Tried *tried = arena_array(a, (size_t)(nm * nk), sizeof *tried);
+    int ntried = 0;
     for (int j = 0; j < nm; j++) {
         Options m = per_microbatch(o, counts[j]);
         Graph *g = ps->front(a, &m);
@@ -375,6 +377,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
             Reject rej;
             Pipeline *pl = plan_one(ps, g, &m, &ds, measured, (Candidate){kinds[i], counts[j]},
                                     &rej);
+            tried[ntried++] = (Tried){kinds[i], counts[j], pl ? pl->plan->step_time : 0};
             if (!pl && j == nm - 1 && i == (nk > 1))
                 last = rej;
             if (pl && (!best || better(pl, best, o->pipe.objective)))
@@ -385,6 +388,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
         error_reject(&last);
     if (!o->pipe.split && best->st->n > 1 && o->pipe.objective == OBJECTIVE_TIME)
         best = refine(a, ps, &ds, measured, best);
+    best->tried = tried, best->ntried = ntried;
     report(best, o);
     return best;
 }
