@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """--dump=sweep=FILE.svg against the candidates mpcc plans one by one.
 
-The search plans every schedule and micro-batch count M; the SVG has a
+The search plans every schedule and micro-batch count M (powers of two up
+to 4 per device that divide the batch); the SVG has a
 point for each that can run, at its predicted step. Each candidate is then
 planned alone (--schedule=K --microbatches=M): it runs exactly when the
 SVG has its point, and its step, whose cuts are refined after planning,
@@ -51,7 +52,9 @@ def main():
         if not points:
             fail("%s: no points" % model)
         for kind in ("gpipe", "1f1b", "interleaved", "zb"):
-            for M in (1, 2, 4, 8, 16):
+            ndev, batch = int(opts[opts.index("-cpus") + 1]), int(opts[opts.index("-batch") + 1])
+            # the counts the search tries: powers of two up to 4 per device
+            for M in (m for m in (1, 2, 4, 8, 16, 32) if m <= 4 * ndev and batch % m == 0):
                 one = subprocess.run([mpcc, path, *opts, "--schedule=" + kind,
                                       "--microbatches=%d" % M, "--dump=partition"],
                                      capture_output=True, text=True, env=ENV)
