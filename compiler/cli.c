@@ -204,7 +204,8 @@ static void parse_dump(Arena *a, const char *arg, Options *o)
         else if (strncmp(w, "sweep=", 6) == 0 && w[6])
             o->dump_sweep = w + 6;
         else if (strncmp(w, "gantt", 5) == 0 || strncmp(w, "sweep", 5) == 0)
-            usage_error("--dump=%s needs a file: --dump=gantt=step.svg", w);
+            usage_error("--dump=%s needs a file: --dump=gantt=step.svg or "
+                        "--dump=sweep=sweep.svg", w);
         else
             usage_error("--dump: unknown pass '%s' (known: ir, shapes, grad, partition, "
                         "schedule, partition-dot, fuse, memory, costs, gantt=FILE.svg, "
