@@ -8,9 +8,9 @@ Then:
     (the labels of --dump=schedule's action list, one box each);
   - every stream's boxes match the trace's events one for one, in order of
     start, at the trace's times (the SVG's x = start / step * width);
-  - rendered by librsvg (rsvg-convert), each compute row's columns that are
-    not the idle shade add up to the device's predicted busy time within 5%
-    (and a pixel and a half per box, its outline).
+  - rendered by headless Chromium (render.py), each compute row's pixels of
+    each stage's colour add up to the stage's predicted busy time on that
+    device within 5% (and a pixel and a half per box: outline, arrows).
 
 Usage: gantt.py MPCC WORKDIR SAMPLES_DIR
 """
@@ -21,8 +21,11 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import render  # noqa: E402
+
 SVG = "{http://www.w3.org/2000/svg}"
-LEFT, PLOT, TOP, ROW, GAP = 130, 960, 58, 24, 10   # emit/gantt.c's layout
+LEFT, PLOT = render.LEFT, render.PLOT
 
 CASES = [
     ("mlp.mp", ["-cpus", "2", "-batch", "8", "--microbatches=4", "--schedule=1f1b"]),
@@ -80,15 +83,6 @@ def trace_events(path):
     return per, step
 
 
-def device_names(root):
-    names = {}
-    for t in root.iter(SVG + "text"):
-        m = re.fullmatch(r"(\S+) compute", (t.text or ""))
-        if m:
-            names[m.group(1)] = float(t.get("y"))
-    return names
-
-
 def check_order(case, boxes, actions, ndev_streams):
     for dev, labels in actions.items():
         k = list(actions).index(dev) * ndev_streams
@@ -110,15 +104,15 @@ def check_times(case, boxes, per, step_us):
                                                                              label, x, want))
 
 
-def rendered_busy(png, row_top):
-    """Columns of a compute row not in the idle shade: its boxes, their
-    outlines and labels as a browser-like renderer draws them."""
-    from PIL import Image
-    img = Image.open(png).convert("RGB")
-    y = int(row_top) + 3
-    idle = (0xf4, 0xcc, 0xcc)
-    near = lambda c: all(abs(c[i] - idle[i]) <= 6 for i in range(3))
-    return sum(1 for x in range(LEFT, LEFT + PLOT) if not near(img.getpixel((x, y))))
+def busy_by_row(boxes, per):
+    """row top -> [(stage, seconds)] of the run boxes, timed by the trace."""
+    rows = {}
+    for stream, row in boxes.items():
+        ev = sorted(per.get((stream // 3, stream % 3), []))
+        for (x, w, label, kind, stage, y), (ts, dur) in zip(sorted(row), ev):
+            if kind == "run":
+                rows.setdefault(y, []).append((stage, dur / 1e6))
+    return rows
 
 
 def main():
@@ -139,19 +133,13 @@ def main():
         per, step_us = trace_events(trace)
         check_order(case, boxes, actions, 3)
         check_times(case, boxes, per, step_us)
-        png = svg[:-4] + ".png"
-        subprocess.run(["rsvg-convert", svg, "-o", png], check=True)
-        step_ms = step_us / 1e3
-        for dev, top in device_names(root).items():
-            px = rendered_busy(png, top - ROW * 0.7)
-            want = busy[dev] / step_ms * PLOT
-            nbox = sum(1 for row in boxes.values() for b in row
-                       if b[3] == "run" and abs(b[5] - (top - ROW * 0.7)) < 0.5)
-            # each box's outline (half a pixel either side) and the smallest
-            # boxes' one-pixel width add up to a pixel or so per box
-            if abs(px - want) > 0.05 * want + 1.5 * nbox:
-                fail("%s: %s rendered busy %d px, predicted %.1f px" % (case, dev, px, want))
-        print("ok: %s: %d boxes" % (case, sum(len(r) for r in boxes.values())))
+        img = render.screenshot(svg, svg[:-4] + ".png", root)
+        stages = render.check_stages(fail, case, img, busy_by_row(boxes, per),
+                                     PLOT / (step_us / 1e6))
+        if stages < len(actions):
+            fail("%s: %d stage colours checked for %d devices" % (case, stages, len(actions)))
+        print("ok: %s: %d boxes, %d stage colours" % (case, sum(len(r) for r in boxes.values()),
+                                                       stages))
     print("gantt: every picture matches its plan")
 
 
