@@ -10,6 +10,7 @@
 
 static const char help_text[] =
 "usage: mpcc [options] <model.onnx | model.mp>\n"
+"       mpcc --gantt-from=run.json -o run.svg\n"
 "       mpcc model.mp --emit-onnx -o model.onnx\n"
 "       mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx>\n"
 "\n"
@@ -38,7 +39,8 @@ static const char help_text[] =
 "  --measured=PROF.json[,PROF.json]\n"
 "                           per-node times a trainer measured (./train --profile)\n"
 "                           replace the estimates, scaled to each micro-batch size\n"
-"                           tried (profiles of two sizes: fitted a + b * rows)\n"
+"                           tried (profiles of two sizes: fitted a + b * rows); a\n"
+"                           trace (./train --trace) adds its run to the pictures\n"
 "  --schedule=KIND          gpipe, 1f1b, interleaved, zb (zero-bubble: backward\n"
 "                           split into input and weight gradients) or auto\n"
 "                           (default: simulate each and keep the fastest that fits)\n"
@@ -111,6 +113,13 @@ static const char help_text[] =
 "                             sweep=FILE.svg  the predicted step against the\n"
 "                                     micro-batch count, a line per schedule that\n"
 "                                     can run, the chosen plan circled\n"
+"                           with --measured=run.json (./train --trace run.json), gantt\n"
+"                           draws the measured step under the predicted one, and sweep\n"
+"                           marks each run's mean step\n"
+"  --gantt-from=TRACE.json[,TRACE.json]\n"
+"                           draw traces (./train --trace, mpcc --trace) as gantt does,\n"
+"                           one above the other, to -o FILE.svg (default: the first\n"
+"                           trace's name with .svg); no model needed\n"
 "  --trace=FILE             write the predicted timeline as Chrome trace JSON\n"
 "                           (open in Perfetto or chrome://tracing)\n"
 "  --check                  list every op of the model mpcc cannot compile yet,\n"
@@ -218,7 +227,8 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WD, OPT_BETAS,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
-               OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE, OPT_COUNT } OptId;
+               OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
+               OPT_GANTT_FROM, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -239,7 +249,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"measured", OPT_MEASURED, true},   {"schedule", OPT_SCHEDULE, true},
     {"virtual-stages", OPT_VIRT, true}, {"split", OPT_SPLIT, true},
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
-    {"objective", OPT_OBJECTIVE, true},
+    {"objective", OPT_OBJECTIVE, true}, {"gantt-from", OPT_GANTT_FROM, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
 };
@@ -350,6 +360,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     case OPT_EMIT_ONNX: o->emit_onnx = true; break;
     case OPT_INFER: o->infer = true; break;
     case OPT_NO_FUSE: o->no_fuse = true; break;
+    case OPT_GANTT_FROM: o->gantt_from = val; break;
     case OPT_LIST_OPS: list_ops(stdout); exit(0);
     default: apply_pipeline(id, opt, val, o); break;
     case OPT_HELP: fputs(help_text, stdout); exit(0);
@@ -434,6 +445,10 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
         usage_error("--virtual-stages must be at least 1%s", "");
     if (o->tf32 && !o->gpus && !(o->pipe.devices && strstr(o->pipe.devices, "cuda")))
         usage_error("--tf32 is for CUDA devices (-gpus N); drop it for CPU devices%s", "");
-    if (!o->input)
+    if (o->gantt_from && o->input)
+        usage_error("--gantt-from draws traces alone; drop the model '%s', or draw a trace "
+                    "under the prediction with --measured=run.json --dump=gantt=step.svg",
+                    o->input);
+    if (!o->input && !o->gantt_from)
         usage_error("no model given%s", "");
 }

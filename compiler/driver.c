@@ -225,11 +225,39 @@ static int infer(Arena *arena, const Options *o)
     return 0;
 }
 
+/* --gantt-from=run.json[,more.json]: traces drawn alone, one panel each,
+ * to -o (default: the first trace's name with .svg for .json). */
+static int gantt_from(Arena *arena, const Options *o)
+{
+    int n = 0;
+    const Timeline **tl = NULL;
+    char *list = arena_strdup(arena, o->gantt_from);
+    for (char *p = strtok(list, ","); p; p = strtok(NULL, ",")) {
+        tl = arena_grow(arena, tl, (size_t)n, (size_t)n + 1, sizeof *tl);
+        tl[n++] = timeline_read(arena, p);
+    }
+    if (!n)
+        error_file(o->gantt_from, "--gantt-from names no trace; give ./train --trace's file");
+    const char *out = o->output;
+    if (!out) {
+        const char *first = tl[0]->file;
+        size_t len = strlen(first);
+        bool json = len > 5 && strcmp(first + len - 5, ".json") == 0;
+        out = arena_printf(arena, "%.*s.svg", (int)(json ? len - 5 : len), first);
+    }
+    write_gantt_timelines(arena, tl, n, out);
+    fprintf(stderr, "mpcc: wrote %s\n", out);
+    arena_free(arena);
+    return 0;
+}
+
 /* One run of mpcc on parsed options: the mode they ask for. Returns the
  * exit status; errors exit through diag.c. */
 int driver_run(Arena *arena, Options *o)
 {
     Options opt = *o;
+    if (opt.gantt_from)
+        return gantt_from(arena, &opt);
     if (opt.emit_onnx)
         return emit_onnx(arena, &opt);
     if (opt.infer && !opt.check && !opt.dump_ir && !opt.dump_shapes)
@@ -243,10 +271,11 @@ int driver_run(Arena *arena, Options *o)
             Pipeline *pl = pipeline_choose(arena, &opt, &driver_passes);
             if (opt.pipe.trace)
                 write_trace(pl, opt.pipe.trace);
+            const Measured *runs = measured_load(arena, opt.pipe.measured);
             if (opt.dump_gantt)
-                write_gantt(pl, opt.dump_gantt);
+                write_gantt(pl, runs, opt.dump_gantt);
             if (opt.dump_sweep)
-                write_sweep(pl, opt.dump_sweep);
+                write_sweep(pl, runs, opt.dump_sweep);
             if (text_dumps)
                 dump_plan(&opt, pl);
             else if (!dump_plan_only)

@@ -52,6 +52,8 @@ char *str_escaped(Arena *a, const char *s, size_t max_len);
 bool parse_i64(const char *s, int64_t *out);             /* whole string, decimal */
 bool mul_overflows(int64_t a, int64_t b, int64_t *out);  /* a,b >= 0 */
 bool add_overflows(int64_t a, int64_t b, int64_t *out);
+/* A whole file, NUL-terminated, to free(); errors name it as `what`. */
+char *file_read_all(const char *path, const char *what, size_t *n);
 
 /* ------------------------------------------------------ core/diag.c */
 
@@ -389,6 +391,7 @@ typedef struct Options {
     bool dump_costs;           /* --dump=costs: the cost model per node, then stop */
     const char *dump_gantt;    /* --dump=gantt=FILE.svg: the predicted step as SVG, then stop */
     const char *dump_sweep;    /* --dump=sweep=FILE.svg: step time against M, then stop */
+    const char *gantt_from;    /* --gantt-from=TRACE.json[,..]: draw traces, no model */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     PipeOptions pipe;
     bool check;
@@ -595,12 +598,16 @@ int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while 
 
 /* ---------------------------------------------- parallel/measured.c */
 
-/* Per-node seconds from a trainer's --profile file; NULL path: none. */
+/* Per-node seconds from a trainer's --profile files, and the steps of its
+ * --trace files; NULL path: none. */
 Measured *measured_load(Arena *a, const char *path);
 /* A node's measured seconds at a micro-batch of `rows` (0: as profiled); -1
  * if no profile names it. */
 double measured_time(const Measured *m, const char *node, int phase, double rows);
 bool measured_rows(const Measured *m, double *lo, double *hi);   /* the sizes profiled */
+/* The runs whose traces (./train --trace) --measured gave, in its order. */
+typedef struct Timeline Timeline;
+const Timeline *const *measured_runs(const Measured *m, int *n);
 
 /* --------------------------------------------- parallel/partition.c */
 
@@ -931,10 +938,46 @@ void dump_partition_dot(const Pipeline *pl, FILE *out);  /* --dump=partition-dot
 void dump_memory(const Pipeline *pl, FILE *out);         /* --dump=memory (memdump.c) */
 void write_trace(const Pipeline *pl, const char *path);  /* --trace: Chrome trace JSON */
 
+/* ------------------------------------------------- emit/timeline.c */
+
+/* One operation of a step: an action (act: ACT_FWD .. ACT_UPDATE) of a
+ * stage on a micro-batch, or a copy to a stage, on a device stream. */
+typedef struct TlOp {
+    int stream;                /* device * STREAMS_PER_DEV + stream kind */
+    double start, end;         /* seconds from the step's start */
+    bool copy;
+    int act, stage, mb;
+    int dst_dev;               /* copies: the receiving device, -1 if unknown */
+} TlOp;
+
+/* A step as a timeline: the simulator's prediction, or a run a trainer
+ * measured, read back from its --trace. What gantt.c draws. */
+typedef struct Timeline {
+    const char *source;        /* "predicted" or "measured" */
+    const char *file;          /* the trace it was read from, or NULL */
+    const char *schedule;      /* NULL if the trace does not say */
+    int M, nstages, ndev;      /* M 0 if the trace does not say */
+    const char **devices;      /* [ndev] */
+    double *memory;            /* [ndev]: each arena's bytes */
+    const double *capacity;    /* [ndev]: each device's memory, or NULL */
+    TlOp *ops;
+    int nops;
+    double step, bubble;       /* seconds; the idle share of the compute streams */
+    double mean_step;          /* a measured run's mean step over its steps, or 0 */
+} Timeline;
+
+Timeline *timeline_of_plan(const Pipeline *pl);
+Timeline *timeline_read(Arena *a, const char *path);    /* a --trace file */
+Timeline *timeline_parse(Arena *a, const char *path, const char *text, size_t n);
+
 /* ---------------------------------------------------- emit/gantt.c */
 
-void write_gantt(const Pipeline *pl, const char *path);  /* --dump=gantt=FILE.svg */
-void write_sweep(const Pipeline *pl, const char *path);  /* --dump=sweep=FILE.svg */
+/* --dump=gantt=FILE.svg: the predicted step, and below it each run
+ * --measured gave a trace of; --gantt-from: timelines alone. */
+void write_gantt(const Pipeline *pl, const Measured *m, const char *path);
+void write_gantt_timelines(Arena *a, const Timeline *const *tl, int n, const char *path);
+/* --dump=sweep=FILE.svg, with the measured runs' steps as points */
+void write_sweep(const Pipeline *pl, const Measured *m, const char *path);
 /* --dump=costs: each node's predicted (and measured) time (costdump.c) */
 void dump_costs(const Pipeline *pl, const Measured *m, FILE *out);
 

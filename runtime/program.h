@@ -68,6 +68,14 @@ typedef struct MprtOpInfo {
     int dst_dev;           /* copies: the receiving device; -1 otherwise */
 } MprtOpInfo;
 
+/* What the traced run was, for --trace's "otherData" (timeline.c). */
+typedef struct MprtRunInfo {
+    const char *schedule;  /* "1f1b", ... */
+    int microbatches;
+    double mean_step;      /* seconds, over the run's steps */
+    long steps;
+} MprtRunInfo;
+
 /* A node the program times, for --profile (timeline.c). */
 typedef struct MprtProfNode {
     const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */

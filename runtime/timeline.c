@@ -23,10 +23,12 @@ MPRT_KERNEL double mprt_clock(void)
 
 /* Writes the last traced step in Chrome trace format, as mpcc --trace
  * writes the predicted one: a process per device, a thread per stream,
- * complete events, flow arrows for copies, a memory counter per device. */
+ * complete events, flow arrows for copies, a memory counter per device,
+ * and in "otherData" the schedule, its micro-batches and the run's mean
+ * step (what mpcc --measured marks on --dump=sweep). */
 MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int nops,
                                  const char *const *devices, const size_t *arena_bytes,
-                                 int ndev, char *err, size_t errlen)
+                                 int ndev, const MprtRunInfo *run, char *err, size_t errlen)
 {
     static const char *const kinds[] = {"compute", "send", "send-back"};
     MprtOut out;
@@ -58,7 +60,10 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
                     "\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n",
                     i, pid, tid, ts, i, ops[i].dst_dev, te);
     }
-    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
+    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n],\n"
+            "\"otherData\":{\"source\":\"measured\",\"schedule\":\"%s\",\"microbatches\":%d,"
+            "\"mean_step_ms\":%.6f,\"steps\":%ld}}\n", run->schedule, run->microbatches,
+            run->mean_step * 1e3, run->steps);
     return mprt_out_commit(&out, err, errlen);
 }
 

@@ -418,7 +418,8 @@ static void mprt_stopped(long step, long last, const char *file)
             step, last, file, file, last - step);
 }
 
-static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last)
+static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last, long steps,
+                               double busy)
 {
     char err[512];
     if (a->profile) {
@@ -429,8 +430,9 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last)
                 a->profile, a->profile);
     }
     if (a->trace) {
+        MprtRunInfo run = {m->schedule, m->microbatches, steps ? busy / steps : 0, steps};
         if (mprt_write_trace(a->trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
-                             err, sizeof err) != 0)
+                             &run, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote the timeline of step %ld to %s\n", last, a->trace);
     }
@@ -526,8 +528,9 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
-    mprt_summary(m, steps, mprt_now() - t0 - t_aside, last_loss);
-    mprt_write_outputs(m, &a, last);
+    double busy = mprt_now() - t0 - t_aside;
+    mprt_summary(m, steps, busy, last_loss);
+    mprt_write_outputs(m, &a, last, steps, busy);
     if (a.save) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);

@@ -10,6 +10,7 @@ enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
 typedef struct MprtModel {
     const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
     int batch, microbatches;
+    const char *schedule;               /* gpipe, 1f1b, interleaved, zb: for --trace */
     double lr;
     int ndev;
     const size_t *arena_bytes;          /* [ndev] */

@@ -239,3 +239,34 @@ bool add_overflows(int64_t a, int64_t b, int64_t *out)
     *out = a + b;
     return false;
 }
+
+/* A whole file, NUL-terminated, from malloc (the caller frees it); errors
+ * name the file and `what` it was meant to be. */
+char *file_read_all(const char *path, const char *what, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        error_file(path, "cannot open %s: %s", what, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0;
+    *n = 0;
+    for (;;) {
+        if (*n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *grown = realloc(buf, cap);
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                error_file(path, "out of memory reading %s", what);
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + *n, 1, cap - *n - 1, f);
+        *n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[*n] = 0;
+    return buf;
+}

@@ -2870,13 +2870,13 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "};\n\nstatic const MprtModel model = {\n"
          "    .program = \"train\", .mpcc_version = \"%s\",\n"
          "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
-         "    .batch = %lld, .microbatches = %d, .lr = %.9g,\n"
+         "    .batch = %lld, .microbatches = %d, .schedule = \"%s\", .lr = %.9g,\n"
          "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
          "    .work_offset = work_offset, .work_bytes = work_bytes,\n"
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),
-         step_rows(cg), p->sc->M, cg->o->train.lr, p->sc->ndev,
+         step_rows(cg), p->sc->M, schedule_name(p->sc->kind), cg->o->train.lr, p->sc->ndev,
          p->nstreams, p->nevents, p->nops);
     emit_loss_fields(cg);
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);

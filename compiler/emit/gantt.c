@@ -1,16 +1,19 @@
-/* gantt.c — --dump=gantt=FILE.svg: the predicted step as a picture.
+/* gantt.c — --dump=gantt=FILE.svg and --gantt-from: a step as a picture.
  *
- * A self-contained SVG (no script, no font but the viewer's sans-serif):
- * one row per device stream that has work (compute, send, send-back), one
- * box per operation at its simulated start and end, coloured by stage and
- * labelled F/B/W/U with its micro-batch, copies as grey boxes on the
- * sender's row with an arrow to the device that receives them. A time
- * axis in ms, the idle time of each compute row shaded (the bubble), and
- * at the end of each device's first row a bar of its memory plan against
- * the largest plan. Every box carries data-stream and data-label
- * attributes and a <title>, so a test (or a person hovering) can read it.
- * Past MAX_DEVICES devices the rest are left out, and past MAX_LABELLED
- * micro-batches the boxes go unlabelled; the caption says so.
+ * A self-contained SVG (no script, no font but the viewer's sans-serif)
+ * of one or more timelines (timeline.c), each a panel: one row per device
+ * stream that has work (compute, send, send-back), one box per operation
+ * at its start and end, coloured by stage and labelled F/B/W/U with its
+ * micro-batch, copies as grey boxes on the sender's row with an arrow to
+ * the device that receives them. A time axis in ms, the idle time of each
+ * compute row shaded (the bubble), and at the end of each device's first
+ * row a bar of its memory plan against the largest plan. The predicted
+ * step comes first; a run --measured gave a trace of is drawn below it on
+ * the same time scale, so the two can be compared box by box. Every box
+ * carries data-stream and data-label attributes and a <title>, so a test
+ * (or a person hovering) can read it. Past MAX_DEVICES devices the rest
+ * are left out, and past MAX_LABELLED micro-batches the boxes go
+ * unlabelled; the caption says so.
  */
 #include "mpcc.h"
 
@@ -34,42 +37,50 @@ static const char *const stream_kinds[] = {"compute", "send", "send-back"};
 
 typedef struct Svg {
     FILE *f;
-    const Pipeline *pl;
-    const Plan *p;
+    Arena *a;
+    double scale;           /* pixels per second, the same in every panel */
+    double most_memory;     /* the largest arena of every panel: a full bar */
+} Svg;
+
+/* One timeline's rows, at y0 in the picture. */
+typedef struct Panel {
+    const Timeline *tl;
+    double y0;
     int ndev;               /* devices drawn */
+    int nstreams;
     int *row_of;            /* [nstreams]: its row, -1 if not drawn */
     int nrows;
-    double scale;           /* pixels per second */
-} Svg;
+} Panel;
 
 static double x_of(const Svg *s, double t)
 {
     return LEFT + t * s->scale;
 }
 
-static double y_of(int row)
+static double y_of(const Panel *pn, int row)
 {
-    return TOP + row * (ROW + GAP);
+    return pn->y0 + TOP + row * (ROW + GAP);
 }
 
-static bool stream_busy(const Plan *p, int stream)
+static double panel_height(const Panel *pn)
 {
-    for (int i = 0; i < p->nops; i++)
-        if (p->ops[i].stream == stream)
-            return true;
-    return false;
+    return TOP + pn->nrows * (ROW + GAP) + AXIS + 20;
 }
 
 /* Rows: each drawn device's compute stream, then its copy streams that
  * carry anything. */
-static void layout(Svg *s)
+static void layout(Arena *a, Panel *pn, const Timeline *tl, double y0)
 {
-    const Plan *p = s->p;
-    s->row_of = arena_array(s->pl->g->arena, (size_t)p->nstreams, sizeof(int));
-    for (int k = 0; k < p->nstreams; k++) {
+    *pn = (Panel){.tl = tl, .y0 = y0, .ndev = tl->ndev < MAX_DEVICES ? tl->ndev : MAX_DEVICES,
+                  .nstreams = tl->ndev * STREAMS_PER_DEV};
+    bool *busy = arena_array(a, (size_t)pn->nstreams, sizeof(bool));
+    for (int i = 0; i < tl->nops; i++)
+        busy[tl->ops[i].stream] = true;
+    pn->row_of = arena_array(a, (size_t)pn->nstreams, sizeof(int));
+    for (int k = 0; k < pn->nstreams; k++) {
         int dev = k / STREAMS_PER_DEV;
-        bool drawn = dev < s->ndev && (k % STREAMS_PER_DEV == 0 || stream_busy(p, k));
-        s->row_of[k] = drawn ? s->nrows++ : -1;
+        bool drawn = dev < pn->ndev && (k % STREAMS_PER_DEV == 0 || busy[k]);
+        pn->row_of[k] = drawn ? pn->nrows++ : -1;
     }
 }
 
@@ -88,95 +99,103 @@ static void text_escaped(FILE *f, const char *t)
 
 /* The label of a box: F3, B1.3 with several stages per device, U0, or a
  * copy's micro-batch. */
-static const char *op_label(const Svg *s, const PlanOp *op)
+static const char *op_label(Arena *a, const Timeline *tl, const TlOp *op)
 {
-    Arena *a = s->pl->g->arena;
-    if (op->kind == OPK_COPY)
+    if (op->copy)
         return arena_printf(a, "%d", op->mb);
-    if (op->act.kind == ACT_UPDATE)
-        return arena_printf(a, "U%d", op->act.stage);
+    if (op->act == ACT_UPDATE)
+        return arena_printf(a, "U%d", op->stage);
     const char *kinds = "FBWU";
-    if (s->pl->st->n > s->pl->sc->ndev)
-        return arena_printf(a, "%c%d.%d", kinds[op->act.kind], op->act.stage, op->act.mb);
-    return arena_printf(a, "%c%d", kinds[op->act.kind], op->act.mb);
+    if (tl->nstages > tl->ndev)
+        return arena_printf(a, "%c%d.%d", kinds[op->act], op->stage, op->mb);
+    return arena_printf(a, "%c%d", kinds[op->act], op->mb);
 }
 
-static void header(Svg *s, int width, int height)
+/* "1f1b schedule, 2 stage(s), 4 micro-batch(es): predicted step 4.866 ms,
+ * bubble 33.6%", and what a measured run's trace says of itself. */
+static const char *title(Arena *a, const Timeline *tl)
 {
-    const Plan *p = s->p;
-    fprintf(s->f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n",
-            width, height, width, height);
-    fprintf(s->f, "<defs><marker id=\"arrow\" markerWidth=\"8\" markerHeight=\"8\" refX=\"7\" "
-            "refY=\"4\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#555\"/></marker>"
-            "</defs>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(s->f, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">", LEFT);
-    text_escaped(s->f, arena_printf(s->pl->g->arena, "%s schedule, %d stage(s), %d "
-                                    "micro-batch(es): predicted step %.3f ms, bubble %.1f%%",
-                                    schedule_name(s->pl->sc->kind), s->pl->st->n, s->pl->sc->M,
-                                    p->step_time * 1e3, 100 * p->bubble));
+    const char *what = tl->schedule ? arena_printf(a, "%s schedule", tl->schedule)
+                                    : "a schedule the trace does not name";
+    const char *m = tl->M ? arena_printf(a, ", %d micro-batch(es)", tl->M) : "";
+    bool measured = strcmp(tl->source, "predicted") != 0;
+    const char *mean = tl->mean_step > 0
+                           ? arena_printf(a, " (mean step of the run %.3f ms)", tl->mean_step * 1e3)
+                           : "";
+    return arena_printf(a, "%s%s, %d stage(s)%s: %s step %.3f ms%s, bubble %.1f%%",
+                        measured ? "measured: " : "", what, tl->nstages, m,
+                        measured ? "traced" : "predicted", tl->step * 1e3, mean,
+                        100 * tl->bubble);
+}
+
+static void header(const Svg *s, const Panel *pn)
+{
+    const Timeline *tl = pn->tl;
+    fprintf(s->f, "<text x=\"%d\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", LEFT,
+            pn->y0 + 20);
+    text_escaped(s->f, title(s->a, tl));
     fputs("</text>\n", s->f);
     const char *note = "";
-    if (s->ndev < s->pl->ds.n)
-        note = arena_printf(s->pl->g->arena, "showing %d of %d devices; ", s->ndev,
-                            s->pl->ds.n);
-    if (s->pl->sc->M > MAX_LABELLED)
-        note = arena_printf(s->pl->g->arena, "%sboxes unlabelled past %d micro-batches; ",
-                            note, MAX_LABELLED);
-    fprintf(s->f, "<text x=\"%d\" y=\"38\" fill=\"#444\">", LEFT);
-    text_escaped(s->f, arena_printf(s->pl->g->arena, "%sboxes coloured by stage, F forward, "
-                                    "B backward, W weight gradients, U update, digit the "
-                                    "micro-batch; grey: copies; shaded: idle", note));
+    if (pn->ndev < tl->ndev)
+        note = arena_printf(s->a, "showing %d of %d devices; ", pn->ndev, tl->ndev);
+    if (tl->M > MAX_LABELLED)
+        note = arena_printf(s->a, "%sboxes unlabelled past %d micro-batches; ", note,
+                            MAX_LABELLED);
+    if (tl->file)
+        note = arena_printf(s->a, "%sfrom %s; ", note, tl->file);
+    fprintf(s->f, "<text x=\"%d\" y=\"%.1f\" fill=\"#444\">", LEFT, pn->y0 + 38);
+    text_escaped(s->f, arena_printf(s->a, "%sboxes coloured by stage, F forward, B backward, "
+                                    "W weight gradients, U update, digit the micro-batch; "
+                                    "grey: copies; shaded: idle", note));
     fputs("</text>\n", s->f);
 }
 
 /* The row names, and the idle time of each compute row shaded. */
-static void rows(Svg *s)
+static void rows(const Svg *s, const Panel *pn)
 {
-    const Plan *p = s->p;
-    for (int k = 0; k < p->nstreams; k++) {
-        int r = s->row_of[k];
+    for (int k = 0; k < pn->nstreams; k++) {
+        int r = pn->row_of[k];
         if (r < 0)
             continue;
-        fprintf(s->f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s %s</text>\n", LEFT - 8,
-                y_of(r) + ROW * 0.7, p->ds->d[k / STREAMS_PER_DEV].name,
-                stream_kinds[k % STREAMS_PER_DEV]);
+        fprintf(s->f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", LEFT - 8,
+                y_of(pn, r) + ROW * 0.7);
+        text_escaped(s->f, arena_printf(s->a, "%s %s", pn->tl->devices[k / STREAMS_PER_DEV],
+                                        stream_kinds[k % STREAMS_PER_DEV]));
         const char *fill = k % STREAMS_PER_DEV == 0 ? "#f4cccc" : "#f3f3f3";
-        fprintf(s->f, "<rect class=\"%s\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" "
-                "fill=\"%s\"/>\n", k % STREAMS_PER_DEV == 0 ? "idle" : "lane", LEFT, y_of(r),
-                PLOT, ROW, fill);
+        fprintf(s->f, "</text>\n<rect class=\"%s\" x=\"%d\" y=\"%.1f\" width=\"%.2f\" "
+                "height=\"%d\" fill=\"%s\"/>\n", k % STREAMS_PER_DEV == 0 ? "idle" : "lane",
+                LEFT, y_of(pn, r), pn->tl->step * s->scale, ROW, fill);
     }
 }
 
-static void box(Svg *s, const PlanOp *op, int i)
+static void box(const Svg *s, const Panel *pn, const TlOp *op, int i)
 {
-    int r = s->row_of[op->stream];
+    int r = pn->row_of[op->stream];
     double x0 = x_of(s, op->start), w = fmax(1.0, (op->end - op->start) * s->scale);
-    bool copy = op->kind == OPK_COPY;
-    int stage = copy ? s->p->bufs[op->dst].stage : op->act.stage;
-    const char *label = op_label(s, op);
+    const char *label = op_label(s->a, pn->tl, op);
     fprintf(s->f, "<g class=\"op\" data-stream=\"%d\" data-index=\"%d\" data-kind=\"%s\" "
             "data-stage=\"%d\" data-label=\"%s\"><title>%s %s: %.3f to %.3f ms</title>",
-            op->stream, i, copy ? "copy" : "run", stage, label, label,
-            copy ? "copy" : "action", op->start * 1e3, op->end * 1e3);
+            op->stream, i, op->copy ? "copy" : "run", op->stage, label, label,
+            op->copy ? "copy" : "action", op->start * 1e3, op->end * 1e3);
     fprintf(s->f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-            "stroke=\"#333\" stroke-width=\"0.5\"/>", x0, y_of(r), w, ROW,
-            copy ? "#bbbbbb" : palette[stage % NPALETTE]);
-    if (s->pl->sc->M <= MAX_LABELLED && w >= 7.0 * (double)strlen(label))
+            "stroke=\"#333\" stroke-width=\"0.5\"/>", x0, y_of(pn, r), w, ROW,
+            op->copy ? "#bbbbbb" : palette[op->stage % NPALETTE]);
+    if (pn->tl->M <= MAX_LABELLED && w >= 7.0 * (double)strlen(label))
         fprintf(s->f, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>",
-                x0 + w / 2, y_of(r) + ROW * 0.7, label);
+                x0 + w / 2, y_of(pn, r) + ROW * 0.7, label);
     fputs("</g>\n", s->f);
 }
 
 /* A copy's arrow: from its box's end to the receiving device's compute row. */
-static void arrow(Svg *s, const PlanOp *op)
+static void arrow(const Svg *s, const Panel *pn, const TlOp *op)
 {
-    int to = s->p->bufs[op->dst].dev * STREAMS_PER_DEV;
-    int r = s->row_of[op->stream], rt = to < s->p->nstreams ? s->row_of[to] : -1;
+    int to = op->dst_dev * STREAMS_PER_DEV;
+    int r = pn->row_of[op->stream], rt = op->dst_dev >= 0 && to < pn->nstreams
+                                             ? pn->row_of[to] : -1;
     if (r < 0 || rt < 0)
         return;
-    double x = x_of(s, op->end), y0 = y_of(r) + ROW / 2.0;
-    double y1 = rt > r ? y_of(rt) : y_of(rt) + ROW;
+    double x = x_of(s, op->end), y0 = y_of(pn, r) + ROW / 2.0;
+    double y1 = rt > r ? y_of(pn, rt) : y_of(pn, rt) + ROW;
     fprintf(s->f, "<line class=\"copy-arrow\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
             "stroke=\"#555\" stroke-width=\"0.8\" marker-end=\"url(#arrow)\"/>\n", x, y0, x, y1);
 }
@@ -187,9 +206,9 @@ static double tick_step(double span)
     return raw <= p10 ? p10 : raw <= 2 * p10 ? 2 * p10 : raw <= 5 * p10 ? 5 * p10 : 10 * p10;
 }
 
-static void axis(Svg *s)
+static void axis(const Svg *s, const Panel *pn)
 {
-    double y = y_of(s->nrows) + 4, ms = s->p->step_time * 1e3, step = tick_step(ms);
+    double y = y_of(pn, pn->nrows) + 4, ms = PLOT / s->scale * 1e3, step = tick_step(ms);
     fprintf(s->f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#333\"/>\n",
             LEFT, y, LEFT + PLOT, y);
     for (double t = 0; t <= ms * (1 + 1e-9); t += step) {
@@ -204,54 +223,99 @@ static void axis(Svg *s)
 
 /* Each device's memory plan as a bar, the largest plan the full length,
  * with its share of the device's memory in the text. */
-static void memory(Svg *s)
+static void memory(const Svg *s, const Panel *pn)
 {
-    const Plan *p = s->p;
-    Arena *a = s->pl->g->arena;
-    double most = 1;
-    for (int d = 0; d < s->ndev; d++)
-        most = fmax(most, (double)p->arena_bytes[d]);
-    for (int d = 0; d < s->ndev; d++) {
-        int r = s->row_of[d * STREAMS_PER_DEV];
-        double cap = (double)p->ds->d[d].prof.memory, mem = (double)p->arena_bytes[d];
-        const char *share = cap > 0 ? arena_printf(a, ", %.0f%%", 100 * mem / cap) : "";
+    const Timeline *tl = pn->tl;
+    for (int d = 0; d < pn->ndev; d++) {
+        int r = pn->row_of[d * STREAMS_PER_DEV];
+        double cap = tl->capacity ? tl->capacity[d] : 0, mem = tl->memory[d];
+        const char *share = cap > 0 ? arena_printf(s->a, ", %.0f%%", 100 * mem / cap) : "";
         double x = LEFT + PLOT + 12, w = RIGHT - 90;
-        fprintf(s->f, "<g class=\"memory\" data-device=\"%d\"><title>%s: memory plan %.1f MB"
-                "%s</title><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"none\" "
-                "stroke=\"#333\"/><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" "
-                "fill=\"#6a9fd8\"/><text x=\"%.1f\" y=\"%.1f\">%.0f MB%s</text></g>\n", d,
-                p->ds->d[d].name, mem / 1e6,
-                cap > 0 ? arena_printf(a, " of %.1f MB", cap / 1e6) : "", x, y_of(r) + 6, w,
-                ROW - 12, x, y_of(r) + 6, w * mem / most, ROW - 12, x + w + 4,
-                y_of(r) + ROW * 0.7, mem / 1e6, share);
+        fprintf(s->f, "<g class=\"memory\" data-device=\"%d\"><title>", d);
+        text_escaped(s->f, arena_printf(s->a, "%s: memory plan %.1f MB%s", tl->devices[d],
+                                        mem / 1e6, cap > 0 ? arena_printf(s->a, " of %.1f MB",
+                                                                          cap / 1e6) : ""));
+        fprintf(s->f, "</title><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" "
+                "fill=\"none\" stroke=\"#333\"/><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                "height=\"%d\" fill=\"#6a9fd8\"/><text x=\"%.1f\" y=\"%.1f\">%.0f MB%s</text>"
+                "</g>\n", x, y_of(pn, r) + 6, w, ROW - 12, x, y_of(pn, r) + 6,
+                w * mem / s->most_memory, ROW - 12, x + w + 4, y_of(pn, r) + ROW * 0.7,
+                mem / 1e6, share);
     }
 }
 
-void write_gantt(const Pipeline *pl, const char *path)
+static void panel(const Svg *s, const Panel *pn)
 {
-    const Plan *p = pl->plan;
-    char *tmp = arena_printf(pl->g->arena, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    const Timeline *tl = pn->tl;
+    fprintf(s->f, "<g class=\"panel\" data-source=\"%s\">\n",
+            strcmp(tl->source, "predicted") == 0 ? "predicted" : "measured");
+    header(s, pn);
+    rows(s, pn);
+    for (int i = 0; i < tl->nops; i++)
+        if (pn->row_of[tl->ops[i].stream] >= 0)
+            box(s, pn, &tl->ops[i], i);
+    for (int i = 0; i < tl->nops; i++)
+        if (tl->ops[i].copy)
+            arrow(s, pn, &tl->ops[i]);
+    axis(s, pn);
+    memory(s, pn);
+    fputs("</g>\n", s->f);
+}
+
+static FILE *svg_open(Arena *a, const char *path, char **tmp)
+{
+    *tmp = arena_printf(a, "%s.tmp", path);
+    FILE *f = fopen(*tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
-    Svg s = {.f = f, .pl = pl, .p = p, .ndev = pl->ds.n < MAX_DEVICES ? pl->ds.n : MAX_DEVICES,
-             .scale = PLOT / (p->step_time > 0 ? p->step_time : 1)};
-    layout(&s);
-    int height = (int)y_of(s.nrows) + AXIS + 20;
-    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
-    header(&s, LEFT + PLOT + RIGHT, height);
-    rows(&s);
-    for (int i = 0; i < p->nops; i++)
-        if (s.row_of[p->ops[i].stream] >= 0)
-            box(&s, &p->ops[i], i);
-    for (int i = 0; i < p->nops; i++)
-        if (p->ops[i].kind == OPK_COPY)
-            arrow(&s, &p->ops[i]);
-    axis(&s);
-    memory(&s);
+    return f;
+}
+
+static void svg_close(FILE *f, const char *tmp, const char *path)
+{
     fputs("</svg>\n", f);
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
         error_file(path, "write failed: %s", strerror(errno));
+    }
+}
+
+void write_gantt_timelines(Arena *a, const Timeline *const *tl, int n, const char *path)
+{
+    Svg s = {.a = a, .most_memory = 1};
+    Panel *pn = arena_array(a, (size_t)n, sizeof *pn);
+    double longest = 0, height = 0;
+    for (int k = 0; k < n; k++) {
+        layout(a, &pn[k], tl[k], height);
+        height += panel_height(&pn[k]);
+        longest = fmax(longest, tl[k]->step);
+        for (int d = 0; d < tl[k]->ndev; d++)
+            s.most_memory = fmax(s.most_memory, tl[k]->memory[d]);
+    }
+    s.scale = PLOT / (longest > 0 ? longest : 1);
+    char *tmp;
+    s.f = svg_open(a, path, &tmp);
+    int width = LEFT + PLOT + RIGHT;
+    fprintf(s.f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
+            "2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-"
+            "serif\" font-size=\"11\">\n<defs><marker id=\"arrow\" markerWidth=\"8\" "
+            "markerHeight=\"8\" refX=\"7\" refY=\"4\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 "
+            "z\" fill=\"#555\"/></marker></defs>\n<rect width=\"100%%\" height=\"100%%\" "
+            "fill=\"white\"/>\n", width, (int)height, width, (int)height);
+    for (int k = 0; k < n; k++)
+        panel(&s, &pn[k]);
+    svg_close(s.f, tmp, path);
+}
+
+void write_gantt(const Pipeline *pl, const Measured *m, const char *path)
+{
+    int nruns;
+    const Timeline *const *runs = measured_runs(m, &nruns);
+    const Timeline **all = arena_array(pl->g->arena, (size_t)nruns + 1, sizeof *all);
+    all[0] = timeline_of_plan(pl);
+    for (int k = 0; k < nruns; k++)
+        all[k + 1] = runs[k];
+    write_gantt_timelines(pl->g->arena, all, nruns + 1, path);
 }
 
 /* ---- --dump=sweep=FILE.svg: the predicted step against M ---- */
@@ -318,17 +382,52 @@ static void sweep_series(FILE *f, const Pipeline *pl, SchedKind k, int colour, i
             schedule_name(k));
 }
 
-void write_sweep(const Pipeline *pl, const char *path)
+/* A run's step as the sweep marks it: its mean over the run, or the one
+ * step it traced when the trace does not say. */
+static double run_step(const Timeline *t)
 {
-    char *tmp = arena_printf(pl->g->arena, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        error_file(path, "cannot open for writing: %s", strerror(errno));
-    int most = 1;
+    return t->mean_step > 0 ? t->mean_step : t->step;
+}
+
+/* The measured runs as crosses, in their schedule's line colour. */
+static void sweep_measured(FILE *f, Arena *a, const Timeline *const *runs, int nruns,
+                           const char *const *shown, int nshown, int most, double top)
+{
+    for (int k = 0; k < nruns; k++) {
+        const Timeline *t = runs[k];
+        if (t->M < 1)
+            continue;
+        const char *c = "#000";
+        for (int i = 0; i < nshown; i++)
+            if (t->schedule && strcmp(t->schedule, shown[i]) == 0)
+                c = line_colour[i % 4];
+        double x = sweep_x(t->M, most), y = sweep_y(run_step(t), top);
+        fprintf(f, "<g class=\"measured\" data-schedule=\"%s\" data-m=\"%d\" data-ms=\"%.6f\">"
+                "<title>", t->schedule ? t->schedule : "", t->M, run_step(t) * 1e3);
+        text_escaped(f, arena_printf(a, "measured (%s): %s, M=%d: %.3f ms", t->file,
+                                     t->schedule ? t->schedule : "?", t->M, run_step(t) * 1e3));
+        fprintf(f, "</title><path d=\"M%.1f,%.1f l10,10 m0,-10 l-10,10\" stroke=\"%s\" "
+                "stroke-width=\"3\"/></g>\n", x - 5, y - 5, c);
+    }
+    if (nruns)
+        fprintf(f, "<text x=\"%d\" y=\"%d\">&#215; measured: each run's mean step</text>\n",
+                SW_LEFT + SW_W + 20, SW_TOP + 20 + 18 * nshown + 48);
+}
+
+void write_sweep(const Pipeline *pl, const Measured *m, const char *path)
+{
+    char *tmp;
+    FILE *f = svg_open(pl->g->arena, path, &tmp);
+    int most = 1, nruns;
+    const Timeline *const *runs = measured_runs(m, &nruns);
     double top = pl->plan->step_time;
     for (int i = 0; i < pl->ntried; i++) {
         most = pl->tried[i].M > most ? pl->tried[i].M : most;
         top = fmax(top, pl->tried[i].step_time);
+    }
+    for (int k = 0; k < nruns; k++) {
+        most = runs[k]->M > most ? runs[k]->M : most;
+        top = fmax(top, runs[k]->M > 0 ? run_step(runs[k]) : 0);
     }
     top *= 1.1;
     int width = SW_LEFT + SW_W + SW_RIGHT, height = SW_TOP + SW_H + 50;
@@ -338,13 +437,16 @@ void write_sweep(const Pipeline *pl, const char *path)
             width, height, width, height);
     sweep_axes(f, pl, most, top);
     SchedKind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
-    int shown = 0;
+    const char *shown[4];
+    int nshown = 0;
     for (int k = 0; k < 4; k++) {
         bool any = false;
         for (int i = 0; i < pl->ntried; i++)
             any |= pl->tried[i].kind == kinds[k] && pl->tried[i].step_time > 0;
-        if (any)
-            sweep_series(f, pl, kinds[k], shown++, most, top);
+        if (any) {
+            shown[nshown] = schedule_name(kinds[k]);
+            sweep_series(f, pl, kinds[k], nshown++, most, top);
+        }
     }
     fprintf(f, "<circle class=\"chosen\" data-schedule=\"%s\" data-m=\"%d\" cx=\"%.1f\" "
             "cy=\"%.1f\" r=\"9\" fill=\"none\" stroke=\"#000\" stroke-width=\"2\"><title>chosen: "
@@ -353,9 +455,8 @@ void write_sweep(const Pipeline *pl, const char *path)
             schedule_name(pl->sc->kind), pl->sc->M, pl->plan->step_time * 1e3);
     fprintf(f, "<text x=\"%d\" y=\"%d\">circled: the plan chosen (its cuts</text><text "
             "x=\"%d\" y=\"%d\">refined after the search)</text>\n", SW_LEFT + SW_W + 20,
-            SW_TOP + 20 + 18 * shown + 10, SW_LEFT + SW_W + 20,
-            SW_TOP + 20 + 18 * shown + 24);
-    fputs("</svg>\n", f);
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
-        error_file(path, "write failed: %s", strerror(errno));
+            SW_TOP + 20 + 18 * nshown + 10, SW_LEFT + SW_W + 20,
+            SW_TOP + 20 + 18 * nshown + 24);
+    sweep_measured(f, pl->g->arena, runs, nruns, shown, nshown, most, top);
+    svg_close(f, tmp, path);
 }

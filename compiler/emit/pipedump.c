@@ -242,8 +242,9 @@ void write_trace(const Pipeline *pl, const char *path)
                     "\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n", i, dst->dev, op->end * 1e6);
         }
     }
-    fprintf(f, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":%.3f}\n]}\n",
-            p->step_time * 1e6);
+    fprintf(f, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":%.3f}\n],\n"
+            "\"otherData\":{\"source\":\"predicted\",\"schedule\":\"%s\",\"microbatches\":%d}}\n",
+            p->step_time * 1e6, schedule_name(pl->sc->kind), pl->sc->M);
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         error_file(path, "write failed: %s", strerror(errno));
 }

@@ -17,6 +17,10 @@
  *     pipeline.c plans only the sizes the profiles span, though, so this
  *     is for --dump=costs and a size none of them can match;
  *   - a profile without "rows" (older trainers): the times as they are.
+ *
+ * A file may also be a trace (./train --trace run.json, read by
+ * emit/timeline.c): no node times, but the step a run measured, which
+ * --dump=gantt draws under the prediction and --dump=sweep marks.
  */
 #include "mpcc.h"
 #include "mprt.h"
@@ -35,6 +39,8 @@ typedef struct Entry {
 struct Measured {
     Entry *e;
     int n;
+    const Timeline **runs;   /* the traces given, for the pictures */
+    int nruns;
 };
 
 /* Every reader error exits through error_file with the reader's message. */
@@ -113,40 +119,11 @@ static int by_name_rows(const void *x, const void *y)
     return c ? c : (a->rows > b->rows) - (a->rows < b->rows);
 }
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        error_file(path, "cannot open the profile: %s", strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0;
-    *n = 0;
-    for (;;) {
-        if (*n + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *grown = realloc(buf, cap);
-            if (!grown) {
-                free(buf);
-                fclose(f);
-                error_file(path, "out of memory reading the profile");
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + *n, 1, cap - *n - 1, f);
-        *n += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[*n] = 0;
-    return buf;
-}
-
 /* One profile file, its nodes appended to m. */
 static void load_file(Arena *a, const char *path, Measured *m)
 {
     size_t n;
-    char *text = read_all(path, &n);
+    char *text = file_read_all(path, "the profile", &n);
     arena_defer(a, free, text);
     char *err = arena_alloc(a, 1024);
     MprtJson j = {path, (const unsigned char *)text, (const unsigned char *)text,
@@ -160,6 +137,13 @@ static void load_file(Arena *a, const char *path, Measured *m)
         const char *key, *value;
         ok(path, mprt_json_string(&j, &key), &j);
         ok(path, mprt_json_expect(&j, ':'), &j);
+        if (strcmp(key, "traceEvents") == 0 || strcmp(key, "displayTimeUnit") == 0 ||
+            strcmp(key, "otherData") == 0) {   /* a trace: a run's step, not node times */
+            m->runs = arena_grow(a, m->runs, (size_t)m->nruns, (size_t)m->nruns + 1,
+                                 sizeof *m->runs);
+            m->runs[m->nruns++] = timeline_parse(a, path, text, n);
+            return;
+        }
         if (strcmp(key, "nodes") == 0) {
             first = nodes(a, &j, m);
             have_nodes = true;
@@ -180,9 +164,16 @@ static void load_file(Arena *a, const char *path, Measured *m)
     mprt_json_ws(&j);
     if (j.p != j.end || !format || !have_nodes)
         error_file(path, "not a profile from ./train --profile (no \"format\": "
-                   "\"mpcc-profile\" and \"nodes\"); give the file ./train --profile wrote");
+                   "\"mpcc-profile\" and \"nodes\") nor a trace from ./train --trace; give "
+                   "a file one of them wrote");
     for (int i = first; i < m->n; i++)
         m->e[i].rows = rows;
+}
+
+const Timeline *const *measured_runs(const Measured *m, int *n)
+{
+    *n = m ? m->nruns : 0;
+    return m ? m->runs : NULL;
 }
 
 /* --measured=FILE[,FILE...] */

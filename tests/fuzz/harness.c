@@ -273,7 +273,7 @@ static void train(Arena *a, const Options *o)
     Pipeline *pl = pipeline_choose(a, o, &(Passes){front, driver_plan});
     reached(REACH_PLAN);
     write_trace(pl, fz.trace);
-    write_gantt(pl, fz.gantt);
+    write_gantt(pl, NULL, fz.gantt);
     dump_partition(pl, fz.null);
     dump_schedule(pl, fz.null);
     dump_partition_dot(pl, fz.null);

@@ -372,6 +372,14 @@ typedef struct MprtOpInfo {
     int dst_dev;           /* copies: the receiving device; -1 otherwise */
 } MprtOpInfo;
 
+/* What the traced run was, for --trace's "otherData" (timeline.c). */
+typedef struct MprtRunInfo {
+    const char *schedule;  /* "1f1b", ... */
+    int microbatches;
+    double mean_step;      /* seconds, over the run's steps */
+    long steps;
+} MprtRunInfo;
+
 /* A node the program times, for --profile (timeline.c). */
 typedef struct MprtProfNode {
     const char *name;      /* the ONNX node (or mpcc's name for a gradient node) */
@@ -386,6 +394,7 @@ enum { MPRT_LOSS_CROSS_ENTROPY, MPRT_LOSS_MSE };
 typedef struct MprtModel {
     const char *program, *mpcc_version, *model_file, *model_hash, *weights_file;
     int batch, microbatches;
+    const char *schedule;               /* gpipe, 1f1b, interleaved, zb: for --trace */
     double lr;
     int ndev;
     const size_t *arena_bytes;          /* [ndev] */
@@ -726,7 +735,7 @@ static const MprtModel model = {
     .program = "train", .mpcc_version = "0.1.0",
     .model_file = "mlp.onnx", .model_hash = "MODEL_SHA256",
     .weights_file = "train.weights.safetensors",
-    .batch = 32, .microbatches = 4, .lr = 0.01,
+    .batch = 32, .microbatches = 4, .schedule = "1f1b", .lr = 0.01,
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
     .work_offset = work_offset, .work_bytes = work_bytes,
     .nstreams = 6, .nevents = 20, .nops = 26,
@@ -2208,10 +2217,12 @@ MPRT_KERNEL double mprt_clock(void)
 
 /* Writes the last traced step in Chrome trace format, as mpcc --trace
  * writes the predicted one: a process per device, a thread per stream,
- * complete events, flow arrows for copies, a memory counter per device. */
+ * complete events, flow arrows for copies, a memory counter per device,
+ * and in "otherData" the schedule, its micro-batches and the run's mean
+ * step (what mpcc --measured marks on --dump=sweep). */
 MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int nops,
                                  const char *const *devices, const size_t *arena_bytes,
-                                 int ndev, char *err, size_t errlen)
+                                 int ndev, const MprtRunInfo *run, char *err, size_t errlen)
 {
     static const char *const kinds[] = {"compute", "send", "send-back"};
     MprtOut out;
@@ -2243,7 +2254,10 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
                     "\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":0,\"ts\":%.3f},\n",
                     i, pid, tid, ts, i, ops[i].dst_dev, te);
     }
-    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n]}\n");
+    fprintf(out.fp, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":0}\n],\n"
+            "\"otherData\":{\"source\":\"measured\",\"schedule\":\"%s\",\"microbatches\":%d,"
+            "\"mean_step_ms\":%.6f,\"steps\":%ld}}\n", run->schedule, run->microbatches,
+            run->mean_step * 1e3, run->steps);
     return mprt_out_commit(&out, err, errlen);
 }
 
@@ -5768,7 +5782,8 @@ static void mprt_stopped(long step, long last, const char *file)
             step, last, file, file, last - step);
 }
 
-static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last)
+static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last, long steps,
+                               double busy)
 {
     char err[512];
     if (a->profile) {
@@ -5779,8 +5794,9 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last)
                 a->profile, a->profile);
     }
     if (a->trace) {
+        MprtRunInfo run = {m->schedule, m->microbatches, steps ? busy / steps : 0, steps};
         if (mprt_write_trace(a->trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
-                             err, sizeof err) != 0)
+                             &run, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote the timeline of step %ld to %s\n", last, a->trace);
     }
@@ -5876,8 +5892,9 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
-    mprt_summary(m, steps, mprt_now() - t0 - t_aside, last_loss);
-    mprt_write_outputs(m, &a, last);
+    double busy = mprt_now() - t0 - t_aside;
+    mprt_summary(m, steps, busy, last_loss);
+    mprt_write_outputs(m, &a, last, steps, busy);
     if (a.save) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);
