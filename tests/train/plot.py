@@ -178,7 +178,8 @@ def check_curve(plot, first, log, printed):
     if len(marks) != len(printed):
         raise Bad("%d eval markers for %d evaluations printed" % (len(marks), len(printed)))
     for c, (step, loss) in zip(marks, printed):
-        if int(c.get("data-step")) != step or abs(float(c.get("data-loss")) - loss) > 1e-6 * abs(loss):
+        got = float(c.get("data-loss"))
+        if int(c.get("data-step")) != step or abs(got - loss) > 1e-6 * abs(loss):
             raise Bad("marker step %s loss %s, printed eval step %d: loss %.7g"
                       % (c.get("data-step"), c.get("data-loss"), step, loss))
         near(plot, (plot.step(float(c.get("cx"))), plot.loss(float(c.get("cy")))),
