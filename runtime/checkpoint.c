@@ -23,8 +23,9 @@
 
 /* ---- writing one ---- */
 
-/* A path that cannot be written fails before training, not after. */
-static void mprt_check_writable(const char *path)
+/* A path that cannot be written fails before training, not after; `what`
+ * names the file in the message ("a checkpoint", "the loss plot"). */
+static void mprt_check_writable(const char *path, const char *what)
 {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -32,8 +33,8 @@ static void mprt_check_writable(const char *path)
     if (!f && errno == EEXIST)
         return;   /* a stale temporary: the writer replaces it */
     if (!f)
-        mprt_die("%s: cannot write a checkpoint there: %s; check that the directory "
-                 "exists and is writable", path, strerror(errno));
+        mprt_die("%s: cannot write %s there: %s; check that the directory exists and is "
+                 "writable", path, what, strerror(errno));
     fclose(f);
     remove(tmp);
 }

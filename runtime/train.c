@@ -21,7 +21,7 @@ MPRT_GLOBAL float mprt_lr;            /* its learning rate */
 
 typedef struct MprtArgs {
     const char *data, *labels, *tokens, *save, *resume, *weights, *loss_log;
-    const char *eval_data, *eval_labels, *eval_tokens, *trace, *profile;
+    const char *eval_data, *eval_labels, *eval_tokens, *trace, *profile, *plot;
     long steps, epochs, log_every, eval_every, save_every, keep, seq;
     double lr;
     unsigned long seed;
@@ -95,6 +95,11 @@ static void mprt_usage(const MprtModel *m)
            "  --log-every N      a progress line every N steps on stderr (default 10): loss,\n"
            "                     steps/s, samples/s, elapsed time and the time left\n"
            "  --loss-log FILE    write every step's loss, one per line\n"
+           "  --plot FILE.svg    draw the loss against the step, and the evaluations, as\n"
+           "                     an SVG, written at every checkpoint and at the end; after\n"
+           "                     --resume, of the steps this run trained. Past 2000 steps\n"
+           "                     each point is the mean of a bucket of steps, over a band\n"
+           "                     from their minimum to their maximum\n"
            "  --trace FILE       write the last step's measured timeline (Chrome trace\n"
            "                     format, as mpcc --trace writes the predicted one)\n"
            "  --profile FILE     time every node (after the first step) and write the\n"
@@ -169,6 +174,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         else if (strcmp(o, "--resume") == 0) a->resume = v;
         else if (strcmp(o, "--weights") == 0) a->weights = v;
         else if (strcmp(o, "--loss-log") == 0) a->loss_log = v;
+        else if (strcmp(o, "--plot") == 0) a->plot = v;
         else if (strcmp(o, "--eval-data") == 0) a->eval_data = v;
         else if (strcmp(o, "--eval-labels") == 0) a->eval_labels = v;
         else if (strcmp(o, "--trace") == 0) a->trace = v;
@@ -272,9 +278,10 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
 }
 
 /* Runs the model forward in inference mode over every row of d, in
- * micro-batches (the last one padded), and prints the mean loss and the
- * accuracy. Only activations, the loss and the input buffers change. */
-static void mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int64_t *rows)
+ * micro-batches (the last one padded), prints the mean loss and the
+ * accuracy, and returns the loss (NaN when nothing was scored). Only
+ * activations, the loss and the input buffers change. */
+static double mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int64_t *rows)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS),
                      *out = mprt_buffer_of(m, MPRT_OUTPUT);
@@ -295,13 +302,14 @@ static void mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int6
     if (!sc.count) {
         fprintf(stderr, "eval step %ld: nothing to score in %s (every label is the ignore "
                 "index %lld)\n", step, d->name, (long long)m->ignore_index);
-        return;
+        return NAN;
     }
     fprintf(stderr, "eval step %ld: loss %.7g", step, sc.loss / (double)sc.count);
     if (ce)
         fprintf(stderr, "  accuracy %.4f (%lld/%lld)", (double)sc.correct / (double)sc.count,
                 (long long)sc.correct, (long long)sc.count);
     fprintf(stderr, "  on %lld rows of %s\n", (long long)N, d->name);
+    return sc.loss / (double)sc.count;
 }
 
 /* ---- the loop ---- */
@@ -418,10 +426,16 @@ static void mprt_stopped(long step, long last, const char *file)
             step, last, file, file, last - step);
 }
 
-static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, long last, long steps,
-                               double busy)
+static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, const MprtPlot *plot,
+                               long last, long steps, double busy)
 {
     char err[512];
+    if (a->plot) {
+        if (mprt_plot_write(plot, err, sizeof err) != 0)
+            mprt_die("%s", err);
+        fprintf(stderr, "wrote the loss curve of steps %ld to %ld to %s\n", plot->first + 1,
+                last, a->plot);
+    }
     if (a->profile) {
         if (mprt_write_profile(a->profile, m->model_file, (long)(m->batch / m->microbatches),
                                m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
@@ -444,16 +458,18 @@ static void mprt_check_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
 {
     char first[4200];
     if (a->save)
-        mprt_check_writable(a->save);
+        mprt_check_writable(a->save, "a checkpoint");
     if (a->save || a->save_every) {
         mprt_series_name(series, start + (a->save_every ? a->save_every : 1), first,
                          sizeof first);
-        mprt_check_writable(first);
+        mprt_check_writable(first, "a checkpoint");
     }
     if (a->trace)
-        mprt_check_writable(a->trace);
+        mprt_check_writable(a->trace, "the trace");
+    if (a->plot)
+        mprt_check_writable(a->plot, "the loss plot");
     if (a->profile) {
-        mprt_check_writable(a->profile);
+        mprt_check_writable(a->profile, "the profile");
         mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
         mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
         if (!mprt_node_seconds || !mprt_node_calls)
@@ -483,6 +499,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_series_init(&series, a.save, m->program, a.keep);
     mprt_check_outputs(m, &a, &series, start);
     MprtCkpt ckpt = {m->buffers, m->nbuffers, m->mpcc_version, m->model_hash};
+    MprtPlot plot = {a.plot, m->model_file, start, NULL, NULL, 0, 0, 0, 0};
     FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
     if (a.loss_log && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
@@ -504,6 +521,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
         double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows);
         last_loss = loss;
+        mprt_plot_step(&plot, s + 1, loss);
         if (log)
             fprintf(log, "%.9g\n", loss);
         double now = mprt_now();
@@ -516,6 +534,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
             saved_step = s + 1;
         }
         if (mprt_stop_signal) {
+            mprt_plot_checkpoint(&plot);
             if (log && fclose(log) != 0)
                 mprt_die("%s: write failed", a.loss_log);
             mprt_stopped(s + 1, last, saved);
@@ -523,14 +542,16 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         }
         if ((a.eval_data || a.eval_tokens) &&
             ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last))
-            mprt_evaluate(m, &eval, s + 1, rows);
+            mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
+        if (saved_step == s + 1)
+            mprt_plot_checkpoint(&plot);   /* with this step's evaluation */
         t_aside += mprt_now() - now;
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
     double busy = mprt_now() - t0 - t_aside;
     mprt_summary(m, steps, busy, last_loss);
-    mprt_write_outputs(m, &a, last, steps, busy);
+    mprt_write_outputs(m, &a, &plot, last, steps, busy);
     if (a.save) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);
@@ -538,6 +559,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_data_free(&data);
     mprt_data_free(&eval);
     free(order.perm);
+    free(plot.train);
+    free(plot.eval);
     free(rows);
     for (int d = 0; d < m->ndev; d++)
         mprt_ops->arena_free(d, mprt_arenas[d]);

@@ -2076,14 +2076,14 @@ static const char *const *runtime_sources(CG *cg)
 {
     static const char *cpu[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                 "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
-                                "data_c", "checkpoint_c", "train_c", NULL};
+                                "data_c", "checkpoint_c", "plot_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                  "cuda_c", "cuda_ops_c", "program_c", "data_c", "checkpoint_c",
-                                 "train_c", NULL};
+                                 "plot_c", "train_c", NULL};
     static const char *mixed[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                   "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
                                   "cuda_ops_c", "mixed_c", "program_c", "data_c", "checkpoint_c",
-                                  "train_c", NULL};
+                                  "plot_c", "train_c", NULL};
     static const char *infer[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                   "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
                                   "infer_c", NULL};

@@ -17,8 +17,8 @@ For each kernel a C file asserts
 __builtin_types_compatible_p(typeof(mprt_X), typeof(mprt_cu_X)) after
 including the runtime's .c files in the CUDA trainer's order, read from
 codegen.c's runtime_sources (mprt.c, npy.c, safetensors.c, state.c,
-timeline.c, cuda.c, cuda_ops.c, program.c, data.c, checkpoint.c, train.c
-today; each includes its headers), with the CPU kernels (cpu.c,
+timeline.c, cuda.c, cuda_ops.c, program.c, data.c, checkpoint.c, plot.c,
+train.c today; each includes its headers), with the CPU kernels (cpu.c,
 cpu_move.c, cpu_math.c) before cuda.c, where the CPU trainer has them
 after timeline.c. It also asserts that
 mprt_cu_check_faults is void(void). It is compiled with
