@@ -12,13 +12,15 @@
  * the same time scale, so the two can be compared box by box. Every box
  * carries data-stream and data-label attributes and a <title>, so a test
  * (or a person hovering) can read it. Past MAX_DEVICES devices the rest
- * are left out, and past MAX_LABELLED micro-batches the boxes go
- * unlabelled; the caption says so.
+ * are left out, and past MAX_LABELLED micro-batches a box stands for a
+ * run of a stage's operations on its row that a pixel would not tell
+ * apart, unlabelled; the caption says so.
  */
 #include "mpcc.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -139,7 +141,8 @@ static void header(const Svg *s, const Panel *pn)
     if (pn->ndev < tl->ndev)
         note = arena_printf(s->a, "showing %d of %d devices; ", pn->ndev, tl->ndev);
     if (tl->M > MAX_LABELLED)
-        note = arena_printf(s->a, "%sboxes unlabelled past %d micro-batches; ", note,
+        note = arena_printf(s->a, "%spast %d micro-batches a box is a run of a stage's actions "
+                            "or copies less than a pixel apart, unlabelled; ", note,
                             MAX_LABELLED);
     if (tl->file)
         note = arena_printf(s->a, "%sfrom %s; ", note, tl->file);
@@ -168,15 +171,25 @@ static void rows(const Svg *s, const Panel *pn)
     }
 }
 
-static void box(const Svg *s, const Panel *pn, const TlOp *op, int i)
+/* A box for the operations idx[0..n) of one row: one operation, or past
+ * MAX_LABELLED micro-batches a run of them (data-count) that a pixel would
+ * not tell apart. */
+static void box(const Svg *s, const Panel *pn, const int *idx, int n)
 {
+    const TlOp *op = &pn->tl->ops[idx[0]], *last = &pn->tl->ops[idx[n - 1]];
     int r = pn->row_of[op->stream];
-    double x0 = x_of(s, op->start), w = fmax(1.0, (op->end - op->start) * s->scale);
+    double x0 = x_of(s, op->start), w = fmax(1.0, (last->end - op->start) * s->scale);
     const char *label = op_label(s->a, pn->tl, op);
+    const char *what = n > 1 ? arena_printf(s->a, "to %s, %d %s", op_label(s->a, pn->tl, last),
+                                            n, op->copy ? "copies" : "actions")
+                             : op->copy ? "copy" : "action";
     fprintf(s->f, "<g class=\"op\" data-stream=\"%d\" data-index=\"%d\" data-kind=\"%s\" "
-            "data-stage=\"%d\" data-label=\"%s\"><title>%s %s: %.3f to %.3f ms</title>",
-            op->stream, i, op->copy ? "copy" : "run", op->stage, label, label,
-            op->copy ? "copy" : "action", op->start * 1e3, op->end * 1e3);
+            "data-stage=\"%d\" data-label=\"%s\"", op->stream, idx[0], op->copy ? "copy" : "run",
+            op->stage, label);
+    if (n > 1)
+        fprintf(s->f, " data-count=\"%d\"", n);
+    fprintf(s->f, "><title>%s %s: %.3f to %.3f ms</title>", label, what, op->start * 1e3,
+            last->end * 1e3);
     fprintf(s->f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
             "stroke=\"#333\" stroke-width=\"0.5\"/>", x0, y_of(pn, r), w, ROW,
             op->copy ? "#bbbbbb" : palette[op->stage % NPALETTE]);
@@ -244,6 +257,54 @@ static void memory(const Svg *s, const Panel *pn)
     }
 }
 
+static const TlOp *sort_ops;   /* by_stream_start's operations */
+
+static int by_stream_start(const void *x, const void *y)
+{
+    const TlOp *a = &sort_ops[*(const int *)x], *b = &sort_ops[*(const int *)y];
+    if (a->stream != b->stream)
+        return a->stream - b->stream;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return *(const int *)x - *(const int *)y;
+}
+
+/* Whether op joins the box that ends at `end`: past MAX_LABELLED
+ * micro-batches, the same row, stage and kind, less than a pixel later. */
+static bool joins(const Svg *s, const Panel *pn, const TlOp *first, const TlOp *op, double end)
+{
+    return pn->tl->M > MAX_LABELLED && op->stream == first->stream &&
+           op->stage == first->stage && op->copy == first->copy &&
+           (op->start - end) * s->scale < 1.0;
+}
+
+/* Every drawn row's boxes in order of start, then the copies' arrows (a
+ * box of copies: its last one's). */
+static void boxes(const Svg *s, const Panel *pn)
+{
+    const Timeline *tl = pn->tl;
+    int *idx = arena_array(s->a, (size_t)tl->nops, sizeof(int)), n = 0;
+    for (int i = 0; i < tl->nops; i++)
+        if (pn->row_of[tl->ops[i].stream] >= 0)
+            idx[n++] = i;
+    sort_ops = tl->ops;
+    qsort(idx, (size_t)n, sizeof *idx, by_stream_start);
+    int *last = arena_array(s->a, (size_t)n + 1, sizeof(int)), nboxes = 0;
+    for (int k = 0; k < n;) {
+        const TlOp *first = &tl->ops[idx[k]];
+        double end = first->end;
+        int j = k + 1;
+        for (; j < n && joins(s, pn, first, &tl->ops[idx[j]], end); j++)
+            end = fmax(end, tl->ops[idx[j]].end);
+        box(s, pn, idx + k, j - k);
+        last[nboxes++] = idx[j - 1];
+        k = j;
+    }
+    for (int b = 0; b < nboxes; b++)
+        if (tl->ops[last[b]].copy)
+            arrow(s, pn, &tl->ops[last[b]]);
+}
+
 static void panel(const Svg *s, const Panel *pn)
 {
     const Timeline *tl = pn->tl;
@@ -251,12 +312,7 @@ static void panel(const Svg *s, const Panel *pn)
             strcmp(tl->source, "predicted") == 0 ? "predicted" : "measured");
     header(s, pn);
     rows(s, pn);
-    for (int i = 0; i < tl->nops; i++)
-        if (pn->row_of[tl->ops[i].stream] >= 0)
-            box(s, pn, &tl->ops[i], i);
-    for (int i = 0; i < tl->nops; i++)
-        if (tl->ops[i].copy)
-            arrow(s, pn, &tl->ops[i]);
+    boxes(s, pn);
     axis(s, pn);
     memory(s, pn);
     fputs("</g>\n", s->f);

@@ -34,6 +34,8 @@ CASES = [
                    "--schedule=interleaved"]),
     ("resnet.mp", ["-cpus", "2", "-batch", "8", "--microbatches=2", "--schedule=gpipe"]),
     ("mlp.mp", ["-cpus", "1", "-batch", "8"]),
+    # past 64 micro-batches a box is a run of a stage's operations
+    ("cnn_bn.mp", ["-cpus", "2", "-batch", "128", "--microbatches=128", "--schedule=1f1b"]),
 ]
 
 
@@ -60,7 +62,8 @@ def schedule_dump(text):
 
 
 def svg_boxes(root):
-    """stream -> boxes [(x, width, label, kind, stage)] in document order."""
+    """stream -> boxes [(x, width, label, kind, stage, y, count)] in
+    document order; count: the operations the box stands for."""
     rows = {}
     for g in root.iter(SVG + "g"):
         if g.get("class") != "op":
@@ -68,8 +71,38 @@ def svg_boxes(root):
         rect = g.find(SVG + "rect")
         rows.setdefault(int(g.get("data-stream")), []).append(
             (float(rect.get("x")), float(rect.get("width")), g.get("data-label"),
-             g.get("data-kind"), int(g.get("data-stage")), float(rect.get("y"))))
+             g.get("data-kind"), int(g.get("data-stage")), float(rect.get("y")),
+             int(g.get("data-count", "1"))))
     return rows
+
+
+def expand(boxes, per, step_us):
+    """Past 64 micro-batches: each box covers `count` of the trace's events
+    in order, starting at the first one's start and ending at the last
+    one's end (or a pixel wide); returns the boxes one per event, for the
+    checks of a picture that does not aggregate."""
+    out, merged = {}, 0
+    for stream, row in boxes.items():
+        ev = sorted(per.get((stream // 3, stream % 3), []))
+        if sum(b[6] for b in row) != len(ev):
+            fail("stream %d: its boxes stand for %d operations, the trace has %d" % (
+                stream, sum(b[6] for b in row), len(ev)))
+        k = 0
+        for x, w, label, kind, stage, y, count in sorted(row):
+            first, last = ev[k], ev[k + count - 1]
+            want_w = max(1.0, (last[0] + last[1] - first[0]) / step_us * PLOT)
+            if abs(w - want_w) > 0.02:
+                fail("stream %d: a box of %d at x %.2f is %.2f wide, its events %.2f" % (
+                    stream, count, x, w, want_w))
+            for i in range(count):
+                ts = ev[k + i][0]
+                out.setdefault(stream, []).append(
+                    (LEFT + ts / step_us * PLOT, 0, label, kind, stage, y, 1))
+            merged += count > 1
+            k += count
+    if not merged:
+        fail("past 64 micro-batches, no box stands for more than one operation")
+    return out
 
 
 def trace_events(path):
@@ -109,7 +142,7 @@ def busy_by_row(boxes, per):
     rows = {}
     for stream, row in boxes.items():
         ev = sorted(per.get((stream // 3, stream % 3), []))
-        for (x, w, label, kind, stage, y), (ts, dur) in zip(sorted(row), ev):
+        for (x, w, label, kind, stage, y, _), (ts, dur) in zip(sorted(row), ev):
             if kind == "run":
                 rows.setdefault(y, []).append((stage, dur / 1e6))
     return rows
@@ -131,15 +164,25 @@ def main():
         boxes = svg_boxes(root)
         actions, busy = schedule_dump(r.stdout)
         per, step_us = trace_events(trace)
-        check_order(case, boxes, actions, 3)
+        aggregated = "--microbatches=128" in opts
+        if aggregated:
+            caption = "".join(t.text or "" for t in root.iter(SVG + "text"))
+            if "a box is a run of a stage's actions" not in caption:
+                fail("%s: the caption does not say the boxes are aggregated" % case)
+            drawn = sum(len(r) for r in boxes.values())
+            boxes = expand(boxes, per, step_us)
+        else:
+            check_order(case, boxes, actions, 3)
         check_times(case, boxes, per, step_us)
         img = render.screenshot(svg, svg[:-4] + ".png", root)
         stages = render.check_stages(fail, case, img, busy_by_row(boxes, per),
                                      PLOT / (step_us / 1e6))
         if stages < len(actions):
             fail("%s: %d stage colours checked for %d devices" % (case, stages, len(actions)))
-        print("ok: %s: %d boxes, %d stage colours" % (case, sum(len(r) for r in boxes.values()),
-                                                       stages))
+        n = sum(len(r) for r in boxes.values())
+        print("ok: %s: %d boxes%s, %d stage colours" % (
+            case, drawn if aggregated else n, " for %d operations" % n if aggregated else "",
+            stages))
     print("gantt: every picture matches its plan")
 
 
