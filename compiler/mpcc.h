@@ -290,6 +290,8 @@ const char *attr_str(const Node *n, const char *name, const char *dflt);
 const int64_t *attr_ints(const Node *n, const char *name, uint32_t *count);
 Loc value_loc(const Graph *g, uint32_t v);
 void ir_toposort(Graph *g);   /* fills order; errors on cycles and dangling inputs */
+/* The nodes emitted since norder was `before` take order[pos]'s place. */
+void ir_splice_order(Graph *g, uint32_t pos, uint32_t before);
 void ir_verify(Graph *g);     /* internal consistency, debug builds after each pass */
 
 /* ---------------------------------------------------- core/sha256.c */
@@ -481,6 +483,12 @@ void infer_shapes(Graph *g);          /* also folds constants through fold.c */
 /* Replaces the Einsum at order[pos] (its operands typed) by MatMul,
  * Transpose, Reshape and ReduceSum nodes in its place; shapes.c calls it. */
 void lower_einsum(Graph *g, uint32_t pos);
+
+/* ------------------------------------------------------ front/rnn.c */
+
+/* Replaces the LSTM, GRU or RNN at order[pos] (its inputs typed) by its
+ * steps unrolled into ops that train, inferred next. */
+void lower_rnn(Graph *g, uint32_t pos);
 
 /* ----------------------------------------------------- front/fold.c */
 

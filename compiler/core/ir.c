@@ -531,3 +531,16 @@ void ir_verify(Graph *g)
         MPCC_ASSERT(ir_find(g, val->name) == v);
     }
 }
+
+/* A lowering (einsum.c, rnn.c) emitted its nodes at the end of the order,
+ * from `before` on: they move to pos, in place of the node there. */
+void ir_splice_order(Graph *g, uint32_t pos, uint32_t before)
+{
+    uint32_t added = g->norder - before;
+    uint32_t *moved = arena_array(g->arena, added, sizeof *moved);
+    memcpy(moved, g->order + before, added * sizeof *moved);
+    memmove(g->order + pos + added, g->order + pos + 1,
+            (before - pos - 1) * sizeof *g->order);
+    memcpy(g->order + pos, moved, added * sizeof *moved);
+    g->norder = before - 1 + added;
+}

@@ -283,11 +283,5 @@ void lower_einsum(Graph *g, uint32_t pos)
     Node copy = g->nodes[id];   /* emitting may move the node array */
     lower_node(&l, &copy);
     g->nodes[id].dead = true;
-    uint32_t added = g->norder - before;
-    uint32_t *moved = arena_array(g->arena, added, sizeof *moved);
-    memcpy(moved, g->order + before, added * sizeof *moved);
-    memmove(g->order + pos + added, g->order + pos + 1,
-            (before - pos - 1) * sizeof *g->order);
-    memcpy(g->order + pos, moved, added * sizeof *moved);
-    g->norder = before - 1 + added;
+    ir_splice_order(g, pos, before);
 }

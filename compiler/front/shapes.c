@@ -885,7 +885,8 @@ static void infer_node(const Inf *c)
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
-    case OP_EINSUM: unreachable();   /* lowered before shapes are inferred */
+    case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN:
+        unreachable();   /* lowered before shapes are inferred */
     }
 }
 
@@ -901,8 +902,11 @@ void infer_shapes(Graph *g)
     if (g->rebatch)
         rebatch_start(g);
     for (uint32_t i = 0; i < g->norder; i++) {
-        if (g->nodes[g->order[i]].op == OP_EINSUM)
+        Op op = g->nodes[g->order[i]].op;
+        if (op == OP_EINSUM)
             lower_einsum(g, i);   /* the first of its replacement is next */
+        else if (op == OP_LSTM || op == OP_GRU || op == OP_RNN)
+            lower_rnn(g, i);
         Node *n = &g->nodes[g->order[i]];
         Inf c = {g, n};
         check_inputs_typed(&c);

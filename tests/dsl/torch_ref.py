@@ -47,6 +47,36 @@ def pads2(p):
     return (p[0], p[1])
 
 
+def recurrent(op, x, a):
+    """ONNX LSTM or GRU (layout 1, one direction, as the DSL's lstm and gru
+    write them) run by PyTorch's own kernels (torch._VF.lstm / gru, what
+    nn.LSTM and nn.GRU call), their weights the ONNX ones with the gates
+    reordered (ONNX LSTM i o f c -> PyTorch i f g o; GRU z r h -> r z n),
+    so that autograd carries the gradients back to the ONNX initializers."""
+    direction = a.get("direction", b"forward")
+    if a.get("layout", 0) != 1 or direction not in (b"forward", "forward") or len(x) > 4:
+        raise SystemExit("torch_ref: %s other than the DSL's (layout 1, forward, no "
+                         "sequence_lens or initial state)" % op)
+    if op == "GRU" and not a.get("linear_before_reset", 0):
+        raise SystemExit("torch_ref: PyTorch's GRU has linear_before_reset=1")
+    X, W, R = x[0], x[1][0], x[2][0]
+    H = a["hidden_size"]
+    gates, order = (4, [0, 2, 3, 1]) if op == "LSTM" else (3, [1, 0, 2])
+
+    def torch_order(m):
+        return torch.cat([m[k * H:(k + 1) * H] for k in order])
+    weights = [torch_order(W), torch_order(R)]
+    bias = len(x) > 3 and x[3] is not None
+    if bias:
+        weights += [torch_order(x[3][0][:gates * H]), torch_order(x[3][0][gates * H:])]
+    h0 = torch.zeros(1, X.shape[0], H)
+    if op == "LSTM":
+        y = torch._VF.lstm(X, (h0, h0), weights, bias, 1, 0.0, True, False, True)[0]
+    else:
+        y = torch._VF.gru(X, h0, weights, bias, 1, 0.0, True, False, True)[0]
+    return [y.unsqueeze(2)]   # ONNX's Y with layout 1: (N, T, directions, H)
+
+
 def run_node(n, x, a, buffers):
     op = n.op_type
     if op == "Constant":
@@ -139,6 +169,10 @@ def run_node(n, x, a, buffers):
         return [torch.triu(x[0], k) if a.get("upper", 1) else torch.tril(x[0], k)]
     if op == "Range":
         return [torch.arange(x[0].item(), x[1].item(), x[2].item(), dtype=x[0].dtype)]
+    if op in ("LSTM", "GRU"):
+        return recurrent(op, x, a)
+    if op == "ReduceMean":
+        return [x[0].mean(dim=tuple(a["axes"]), keepdim=bool(a.get("keepdims", 1)))]
     if op == "SoftmaxCrossEntropyLoss":
         return [F.cross_entropy(x[0], x[1], ignore_index=a.get("ignore_index", -100))]
     raise SystemExit("torch_ref: op %s is not interpreted" % op)

@@ -249,6 +249,23 @@ def main():
           "VALID: W in external_ok.bin at offset 16, length 48 (16 junk "
           "bytes first)")
 
+    for fname, attrs, w_shape, desc in (
+            ("lstm_activation.onnx", dict(activations=["Sigmoid", "Affine", "Tanh"]),
+             [1, 8, 4], "LSTM with an Affine activation, which mpcc does not lower"),
+            ("lstm_w_shape.onnx", {}, [1, 12, 4],
+             "LSTM hidden_size 2 whose W has 12 rows, not 4 * 2"),
+            ("lstm_direction.onnx", dict(direction="sideways"), [1, 8, 4],
+             "LSTM whose direction is neither forward, reverse nor bidirectional")):
+        h = 2
+        write(fname, make_model(
+            [helper.make_node("LSTM", ["x", "W", "R"], ["", "y"], name="lstm",
+                              hidden_size=h, **attrs)],
+            inputs=[helper.make_tensor_value_info("x", FLOAT, [3, 2, 4])],
+            outputs=[helper.make_tensor_value_info("y", FLOAT, [1, 2, h])],
+            inits=[numpy_helper.from_array(np.ones(w_shape, np.float32), "W"),
+                   numpy_helper.from_array(np.ones([1, 4 * h, h], np.float32), "R")],
+            opsets=[helper.make_opsetid("", 14)]), desc)
+
     with open(os.path.join(out, "MANIFEST.tsv"), "w") as f:
         for fname, desc in manifest:
             f.write("%s\t%s\n" % (fname, desc))

@@ -124,7 +124,15 @@ BERT_CFG = dict(vocab=64, d=32, heads=2, layers=2, T=16, classes=4, min_len=5)
 DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "resnet18": (2, 4),
             "gpt": (5, 4),
             "deeplabv3": (2, 4), "mobilenetv2": (2, 8), "vgg11bn": (3, 4),
-            "unet": (3, 4), "efficientnet_b0": (3, 8), "bert": (3, 8)}
+            "unet": (3, 4), "efficientnet_b0": (3, 8), "bert": (3, 8),
+            "seq2seq": (4, 8), "bigru": (4, 8), "lstm_lm": (4, 4), "rnn": (4, 8)}
+# Recurrent models (tokens in, classes out, or next tokens for lstm_lm).
+# seq2seq is the encoder-decoder of a user's story: Embedding + LSTM, LSTM +
+# Linear, mean over time + Linear, trained with Adam.
+RNN_CFG = {"seq2seq": dict(vocab=100, T=20, classes=10),
+           "bigru": dict(vocab=64, T=12, classes=4),
+           "lstm_lm": dict(vocab=64, T=16),
+           "rnn": dict(features=8, T=10, classes=5)}
 BN_MODELS = ("cnn", "resnet50", "resnet18", "deeplabv3", "mobilenetv2", "vgg11bn",
              "unet", "efficientnet_b0")
 SEG_MODELS = ("deeplabv3", "unet")
@@ -227,6 +235,8 @@ def build_model(args):
                                 "0.0); classifier Dropout p=0%s"
                                 % ("; the last BatchNorm of every residual "
                                    "MBConv starts at weight 0" if zi else "")}
+    if args.model in RNN_CFG:
+        return build_recurrent(args.model)
     if args.model == "bert":
         c = BERT_CFG
         return BERT(c["vocab"], c["d"], c["heads"], c["layers"], c["T"],
@@ -287,6 +297,76 @@ class DoubleConv(nn.Sequential):
             nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
             nn.Conv2d(cout, cout, 3, padding=1, bias=False),
             nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class Seq2Seq(nn.Module):
+    """Embedding(100, 32) -> LSTM(32, 64) -> LSTM(64, 64) -> Linear(64, 32)
+    -> mean over time -> Linear(32, 10), batch first."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(100, 32)
+        self.encoder = nn.LSTM(32, 64, batch_first=True)
+        self.decoder = nn.LSTM(64, 64, batch_first=True)
+        self.linear = nn.Linear(64, 32)
+        self.classifier = nn.Linear(32, 10)
+
+    def forward(self, x):
+        h, _ = self.encoder(self.embedding(x))
+        h, _ = self.decoder(h)
+        return self.classifier(self.linear(h).mean(dim=1))
+
+
+class BiGRU(nn.Module):
+    """Embedding(64, 16) -> bidirectional GRU(16, 24) -> mean over time ->
+    Linear(48, 4), batch first."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(64, 16)
+        self.gru = nn.GRU(16, 24, batch_first=True, bidirectional=True)
+        self.fc = nn.Linear(48, 4)
+
+    def forward(self, x):
+        h, _ = self.gru(self.embedding(x))
+        return self.fc(h.mean(dim=1))
+
+
+class LstmLM(nn.Module):
+    """Embedding(64, 32) -> 2-layer LSTM(32, 32) -> Linear(32, 64): logits
+    (B, T, V) for next-token labels (B, T)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(64, 32)
+        self.lstm = nn.LSTM(32, 32, num_layers=2, batch_first=True)
+        self.head = nn.Linear(32, 64)
+
+    def forward(self, x):
+        h, _ = self.lstm(self.embedding(x))
+        return self.head(h)
+
+
+class TanhRNN(nn.Module):
+    """RNN(8, 16) (tanh, time first) over x (B, T, 8) transposed; the last
+    hidden state h_n -> Linear(16, 5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(8, 16)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        _, h = self.rnn(x.transpose(0, 1))
+        return self.fc(h[0])
+
+
+def build_recurrent(name):
+    c = RNN_CFG[name]
+    model = {"seq2seq": Seq2Seq, "bigru": BiGRU, "lstm_lm": LstmLM, "rnn": TanhRNN}[name]()
+    return model, dict(c, classes=c.get("classes", c.get("vocab")),
+                       torch="%s of tests/train/ref_train.py: %s"
+                             % (type(model).__name__, type(model).__doc__.strip()))
 
 
 class UNet(nn.Module):
@@ -411,6 +491,23 @@ def make_data(args, n, mcfg):
                 "x = seq[:, :T], y = seq[:, 1:]" % (V, T + 1))
         return (np.ascontiguousarray(seq[:, :T]),
                 np.ascontiguousarray(seq[:, 1:]), desc)
+    if args.model in RNN_CFG:
+        c = RNN_CFG[args.model]
+        if args.model == "rnn":
+            x = rng.standard_normal(size=(n, c["T"], c["features"]), dtype=np.float32)
+            xdesc = "x = rng.standard_normal(size=(N, %d, %d), dtype=float32)" % (
+                c["T"], c["features"])
+        else:
+            x = rng.integers(0, c["vocab"], size=(n, c["T"] + 1), dtype=np.int64)
+            xdesc = "seq = rng.integers(0, %d, size=(N, %d), dtype=int64); x = seq[:, :T]" % (
+                c["vocab"], c["T"] + 1)
+        if args.model == "lstm_lm":
+            return (np.ascontiguousarray(x[:, :c["T"]]), np.ascontiguousarray(x[:, 1:]),
+                    xdesc + ", y = seq[:, 1:]")
+        y = rng.integers(0, c["classes"], size=(n,), dtype=np.int64)
+        if args.model != "rnn":
+            x = np.ascontiguousarray(x[:, :c["T"]])
+        return x, y, xdesc + "; y = rng.integers(0, %d, size=(N,), dtype=int64)" % c["classes"]
     if args.model == "bert":
         c = BERT_CFG
         T = c["T"]

@@ -1558,8 +1558,12 @@ static void register_defs(Lower *L, const Block *b, const char *file, bool prelu
         if (old && strcmp(old->file, file) == 0)
             fail(L, s->name_pos, "block '%s' is defined twice (first at line %d)",
                  esc(L, s->name), old->s->pos.line);
+        /* The prelude's lstm and gru are layers around the ops LSTM and GRU:
+         * a block named in other case than an op shadows that spelling only
+         * (calls look for blocks first, exactly named). A model's own block
+         * may not look like an op at all. */
         Op op = find_op(s->name);
-        if (op != OP_UNKNOWN)
+        if (op != OP_UNKNOWN && !(prelude && strcmp(op_info[op].name, s->name) != 0))
             fail(L, s->name_pos, "'%s' is the builtin op %s; give the block another name",
                  esc(L, s->name), op_info[op].name);
         if (old && !prelude) {   /* a user block replaces the prelude's */
