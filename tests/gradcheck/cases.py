@@ -134,6 +134,22 @@ def labels_with(n_classes, shape, ignore=None, every=4):
 
 # ---- torch helpers ----
 
+def rnn_weights(t, hidden, gates, op, directions=1):
+    """PyTorch's flat weights of a recurrent layer from the ONNX W, R, B:
+    per direction w_ih, w_hh, b_ih, b_hh, the gates reordered from ONNX's
+    (LSTM i o f c, GRU z r h) to PyTorch's (i f g o, r z n)."""
+    order = {"LSTM": [0, 2, 3, 1], "GRU": [1, 0, 2], "RNN": [0]}[op]
+
+    def reorder(m):
+        return torch.cat([m[k * hidden:(k + 1) * hidden] for k in order])
+    out = []
+    for d in range(directions):
+        b = t.B[d]
+        out += [reorder(t.W[d]), reorder(t.R[d]), reorder(b[:gates * hidden]),
+                reorder(b[gates * hidden:])]
+    return out
+
+
 def bn(t, momentum=0.9, eps=1e-5):
     """ONNX BatchNormalization in training mode (running statistics move by
     ONNX's momentum, torch's is 1 - momentum; variance unbiased as in torch)."""
@@ -770,6 +786,37 @@ CASES = [
          [N("Upsample", ["X"], scales=[1.0, 1.0, 2.0, 2.0])],
          dict(X=randn(2, 2, 2, 3)),
          lambda t: F.interpolate(t.X, scale_factor=2, mode="nearest"), opset=7),
+
+    # -- LSTM, GRU and RNN, lowered into per-step MatMuls and gates
+    #    (front/rnn.c), against PyTorch's own recurrent kernels (what
+    #    nn.LSTM, nn.GRU and nn.RNN call) given the ONNX weights with the
+    #    gates reordered
+    Case("LSTM_bias_initial_state", "LSTM",
+         [N("LSTM", ["X", "W", "R", "B", "", "H0", "C0"], ("Y", "Y_h", "Y_c"), hidden_size=4)],
+         dict(X=randn(5, 2, 3), W=randn(1, 16, 3), R=randn(1, 16, 4), B=randn(1, 32),
+              H0=randn(1, 2, 4), C0=randn(1, 2, 4)),
+         lambda t: torch._VF.lstm(t.X, (t.H0, t.C0), rnn_weights(t, 4, 4, "LSTM"), True, 1,
+                                  0.0, True, False, False)[0].unsqueeze(1)),
+    Case("LSTM_bidirectional_batch_first_cell", "LSTM",
+         [N("LSTM", ["X", "W", "R", "B"], ("Y", "Y_h", "Y_c"), hidden_size=3,
+            direction="bidirectional", layout=1)],
+         dict(X=randn(2, 4, 3), W=randn(2, 12, 3), R=randn(2, 12, 3), B=randn(2, 24)),
+         lambda t: torch._VF.lstm(t.X, (torch.zeros(2, 2, 3, dtype=t.X.dtype),) * 2,
+                                  rnn_weights(t, 3, 4, "LSTM", 2), True, 1, 0.0, True, True,
+                                  True)[2].transpose(0, 1), out="Y_c"),
+    Case("GRU_reverse", "GRU",
+         [N("GRU", ["X", "W", "R", "B", "", "H0"], ("Y", "Y_h"), hidden_size=4,
+            direction="reverse", linear_before_reset=1)],
+         dict(X=randn(5, 2, 3), W=randn(1, 12, 3), R=randn(1, 12, 4), B=randn(1, 24),
+              H0=randn(1, 2, 4)),
+         lambda t: torch._VF.gru(t.X.flip(0), t.H0, rnn_weights(t, 4, 3, "GRU"), True, 1, 0.0,
+                                 True, False, False)[0].flip(0).unsqueeze(1)),
+    Case("RNN_relu_last_state", "RNN",
+         [N("RNN", ["X", "W", "R", "B"], ("Y", "Y_h"), hidden_size=4, activations=["Relu"])],
+         dict(X=randn(5, 2, 3), W=randn(1, 4, 3), R=randn(1, 4, 4), B=randn(1, 8)),
+         lambda t: torch._VF.rnn_relu(t.X, torch.zeros(1, 2, 4, dtype=t.X.dtype),
+                                      rnn_weights(t, 4, 1, "RNN"), True, 1, 0.0, True, False,
+                                      False)[1], out="Y_h"),
 
     # -- Einsum, lowered to ReduceSum, Transpose, Reshape and MatMul
     Case("Einsum_batched_matmul", "Einsum", [N("Einsum", ["A", "B"], equation="bij,bjk->bik")],
