@@ -251,6 +251,60 @@ static int gantt_from(Arena *arena, const Options *o)
     return 0;
 }
 
+/* --check past the op table: the plan and the program, written nowhere.
+ * Every node whose code cannot be written is reported (codegen_check);
+ * an error of the plan itself (memory, devices) is one more. */
+static int check_compile(Arena *arena, const Options *given)
+{
+    Options copy = *given;
+    copy.output = "check.c";   /* names the program; nothing is written */
+    const Options *o = &copy;
+    jmp_buf here, *outer = diag_jmp;
+    volatile int problems = 0;
+    diag_jmp = &here;
+    if (setjmp(here) == 0) {
+        if (o->infer) {
+            Graph *g;
+            const Plan *plan = driver_forward(arena, o, &g);
+            problems = codegen_check(g, o, plan, plan->fu);
+        } else {
+            Pipeline *pl = pipeline_choose(arena, o, &driver_passes);
+            problems = codegen_check(pl->g, &pl->opt, pl->plan, pl->plan->fu);
+        }
+    } else {
+        problems = problems + 1;
+    }
+    diag_jmp = outer;
+    return problems;
+}
+
+/* --check: the op table's verdict on every node, then, when it finds
+ * nothing and the shapes are known, everything else that would stop the
+ * compile (attributes, ranks, dtypes, the plan), so that --check passes
+ * exactly when the compile does. */
+static int check(Arena *arena, const Options *given, Options *opt, Graph *g, bool all_static)
+{
+    Loc loc = {.file = g->file, .index = -1};
+    if (!all_static)
+        warn_at(&loc, "shapes are not checked: an input has a symbolic dimension (give "
+                "-batch N or --shapes)");
+    else if (all_ops_known(g))
+        driver_analyse(arena, opt, g);
+    FILE *out = open_output(opt);
+    int problems = check_ops(g, out, opt->infer);
+    int later = !problems && all_static ? check_compile(arena, given) : 0;
+    if (!problems && later)
+        report_at(&loc, "%d problem%s above: every op is in the table, but the model does "
+                  "not compile for %s yet", later, later == 1 ? "" : "s",
+                  opt->infer ? "inference (--infer)" : "training");
+    else if (!problems)
+        fprintf(out, "every op is supported%s\n", all_static ? ", and the model compiles"
+                                                             : "");
+    close_output(opt, out);
+    arena_free(arena);
+    return problems || later ? 1 : 0;
+}
+
 /* One run of mpcc on parsed options: the mode they ask for. Returns the
  * exit status; errors exit through diag.c. */
 int driver_run(Arena *arena, Options *o)
@@ -290,20 +344,8 @@ int driver_run(Arena *arena, Options *o)
     Graph *g = driver_import(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
-    if (opt.check) {
-        if (!all_static) {
-            Loc loc = {.file = g->file, .index = -1};
-            warn_at(&loc, "shapes are not checked: an input has a symbolic "
-                    "dimension (give -batch N or --shapes)");
-        } else if (all_ops_known(g)) {
-            driver_analyse(arena, &opt, g);
-        }
-        FILE *out = open_output(&opt);
-        int problems = check_ops(g, out, opt.infer);
-        close_output(&opt, out);
-        arena_free(arena);
-        return problems ? 1 : 0;
-    }
+    if (opt.check)
+        return check(arena, o, &opt, g, all_static);
 
     driver_analyse(arena, &opt, g);
 

@@ -937,6 +937,9 @@ void check_microbatches(const Options *o);   /* -batch a multiple of --microbatc
 
 /* train.c + weights; fu: the chains that run as one kernel each */
 void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu);
+/* --check: the same program written nowhere; every node whose code cannot
+ * be written has its error printed; returns how many. */
+int codegen_check(Graph *g, const Options *o, const Plan *plan, const Fusion *fu);
 
 /* -------------------------------------------------- emit/pipedump.c */
 

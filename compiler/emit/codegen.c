@@ -23,6 +23,7 @@
 #include "kernel.h"
 
 #include <ctype.h>
+#include <setjmp.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -53,6 +54,11 @@ typedef struct CG {
     bool in_function;
     bool dropout;         /* it runs a Dropout node (which reads mprt_dropout_mb) */
     bool timed;           /* it has marked a node's start for --profile */
+    /* --check (codegen_check): each node that cannot be written is reported
+     * once, and writing goes on with the next */
+    bool checking;
+    bool *reported;       /* [nnodes] */
+    int problems;
 } CG;
 
 /* A buffer of the function being written, by the name it has there. */
@@ -1793,7 +1799,32 @@ static void emit_node_comment(CG *cg, const Node *n, int mark)
     emit(cg, " */\n");
 }
 
+static void emit_node_code(CG *cg, const Node *n, int mark);
+
+/* Under --check, a node whose code cannot be written is reported (its
+ * error printed as it would be) and skipped from then on, so that every
+ * such node is listed in one run. */
 static void emit_node(CG *cg, const Node *n, int mark)
+{
+    if (!cg->checking) {
+        emit_node_code(cg, n, mark);
+        return;
+    }
+    uint32_t id = (uint32_t)(n - cg->g->nodes);
+    if (cg->reported[id])
+        return;
+    jmp_buf here, *outer = diag_jmp;
+    diag_jmp = &here;
+    if (setjmp(here) == 0) {
+        emit_node_code(cg, n, mark);
+    } else {
+        cg->reported[id] = true;
+        cg->problems++;
+    }
+    diag_jmp = outer;
+}
+
+static void emit_node_code(CG *cg, const Node *n, int mark)
 {
     emit_node_comment(cg, n, mark);
     if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
@@ -3014,7 +3045,7 @@ static void emit_model_part(CG *cg, const char *hash, const char *weights)
     }
 }
 
-void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
+static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
     int ncuda = cuda_devices(plan);
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
@@ -3023,6 +3054,24 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
     cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
     for (int b = 0; b < plan->nbufs; b++)
         cg.local_of[b] = -1;
+    return cg;
+}
+
+int codegen_check(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
+{
+    CG cg = cg_start(g, o, plan, fu);
+    cg.checking = true;
+    cg.reported = arena_array(g->arena, g->nnodes + 1, sizeof(bool));
+    Text *model = arena_alloc(g->arena, sizeof *model);
+    cg.out = text_open(g, model);
+    emit_model_part(&cg, "", "check.weights.safetensors");
+    text_close(g, model);
+    return cg.problems;
+}
+
+void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
+{
+    CG cg = cg_start(g, o, plan, fu);
     char hash[65];
     sha256_hex(g->source, g->source_size, hash);
     const char *weights = weights_path(g->arena, o->output);

@@ -149,8 +149,6 @@ int check_ops(Graph *g, FILE *out, bool forward_only)
         report_at(&loc, "%u of %u op types (%u nodes) cannot be compiled for %s yet; "
                   "docs/ops.md lists what mpcc supports", problems, n, bad_nodes,
                   forward_only ? "inference (--infer)" : "training");
-    } else {
-        fprintf(out, "every op is supported\n");
     }
     return (int)problems;
 }
