@@ -133,7 +133,22 @@ static void event_read(Reader *r, Event *e)
     ok(r, mprt_json_expect(&r->j, '}'));
 }
 
-enum { MAX_TRACE_DEVICES = 4096 };
+enum { MAX_TRACE_DEVICES = 4096, MAX_TRACE_INDEX = 1 << 20 };
+
+/* The longest time a trace may hold, in microseconds (11 days): past it,
+ * or at infinity, the drawing's scale and time axis would not be finite. */
+#define MAX_TRACE_US 1e12
+
+/* A time in microseconds, as both writers write it ("%.3f"), in seconds
+ * read to the nanosecond: a step is then 0 or 1 ns at least, never so short
+ * that the drawing's pixels per second overflow. False if out of range. */
+static bool trace_time(double us, double *seconds)
+{
+    if (!(fabs(us) <= MAX_TRACE_US))
+        return false;
+    *seconds = round(us * 1e3) * 1e-9;
+    return true;
+}
 
 static int device_of(Reader *r, double pid)
 {
@@ -153,6 +168,14 @@ static int device_of(Reader *r, double pid)
     return d;
 }
 
+/* Stage and micro-batch numbers that counting them (summarise) cannot
+ * overflow. */
+static bool op_numbers(const TlOp *op)
+{
+    return op->stage >= 0 && op->stage < MAX_TRACE_INDEX && op->mb >= 0 &&
+           op->mb < MAX_TRACE_INDEX;
+}
+
 /* "forward s0 mb1", "backward ..", "wgrad ..", "update s0 mb0", or
  * "copy NAME mb1 to s1" (NAME may hold anything: read from the end). */
 static bool op_name(const char *name, TlOp *op)
@@ -163,7 +186,7 @@ static bool op_name(const char *name, TlOp *op)
         if (strncmp(name, kinds[k], n) == 0 &&
             sscanf(name + n, " s%d mb%d", &op->stage, &op->mb) == 2) {
             op->act = k, op->copy = false;
-            return op->stage >= 0 && op->mb >= 0;
+            return op_numbers(op);
         }
     }
     const char *to = strrchr(name, ' '), *mb = NULL;
@@ -172,7 +195,7 @@ static bool op_name(const char *name, TlOp *op)
             mb = p;
     op->copy = true;
     return mb && strncmp(to - 3, " to", 3) == 0 && sscanf(mb, " mb%d", &op->mb) == 1 &&
-           sscanf(to, " s%d", &op->stage) == 1 && op->stage >= 0 && op->mb >= 0;
+           sscanf(to, " s%d", &op->stage) == 1 && op_numbers(op);
 }
 
 static void complete(Reader *r, const Event *e)
@@ -183,10 +206,11 @@ static void complete(Reader *r, const Event *e)
                             "\"copy NAME mb1 to s1\" (the event before this point)",
                             str_escaped(r->a, e->name, 60)));
     if (!(e->tid >= 0 && e->tid < STREAMS_PER_DEV && e->tid == floor(e->tid)) ||
-        !(e->dur >= 0) || !isfinite(e->ts))
-        bad(r, "an operation without a stream (tid 0 to 2), a start and a duration");
+        !(e->dur >= 0 && e->dur <= MAX_TRACE_US) || !trace_time(e->ts, &op.start) ||
+        !trace_time(e->ts + e->dur, &op.end))
+        bad(r, "an operation without a stream (tid 0 to 2), a start and a duration (in us, "
+            "up to 1e12)");
     op.stream = device_of(r, e->pid) * STREAMS_PER_DEV + (int)e->tid;
-    op.start = e->ts * 1e-6, op.end = (e->ts + e->dur) * 1e-6;
     Timeline *tl = r->tl;
     tl->ops = arena_grow(r->a, tl->ops, (size_t)tl->nops, (size_t)tl->nops + 1, sizeof op);
     tl->ops[tl->nops++] = op;
@@ -225,11 +249,14 @@ static void event(Reader *r)
     } else if (strcmp(e.ph, "M") == 0 && strcmp(e.name, "process_name") == 0 && e.arg_name) {
         int d = device_of(r, e.pid);   /* may grow the arrays: index after */
         r->tl->devices[d] = e.arg_name;
-    } else if (strcmp(e.ph, "C") == 0 && strcmp(e.name, "memory") == 0 && e.bytes >= 0) {
+    } else if (strcmp(e.ph, "C") == 0 && strcmp(e.name, "memory") == 0 && e.bytes >= 0 &&
+               isfinite(e.bytes)) {
         int d = device_of(r, e.pid);
         r->tl->memory[d] = e.bytes;
-    } else if (strcmp(e.ph, "i") == 0 && strcmp(e.name, "step") == 0 && isfinite(e.ts)) {
-        r->tl->step = fmax(r->tl->step, e.ts * 1e-6);
+    } else if (strcmp(e.ph, "i") == 0 && strcmp(e.name, "step") == 0) {
+        double t;
+        if (trace_time(e.ts, &t))
+            r->tl->step = fmax(r->tl->step, t);
     }
 }
 

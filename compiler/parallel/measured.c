@@ -185,7 +185,8 @@ Measured *measured_load(Arena *a, const char *paths)
     char *copy = arena_strdup(a, paths);
     for (char *p = strtok(copy, ","); p; p = strtok(NULL, ","))
         load_file(a, p, m);
-    qsort(m->e, (size_t)m->n, sizeof *m->e, by_name_rows);
+    if (m->n)   /* traces alone leave no entries, and e NULL: not qsort's to take */
+        qsort(m->e, (size_t)m->n, sizeof *m->e, by_name_rows);
     return m;
 }
 
@@ -221,7 +222,7 @@ bool measured_rows(const Measured *m, double *lo, double *hi)
 
 double measured_time(const Measured *m, const char *node, int phase, double rows)
 {
-    if (!m || !node)
+    if (!m || !node || !m->n)   /* bsearch takes no NULL array, even empty */
         return -1;
     Entry key = {node, phase, 0, 0};
     const Entry *hit = bsearch(&key, m->e, (size_t)m->n, sizeof *m->e, by_name);

@@ -3,8 +3,8 @@
 # from the compiler's sources as CMake lists them (CORE_SOURCES, written by
 # tests/CMakeLists.txt to BUILD_DIR/fuzz_sources.txt, generated files
 # included), so a file added to the compiler is fuzzed without more ado.
-# build.sh and build_dsl.sh call it.
-# Usage: tests/fuzz/compile.sh TARGET BUILD_DIR OUT_DIR   (TARGET: onnx or dsl)
+# build.sh, build_dsl.sh and build_trace.sh call it.
+# Usage: tests/fuzz/compile.sh TARGET BUILD_DIR OUT_DIR   (TARGET: onnx, dsl or trace)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -34,9 +34,13 @@
  * runs, unless FUZZ_VERBOSE is set (to see why a finding failed: an
  * internal error's message goes to stderr too). With FUZZ_STATS set, the
  * counts of inputs that reached each pass are printed at exit.
+ *
+ * fuzz_trace.c reads no model: it takes the private folder, the caught
+ * errors and the descriptor check from here (harness.h).
  */
 #include "harness.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +102,8 @@ static void reached(int r)
 
 static void print_stats(void)
 {
+    if (!fz.runs)
+        return;   /* a target that runs no models (fuzz_trace.c) */
     fprintf(stderr, "fuzz: %ld inputs: %ld imported, %ld with a training graph (or --infer's "
             "forward), %ld planned, %ld in codegen, %ld generated\n", fz.runs,
             fz.reached[REACH_IMPORT], fz.reached[REACH_TRAINING], fz.reached[REACH_PLAN],
@@ -114,21 +120,24 @@ static char *in_dir(const char *name)
     return p;
 }
 
+/* Everything in the private folder, whichever target wrote it, then the
+ * folder. */
 static void remove_outputs(void)
 {
-    const char *names[] = {"train.c", "train.c.tmp", "train.weights.safetensors",
-                           "train.weights.safetensors.tmp", "trace.json", "trace.json.tmp",
-                           "gantt.svg", "gantt.svg.tmp",
-                           "small.profile"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char *p = in_dir(names[i]);
+    DIR *d = opendir(fz.dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *p = in_dir(e->d_name);
         remove(p);
         free(p);
     }
+    if (d)
+        closedir(d);
     rmdir(fz.dir);
 }
 
-static int lowest_free_fd(void)
+int fuzz_free_descriptor(void)
 {
     int fd = open("/dev/null", O_RDONLY);
     if (fd >= 0)
@@ -141,12 +150,12 @@ static int lowest_free_fd(void)
  * LeakSanitizer would not see in a FILE that glibc still lists). Another
  * thread (the fuzzing engine's, a sanitizer's) may hold one for a moment:
  * a leak is one still open after 20 ms. */
-static void check_descriptors(int before)
+void fuzz_check_descriptors(int before)
 {
-    for (int tries = 0; lowest_free_fd() > before; tries++) {
+    for (int tries = 0; fuzz_free_descriptor() > before; tries++) {
         if (tries == 20) {
             fprintf(stderr, "fuzz: the run left a file descriptor open (the lowest free "
-                    "one was %d, is %d)\n", before, lowest_free_fd());
+                    "one was %d, is %d)\n", before, fuzz_free_descriptor());
             abort();
         }
         nanosleep(&(struct timespec){0, 1000000}, NULL);
@@ -181,6 +190,20 @@ static void setup(void)
     if (getenv("FUZZ_STATS"))
         atexit(print_stats);
     fz.ready = true;
+}
+
+char *fuzz_path(const char *name)
+{
+    if (!fz.ready)
+        setup();
+    return in_dir(name);
+}
+
+FILE *fuzz_null(void)
+{
+    if (!fz.ready)
+        setup();
+    return fz.null;
 }
 
 /* FNV-1a: the option set of an input. */
@@ -294,11 +317,10 @@ static void whole(Arena *a, const Options *o)
         train(a, o);
 }
 
-typedef void (*Stage)(Arena *a, const Options *o);
-
-/* One mode on a fresh arena, its user errors caught. */
-static void caught(Stage stage, int variant)
+bool fuzz_caught(FuzzStep step, void *ctx)
 {
+    if (!fz.ready)
+        setup();
     Arena *a = arena_new();
     jmp_buf jb;
     diag_jmp = &jb;
@@ -307,16 +329,39 @@ static void caught(Stage stage, int variant)
     FILE *err = stderr;
     if (!fz.verbose)
         stderr = fz.null;   /* pipeline.c's report and the like */
+    volatile bool done = false;   /* set between setjmp and longjmp */
     if (setjmp(jb) == 0) {
-        Options o;
-        options_for(a, variant, &o);
-        stage(a, &o);
+        step(a, ctx);
+        done = true;
     }
     stderr = err;
     diag_jmp = NULL;
     diag_context = NULL;
     diag_forget_sources();
     arena_free(a);
+    return done;
+}
+
+typedef void (*Stage)(Arena *a, const Options *o);
+
+typedef struct StageRun {
+    Stage stage;
+    int variant;
+} StageRun;
+
+/* A mode with the options of its set, parsed on the run's arena. */
+static void stage_run(Arena *a, void *ctx)
+{
+    const StageRun *r = ctx;
+    Options o;
+    options_for(a, r->variant, &o);
+    r->stage(a, &o);
+}
+
+/* One mode on a fresh arena, its user errors caught. */
+static void caught(Stage stage, int variant)
+{
+    fuzz_caught(stage_run, &(StageRun){stage, variant});
 }
 
 /* Both runs with one option set; false if the input is not a model. */
@@ -337,7 +382,7 @@ void fuzz_model(FuzzImport import, const char *path, const uint8_t *data, size_t
     driver_import = import_input;
     fz.import = import, fz.path = path, fz.data = data, fz.size = size;
     fz.runs++;
-    int free_fd = lowest_free_fd();
+    int free_fd = fuzz_free_descriptor();
     if (fz.variant < 0)
         run_variant(pick_variant(data, size));
     else if (fz.variant < NVARIANTS)
@@ -345,5 +390,5 @@ void fuzz_model(FuzzImport import, const char *path, const uint8_t *data, size_t
     else
         for (int v = 0; v < NVARIANTS && run_variant(v); v++)
             continue;
-    check_descriptors(free_fd);
+    fuzz_check_descriptors(free_fd);
 }

@@ -24,4 +24,24 @@ typedef Graph *(*FuzzImport)(Arena *a, const char *path, const uint8_t *data, si
  * the input. */
 void fuzz_model(FuzzImport import, const char *path, const uint8_t *data, size_t size);
 
+/* What a target that is not a model takes from the harness (fuzz_trace.c):
+ * the same private folder, quiet diagnostics and descriptor check. */
+
+/* NAME in the private temporary folder (made on first use, removed with
+ * all it holds at exit); malloc'd, kept by the caller. */
+char *fuzz_path(const char *name);
+
+/* step on a fresh arena, diagnostics quiet and stderr a null stream
+ * (unless FUZZ_VERBOSE), its user errors caught; false if one stopped it. */
+typedef void (*FuzzStep)(Arena *a, void *ctx);
+bool fuzz_caught(FuzzStep step, void *ctx);
+
+/* The lowest free descriptor before an input; after it, a descriptor the
+ * input left open is a finding (abort). */
+int fuzz_free_descriptor(void);
+void fuzz_check_descriptors(int before);
+
+/* A null stream, for dumps nobody reads. */
+FILE *fuzz_null(void);
+
 #endif
