@@ -980,6 +980,7 @@ typedef struct Timeline {
 Timeline *timeline_of_plan(const Pipeline *pl);
 Timeline *timeline_read(Arena *a, const char *path);    /* a --trace file */
 Timeline *timeline_parse(Arena *a, const char *path, const char *text, size_t n);
+bool timeline_is_trace(const char *text, size_t n);     /* a top-level "traceEvents" */
 
 /* ---------------------------------------------------- emit/gantt.c */
 

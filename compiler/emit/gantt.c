@@ -458,8 +458,9 @@ static void sweep_measured(FILE *f, Arena *a, const Timeline *const *runs, int n
             if (t->schedule && strcmp(t->schedule, shown[i]) == 0)
                 c = line_colour[i % 4];
         double x = sweep_x(t->M, most), y = sweep_y(run_step(t), top);
-        fprintf(f, "<g class=\"measured\" data-schedule=\"%s\" data-m=\"%d\" data-ms=\"%.6f\">"
-                "<title>", t->schedule ? t->schedule : "", t->M, run_step(t) * 1e3);
+        fputs("<g class=\"measured\" data-schedule=\"", f);
+        text_escaped(f, t->schedule ? t->schedule : "");
+        fprintf(f, "\" data-m=\"%d\" data-ms=\"%.6f\"><title>", t->M, run_step(t) * 1e3);
         text_escaped(f, arena_printf(a, "measured (%s): %s, M=%d: %.3f ms", t->file,
                                      t->schedule ? t->schedule : "?", t->M, run_step(t) * 1e3));
         fprintf(f, "</title><path d=\"M%.1f,%.1f l10,10 m0,-10 l-10,10\" stroke=\"%s\" "

@@ -106,6 +106,21 @@ static void event_args(Reader *r, Event *e)
     ok(r, mprt_json_expect(&r->j, '}'));
 }
 
+/* A flow's id: a number, or a string as Chrome writes them ("0x1f"). */
+static void flow_id(Reader *r, Event *e)
+{
+    mprt_json_ws(&r->j);
+    if (r->j.p >= r->j.end || *r->j.p != '"') {
+        ok(r, mprt_json_number(&r->j, &e->id));
+        return;
+    }
+    const char *text;
+    char *end;
+    ok(r, mprt_json_string(&r->j, &text));
+    long long v = strtoll(text, &end, 0);
+    e->id = *text && !*end && v >= 0 ? (double)v : -1;
+}
+
 static void event_read(Reader *r, Event *e)
 {
     *e = (Event){.name = "", .ph = "", .pid = -1, .tid = 0, .id = -1, .dur = -1, .bytes = -1};
@@ -119,7 +134,9 @@ static void event_read(Reader *r, Event *e)
         double *num = strcmp(key, "pid") == 0 ? &e->pid : strcmp(key, "tid") == 0 ? &e->tid
                       : strcmp(key, "ts") == 0 ? &e->ts : strcmp(key, "dur") == 0 ? &e->dur
                       : strcmp(key, "id") == 0 ? &e->id : NULL;
-        if (num)
+        if (num == &e->id)
+            flow_id(r, e);
+        else if (num)
             ok(r, mprt_json_number(&r->j, num));
         else if (strcmp(key, "name") == 0)
             ok(r, mprt_json_string(&r->j, &e->name));
@@ -220,8 +237,13 @@ static void complete(Reader *r, const Event *e)
 /* A flow's start leaves the copy just read; its end names the receiver. */
 static void flow(Reader *r, const Event *e)
 {
-    if (!(e->id >= 0 && e->id < (1 << 24) && e->id == floor(e->id)))
-        bad(r, "a flow event without an id");
+    /* mpcc's writers number a flow by its copy's operation: an id far past
+     * the operations read so far is no trace of theirs, and would only
+     * cost memory here */
+    if (!(e->id >= 0 && e->id == floor(e->id)))
+        bad(r, "a flow event without a whole-number id");
+    if (e->id > 4.0 * r->tl->nops + 1024)
+        bad(r, "a flow event whose id is far past the operations before it");
     int id = (int)e->id;
     if (id >= r->nflows) {
         r->copy_of_flow = arena_grow(r->a, r->copy_of_flow, (size_t)r->nflows, (size_t)id + 1,
@@ -399,4 +421,34 @@ Timeline *timeline_of_plan(const Pipeline *pl)
     for (int i = 0; i < p->nops; i++)
         plan_op(p, &p->ops[i], &tl->ops[i]);
     return tl;
+}
+
+/* Whether a JSON document's top-level object has the key "traceEvents":
+ * a trace rather than a profile, whatever order its keys come in. Only
+ * strings and nesting are followed; the document is checked when read. */
+bool timeline_is_trace(const char *text, size_t n)
+{
+    static const char key[] = "\"traceEvents\"";
+    int depth = 0;
+    bool want_key = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        if (c == '"') {
+            size_t start = i;
+            for (i++; i < n && text[i] != '"'; i++)
+                i += text[i] == '\\';
+            if (depth == 1 && want_key && i - start + 1 == sizeof key - 1 &&
+                memcmp(text + start, key, sizeof key - 1) == 0)
+                return true;
+            want_key = false;
+        } else if (c == '{' || c == '[') {
+            depth++;
+            want_key = c == '{';
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            want_key = depth == 1;
+        }
+    }
+    return false;
 }

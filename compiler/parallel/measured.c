@@ -132,18 +132,17 @@ static void load_file(Arena *a, const char *path, Measured *m)
     bool format = false, have_nodes = false;
     double rows = 0;
     int first = m->n;
+    if (timeline_is_trace(text, n)) {   /* a trace: a run's step, not node times */
+        m->runs = arena_grow(a, m->runs, (size_t)m->nruns, (size_t)m->nruns + 1,
+                             sizeof *m->runs);
+        m->runs[m->nruns++] = timeline_parse(a, path, text, n);
+        return;
+    }
     ok(path, mprt_json_expect(&j, '{'), &j);
     do {
         const char *key, *value;
         ok(path, mprt_json_string(&j, &key), &j);
         ok(path, mprt_json_expect(&j, ':'), &j);
-        if (strcmp(key, "traceEvents") == 0 || strcmp(key, "displayTimeUnit") == 0 ||
-            strcmp(key, "otherData") == 0) {   /* a trace: a run's step, not node times */
-            m->runs = arena_grow(a, m->runs, (size_t)m->nruns, (size_t)m->nruns + 1,
-                                 sizeof *m->runs);
-            m->runs[m->nruns++] = timeline_parse(a, path, text, n);
-            return;
-        }
         if (strcmp(key, "nodes") == 0) {
             first = nodes(a, &j, m);
             have_nodes = true;

@@ -247,6 +247,32 @@ def check_errors(work, d, samples, mpcc):
     if "cpu<&>\"x</text> compute" not in names:
         fail("a device name with markup: rows named %s" % names)
     print("ok: a device name with markup stays text")
+    # keys in another order, string flow ids (as Chrome writes them), a
+    # schedule name with markup: still a trace to --measured, drawn as text
+    odd = json.loads(text)
+    for e in odd["traceEvents"]:
+        if "id" in e:
+            e["id"] = hex(e["id"])
+    odd["otherData"]["schedule"] = "1f1b\"><b>x</b>"
+    reordered = {"metadata": {"tool": "another"}, "otherData": odd["otherData"],
+                 "traceEvents": odd["traceEvents"]}
+    path = os.path.join(bad, "reordered.json")
+    with open(path, "w") as f:
+        json.dump(reordered, f)
+    sweep = os.path.join(bad, "reordered.svg")
+    gantt = os.path.join(bad, "reordered_gantt.svg")
+    run([mpcc, os.path.join(samples, "cnn_bn.mp"), "-cpus", "2", "-batch", "16",
+         "--microbatches=4", "--measured=" + path, "--dump=sweep=%s,gantt=%s" % (sweep, gantt)])
+    marks = [g for g in ET.parse(sweep).getroot().iter(SVG + "g") if g.get("class") == "measured"]
+    if len(marks) != 1 or marks[0].get("data-schedule") != "1f1b\"><b>x</b>":
+        fail("a reordered trace with markup in its schedule: marks %s" % [
+            m.attrib for m in marks])
+    arrows = [l for l in ET.parse(gantt).getroot().iter(SVG + "line")
+              if l.get("class") == "copy-arrow"]
+    if len(arrows) < 2 * sum(1 for e in odd["traceEvents"] if e.get("ph") == "f"):
+        fail("string flow ids: %d copy arrows for %d flows in two panels" % (
+            len(arrows), sum(1 for e in odd["traceEvents"] if e.get("ph") == "f")))
+    print("ok: keys in any order, string flow ids, a schedule with markup")
 
 
 def main():
