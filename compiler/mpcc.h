@@ -490,6 +490,15 @@ void lower_einsum(Graph *g, uint32_t pos);
  * steps unrolled into ops that train, inferred next. */
 void lower_rnn(Graph *g, uint32_t pos);
 
+/* ------------------------------------------------ front/composite.c */
+
+/* ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp,
+ * DepthToSpace and SpaceToDepth: the ops ONNX defines as compositions of
+ * others, which lower_composite replaces at order[pos] (its input typed)
+ * by those ops; shapes.c calls it. */
+bool is_composite(Op op);
+void lower_composite(Graph *g, uint32_t pos);
+
 /* ----------------------------------------------------- front/fold.c */
 
 bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */

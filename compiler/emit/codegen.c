@@ -1940,6 +1940,8 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     }
     case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_ROUND: case OP_SIGN:
     case OP_SIN: case OP_CAST_LIKE: case OP_MOD: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL:
+    case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
     case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN:
     case OP_CUMSUM: case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE:
     case OP_TRILU:   /* no CPU kernel yet (no OPF_CPU in ops.def) */

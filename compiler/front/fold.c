@@ -486,6 +486,8 @@ static void evaluate(Ev *e)
     case OP_LOG: case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIN:
     case OP_SOFTPLUS: case OP_TANH: case OP_CLIP: case OP_DROPOUT: case OP_POW: case OP_PRELU:
     case OP_MEAN: case OP_MATMUL: case OP_GEMM: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_CONV:
+    case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
     case OP_CONV_TRANSPOSE: case OP_MAX_POOL: case OP_AVERAGE_POOL: case OP_GLOBAL_AVG_POOL:
     case OP_GLOBAL_MAX_POOL: case OP_BATCH_NORM: case OP_INSTANCE_NORM: case OP_LAYER_NORM:
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SOFTMAX_CE: case OP_NLL_LOSS:

@@ -854,7 +854,7 @@ static void infer_node(const Inf *c)
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: infer_softmax(c); break;
     case OP_SOFTMAX_CE: case OP_NLL_LOSS: infer_loss(c); break;
     case OP_REDUCE_MEAN: case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
-    case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ:
+    case OP_REDUCE_PROD:
         infer_reduce(c);
         break;
     case OP_ARGMAX: case OP_ARGMIN: infer_arg(c); break;
@@ -885,7 +885,9 @@ static void infer_node(const Inf *c)
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
-    case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN:
+    case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_REDUCE_SUM_SQ:
+    case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
         unreachable();   /* lowered before shapes are inferred */
     }
 }
@@ -907,6 +909,8 @@ void infer_shapes(Graph *g)
             lower_einsum(g, i);   /* the first of its replacement is next */
         else if (op == OP_LSTM || op == OP_GRU || op == OP_RNN)
             lower_rnn(g, i);
+        else if (is_composite(op))
+            lower_composite(g, i);
         Node *n = &g->nodes[g->order[i]];
         Inf c = {g, n};
         check_inputs_typed(&c);

@@ -854,6 +854,8 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_SIGN: case OP_SIN: case OP_CAST_LIKE: case OP_MOD: case OP_AND: case OP_OR:
     case OP_XOR: case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER:
     case OP_GREATER_EQUAL: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL: case OP_REDUCE_PROD:
+    case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
     case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN: case OP_CUMSUM:
     case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE: case OP_TRILU:
     case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:

@@ -266,6 +266,18 @@ def main():
                    numpy_helper.from_array(np.ones([1, 4 * h, h], np.float32), "R")],
             opsets=[helper.make_opsetid("", 14)]), desc)
 
+    write("reduce_l2_int.onnx", make_model(
+        [helper.make_node("ReduceL2", ["x"], ["y"], name="norm", axes=[1])],
+        inputs=[helper.make_tensor_value_info("x", TensorProto.INT64, [2, 4])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.INT64, [2, 1])], inits=[]),
+        "ReduceL2 of int64 data, which ONNX allows and mpcc's floating-point "
+        "lowering (Mul, ReduceSum, Sqrt) cannot compute")
+    write("depth_to_space_channels.onnx", make_model(
+        [helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=2)],
+        inputs=[helper.make_tensor_value_info("x", FLOAT, [1, 6, 2, 2])],
+        outputs=[helper.make_tensor_value_info("y", FLOAT, [1, 1, 4, 4])], inits=[]),
+        "DepthToSpace of 6 channels in blocks of 2 x 2")
+
     with open(os.path.join(out, "MANIFEST.tsv"), "w") as f:
         for fname, desc in manifest:
             f.write("%s\t%s\n" % (fname, desc))
