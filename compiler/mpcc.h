@@ -193,7 +193,7 @@ typedef struct Attr {
 #define OPF_GRAD 4u
 #define OPF_CUDA 8u
 #define OPF_INTERNAL 16u   /* made by mpcc's passes, not an ONNX op */
-#define OPF_NOGRAD 32u     /* bool outputs: no gradient flows through it */
+#define OPF_NOGRAD 32u     /* bool or index outputs: no gradient flows through it */
 #define OPF_GEMM 64u       /* kinds of work (ops.def): a matrix product */
 #define OPF_CONV 128u      /* a convolution */
 #define OPF_NORM 256u      /* normalisation, softmax, and the losses built on it */
@@ -465,6 +465,17 @@ void resize_scales(Graph *g, const Node *n, double scale[2]);   /* H and W, 4-D 
 void clip_bounds(Graph *g, const Node *n, double *lo, double *hi);  /* +-inf if absent */
 void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK]);
 void pad_params(Graph *g, Node *n, int64_t pads[2 * MAX_RANK], double *value);
+typedef struct ArgParams {
+    int axis;
+    bool keepdims, last;   /* last: select_last_index */
+} ArgParams;
+ArgParams arg_params(Graph *g, const Node *n);           /* ArgMax, ArgMin */
+typedef struct CumSumParams {
+    int axis;
+    bool exclusive, reverse;
+} CumSumParams;
+CumSumParams cumsum_params(Graph *g, const Node *n);    /* the axis a constant input */
+bool mod_fmod(const Node *n);                           /* Mod: C's fmod, not Python's */
 typedef struct Window {
     int n;                       /* spatial dimensions */
     int64_t k[MAX_RANK], stride[MAX_RANK], dil[MAX_RANK];

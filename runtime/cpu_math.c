@@ -1,7 +1,7 @@
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
- * variadic Sum/Mean/Min/Max, PRelu, reductions, Softmax,
- * LayerNormalization, InstanceNormalization and Dropout.
+ * variadic Sum/Mean/Min/Max, PRelu, reductions, ArgMax/ArgMin, CumSum,
+ * Softmax, LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -449,6 +449,81 @@ MPRT_KERNEL void mprt_reduce_max_grad(int rank, const long *shape, const int *ke
         mprt_reduce_next(rank, shape, so, idx, &io);
     }
     free(count);
+}
+
+/* ---- ArgMax and ArgMin, CumSum: along the middle of (outer, n, inner) ---- */
+
+/* Whether v takes the place of m, the extreme so far: the larger (is_min:
+ * the smaller), and a NaN over any number, as numpy (ONNX's reference)
+ * has it; on a tie, or from NaN to NaN, only when the last index is asked
+ * for. */
+static inline int mprt_arg_takes(int is_min, int last, double v, double m)
+{
+    if (v != v || m != m)
+        return v != v && (last || m == m);
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+static inline int mprt_arg_takes_int(int is_min, int last, int64_t v, int64_t m)
+{
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+/* The index of the extreme element of one line (n >= 1 elements, stride
+ * inner), the axis walked from its start. */
+static int64_t mprt_arg_line(int is_min, int last, int type, long n, long inner,
+                             const void *x, long base)
+{
+    int64_t best = 0;
+    if (mprt_elem_is_float(type)) {
+        double m = mprt_elem_float(type, x, base);
+        for (long j = 1; j < n; j++) {
+            double v = mprt_elem_float(type, x, base + j * inner);
+            if (mprt_arg_takes(is_min, last, v, m))
+                m = v, best = j;
+        }
+    } else {
+        int64_t m = mprt_elem_int(type, x, base);
+        for (long j = 1; j < n; j++) {
+            int64_t v = mprt_elem_int(type, x, base + j * inner);
+            if (mprt_arg_takes_int(is_min, last, v, m))
+                m = v, best = j;
+        }
+    }
+    return best;
+}
+
+/* y[o, i] = the index along the axis of x[o, :, i]'s largest (is_min:
+ * smallest) element; x of element type `type` (MPRT_ELEM_*). */
+MPRT_KERNEL void mprt_argmax(int is_min, int last, int type, long outer, long n, long inner,
+                             const void *x, int64_t *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++)
+            y[o * inner + i] = mprt_arg_line(is_min, last, type, n, inner, x, o * n * inner + i);
+}
+
+/* y = the running sums of x along the axis, in double, each line from its
+ * start (reverse: from its end); exclusive leaves each element out of its
+ * own sum. y may be x. */
+MPRT_KERNEL void mprt_cumsum(int exclusive, int reverse, long outer, long n, long inner,
+                             const float *x, float *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            const float *xl = x + o * n * inner + i;
+            float *yl = y + o * n * inner + i;
+            double acc = 0.0;
+            for (long k = 0; k < n; k++) {
+                long j = (reverse ? n - 1 - k : k) * inner;
+                double v = xl[j];
+                if (!exclusive)
+                    acc += v;
+                yl[j] = (float)acc;
+                if (exclusive)
+                    acc += v;
+            }
+        }
 }
 
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:

@@ -1,7 +1,7 @@
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, comparisons, Cast and 2-D
- * Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, Mod, Cast and
+ * 2-D Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -249,6 +249,100 @@ MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
 {
     for (long i = 0; i < n; i++)
         y[i] = !x[i];
+}
+
+/* ---- elements of any type (MPRT_ELEM_*): integers as int64, floats as
+ * double, both exact ---- */
+
+static int64_t mprt_elem_int(int type, const void *p, long i)
+{
+    switch (type) {
+    case MPRT_ELEM_I64: return ((const int64_t *)p)[i];
+    case MPRT_ELEM_I32: return ((const int32_t *)p)[i];
+    case MPRT_ELEM_I16: return ((const int16_t *)p)[i];
+    case MPRT_ELEM_I8: return ((const int8_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+static void mprt_elem_put(int type, void *p, long i, int64_t v)
+{
+    switch (type) {
+    case MPRT_ELEM_I64: ((int64_t *)p)[i] = v; break;
+    case MPRT_ELEM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case MPRT_ELEM_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case MPRT_ELEM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+static inline int mprt_elem_is_float(int type)
+{
+    return type == MPRT_ELEM_F32 || type == MPRT_ELEM_F64;
+}
+
+static double mprt_elem_float(int type, const void *p, long i)
+{
+    return type == MPRT_ELEM_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* ---- Mod, with broadcasting, in the operands' own type ---- */
+
+/* Integers: C's remainder (c_fmod), or the one whose sign is the
+ * divisor's, as in Python. A zero divisor gives 0, as numpy does, where C
+ * leaves it undefined; so does -1, whose remainder is always 0, where C's
+ * INT64_MIN % -1 traps. */
+static int64_t mprt_mod_int(int c_fmod, int64_t a, int64_t b)
+{
+    if (b == 0 || b == -1)
+        return 0;
+    int64_t r = a % b;
+    return c_fmod || r == 0 || (r < 0) == (b < 0) ? r : r + b;
+}
+
+/* Floats, numpy's rule (ONNX's reference): C's fmod, moved by the divisor
+ * when the signs differ; a zero remainder takes the divisor's sign. In
+ * float for float32 operands, as numpy computes them. */
+static float mprt_mod_f32(int c_fmod, float a, float b)
+{
+    float r = fmodf(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysignf(0.0f, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
+static double mprt_mod_f64(int c_fmod, double a, double b)
+{
+    double r = fmod(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysign(0.0, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
+/* y = a mod b with broadcasting; type is both operands' and y's. */
+MPRT_KERNEL void mprt_mod(int c_fmod, int type, int rank, const long *shape, const void *a,
+                          const long *sa, const void *b, const long *sb, void *y)
+{
+    long n = 1, idx[8] = {0}, off[2] = {0, 0};
+    const long *s[2] = {sa, sb};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        if (type == MPRT_ELEM_F32)
+            ((float *)y)[i] = mprt_mod_f32(c_fmod, ((const float *)a)[off[0]],
+                                           ((const float *)b)[off[1]]);
+        else if (type == MPRT_ELEM_F64)
+            ((double *)y)[i] = mprt_mod_f64(c_fmod, ((const double *)a)[off[0]],
+                                            ((const double *)b)[off[1]]);
+        else
+            mprt_elem_put(type, y, i, mprt_mod_int(c_fmod, mprt_elem_int(type, a, off[0]),
+                                                   mprt_elem_int(type, b, off[1])));
+        mprt_bcast_next(rank, shape, idx, 2, off, s);
+    }
 }
 
 static double mprt_cast_read(int t, const void *x, long i)

@@ -1088,6 +1088,32 @@ MPRT_CU_KERNEL void mprt_cu_not(long n, const uint8_t *x, uint8_t *y)
     mprt_cu_each("not", n, args);
 }
 
+/* Mod with broadcasting, in the operands' element type (MPRT_ELEM_*). */
+MPRT_CU_KERNEL void mprt_cu_mod(int c_fmod, int type, int rank, const long *shape, const void *a,
+                                const long *sa, const void *b, const long *sb, void *y)
+{
+    long n;
+    MprtCuBcast bc = mprt_cu_bcast(rank, shape, sa, sb, NULL, &n);
+    void *args[] = {&c_fmod, &type, &n, &bc, &a, &b, &y};
+    mprt_cu_each("mod", n, args);
+}
+
+/* ArgMax and ArgMin: a thread per output walks its line of the axis. */
+MPRT_CU_KERNEL void mprt_cu_argmax(int is_min, int last, int type, long outer, long n,
+                                   long inner, const void *x, int64_t *y)
+{
+    void *args[] = {&is_min, &last, &type, &outer, &n, &inner, &x, &y};
+    mprt_cu_each("argmax", outer * inner, args);
+}
+
+/* CumSum: a thread per line of the axis, summing in double as the CPU. */
+MPRT_CU_KERNEL void mprt_cu_cumsum(int exclusive, int reverse, long outer, long n, long inner,
+                                   const float *x, float *y)
+{
+    void *args[] = {&exclusive, &reverse, &outer, &n, &inner, &x, &y};
+    mprt_cu_each("cumsum", outer * inner, args);
+}
+
 /* Pad (back == 0: y from x) and its gradient (back: dx from dy, gathered
  * per input in the CPU's order; every input is written). */
 MPRT_CU_KERNEL void mprt_cu_pad(int back, int mode, int rank, const long *xs, const long *ys,

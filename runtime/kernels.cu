@@ -1530,6 +1530,145 @@ extern "C" __global__ void mprt_k_not(i64 n, const u8 *x, u8 *y)
     FOR_EACH(i, n) y[i] = !x[i];
 }
 
+/* ---- elements of any type (ELEM_*): integers as i64, floats as double ---- */
+
+static __device__ i64 int_at(int type, const void *p, i64 i)
+{
+    switch (type) {
+    case ELEM_I64: return ((const i64 *)p)[i];
+    case ELEM_I32: return ((const int *)p)[i];
+    case ELEM_I16: return ((const short *)p)[i];
+    case ELEM_I8: return ((const signed char *)p)[i];
+    default: return ((const u8 *)p)[i];
+    }
+}
+
+static __device__ void int_put(int type, void *p, i64 i, i64 v)
+{
+    switch (type) {
+    case ELEM_I64: ((i64 *)p)[i] = v; break;
+    case ELEM_I32: ((int *)p)[i] = (int)v; break;
+    case ELEM_I16: ((short *)p)[i] = (short)v; break;
+    case ELEM_I8: ((signed char *)p)[i] = (signed char)v; break;
+    default: ((u8 *)p)[i] = (u8)v; break;
+    }
+}
+
+static __device__ double float_at(int type, const void *p, i64 i)
+{
+    return type == ELEM_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* ---- Mod, in the operands' own type ---- */
+
+/* The CPU's rules (cpu_move.c): 0 for a zero or -1 divisor; fmod 0 takes
+ * the divisor's sign, as Python (and numpy for floats) do. */
+static __device__ i64 mod_int(int c_fmod, i64 a, i64 b)
+{
+    if (b == 0 || b == -1)
+        return 0;
+    i64 r = a % b;
+    return c_fmod || r == 0 || (r < 0) == (b < 0) ? r : r + b;
+}
+
+static __device__ float mod_f32(int c_fmod, float a, float b)
+{
+    float r = fmodf(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysignf(0.0f, b);
+    return (r < 0) != (b < 0) ? FADD(r, b) : r;
+}
+
+static __device__ double mod_f64(int c_fmod, double a, double b)
+{
+    double r = fmod(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysign(0.0, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
+extern "C" __global__ void mprt_k_mod(int c_fmod, int type, i64 n, Bcast b, const void *x,
+                                      const void *z, void *y)
+{
+    FOR_EACH(i, n) {
+        i64 off[2];
+        bcast_offsets(b, i, 2, off);
+        if (type == ELEM_F32)
+            ((float *)y)[i] = mod_f32(c_fmod, ((const float *)x)[off[0]],
+                                      ((const float *)z)[off[1]]);
+        else if (type == ELEM_F64)
+            ((double *)y)[i] = mod_f64(c_fmod, ((const double *)x)[off[0]],
+                                       ((const double *)z)[off[1]]);
+        else
+            int_put(type, y, i, mod_int(c_fmod, int_at(type, x, off[0]), int_at(type, z, off[1])));
+    }
+}
+
+/* ---- ArgMax and ArgMin, CumSum: one thread per line of (outer, n, inner),
+ * the axis walked in the CPU's order ---- */
+
+/* Whether v takes the place of m, the extreme so far (cpu_math.c's
+ * mprt_arg_takes): NaN wins; a tie, or NaN after NaN, only for the last. */
+static __device__ bool arg_takes(int is_min, int last, double v, double m)
+{
+    if (v != v || m != m)
+        return v != v && (last || m == m);
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+static __device__ bool arg_takes_int(int is_min, int last, i64 v, i64 m)
+{
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+extern "C" __global__ void mprt_k_argmax(int is_min, int last, int type, i64 outer, i64 n,
+                                         i64 inner, const void *x, i64 *y)
+{
+    FOR_EACH(e, outer * inner) {
+        i64 o = e / inner, base = o * n * inner + (e - o * inner), best = 0;
+        if (type == ELEM_F32 || type == ELEM_F64) {
+            double m = float_at(type, x, base);
+            for (i64 j = 1; j < n; j++) {
+                double v = float_at(type, x, base + j * inner);
+                if (arg_takes(is_min, last, v, m))
+                    m = v, best = j;
+            }
+        } else {
+            i64 m = int_at(type, x, base);
+            for (i64 j = 1; j < n; j++) {
+                i64 v = int_at(type, x, base + j * inner);
+                if (arg_takes_int(is_min, last, v, m))
+                    m = v, best = j;
+            }
+        }
+        y[e] = best;
+    }
+}
+
+/* Running sums in double, as the CPU's; y may be x (each thread reads an
+ * element before it writes it). */
+extern "C" __global__ void mprt_k_cumsum(int exclusive, int reverse, i64 outer, i64 n, i64 inner,
+                                         const float *x, float *y)
+{
+    FOR_EACH(e, outer * inner) {
+        i64 o = e / inner, base = o * n * inner + (e - o * inner);
+        double acc = 0.0;
+        for (i64 k = 0; k < n; k++) {
+            i64 j = base + (reverse ? n - 1 - k : k) * inner;
+            double v = x[j];
+            if (!exclusive)
+                acc += v;
+            y[j] = (float)acc;
+            if (exclusive)
+                acc += v;
+        }
+    }
+}
+
 /* ---- Pad (constant, reflect, edge) over up to 8 dims ---- */
 
 struct Pad {

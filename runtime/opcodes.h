@@ -6,7 +6,8 @@
  * the op's parameters where it has some: HardSigmoid alpha, beta;
  * LeakyRelu, Elu alpha; Selu alpha, gamma; Clip min, max; Gelu q = 1 for
  * the tanh approximation); a fused chain's steps (kernel.h); comparisons
- * and logic (bool results) and their operands' element type; Cast's
+ * and logic (bool results); the element types of their operands, of Mod's
+ * and of ArgMax's input (mprt_compare: F32, I64, BOOL); Cast's
  * element types; Pad's modes; how Resize maps an output coordinate to the
  * input (ONNX's coordinate_transformation_mode) and samples it. */
 #ifndef MPRT_OPCODES_H
@@ -17,7 +18,8 @@
         X(HARD_SIGMOID) X(HARD_SWISH) X(LEAKY_RELU) X(ELU) X(SELU) X(SOFTPLUS) X(GELU) X(CLIP) }; \
     enum { X(EW_LOAD) X(EW_UNARY) X(EW_RELU) X(EW_BINARY) X(EW_UNARY_GRAD) X(EW_RELU_GRAD) }; \
     enum { X(EQUAL) X(LESS) X(LESS_EQUAL) X(GREATER) X(GREATER_EQUAL) X(AND) X(OR) X(XOR) }; \
-    enum { X(ELEM_F32) X(ELEM_I64) X(ELEM_BOOL) }; \
+    enum { X(ELEM_F32) X(ELEM_I64) X(ELEM_BOOL) X(ELEM_I32) X(ELEM_I16) X(ELEM_I8) \
+        X(ELEM_U8) X(ELEM_F64) }; \
     enum { X(CAST_F32) X(CAST_I64) X(CAST_I32) X(CAST_U8) X(CAST_BOOL) }; \
     enum { X(PAD_CONSTANT) X(PAD_REFLECT) X(PAD_EDGE) }; \
     enum { X(HALF_PIXEL) X(PYTORCH_HALF_PIXEL) X(ALIGN_CORNERS) X(ASYMMETRIC) }; \

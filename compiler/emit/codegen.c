@@ -178,6 +178,9 @@ static const char *ctype(DType t)
     case DT_I64: return "int64_t";
     case DT_I32: return "int32_t";
     case DT_BOOL: case DT_U8: return "uint8_t";
+    case DT_F64: return "double";   /* the kernels that take any element type: Mod, ArgMax */
+    case DT_I16: return "int16_t";
+    case DT_I8: return "int8_t";
     default: return NULL;
     }
 }
@@ -1490,6 +1493,59 @@ static void emit_compare(CG *cg, const Node *n)
     emit(cg, ", %s);\n", buf(cg, n->out[0]));
 }
 
+/* The element type of the kernels that take any (Mod, ArgMax): MPRT_ELEM_*. */
+static const char *elem_code(CG *cg, const Node *n, uint32_t v)
+{
+    switch (cg->g->values[v].dtype) {
+    case DT_F32: return "MPRT_ELEM_F32";
+    case DT_F64: return "MPRT_ELEM_F64";
+    case DT_I64: return "MPRT_ELEM_I64";
+    case DT_I32: return "MPRT_ELEM_I32";
+    case DT_I16: return "MPRT_ELEM_I16";
+    case DT_I8: return "MPRT_ELEM_I8";
+    case DT_U8: return "MPRT_ELEM_U8";
+    default:
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(cg->g->values[v].dtype)));
+    }
+}
+
+/* Mod with broadcasting, in its operands' type. */
+static void emit_mod(CG *cg, const Node *n)
+{
+    const char *type = elem_code(cg, n, n->in[0]);
+    emit(cg, "    %s(%d, %s, ", kernel(cg, "mod"), mod_fmod(n), type);
+    emit_bcast(cg, n->out[0], n->in, 2);
+    emit(cg, ", %s);\n", buf(cg, n->out[0]));
+}
+
+/* ArgMax and ArgMin over the input as (outer, axis, inner). */
+static void emit_argmax(CG *cg, const Node *n)
+{
+    uint32_t x = n->in[0];
+    const char *type = elem_code(cg, n, x);
+    ArgParams p = arg_params(cg->g, n);
+    const Shape *s = shape_of(cg, x);
+    long outer, inner;
+    around_axis(s, p.axis, &outer, &inner);
+    emit(cg, "    %s(%d, %d, %s, %ld, %lld, %ld, %s, %s);\n", kernel(cg, "argmax"),
+         n->op == OP_ARGMIN, p.last, type, outer, (long long)s->d[p.axis], inner, buf(cg, x),
+         buf(cg, n->out[0]));
+}
+
+/* CumSum (and its gradient, CumSum the other way) along its constant axis. */
+static void emit_cumsum(CG *cg, const Node *n)
+{
+    uint32_t x = n->in[0];
+    float_only(cg, n, x);
+    CumSumParams p = cumsum_params(cg->g, n);
+    const Shape *s = shape_of(cg, x);
+    long outer, inner;
+    around_axis(s, p.axis, &outer, &inner);
+    emit(cg, "    %s(%d, %d, %ld, %lld, %ld, %s, %s);\n", kernel(cg, "cumsum"), p.exclusive,
+         p.reverse, outer, (long long)s->d[p.axis], inner, buf(cg, x), buf(cg, n->out[0]));
+}
+
 static const char *cast_code(CG *cg, const Node *n, DType t)
 {
     switch (t) {
@@ -1926,6 +1982,9 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_GATHER: case OP_GATHER_GRAD: emit_gather(cg, n); break;
     case OP_WHERE: emit_where(cg, n); break;
     case OP_CAST: emit_cast(cg, n); break;
+    case OP_MOD: emit_mod(cg, n); break;
+    case OP_ARGMAX: case OP_ARGMIN: emit_argmax(cg, n); break;
+    case OP_CUMSUM: emit_cumsum(cg, n); break;
     case OP_RESIZE: case OP_RESIZE_GRAD: case OP_UPSAMPLE: emit_resize(cg, n); break;
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
@@ -1939,11 +1998,11 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
         break;
     }
     case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_ROUND: case OP_SIGN:
-    case OP_SIN: case OP_CAST_LIKE: case OP_MOD: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL:
+    case OP_SIN: case OP_CAST_LIKE: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
     case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
-    case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN:
-    case OP_CUMSUM: case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE:
+    case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ:
+    case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE:
     case OP_TRILU:   /* no CPU kernel yet (no OPF_CPU in ops.def) */
         unsupported(cg, n, arena_printf(cg->g->arena, "%s", n->op_type));
         break;
@@ -2384,6 +2443,14 @@ static void emit_float_literal(CG *cg, double f)
         emit(cg, "%af", f);
 }
 
+static void emit_double_literal(CG *cg, double f)
+{
+    if (isnan(f) || isinf(f))
+        emit_float_literal(cg, f);
+    else
+        emit(cg, "%a", f);
+}
+
 /* A constant's bytes, written into its buffer (one per stage reading it). */
 static void emit_const(CG *cg, int b)
 {
@@ -2406,6 +2473,8 @@ static void emit_const(CG *cg, int b)
         emit(cg, "%s", i ? ", " : "");
         if (val->dtype == DT_F32)
             emit_float_literal(cg, tensor_f64(val->data, i));
+        else if (val->dtype == DT_F64)
+            emit_double_literal(cg, tensor_f64(val->data, i));
         else
             emit(cg, "%lld", (long long)tensor_i64(val->data, i));
     }

@@ -163,6 +163,19 @@ static void eval_cast(Ev *e)
     }
 }
 
+/* Float Mod as the runtime's kernel computes it (numpy's rule): C's fmod,
+ * moved by the divisor when the signs differ; a zero takes the divisor's
+ * sign. */
+static double mod_f(bool c_fmod, double a, double b)
+{
+    double r = fmod(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysign(0.0, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
 static double binary_f(const Ev *e, double a, double b)
 {
     switch (e->n->op) {
@@ -170,8 +183,7 @@ static double binary_f(const Ev *e, double a, double b)
     case OP_SUB: return a - b;
     case OP_MUL: return a * b;
     case OP_DIV: return a / b;
-    case OP_MOD: return attr_int(e->n, "fmod", 0) ? fmod(a, b)
-                                                 : a - b * floor(a / b);
+    case OP_MOD: return mod_f(mod_fmod(e->n), a, b);
     case OP_MIN: return a < b ? a : b;
     case OP_MAX: return a > b ? a : b;
     case OP_EQUAL: return a == b;
@@ -194,7 +206,7 @@ static int64_t binary_i(const Ev *e, int64_t a, int64_t b)
             error_at(&e->n->loc, "integer division by zero in a constant expression");
         if (e->n->op == OP_DIV)
             return a / b;
-        if (attr_int(e->n, "fmod", 0))
+        if (mod_fmod(e->n))
             return a % b;
         {
             int64_t r = a % b;   /* the sign follows the divisor, as in Python */

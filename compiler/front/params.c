@@ -296,6 +296,45 @@ void reduce_axes(Graph *g, Node *n, bool reduced[MAX_RANK])
         reduced[param_axis(n, axes[i], x->shape.rank, "axis")] = true;
 }
 
+/* ArgMax and ArgMin: the axis (a dimension of the input), whether it is
+ * kept (as 1), and whether a tie goes to the last index rather than the
+ * first (select_last_index, opset 12; absent before, so the first). */
+ArgParams arg_params(Graph *g, const Node *n)
+{
+    int rank = node_in(g, n, 0)->shape.rank;
+    return (ArgParams){.axis = param_axis(n, attr_int(n, "axis", 0), rank, "axis"),
+                       .keepdims = attr_int(n, "keepdims", 1) != 0,
+                       .last = attr_int(n, "select_last_index", 0) != 0};
+}
+
+/* CumSum: the axis, a constant int32 or int64 scalar input (the sums run
+ * along one dimension, known when the step is written), and the attributes
+ * exclusive (each sum leaves its own element out) and reverse (the sums run
+ * from the end). */
+CumSumParams cumsum_params(Graph *g, const Node *n)
+{
+    const Value *x = node_in(g, n, 0), *a = node_in(g, n, 1);
+    if (a->dtype != DT_I32 && a->dtype != DT_I64)
+        error_at(&n->loc, "CumSum's axis must be int32 or int64, it is %s", value_type(g, a));
+    const Tensor *t = param_const(g, n, 1, "axis");
+    if (t->shape.rank > 1 || shape_numel(&t->shape) != 1)
+        error_at(&n->loc, "CumSum's axis must be a scalar, it has shape %s",
+                 shape_str(g->arena, &t->shape));
+    return (CumSumParams){.axis = param_axis(n, tensor_i64(t, 0), x->shape.rank, "axis"),
+                          .exclusive = attr_int(n, "exclusive", 0) != 0,
+                          .reverse = attr_int(n, "reverse", 0) != 0};
+}
+
+/* Mod: fmod 1 is C's fmod (the result takes the dividend's sign), 0 the
+ * remainder whose sign is the divisor's, as in Python. */
+bool mod_fmod(const Node *n)
+{
+    int64_t f = attr_int(n, "fmod", 0);
+    if (f != 0 && f != 1)
+        error_at(&n->loc, "Mod's fmod must be 0 or 1, it is %lld", (long long)f);
+    return f != 0;
+}
+
 /* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
  * NULL, its constant: attributes before opset 11, inputs since (axes since
  * 18). */

@@ -421,9 +421,13 @@ static void infer_reduce(const Inf *c)
 static void infer_arg(const Inf *c)
 {
     const Value *x = in(c, 0);
-    int axis = norm_axis(c, attr_int(c->n, "axis", 0), x->shape.rank, "axis");
+    ArgParams p = arg_params(c->g, c->n);
+    int axis = p.axis;
+    if (x->shape.d[axis] == 0)   /* no element to name */
+        error_at(&c->n->loc, "%s over an empty axis (%s, axis %d)", c->n->op_type, ty(c, x),
+                 axis);
     Shape r = x->shape;
-    if (attr_int(c->n, "keepdims", 1)) {
+    if (p.keepdims) {
         r.d[axis] = 1;
     } else {
         memmove(r.d + axis, r.d + axis + 1, sizeof(int64_t) * (size_t)(r.rank - axis - 1));
@@ -811,7 +815,11 @@ static void infer_node(const Inf *c)
     case OP_FLOOR: case OP_HARD_SIGMOID: case OP_HARD_SWISH:
     case OP_IDENTITY: case OP_LEAKY_RELU: case OP_LOG: case OP_NEG: case OP_RECIPROCAL:
     case OP_RELU: case OP_ROUND: case OP_SELU: case OP_SIGMOID: case OP_SIGN: case OP_SIN:
-    case OP_SOFTPLUS: case OP_SQRT: case OP_TANH: case OP_CLIP: case OP_CUMSUM:
+    case OP_SOFTPLUS: case OP_SQRT: case OP_TANH: case OP_CLIP:
+        infer_unary(c);
+        break;
+    case OP_CUMSUM:
+        cumsum_params(c->g, c->n);   /* a constant axis, in range */
         infer_unary(c);
         break;
     case OP_GELU:
@@ -826,8 +834,12 @@ static void infer_node(const Inf *c)
     case OP_DROPOUT:
         infer_dropout(c);
         break;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MOD:
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV:
     case OP_MIN: case OP_MAX: case OP_SUM: case OP_MEAN:
+        infer_elementwise(c, false, true);
+        break;
+    case OP_MOD:
+        mod_fmod(c->n);   /* 0 or 1 */
         infer_elementwise(c, false, true);
         break;
     case OP_POW:

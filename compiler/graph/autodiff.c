@@ -784,6 +784,22 @@ static void grad_max_pool(AD *ad, uint32_t dy)
     contribute(ad, x, out);
 }
 
+/* y = CumSum(x): each x_j is in the sums from j on (after j when
+ * exclusive), so dx_j sums dy over those: the same CumSum run the other
+ * way, on the same constant axis. */
+static void grad_cumsum(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    CumSumParams p = cumsum_params(ad->g, n);
+    Node *g = emit(ad, OP_CUMSUM, "dX", (uint32_t[]){dy, n->in[1]}, 2, x, &out);
+    ir_set_int(ad->g, g, "exclusive", p.exclusive);
+    ir_set_int(ad->g, g, "reverse", !p.reverse);
+    contribute(ad, x, out);
+}
+
 static void no_rule(AD *ad)
 {
     error_at(&ad->n->loc, "mpcc has no gradient for %s yet; mpcc --check lists every op "
@@ -849,14 +865,16 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
     case OP_RESIZE: case OP_UPSAMPLE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
-    /* no rule (yet, or none: comparisons carry no gradient), and the internal ops */
+    case OP_CUMSUM: grad_cumsum(ad, dy[0]); break;
+    /* no rule (yet, or none: comparisons and ArgMax carry no gradient, nor does Mod:
+     * ops.def), and the internal ops */
     case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_NOT: case OP_ROUND:
     case OP_SIGN: case OP_SIN: case OP_CAST_LIKE: case OP_MOD: case OP_AND: case OP_OR:
     case OP_XOR: case OP_EQUAL: case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER:
     case OP_GREATER_EQUAL: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL: case OP_REDUCE_PROD:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
     case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
-    case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN: case OP_CUMSUM:
+    case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN:
     case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE: case OP_TRILU:
     case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:
     case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B: case OP_BN_GRAD:

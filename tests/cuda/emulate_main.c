@@ -218,6 +218,131 @@ static void test_compare(void)
     report("not");
 }
 
+/* Element size of an MPRT_ELEM_* type, and v stored as one. */
+static size_t elem_size(int type)
+{
+    switch (type) {
+    case MPRT_ELEM_F64: case MPRT_ELEM_I64: return 8;
+    case MPRT_ELEM_F32: case MPRT_ELEM_I32: return 4;
+    case MPRT_ELEM_I16: return 2;
+    default: return 1;
+    }
+}
+
+static void elem_store(int type, void *p, long i, double v)
+{
+    switch (type) {
+    case MPRT_ELEM_F32: ((float *)p)[i] = (float)v; break;
+    case MPRT_ELEM_F64: ((double *)p)[i] = v; break;
+    case MPRT_ELEM_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case MPRT_ELEM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case MPRT_ELEM_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case MPRT_ELEM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+static const int elem_types[] = {MPRT_ELEM_F32, MPRT_ELEM_F64, MPRT_ELEM_I64, MPRT_ELEM_I32,
+                                 MPRT_ELEM_I16, MPRT_ELEM_I8, MPRT_ELEM_U8};
+
+static int elem_float(int type)
+{
+    return type == MPRT_ELEM_F32 || type == MPRT_ELEM_F64;
+}
+
+/* Mod in every element type, both rules, the divisor broadcast along the
+ * rows: signs mixed, zero and -1 divisors, and for floats NaN, infinities
+ * and zeros of both signs. */
+static void test_mod(void)
+{
+    long shape[] = {4, 8}, sa[] = {8, 1}, sb[] = {0, 1};
+    const double bv[8] = {3, -3, 0, -1, 5, -7, 1, 2};
+    const double fb[8] = {3, -3, 0, -1, 2.5, -0.75, INFINITY, NAN};
+    const double special[8] = {-0.0, 0.0, INFINITY, -INFINITY, NAN, 7.5, -7.5, 6};
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        int type = elem_types[t];
+        size_t sz = elem_size(type);
+        unsigned char a[32 * 8], b[8 * 8], y[32 * 8], cy[32 * 8];
+        for (int i = 0; i < 32; i++) {
+            double v = (double)(int)frand(-100, 100);
+            if (elem_float(type))
+                v = i < 8 ? special[i] : frand(-20, 20);
+            else if (type == MPRT_ELEM_U8)
+                v = v < 0 ? -v : v;
+            elem_store(type, a, i, v);
+        }
+        for (int i = 0; i < 8; i++)
+            elem_store(type, b, i, elem_float(type) ? fb[i]
+                                   : type == MPRT_ELEM_U8 && bv[i] < 0 ? -bv[i] : bv[i]);
+        for (int c_fmod = 0; c_fmod < 2; c_fmod++) {
+            memset(y, 0, sizeof y), memset(cy, 1, sizeof cy);
+            mprt_mod(c_fmod, type, 2, shape, a, sa, b, sb, y);
+            mprt_cu_mod(c_fmod, type, 2, shape, a, sa, b, sb, cy);
+            char what[32];
+            snprintf(what, sizeof what, "mod (type %d, fmod %d)", type, c_fmod);
+            same(what, y, cy, 32 * sz);
+        }
+    }
+    report("mod");
+}
+
+/* ArgMax and ArgMin over the middle of (3, 7, 4), in every element type:
+ * small integers (ties), and NaNs among the floats. */
+static void test_argmax(void)
+{
+    const long outer = 3, n = 7, inner = 4, total = outer * n * inner;
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        int type = elem_types[t];
+        unsigned char x[84 * 8];
+        for (long i = 0; i < total; i++)
+            elem_store(type, x, i, (double)(int)frand(type == MPRT_ELEM_U8 ? 0 : -3, 3));
+        if (elem_float(type)) {
+            elem_store(type, x, 4, NAN);    /* line (0, 0): one NaN */
+            elem_store(type, x, 9, NAN);    /* line (0, 1): two */
+            elem_store(type, x, 21, NAN);
+        }
+        for (int code = 0; code < 4; code++) {
+            int64_t y[12], cy[12];
+            memset(cy, 0xff, sizeof cy);
+            mprt_argmax(code & 1, code >> 1, type, outer, n, inner, x, y);
+            mprt_cu_argmax(code & 1, code >> 1, type, outer, n, inner, x, cy);
+            char what[48];
+            snprintf(what, sizeof what, "argmax (type %d, min %d, last %d)", type, code & 1,
+                     code >> 1);
+            same(what, y, cy, sizeof y);
+        }
+    }
+    report("argmax");
+}
+
+/* CumSum along a middle axis and a long one, each way, then in place. */
+static void cumsum_case(long outer, long n, long inner)
+{
+    long total = outer * n * inner;
+    float *x = fvec(total, -1, 1);
+    x[total / 2] = NAN;
+    for (int code = 0; code < 4; code++) {
+        float *y = fzero(total), *cy = fvec(total, 5, 6);
+        float *in = copy_of(x, (size_t)total * 4), *cin = copy_of(x, (size_t)total * 4);
+        mprt_cumsum(code & 1, code >> 1, outer, n, inner, x, y);
+        mprt_cu_cumsum(code & 1, code >> 1, outer, n, inner, x, cy);
+        same("cumsum", y, cy, (size_t)total * 4);
+        mprt_cumsum(code & 1, code >> 1, outer, n, inner, in, in);
+        mprt_cu_cumsum(code & 1, code >> 1, outer, n, inner, cin, cin);
+        same("cumsum (in place)", in, cin, (size_t)total * 4);
+        same("cumsum (in place, as apart)", y, in, (size_t)total * 4);
+        free(y), free(cy), free(in), free(cin);
+    }
+    free(x);
+}
+
+static void test_cumsum(void)
+{
+    cumsum_case(2, 9, 3);
+    cumsum_case(1, 1000, 1);
+    report("cumsum");
+}
+
 static void pad_case(int mode, int rank, const long *xs, const long *ys, const long *begin)
 {
     long nx = 1, ny = 1;
@@ -798,6 +923,9 @@ int main(void)
     test_binary();
     test_nary();
     test_compare();
+    test_mod();
+    test_argmax();
+    test_cumsum();
     test_pad();
     test_pool();
     test_norm();

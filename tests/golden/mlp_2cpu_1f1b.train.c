@@ -210,7 +210,8 @@ void mprt_st_close(MprtStFile *f);  /* unmaps and frees; safe on a zeroed f */
  * the op's parameters where it has some: HardSigmoid alpha, beta;
  * LeakyRelu, Elu alpha; Selu alpha, gamma; Clip min, max; Gelu q = 1 for
  * the tanh approximation); a fused chain's steps (kernel.h); comparisons
- * and logic (bool results) and their operands' element type; Cast's
+ * and logic (bool results); the element types of their operands, of Mod's
+ * and of ArgMax's input (mprt_compare: F32, I64, BOOL); Cast's
  * element types; Pad's modes; how Resize maps an output coordinate to the
  * input (ONNX's coordinate_transformation_mode) and samples it. */
 #define MPRT_OPCODES(X) \
@@ -219,7 +220,8 @@ void mprt_st_close(MprtStFile *f);  /* unmaps and frees; safe on a zeroed f */
         X(HARD_SIGMOID) X(HARD_SWISH) X(LEAKY_RELU) X(ELU) X(SELU) X(SOFTPLUS) X(GELU) X(CLIP) }; \
     enum { X(EW_LOAD) X(EW_UNARY) X(EW_RELU) X(EW_BINARY) X(EW_UNARY_GRAD) X(EW_RELU_GRAD) }; \
     enum { X(EQUAL) X(LESS) X(LESS_EQUAL) X(GREATER) X(GREATER_EQUAL) X(AND) X(OR) X(XOR) }; \
-    enum { X(ELEM_F32) X(ELEM_I64) X(ELEM_BOOL) }; \
+    enum { X(ELEM_F32) X(ELEM_I64) X(ELEM_BOOL) X(ELEM_I32) X(ELEM_I16) X(ELEM_I8) \
+        X(ELEM_U8) X(ELEM_F64) }; \
     enum { X(CAST_F32) X(CAST_I64) X(CAST_I32) X(CAST_U8) X(CAST_BOOL) }; \
     enum { X(PAD_CONSTANT) X(PAD_REFLECT) X(PAD_EDGE) }; \
     enum { X(HALF_PIXEL) X(PYTORCH_HALF_PIXEL) X(ALIGN_CORNERS) X(ASYMMETRIC) }; \
@@ -3164,8 +3166,8 @@ MPRT_KERNEL void mprt_sq_norm(long n, const float *g, float scale, double *out)
 
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, comparisons, Cast and 2-D
- * Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, Mod, Cast and
+ * 2-D Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -3411,6 +3413,100 @@ MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
         y[i] = !x[i];
 }
 
+/* ---- elements of any type (MPRT_ELEM_*): integers as int64, floats as
+ * double, both exact ---- */
+
+static int64_t mprt_elem_int(int type, const void *p, long i)
+{
+    switch (type) {
+    case MPRT_ELEM_I64: return ((const int64_t *)p)[i];
+    case MPRT_ELEM_I32: return ((const int32_t *)p)[i];
+    case MPRT_ELEM_I16: return ((const int16_t *)p)[i];
+    case MPRT_ELEM_I8: return ((const int8_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+static void mprt_elem_put(int type, void *p, long i, int64_t v)
+{
+    switch (type) {
+    case MPRT_ELEM_I64: ((int64_t *)p)[i] = v; break;
+    case MPRT_ELEM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case MPRT_ELEM_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case MPRT_ELEM_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+static inline int mprt_elem_is_float(int type)
+{
+    return type == MPRT_ELEM_F32 || type == MPRT_ELEM_F64;
+}
+
+static double mprt_elem_float(int type, const void *p, long i)
+{
+    return type == MPRT_ELEM_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* ---- Mod, with broadcasting, in the operands' own type ---- */
+
+/* Integers: C's remainder (c_fmod), or the one whose sign is the
+ * divisor's, as in Python. A zero divisor gives 0, as numpy does, where C
+ * leaves it undefined; so does -1, whose remainder is always 0, where C's
+ * INT64_MIN % -1 traps. */
+static int64_t mprt_mod_int(int c_fmod, int64_t a, int64_t b)
+{
+    if (b == 0 || b == -1)
+        return 0;
+    int64_t r = a % b;
+    return c_fmod || r == 0 || (r < 0) == (b < 0) ? r : r + b;
+}
+
+/* Floats, numpy's rule (ONNX's reference): C's fmod, moved by the divisor
+ * when the signs differ; a zero remainder takes the divisor's sign. In
+ * float for float32 operands, as numpy computes them. */
+static float mprt_mod_f32(int c_fmod, float a, float b)
+{
+    float r = fmodf(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysignf(0.0f, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
+static double mprt_mod_f64(int c_fmod, double a, double b)
+{
+    double r = fmod(a, b);
+    if (c_fmod || b == 0)
+        return r;
+    if (r == 0)
+        return copysign(0.0, b);
+    return (r < 0) != (b < 0) ? r + b : r;
+}
+
+/* y = a mod b with broadcasting; type is both operands' and y's. */
+MPRT_KERNEL void mprt_mod(int c_fmod, int type, int rank, const long *shape, const void *a,
+                          const long *sa, const void *b, const long *sb, void *y)
+{
+    long n = 1, idx[8] = {0}, off[2] = {0, 0};
+    const long *s[2] = {sa, sb};
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    for (long i = 0; i < n; i++) {
+        if (type == MPRT_ELEM_F32)
+            ((float *)y)[i] = mprt_mod_f32(c_fmod, ((const float *)a)[off[0]],
+                                           ((const float *)b)[off[1]]);
+        else if (type == MPRT_ELEM_F64)
+            ((double *)y)[i] = mprt_mod_f64(c_fmod, ((const double *)a)[off[0]],
+                                            ((const double *)b)[off[1]]);
+        else
+            mprt_elem_put(type, y, i, mprt_mod_int(c_fmod, mprt_elem_int(type, a, off[0]),
+                                                   mprt_elem_int(type, b, off[1])));
+        mprt_bcast_next(rank, shape, idx, 2, off, s);
+    }
+}
+
 static double mprt_cast_read(int t, const void *x, long i)
 {
     switch (t) {
@@ -3509,8 +3605,8 @@ MPRT_KERNEL void mprt_resize(int back, const MprtResize *p, float *x, float *y)
 
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
- * variadic Sum/Mean/Min/Max, PRelu, reductions, Softmax,
- * LayerNormalization, InstanceNormalization and Dropout.
+ * variadic Sum/Mean/Min/Max, PRelu, reductions, ArgMax/ArgMin, CumSum,
+ * Softmax, LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -3953,6 +4049,81 @@ MPRT_KERNEL void mprt_reduce_max_grad(int rank, const long *shape, const int *ke
         mprt_reduce_next(rank, shape, so, idx, &io);
     }
     free(count);
+}
+
+/* ---- ArgMax and ArgMin, CumSum: along the middle of (outer, n, inner) ---- */
+
+/* Whether v takes the place of m, the extreme so far: the larger (is_min:
+ * the smaller), and a NaN over any number, as numpy (ONNX's reference)
+ * has it; on a tie, or from NaN to NaN, only when the last index is asked
+ * for. */
+static inline int mprt_arg_takes(int is_min, int last, double v, double m)
+{
+    if (v != v || m != m)
+        return v != v && (last || m == m);
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+static inline int mprt_arg_takes_int(int is_min, int last, int64_t v, int64_t m)
+{
+    return is_min ? v < m || (last && v == m) : v > m || (last && v == m);
+}
+
+/* The index of the extreme element of one line (n >= 1 elements, stride
+ * inner), the axis walked from its start. */
+static int64_t mprt_arg_line(int is_min, int last, int type, long n, long inner,
+                             const void *x, long base)
+{
+    int64_t best = 0;
+    if (mprt_elem_is_float(type)) {
+        double m = mprt_elem_float(type, x, base);
+        for (long j = 1; j < n; j++) {
+            double v = mprt_elem_float(type, x, base + j * inner);
+            if (mprt_arg_takes(is_min, last, v, m))
+                m = v, best = j;
+        }
+    } else {
+        int64_t m = mprt_elem_int(type, x, base);
+        for (long j = 1; j < n; j++) {
+            int64_t v = mprt_elem_int(type, x, base + j * inner);
+            if (mprt_arg_takes_int(is_min, last, v, m))
+                m = v, best = j;
+        }
+    }
+    return best;
+}
+
+/* y[o, i] = the index along the axis of x[o, :, i]'s largest (is_min:
+ * smallest) element; x of element type `type` (MPRT_ELEM_*). */
+MPRT_KERNEL void mprt_argmax(int is_min, int last, int type, long outer, long n, long inner,
+                             const void *x, int64_t *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++)
+            y[o * inner + i] = mprt_arg_line(is_min, last, type, n, inner, x, o * n * inner + i);
+}
+
+/* y = the running sums of x along the axis, in double, each line from its
+ * start (reverse: from its end); exclusive leaves each element out of its
+ * own sum. y may be x. */
+MPRT_KERNEL void mprt_cumsum(int exclusive, int reverse, long outer, long n, long inner,
+                             const float *x, float *y)
+{
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            const float *xl = x + o * n * inner + i;
+            float *yl = y + o * n * inner + i;
+            double acc = 0.0;
+            for (long k = 0; k < n; k++) {
+                long j = (reverse ? n - 1 - k : k) * inner;
+                double v = xl[j];
+                if (!exclusive)
+                    acc += v;
+                yl[j] = (float)acc;
+                if (exclusive)
+                    acc += v;
+            }
+        }
 }
 
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:

@@ -40,8 +40,8 @@ A case (see Case below):
           knows is not run through its checker (gradcheck.table says so)
 
 Adding an op is adding entries here.  A case is registered with CTest once
-every op its model uses has OPF_GRAD (or OPF_NOGRAD: comparisons, whose bool
-outputs carry no gradient) in compiler/ops.def.
+every op its model uses has OPF_GRAD (or OPF_NOGRAD: comparisons and ArgMax,
+whose bool or index outputs carry no gradient) in compiler/ops.def.
 """
 import numpy as np
 import torch
@@ -603,6 +603,19 @@ CASES = [
          dict(A=spread(4, 5, scale=1.5), B=randn(4, 5), k=ints(0)),
          lambda t: torch.where(t.A.to(torch.int64) == t.k, t.A, t.B),
          note="int64 operands: Cast truncates toward zero, as torch's to(int64)"),
+    # -- ArgMax and ArgMin (int64 indices, no gradient of their own) of a parameter,
+    #    choosing what Gather reads of it: training goes through the Gather alone
+    Case("ArgMax_Gather_columns", "ArgMax",
+         [N("ArgMax", ["W"], ["i"], axis=1, keepdims=0), N("Gather", ["W", "i"], axis=1)],
+         dict(W=distinct(3, 5)),
+         lambda t: t.W[:, torch.argmax(t.W, 1)]),
+    Case("ArgMin_last_index_Gather", "ArgMin",
+         [Const("A", "A"), N("ArgMin", ["A"], ["i"], axis=0, keepdims=0, select_last_index=1),
+          N("Gather", ["B", "i"])],
+         dict(B=randn(4, 3)),
+         lambda t: t.B[(t.A.shape[0] - 1) - torch.argmin(torch.flip(t.A, [0]), 0)],
+         consts=dict(A=lambda r: np.round(r.standard_normal((4, 6))).astype(np.float32)),
+         note="A rounded to integers: its minima tie, and the last of them is chosen"),
 
     # -- reductions: axes as an attribute (opset 17) or an input (ReduceSum 13,
     #    the others 18), keepdims, noop_with_empty_axes
@@ -638,6 +651,22 @@ CASES = [
     Case("ReduceMin_axis_keepdims0", "ReduceMin",
          [N("ReduceMin", ["X"], axes=[-1], keepdims=0)],
          dict(X=distinct(3, 4)), lambda t: t.X.amin(-1)),
+
+    # -- CumSum: the axis a constant input (int64 or int32); its gradient is
+    #    CumSum of dy the other way, exclusive as the forward
+    Case("CumSum_axis1", "CumSum", [N("CumSum", ["W", "axis"])],
+         dict(W=randn(2, 5, 3), axis=scalar(1, np.int64)),
+         lambda t: torch.cumsum(t.W, 1)),
+    Case("CumSum_exclusive_last_axis", "CumSum", [N("CumSum", ["W", "axis"], exclusive=1)],
+         dict(W=randn(3, 6), axis=scalar(-1, np.int64)),
+         lambda t: F.pad(torch.cumsum(t.W, -1)[:, :-1], (1, 0))),
+    Case("CumSum_reverse_axis0_int32", "CumSum", [N("CumSum", ["W", "axis"], reverse=1)],
+         dict(W=randn(4, 3), axis=scalar(0, np.int32)),
+         lambda t: torch.flip(torch.cumsum(torch.flip(t.W, [0]), 0), [0])),
+    Case("CumSum_reverse_exclusive", "CumSum",
+         [N("CumSum", ["W", "axis"], exclusive=1, reverse=1)],
+         dict(W=randn(2, 7), axis=scalar(1, np.int64)),
+         lambda t: F.pad(torch.flip(torch.cumsum(torch.flip(t.W, [1]), 1), [1])[:, 1:], (0, 1))),
 
     # -- Expand and Tile
     Case("Expand_rank_and_size", "Expand", [N("Expand", ["X", "shape"])],

@@ -20,7 +20,7 @@ updates (BatchNorm running statistics) to 1e-6 + 1e-5 relative.
 Run:
   gradcheck.py run CASE --mpcc build/mpcc --work DIR   one case
   gradcheck.py ready compiler/ops.def   the cases whose ops all have OPF_GRAD
-                                        (or OPF_NOGRAD: bool outputs)
+                                        (or OPF_NOGRAD: bool or index outputs)
                                         (CMake registers these), one a line
   gradcheck.py coverage compiler/ops.def   fail if an op with OPF_GRAD
                                            (not OPF_INTERNAL) has no case
