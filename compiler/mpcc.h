@@ -292,6 +292,12 @@ Loc value_loc(const Graph *g, uint32_t v);
 void ir_toposort(Graph *g);   /* fills order; errors on cycles and dangling inputs */
 /* The nodes emitted since norder was `before` take order[pos]'s place. */
 void ir_splice_order(Graph *g, uint32_t pos, uint32_t before);
+/* What a lowering (einsum.c, rnn.c, composite.c) emits for `node`: nodes
+ * and constants named after `prefix`, numbered by *step. */
+Node *ir_emit_lowered(Graph *g, uint32_t node, const char *prefix, uint32_t *step, Op op,
+                      const uint32_t *in, uint32_t nin, uint32_t out, uint32_t *result);
+uint32_t ir_lowered_const(Graph *g, const char *prefix, uint32_t *step, DType t, const void *v,
+                          int n, const Shape *shape);
 void ir_verify(Graph *g);     /* internal consistency, debug builds after each pass */
 
 /* ---------------------------------------------------- core/sha256.c */

@@ -544,3 +544,32 @@ void ir_splice_order(Graph *g, uint32_t pos, uint32_t before)
     memcpy(g->order + pos, moved, added * sizeof *moved);
     g->norder = before - 1 + added;
 }
+
+/* A node a lowering emits in place of `node`: named "PREFIX/OpK" (k from
+ * *step), at the node's location, writing a new value (or `out` when it is
+ * not NONE), which *result receives. */
+Node *ir_emit_lowered(Graph *g, uint32_t node, const char *prefix, uint32_t *step, Op op,
+                      const uint32_t *in, uint32_t nin, uint32_t out, uint32_t *result)
+{
+    const char *name = arena_printf(g->arena, "%s/%s%u", prefix, op_info[op].name, (*step)++);
+    if (out == NONE)
+        out = ir_new_value(g, name, g->values[in[0]].dtype, &(Shape){0});
+    uint32_t id = ir_emit(g, op, name, in, nin, &out, 1, PH_FORWARD);
+    Node *n = &g->nodes[id];
+    n->loc = g->nodes[node].loc;
+    *result = out;
+    return n;
+}
+
+/* A constant a lowering needs: n elements of type t from v, named
+ * "PREFIX/cK". */
+uint32_t ir_lowered_const(Graph *g, const char *prefix, uint32_t *step, DType t, const void *v,
+                          int n, const Shape *shape)
+{
+    size_t size = dtype_size(t) * (size_t)n;
+    void *data = arena_alloc(g->arena, size + 8);
+    memcpy(data, v, size);
+    Tensor *c = arena_alloc(g->arena, sizeof *c);
+    *c = (Tensor){.dtype = t, .shape = *shape, .data = data, .nbytes = size};
+    return ir_new_const(g, arena_printf(g->arena, "%s/c%u", prefix, (*step)++), c);
+}

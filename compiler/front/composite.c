@@ -43,28 +43,14 @@ typedef struct Lower {
 
 static uint32_t ints(Lower *l, const int64_t *v, int n)
 {
-    Graph *g = l->g;
-    int64_t *data = arena_array(g->arena, (size_t)n + 1, sizeof *data);
-    memcpy(data, v, sizeof *data * (size_t)n);
-    Tensor *t = arena_alloc(g->arena, sizeof *t);
-    *t = (Tensor){.dtype = DT_I64, .shape = {1, {n}}, .data = data,
-                  .nbytes = sizeof *data * (size_t)n};
-    return ir_new_const(g, arena_printf(g->arena, "%s/c%u", l->name, l->step++), t);
+    return ir_lowered_const(l->g, l->name, &l->step, DT_I64, v, n, &(Shape){1, {n}});
 }
 
 /* One new node writing a new value, or `out` when it is not NONE. */
 static Node *add(Lower *l, Op op, const uint32_t *in, uint32_t nin, uint32_t out,
                  uint32_t *result)
 {
-    Graph *g = l->g;
-    const char *name = arena_printf(g->arena, "%s/%s%u", l->name, op_info[op].name, l->step++);
-    if (out == NONE)
-        out = ir_new_value(g, name, g->values[in[0]].dtype, &(Shape){0});
-    uint32_t id = ir_emit(g, op, name, in, nin, &out, 1, PH_FORWARD);
-    Node *n = &g->nodes[id];
-    n->loc = g->nodes[l->node].loc;
-    *result = out;
-    return n;
+    return ir_emit_lowered(l->g, l->node, l->name, &l->step, op, in, nin, out, result);
 }
 
 static uint32_t op1(Lower *l, Op op, uint32_t x, uint32_t out)

@@ -47,13 +47,7 @@ static _Noreturn void unsupported(const Rnn *R, const char *why)
 
 static uint32_t constant(Rnn *R, DType t, const void *v, int n, const Shape *shape)
 {
-    Graph *g = R->g;
-    size_t size = dtype_size(t) * (size_t)n;
-    void *data = arena_alloc(g->arena, size + 8);
-    memcpy(data, v, size);
-    Tensor *c = arena_alloc(g->arena, sizeof *c);
-    *c = (Tensor){.dtype = t, .shape = *shape, .data = data, .nbytes = size};
-    return ir_new_const(g, arena_printf(g->arena, "%s/c%u", R->name, R->step++), c);
+    return ir_lowered_const(R->g, R->name, &R->step, t, v, n, shape);
 }
 
 static uint32_t ints(Rnn *R, const int64_t *v, int n)
@@ -64,15 +58,7 @@ static uint32_t ints(Rnn *R, const int64_t *v, int n)
 /* One new node writing a new value, or `out` when it is not NONE. */
 static Node *add(Rnn *R, Op op, const uint32_t *in, uint32_t nin, uint32_t out, uint32_t *result)
 {
-    Graph *g = R->g;
-    const char *name = arena_printf(g->arena, "%s/%s%u", R->name, op_info[op].name, R->step++);
-    if (out == NONE)
-        out = ir_new_value(g, name, g->values[in[0]].dtype, &(Shape){0});
-    uint32_t id = ir_emit(g, op, name, in, nin, &out, 1, PH_FORWARD);
-    Node *n = &g->nodes[id];
-    n->loc = g->nodes[R->node].loc;
-    *result = out;
-    return n;
+    return ir_emit_lowered(R->g, R->node, R->name, &R->step, op, in, nin, out, result);
 }
 
 static uint32_t op2(Rnn *R, Op op, uint32_t a, uint32_t b)
