@@ -2,11 +2,12 @@
 # Benchmark: the generated CPU trainer's step time against PyTorch CPU on the
 # same model, batch, optimizer (SGD lr 0.01 momentum 0.9) and thread count,
 # measured in one run, alternating.
-#   tests/bench/bench_train.sh [mlp|cnn|gpt] [BUILD_DIR] [WORK_DIR]
+#   tests/bench/bench_train.sh [mlp|cnn|gpt|seq2seq] [BUILD_DIR] [WORK_DIR]
 # Models: mlp: MLP 784-1024-1024-10, batch 256; cnn: tests/train/ref_train.py's
 # CNN (2 conv+BN+ReLU+pool, linear), batch 64, 32x32; gpt:
 # tests/models/export_gpt.py with d 256, 4 layers, 4 heads, T 128, vocabulary
-# 512, batch 8. mpcc's figure: the time of a run of 3 + N steps minus that
+# 512, batch 8; seq2seq: tests/train/ref_train.py's LSTM encoder-decoder,
+# batch 32, 20 tokens. mpcc's figure: the time of a run of 3 + N steps minus that
 # of a run of 3 steps, divided by N (start-up, loading and the first touch of
 # the arena cancel out); PyTorch's: the median of N steps after 5 warm-up
 # steps (tests/bench/torch_step.py). Each side is measured twice, the best
@@ -38,7 +39,13 @@ gpt)
         --heads 4 --layers 4 --T 128 --batch 8 >/dev/null
     "$build/mpcc" model.onnx -cpus 1 -batch 8 --class-axis=-1 --lr=0.01 --momentum=0.9 -o train.c
     desc="GPT d 256, 4 layers, 4 heads, T 128, vocabulary 512, batch 8" ;;
-*) echo "bench_train.sh: unknown model '$model' (mlp, cnn or gpt)" >&2; exit 2 ;;
+seq2seq)
+    steps=${STEPS:-30}
+    /usr/bin/python3 "$root/tests/train/ref_train.py" --model seq2seq --batch 32 --steps 1 \
+        --lr 0.01 --momentum 0.9 --out . >/dev/null
+    "$build/mpcc" model.onnx -cpus 1 -batch 32 --lr=0.01 --momentum=0.9 -o train.c
+    desc="encoder-decoder: Embedding 100x32, LSTM 32-64, LSTM 64-64, Linear, mean, Linear; T 20, batch 32" ;;
+*) echo "bench_train.sh: unknown model '$model' (mlp, cnn, gpt or seq2seq)" >&2; exit 2 ;;
 esac
 $(sed -n 's/^ \* build:  //p' train.c)
 mpcc_step() {   # (time of 3 + N steps - time of 3 steps) / N: start-up cancels out
