@@ -56,6 +56,14 @@ static bool all_ops_known(const Graph *g)
  * bytes in memory sets its own). */
 Graph *(*driver_import)(Arena *a, const char *path) = import_model;
 
+/* The model as the compiler sees it: float32 inside (float32.c). */
+static Graph *import_for_compile(Arena *a, const char *path)
+{
+    Graph *g = driver_import(a, path);
+    float32_boundary(g);
+    return g;
+}
+
 #ifdef NDEBUG
 #define VERIFY(g) ((void)0)
 #else
@@ -66,7 +74,7 @@ Graph *(*driver_import)(Arena *a, const char *path) = import_model;
  * the model as exported, its shapes inferred at that batch. */
 static void reference(Arena *a, const Options *o, Graph *g)
 {
-    Graph *ref = driver_import(a, o->input);
+    Graph *ref = import_for_compile(a, o->input);
     rebatch_bind_reference(g, ref);
     ir_toposort(ref);
     infer_shapes(ref);
@@ -103,7 +111,7 @@ static void training_graph(Graph *g, const Options *o)
 /* The model as the front end leaves it: bound, typed, folded, pruned. */
 Graph *driver_model(Arena *arena, const Options *o)
 {
-    Graph *g = driver_import(arena, o->input);
+    Graph *g = import_for_compile(arena, o->input);
     bind_shapes(g, o, true);
     driver_analyse(arena, o, g);
     return g;
@@ -341,7 +349,7 @@ int driver_run(Arena *arena, Options *o)
     check_microbatches(&opt);
     if (opt.train.microbatches > 1)
         opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
-    Graph *g = driver_import(arena, opt.input);
+    Graph *g = import_for_compile(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
     if (opt.check)

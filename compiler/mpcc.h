@@ -259,6 +259,8 @@ typedef struct Graph {
     uint32_t nnodes, cap_nodes;
     uint32_t *inputs, ninputs;
     uint32_t *outputs, noutputs;
+    DType *output_dtypes;  /* each output's element type as the model declares it
+                              (DT_UNDEFINED where it does not), or NULL */
     uint32_t *order, norder, cap_order;  /* live nodes in topological order */
     NameMap *names;
     uint32_t loss, labels; /* training: the loss and the labels input, or NONE */
@@ -516,7 +518,15 @@ void lower_rnn(Graph *g, uint32_t pos);
 bool is_composite(Op op);
 void lower_composite(Graph *g, uint32_t pos);
 
+/* -------------------------------------------------- front/float32.c */
+
+/* float64, float16 and bfloat16 computed in float32, their types kept at
+ * the graph's inputs (and, with --infer, its outputs). */
+void float32_boundary(Graph *g);
+
 /* ----------------------------------------------------- front/fold.c */
+
+void tensor_set_f64(Tensor *t, int64_t i, double v);   /* rounded to t's type */
 
 bool fold_node(Graph *g, Node *n);    /* true if n was evaluated and removed */
 void prune(Graph *g);                 /* drop dead nodes and unused constants */

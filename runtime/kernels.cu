@@ -1461,12 +1461,52 @@ extern "C" __global__ void mprt_k_gather_grad(i64 outer, i64 dim, i64 inner, i64
     }
 }
 
+/* float16 by its bits, as cpu_move.c converts it. */
+static __device__ float f16_to_f32(unsigned short h)
+{
+    unsigned sign = (unsigned)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+    if (e == 0x1f)
+        x = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        x = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m)
+        x = sign;
+    else {
+        for (e = 113; !(m & 0x400); e--)
+            m <<= 1;
+        x = sign | (e << 23) | ((m & 0x3ff) << 13);
+    }
+    return __int_as_float((int)x);
+}
+
+static __device__ unsigned short f32_to_f16(float f)
+{
+    unsigned x = (unsigned)__float_as_int(f);
+    unsigned sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+    if (e == 0xff)
+        return (unsigned short)(sign | 0x7c00 | (m ? 0x200 : 0));
+    int he = (int)e - 112;
+    if (he >= 31)
+        return (unsigned short)(sign | 0x7c00);
+    if (he < -10)
+        return (unsigned short)sign;
+    int shift = he <= 0 ? 14 - he : 13;
+    if (he <= 0)
+        m |= 0x800000;
+    unsigned r = (he <= 0 ? 0 : (unsigned)he << 10) | (m >> shift);
+    unsigned rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    r += rem > half || (rem == half && (r & 1));
+    return (unsigned short)(sign | r);
+}
+
 static __device__ double cast_read(int t, const void *x, i64 i)
 {
     switch (t) {
     case CAST_F32: return ((const float *)x)[i];
     case CAST_I64: return (double)((const i64 *)x)[i];
     case CAST_I32: return ((const int *)x)[i];
+    case CAST_F64: return ((const double *)x)[i];
+    case CAST_F16: return f16_to_f32(((const unsigned short *)x)[i]);
     default: return ((const u8 *)x)[i];
     }
 }
@@ -1480,6 +1520,8 @@ extern "C" __global__ void mprt_k_cast(i64 n, int from, int to, const void *x, v
         case CAST_I64: ((i64 *)y)[i] = (i64)v; break;
         case CAST_I32: ((int *)y)[i] = (int)v; break;
         case CAST_U8: ((u8 *)y)[i] = (u8)v; break;
+        case CAST_F64: ((double *)y)[i] = v; break;
+        case CAST_F16: ((unsigned short *)y)[i] = f32_to_f16((float)v); break;
         default: ((u8 *)y)[i] = v != 0; break;
         }
     }

@@ -181,6 +181,7 @@ static const char *ctype(DType t)
     case DT_F64: return "double";   /* the kernels that take any element type: Mod, ArgMax */
     case DT_I16: return "int16_t";
     case DT_I8: return "int8_t";
+    case DT_F16: return "uint16_t";   /* its bits: read and written by Cast */
     default: return NULL;
     }
 }
@@ -1554,6 +1555,8 @@ static const char *cast_code(CG *cg, const Node *n, DType t)
     case DT_I32: return "MPRT_CAST_I32";
     case DT_U8: return "MPRT_CAST_U8";
     case DT_BOOL: return "MPRT_CAST_BOOL";
+    case DT_F64: return "MPRT_CAST_F64";
+    case DT_F16: return "MPRT_CAST_F16";
     default: unsupported(cg, n, arena_printf(cg->g->arena, "Cast to or from %s", dtype_name(t)));
     }
 }
@@ -2462,6 +2465,7 @@ static void emit_const(CG *cg, int b)
              value_bytes(val));
         return;
     }
+    MPCC_ASSERT(val->dtype != DT_F16);   /* float32.c converts float16 constants */
     if (!ctype(val->dtype) || value_bytes(val) > (1 << 20)) {
         Loc loc = value_loc(cg->g, bf->value);
         error_at(&loc, "the CPU trainer does not support constants of type %s over 1 MB yet "

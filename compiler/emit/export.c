@@ -13,7 +13,8 @@
  *
  * Checks, in order: every floating-point initializer is in the checkpoint,
  * with the same dtype and shape (the optimizer state beside the weights is
- * not looked at); the checkpoint's model_sha256, when it has one, is the
+ * not looked at; a float64, float16 or bfloat16 weight, which trains in
+ * float32, is converted back to its type); the checkpoint's model_sha256, when it has one, is the
  * model's. A weight the compiler untied from an Identity (export_mode.c) is
  * in the checkpoint under the Identity's output name: that Identity node is
  * left out and its output becomes an initializer of its own. The output is written to FILE.tmp and renamed, so a failure
@@ -288,13 +289,21 @@ static const char *esc(Export *e, const char *s)
     return str_escaped(e->a, s, 160);
 }
 
+/* A float64, float16 or bfloat16 weight trains in float32 (float32.c):
+ * its checkpoint tensor is float32, converted back when written. */
+static bool widened(DType ckpt, DType model)
+{
+    return ckpt == DT_F32 && (model == DT_F64 || model == DT_F16 || model == DT_BF16);
+}
+
 static void check_same_type(Export *e, const char *name, const MprtStTensor *t,
-                            const Value *val)
+                            const Value *val, bool convertible)
 {
     Shape s = {.rank = t->rank};
     memcpy(s.d, t->shape, sizeof(int64_t) * (size_t)t->rank);
     DType dt = dtype_of_mprt[t->dtype];
-    if (dt == val->dtype && shape_eq(&s, &val->shape))
+    bool type_ok = dt == val->dtype || (convertible && widened(dt, val->dtype));
+    if (type_ok && shape_eq(&s, &val->shape))
         return;
     error_file(e->ckpt, "tensor '%s' is %s %s here but %s %s in %s; export a checkpoint "
                "of this model", esc(e, name), dtype_name(dt), shape_str(e->a, &s),
@@ -324,13 +333,13 @@ static void match_checkpoint(Export *e)
     for (uint32_t i = 0; i < e->ninits; i++) {
         const Init *in = &e->inits[i];
         if (in->ckpt)
-            check_same_type(e, in->name, in->ckpt, in->val);
+            check_same_type(e, in->name, in->ckpt, in->val, true);
         else if (dtype_is_float(in->val->dtype))
             error_file(e->ckpt, "has no tensor '%s', a weight of %s; is it a checkpoint "
                        "of another model?", esc(e, in->name), esc(e, e->model));
     }
     for (uint32_t i = 0; i < e->nuntied; i++)
-        check_same_type(e, e->untied[i].name, e->untied[i].ckpt, e->untied[i].weight);
+        check_same_type(e, e->untied[i].name, e->untied[i].ckpt, e->untied[i].weight, false);
 }
 
 /* The trainer records the SHA-256 of the model file it was compiled from. */
@@ -375,6 +384,23 @@ static size_t tensor_size(const Init *in)
     return kept + field_size(TENSOR_RAW_DATA, in->data.n);
 }
 
+/* The checkpoint's bytes of an initializer, in the model's type. */
+static Span checkpoint_data(Export *e, const Init *in)
+{
+    const MprtStTensor *t = in->ckpt;
+    DType want = in->val->dtype;
+    if (dtype_of_mprt[t->dtype] == want)
+        return (Span){t->data, t->nbytes};
+    size_t n = t->nbytes / 4;
+    Tensor out = {.dtype = want, .data = arena_alloc(e->a, n * dtype_size(want) + 8)};
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, (const char *)t->data + i * 4, 4);
+        tensor_set_f64(&out, (int64_t)i, v);
+    }
+    return (Span){out.data, n * dtype_size(want)};
+}
+
 /* What each initializer becomes, and the size of the graph and the model
  * (from the fields' sizes as found, however their lengths were encoded). */
 static void plan(Export *e)
@@ -382,7 +408,7 @@ static void plan(Export *e)
     for (uint32_t i = 0; i < e->ninits; i++) {
         Init *in = &e->inits[i];
         if (in->ckpt) {
-            in->data = (Span){in->ckpt->data, in->ckpt->nbytes};
+            in->data = checkpoint_data(e, in);
             in->rewrite = true;
         } else if (in->external) {
             in->data = (Span){in->val->data->data, in->val->data->nbytes};

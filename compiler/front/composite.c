@@ -8,6 +8,7 @@
  *   ReduceLogSumExp  Log(ReduceSum(Exp(x - m))) + m, m = ReduceMax(x)
  *   DepthToSpace     Reshape, Transpose, Reshape (modes DCR and CRD)
  *   SpaceToDepth     Reshape, Transpose, Reshape
+ *   CastLike         Cast(x, to = the element type of its second input)
  *
  * Shape inference calls this when it meets one of them, its input typed;
  * the new nodes are inferred next and their gradients are those of the
@@ -243,11 +244,19 @@ static void lower_depth_space(Lower *l, Node *n)
     reshape(l, v, k.to, 4, n->out[0]);
 }
 
+static void lower_cast_like(Lower *l, Node *n)
+{
+    uint32_t y;
+    Node *cast = add(l, OP_CAST, &n->in[0], 1, n->out[0], &y);
+    ir_set_int(l->g, cast, "to", l->g->values[n->in[1]].dtype);
+}
+
 bool is_composite(Op op)
 {
     switch (op) {
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_SUM_SQ: case OP_REDUCE_LOG_SUM:
     case OP_REDUCE_LOG_SUM_EXP: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
+    case OP_CAST_LIKE:
         return true;
     default:
         return false;
@@ -263,6 +272,8 @@ void lower_composite(Graph *g, uint32_t pos)
     Lower l = {.g = g, .node = id, .name = copy.name[0] ? copy.name : copy.op_type};
     if (copy.op == OP_DEPTH_TO_SPACE || copy.op == OP_SPACE_TO_DEPTH)
         lower_depth_space(&l, &copy);
+    else if (copy.op == OP_CAST_LIKE)
+        lower_cast_like(&l, &copy);
     else
         lower_reduction(&l, &copy);
     g->nodes[id].dead = true;

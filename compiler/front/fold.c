@@ -64,6 +64,12 @@ static void store_i64(Tensor *t, int64_t i, int64_t v)
     }
 }
 
+/* Element i of t set to v, rounded to t's type. */
+void tensor_set_f64(Tensor *t, int64_t i, double v)
+{
+    store_f64(t, i, v);
+}
+
 static void store_f64(Tensor *t, int64_t i, double v)
 {
     switch (t->dtype) {
@@ -473,7 +479,7 @@ static void evaluate(Ev *e)
     case OP_SQRT: case OP_RECIPROCAL: case OP_NOT:
         eval_unary(e);
         break;
-    case OP_CAST: case OP_CAST_LIKE: eval_cast(e); break;
+    case OP_CAST: eval_cast(e); break;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MOD: case OP_MIN:
     case OP_MAX: case OP_SUM: case OP_AND: case OP_OR: case OP_XOR: case OP_EQUAL:
     case OP_LESS: case OP_LESS_EQUAL: case OP_GREATER: case OP_GREATER_EQUAL:
@@ -499,7 +505,7 @@ static void evaluate(Ev *e)
     case OP_SOFTPLUS: case OP_TANH: case OP_CLIP: case OP_DROPOUT: case OP_POW: case OP_PRELU:
     case OP_MEAN: case OP_MATMUL: case OP_GEMM: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_CONV:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
-    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_CAST_LIKE:
     case OP_CONV_TRANSPOSE: case OP_MAX_POOL: case OP_AVERAGE_POOL: case OP_GLOBAL_AVG_POOL:
     case OP_GLOBAL_MAX_POOL: case OP_BATCH_NORM: case OP_INSTANCE_NORM: case OP_LAYER_NORM:
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SOFTMAX_CE: case OP_NLL_LOSS:

@@ -687,11 +687,22 @@ static void check_node_domains(Imp *im, const Onnx__ModelProto *m, const Onnx__G
     }
 }
 
+/* A graph output's element type, where its ValueInfo gives a known one. */
+static DType declared_dtype(const Onnx__ValueInfoProto *vi)
+{
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return DT_UNDEFINED;
+    int32_t t = tp->tensor_type->elem_type;
+    return t > 0 && t < DT_COUNT ? (DType)t : DT_UNDEFINED;
+}
+
 static void import_outputs(Imp *im, const Onnx__GraphProto *gp)
 {
     Graph *g = im->g;
     g->noutputs = (uint32_t)gp->n_output;
     g->outputs = arena_array(im->a, g->noutputs, sizeof(uint32_t));
+    g->output_dtypes = arena_array(im->a, g->noutputs + 1, sizeof(DType));
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = gp->output[i]->name ? gp->output[i]->name : "";
         Loc loc = {.file = im->path, .what = "output", .name = name, .index = -1};
@@ -700,6 +711,7 @@ static void import_outputs(Imp *im, const Onnx__GraphProto *gp)
             error_at(&loc, "graph output '%s' is produced by no node", esc(im, name));
         g->values[v].is_output = true;
         g->outputs[i] = v;
+        g->output_dtypes[i] = declared_dtype(gp->output[i]);
     }
 }
 

@@ -152,8 +152,7 @@ static void infer_gelu(const Inf *c)
 
 static void infer_cast(const Inf *c)
 {
-    DType to = c->n->op == OP_CAST_LIKE ? in(c, 1)->dtype
-                                        : (DType)attr_int(c->n, "to", 0);
+    DType to = (DType)attr_int(c->n, "to", 0);
     if ((unsigned)to >= DT_COUNT || dtype_size(to) == 0)
         error_at(&c->n->loc, "casting to element type %d (%s) is not supported", (int)to,
                  to == DT_STRING ? "string" : "unknown");
@@ -828,7 +827,7 @@ static void infer_node(const Inf *c)
     case OP_NOT:
         infer_bool_only(c);
         break;
-    case OP_CAST: case OP_CAST_LIKE:
+    case OP_CAST:
         infer_cast(c);
         break;
     case OP_DROPOUT:
@@ -899,7 +898,7 @@ static void infer_node(const Inf *c)
         break;   /* internal ops are typed by the pass that makes them */
     case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_REDUCE_SUM_SQ:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
-    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_CAST_LIKE:
         unreachable();   /* lowered before shapes are inferred */
     }
 }

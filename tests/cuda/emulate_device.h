@@ -31,6 +31,13 @@ static float __int_as_float(int i)
     return f;
 }
 
+static int __float_as_int(float f)
+{
+    int i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
 static void __syncthreads(void) {}
 static int __syncthreads_or(int p) { return p != 0; }
 static unsigned __ballot_sync(unsigned mask, int p) { return p ? 1u & mask : 0u; }

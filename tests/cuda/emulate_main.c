@@ -687,6 +687,42 @@ static void test_move(void)
     report("resize");
 }
 
+/* Cast between float32 and float16 (every float16, and float32 values
+ * across the range: ties, subnormals, past 65504, NaN) and float64. */
+static void test_cast_float(void)
+{
+    enum { NH = 65536, NF = NH + 4096 };
+    uint16_t *h = malloc(NH * 2), *fh = malloc(NF * 2), *cfh = malloc(NF * 2);
+    float *hf = malloc(NF * 4), *chf = malloc(NF * 4), *f = malloc(NF * 4);
+    for (int i = 0; i < NH; i++)
+        h[i] = (uint16_t)i;
+    mprt_cast(NH, MPRT_CAST_F16, MPRT_CAST_F32, h, hf);
+    mprt_cu_cast(NH, MPRT_CAST_F16, MPRT_CAST_F32, h, chf);
+    same("cast (float16 to float32)", hf, chf, NH * 4);
+    for (int i = 0; i < NH; i++)   /* each float16 and the midpoint above it */
+        f[i] = i & 1 ? hf[i / 2] : hf[i / 2] * (1 + 1.0f / 2048);
+    uint32_t bits = 12345;
+    for (int i = NH; i < NF; i++) {
+        bits = bits * 1664525u + 1013904223u;
+        memcpy(&f[i], &bits, 4);
+    }
+    mprt_cast(NF, MPRT_CAST_F32, MPRT_CAST_F16, f, fh);
+    mprt_cu_cast(NF, MPRT_CAST_F32, MPRT_CAST_F16, f, cfh);
+    same("cast (float32 to float16)", fh, cfh, NF * 2);
+    double *d = malloc(NF * 8), *cd = malloc(NF * 8);
+    mprt_cast(NF, MPRT_CAST_F32, MPRT_CAST_F64, f, d);
+    mprt_cu_cast(NF, MPRT_CAST_F32, MPRT_CAST_F64, f, cd);
+    same("cast (float32 to float64)", d, cd, NF * 8);
+    mprt_cast(NF, MPRT_CAST_F64, MPRT_CAST_F32, d, hf);
+    mprt_cu_cast(NF, MPRT_CAST_F64, MPRT_CAST_F32, d, chf);
+    same("cast (float64 to float32)", hf, chf, NF * 4);
+    free(h), free(fh), free(cfh), free(hf), free(chf), free(f), free(d), free(cd);
+    report("cast (float16 to float32)");
+    report("cast (float32 to float16)");
+    report("cast (float32 to float64)");
+    report("cast (float64 to float32)");
+}
+
 static void test_update(void)
 {
     long n = 100;
@@ -932,6 +968,7 @@ int main(void)
     test_reduce();
     test_losses();
     test_move();
+    test_cast_float();
     test_update();
     test_sq_norm();
     test_ew_chain();

@@ -222,7 +222,8 @@ void mprt_st_close(MprtStFile *f);  /* unmaps and frees; safe on a zeroed f */
     enum { X(EQUAL) X(LESS) X(LESS_EQUAL) X(GREATER) X(GREATER_EQUAL) X(AND) X(OR) X(XOR) }; \
     enum { X(ELEM_F32) X(ELEM_I64) X(ELEM_BOOL) X(ELEM_I32) X(ELEM_I16) X(ELEM_I8) \
         X(ELEM_U8) X(ELEM_F64) }; \
-    enum { X(CAST_F32) X(CAST_I64) X(CAST_I32) X(CAST_U8) X(CAST_BOOL) }; \
+    enum { X(CAST_F32) X(CAST_I64) X(CAST_I32) X(CAST_U8) X(CAST_BOOL) X(CAST_F64) \
+        X(CAST_F16) }; \
     enum { X(PAD_CONSTANT) X(PAD_REFLECT) X(PAD_EDGE) }; \
     enum { X(HALF_PIXEL) X(PYTORCH_HALF_PIXEL) X(ALIGN_CORNERS) X(ASYMMETRIC) }; \
     enum { X(NEAREST_FLOOR) X(NEAREST_ROUND_DOWN) X(NEAREST_ROUND_UP) X(NEAREST_CEIL) X(LINEAR) };
@@ -3507,18 +3508,63 @@ MPRT_KERNEL void mprt_mod(int c_fmod, int type, int rank, const long *shape, con
     }
 }
 
+/* float16 from and to float32 by its bits, rounding to nearest even;
+ * kernels.cu does the same, so both devices agree bit for bit. A NaN
+ * stays a NaN, past float16's range is infinity. */
+static float mprt_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+    if (e == 0x1f)
+        x = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        x = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m)
+        x = sign;
+    else {   /* subnormal: normalised */
+        for (e = 113; !(m & 0x400); e--)
+            m <<= 1;
+        x = sign | (e << 23) | ((m & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint16_t mprt_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+    if (e == 0xff)
+        return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+    int he = (int)e - 112;   /* float16's biased exponent */
+    if (he >= 31)
+        return (uint16_t)(sign | 0x7c00);
+    if (he < -10)
+        return (uint16_t)sign;
+    int shift = he <= 0 ? 14 - he : 13;
+    if (he <= 0)
+        m |= 0x800000;
+    uint32_t r = (he <= 0 ? 0 : (uint32_t)he << 10) | (m >> shift);
+    uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    r += rem > half || (rem == half && (r & 1));   /* a carry moves into the exponent */
+    return (uint16_t)(sign | r);
+}
+
 static double mprt_cast_read(int t, const void *x, long i)
 {
     switch (t) {
     case MPRT_CAST_F32: return ((const float *)x)[i];
     case MPRT_CAST_I64: return (double)((const int64_t *)x)[i];
     case MPRT_CAST_I32: return ((const int32_t *)x)[i];
+    case MPRT_CAST_F64: return ((const double *)x)[i];
+    case MPRT_CAST_F16: return mprt_f16_to_f32(((const uint16_t *)x)[i]);
     default: return ((const uint8_t *)x)[i];
     }
 }
 
 /* Cast as ONNX defines it: float to integer truncates toward zero; to bool
- * is "not zero". */
+ * is "not zero". float16 rounds through float32. */
 MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
 {
     for (long i = 0; i < n; i++) {
@@ -3528,6 +3574,8 @@ MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
         case MPRT_CAST_I64: ((int64_t *)y)[i] = (int64_t)v; break;
         case MPRT_CAST_I32: ((int32_t *)y)[i] = (int32_t)v; break;
         case MPRT_CAST_U8: ((uint8_t *)y)[i] = (uint8_t)v; break;
+        case MPRT_CAST_F64: ((double *)y)[i] = v; break;
+        case MPRT_CAST_F16: ((uint16_t *)y)[i] = mprt_f32_to_f16((float)v); break;
         default: ((uint8_t *)y)[i] = v != 0; break;
         }
     }

@@ -600,6 +600,42 @@ def folded_names(state, inits, numpy_helper):
     return out
 
 
+def round_to_half(model, x):
+    """--export-dtype float16: the weights and data rounded to float16, so
+    that PyTorch's float32 training starts where the float16 model does."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    return x.astype(np.float16).astype(np.float32)
+
+
+def retype_model(path, dtype):
+    """--export-dtype: every float32 initializer, input, output, Cast and
+    Constant of the exported model in `dtype` instead."""
+    import onnx
+    from onnx import numpy_helper, TensorProto
+    to = {"float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16}[dtype]
+    m = onnx.load(path)
+    g = m.graph
+    for i, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            a = numpy_helper.to_array(t).astype(dtype)
+            g.initializer[i].CopyFrom(numpy_helper.from_array(a, t.name))
+    for vi in list(g.input) + list(g.output):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = to
+    del g.value_info[:]
+    for node in g.node:
+        for at in node.attribute:
+            if node.op_type == "Cast" and at.name == "to" and at.i == TensorProto.FLOAT:
+                at.i = to
+            if at.type == onnx.AttributeProto.TENSOR and at.t.data_type == TensorProto.FLOAT:
+                at.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(at.t).astype(dtype), at.t.name))
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 def export_onnx(model, x, path, fixed=False):
     """Training-mode export.  Buffers (BN running stats) are saved and
     restored around the trace, so the model trains from its initial state.
@@ -892,6 +928,11 @@ def parse_args():
     ap.add_argument("--tokens", action="store_true",
                     help="gpt: windows of one token stream (tokens.npy, "
                          "tokens.bin; tokens_eval.npy with --eval-rows)")
+    ap.add_argument("--export-dtype", choices=("float64", "float16"),
+                    help="the model file and x.npy in this type, as a model "
+                         "exported after .double() or .half() is; PyTorch "
+                         "trains in float32 (float16: from the weights and "
+                         "data rounded to float16)")
     ap.add_argument("--fp64-check", action="store_true",
                     help="also train in float64 and record how far the "
                          "float32 reference is from it (config.json "
@@ -984,6 +1025,8 @@ def main():
     model.train()
     n = args.steps * args.batch if args.rows is None else args.rows
     x, y, data_desc = make_data(args, n + (args.eval_rows or 0), mcfg)
+    if args.export_dtype == "float16":
+        x = round_to_half(model, x)
     ignore = mcfg.get("ignore_index", IGNORE_INDEX)
     if args.eval_rows:  # held-out rows: drawn after the training rows
         x, xe, y, ye = x[:n], x[n:], y[:n], y[n:].copy()
@@ -996,6 +1039,8 @@ def main():
     traced = args.export_batch or args.batch
     info = export_onnx(model, torch.from_numpy(xs[:traced]), onnx_path,
                        fixed=args.export_batch is not None)
+    if args.export_dtype:
+        retype_model(onnx_path, args.export_dtype)
     t_export = time.time() - t0
     print("exported %s: %d initializers (state_dict names: ok%s)"
           % (onnx_path, info["initializers"],
@@ -1016,7 +1061,8 @@ def main():
     fp64 = fp64_check(args, xs, ys, losses, reference_state(model)) \
         if args.fp64_check else None
 
-    np.save(os.path.join(args.out, "x.npy"), x)
+    np.save(os.path.join(args.out, "x.npy"),
+            x.astype(args.export_dtype) if args.export_dtype else x)
     np.save(os.path.join(args.out, "y.npy"), y)
     if args.tokens:
         save_tokens(args, n)
