@@ -129,7 +129,7 @@ NodeCost node_cost(const Graph *g, const Node *n)
 /* runtime/kernel.h's rule for one GEMM over every image's patches. */
 static bool conv_batched(int64_t images, int64_t plane)
 {
-    MprtConv c = {.N = (int)images, .OH = 1, .OW = (int)plane};
+    MprtConv c = {.N = (int)images, .OD = 1, .OH = 1, .OW = (int)plane};
     return mprt_conv_batched(&c);
 }
 
@@ -150,7 +150,7 @@ int64_t node_workspace(const Graph *g, const Node *n)
     default: return 0;
     }
     const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
-    int64_t k = 1, p = 1;   /* patch rows C/group * KH * KW, columns OH * OW (1-D: OW) */
+    int64_t k = 1, p = 1;   /* patch rows C/group * KD * KH * KW, columns OD * OH * OW */
     for (int i = 1; i < ws->rank; i++)
         k *= ws->d[i];
     for (int i = 2; i < ys->rank; i++)
@@ -236,7 +236,9 @@ static ConvDims conv_dims(const Graph *g, uint32_t w, uint32_t y, double group)
     c.mg = (double)ws->d[0] / c.group;
     c.K = per(numel_of(g, w), (double)ws->d[0]);
     c.P = per(numel_of(g, y), (double)ys->d[0] * (double)ys->d[1]);
-    c.rows = c.K * (ys->rank > 3 ? (double)ys->d[2] : 1);
+    c.rows = c.K;   /* the output's rows: every spatial dimension but the last */
+    for (int i = 2; i < ys->rank - 1; i++)
+        c.rows *= (double)ys->d[i];
     return c;
 }
 
