@@ -89,7 +89,8 @@ static double contraction(const Graph *g, const Node *n)
         MatDims d = mat_dims(g, n);   /* over the output: a batch it sums adds to K */
         return per(d.batch * d.M * d.N * d.K, numel_of(g, n->out[0]));
     }
-    case OP_CONV: case OP_CONV_GRAD_X: {
+    case OP_CONV: case OP_CONV_GRAD_X: case OP_CONV_TRANSPOSE: {
+        /* ConvTranspose: each input element is an output of the convolution it inverts */
         const Shape *w = &g->values[n->in[1]].shape;
         return per(numel_of(g, n->in[1]), (double)w->d[0]);
     }
@@ -110,7 +111,8 @@ NodeCost node_cost(const Graph *g, const Node *n)
     for (uint32_t k = 0; k < n->nout; k++)
         c.bytes += bytes_of(g, n->out[k]);
     double k = contraction(g, n);
-    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ? n->in[0] : n->out[0];
+    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ||
+                   n->op == OP_CONV_TRANSPOSE ? n->in[0] : n->out[0];
     if (k > 0) {
         c.flops = 2.0 * numel_of(g, big) * k;
         return c;
