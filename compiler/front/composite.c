@@ -8,6 +8,7 @@
  *   ReduceLogSumExp  Log(ReduceSum(Exp(x - m))) + m, m = ReduceMax(x)
  *   DepthToSpace     Reshape, Transpose, Reshape (modes DCR and CRD)
  *   SpaceToDepth     Reshape, Transpose, Reshape
+ *   GlobalMaxPool    ReduceMax over every spatial dim, kept (1-D to N-D)
  *
  * Shape inference calls this when it meets one of them, its input typed;
  * the new nodes are inferred next and their gradients are those of the
@@ -243,11 +244,25 @@ static void lower_depth_space(Lower *l, Node *n)
     reshape(l, v, k.to, 4, n->out[0]);
 }
 
+/* ---- GlobalMaxPool ---- */
+
+static void lower_global_max_pool(Lower *l, Node *n)
+{
+    const Value *x = node_in(l->g, n, 0);
+    if (x->shape.rank < 3)
+        error_at(&n->loc, "global pooling needs (N,C,spatial..), got %s", value_type(l->g, x));
+    l->naxes = 0;
+    for (int i = 2; i < x->shape.rank; i++)
+        l->axes[l->naxes++] = i;
+    reduce(l, OP_REDUCE_MAX, n->in[0], true, n->out[0]);
+}
+
 bool is_composite(Op op)
 {
     switch (op) {
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_SUM_SQ: case OP_REDUCE_LOG_SUM:
     case OP_REDUCE_LOG_SUM_EXP: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
+    case OP_GLOBAL_MAX_POOL:
         return true;
     default:
         return false;
@@ -263,6 +278,8 @@ void lower_composite(Graph *g, uint32_t pos)
     Lower l = {.g = g, .node = id, .name = copy.name[0] ? copy.name : copy.op_type};
     if (copy.op == OP_DEPTH_TO_SPACE || copy.op == OP_SPACE_TO_DEPTH)
         lower_depth_space(&l, &copy);
+    else if (copy.op == OP_GLOBAL_MAX_POOL)
+        lower_global_max_pool(&l, &copy);
     else
         lower_reduction(&l, &copy);
     g->nodes[id].dead = true;

@@ -816,6 +816,12 @@ CASES = [
     Case("GlobalAveragePool_5d", "GlobalAveragePool", [N("GlobalAveragePool", ["X"])],
          dict(X=randn(2, 3, 2, 3, 4)),
          lambda t: t.X.mean(dim=(2, 3, 4), keepdim=True)),
+    Case("GlobalMaxPool_4d", "GlobalMaxPool", [N("GlobalMaxPool", ["X"])],
+         dict(X=distinct(2, 3, 4, 5)),
+         lambda t: F.adaptive_max_pool2d(t.X, 1)),
+    Case("GlobalMaxPool_5d", "GlobalMaxPool", [N("GlobalMaxPool", ["X"])],
+         dict(X=distinct(2, 3, 2, 3, 4)),
+         lambda t: F.adaptive_max_pool3d(t.X, 1)),
 
     # -- InstanceNormalization
     Case("InstanceNormalization_4d", "InstanceNormalization",
