@@ -653,7 +653,7 @@ MPRT_CU_KERNEL void mprt_cu_maxpool(const MprtPool *p, const float *x, float *y,
     if (idx)
         mprt_cu_pool_remember(idx, p);
     void *args[] = {(void *)p, &x, &y, &idx};
-    mprt_cu_each("maxpool", (long)p->N * p->C * p->OH * p->OW, args);
+    mprt_cu_each("maxpool", (long)p->N * p->C * p->OD * p->OH * p->OW, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
@@ -662,8 +662,8 @@ MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
     for (int i = 0; i < mprt_cu_npools; i++) {
         MprtPool *p = &mprt_cu_pools[i].p;
         long nc = (long)p->N * p->C;
-        if (mprt_cu_pools[i].idx != idx || nc * p->OH * p->OW != n_out ||
-            nc * p->H * p->W != n_in)
+        if (mprt_cu_pools[i].idx != idx || nc * p->OD * p->OH * p->OW != n_out ||
+            nc * p->D * p->H * p->W != n_in)
             continue;
         void *args[] = {p, &dy, &idx, &dx};
         mprt_cu_each("maxpool_grad", n_in, args);
@@ -682,10 +682,10 @@ MPRT_CU_KERNEL void mprt_cu_avgpool(int back, const MprtPool *p, float *x, float
     long nc = (long)p->N * p->C;
     if (back) {
         void *args[] = {(void *)p, &x, &y};
-        mprt_cu_each("avgpool_grad", nc * p->H * p->W, args);
+        mprt_cu_each("avgpool_grad", nc * p->D * p->H * p->W, args);
     } else {
         void *args[] = {(void *)p, &x, &y};
-        mprt_cu_each("avgpool", nc * p->OH * p->OW, args);
+        mprt_cu_each("avgpool", nc * p->OD * p->OH * p->OW, args);
     }
 }
 
@@ -703,22 +703,27 @@ MPRT_CU_KERNEL void mprt_cu_gap_grad(long NC, long P, const float *dy, float *dx
 
 /* ---- cuDNN: descriptors made once per shape ---- */
 
-/* An NCHW float tensor descriptor, one per distinct shape. */
+/* A packed float tensor descriptor of 4 (NCHW) or 5 (NCDHW) dims, one per
+ * distinct shape. */
 typedef struct {
-    int n, c, h, w;
+    int nb, dims[5];
     cudnnTensorDescriptor_t d;
 } MprtCuTensor;
 
 static MprtCuTensor *mprt_cu_tensors;
 static int mprt_cu_ntensors, mprt_cu_tensors_cap;
 
-static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
+static cudnnTensorDescriptor_t mprt_cu_tensor_nd(int nb, const long *dims)
 {
-    if (n > INT_MAX || c > INT_MAX || h > INT_MAX || w > INT_MAX)
-        mprt_cu_refuse("a tensor of %ld x %ld x %ld x %ld is too large for cuDNN", n, c, h, w);
+    int d[5];
+    for (int i = 0; i < nb; i++) {
+        if (dims[i] > INT_MAX)
+            mprt_cu_refuse("a tensor dimension of %ld is too large for cuDNN", dims[i]);
+        d[i] = (int)dims[i];
+    }
     for (int i = 0; i < mprt_cu_ntensors; i++) {
         MprtCuTensor *t = &mprt_cu_tensors[i];
-        if (t->n == n && t->c == c && t->h == h && t->w == w)
+        if (t->nb == nb && memcmp(t->dims, d, (size_t)nb * sizeof *d) == 0)
             return t->d;
     }
     if (mprt_cu_ntensors == mprt_cu_tensors_cap) {
@@ -729,12 +734,18 @@ static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
         mprt_cu_tensors = t, mprt_cu_tensors_cap = cap;
     }
     MprtCuTensor *t = &mprt_cu_tensors[mprt_cu_ntensors];
-    t->n = (int)n, t->c = (int)c, t->h = (int)h, t->w = (int)w;
+    t->nb = nb;
+    memcpy(t->dims, d, (size_t)nb * sizeof *d);
     MPRT_CUDNN(cudnnCreateTensorDescriptor(&t->d));
-    MPRT_CUDNN(cudnnSetTensor4dDescriptor(t->d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, t->n, t->c,
-                                          t->h, t->w));
+    MPRT_CUDNN(cudnnSetTensorNdDescriptorEx(t->d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, nb,
+                                            t->dims));
     mprt_cu_ntensors++;
     return t->d;
+}
+
+static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
+{
+    return mprt_cu_tensor_nd(4, (long[]){n, c, h, w});
 }
 
 /* ---- convolution (cuDNN; the NVRTC kernels where cuDNN cannot) ---- */
@@ -758,6 +769,41 @@ typedef struct {
 static MprtCuConv **mprt_cu_convs;
 static int mprt_cu_nconvs, mprt_cu_convs_cap;
 
+/* The spatial dims cuDNN is given: 2 (a 1-D convolution is a 2-D one of
+ * height 1), or 3 when the depth is used. */
+static int mprt_cu_conv_spatial(const MprtConv *p)
+{
+    return p->D == 1 && p->KD == 1 && p->OD == 1 && p->pd == 0 ? 2 : 3;
+}
+
+/* c's descriptors, as 4-D (NCHW, KCRS) or 5-D (NCDHW, KCTRS) ones; direct
+ * when cuDNN's output size is not p's. */
+static void mprt_cu_conv_describe(MprtCuConv *c, const MprtConv *p)
+{
+    int ns = mprt_cu_conv_spatial(p), o = 3 - ns, nb = ns + 2;
+    int in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW}, k[3] = {p->KD, p->KH, p->KW};
+    int pad[3] = {p->pd, p->ph, p->pw}, stride[3] = {p->sd, p->sh, p->sw};
+    int dil[3] = {p->dd, p->dh, p->dw}, wd[5] = {p->M, p->C / p->group}, got[5];
+    long xd[5] = {p->N, p->C}, yd[5] = {p->N, p->M};
+    for (int i = 0; i < ns; i++)
+        xd[2 + i] = in[o + i], yd[2 + i] = out[o + i], wd[2 + i] = k[o + i];
+    MPRT_CUDNN(cudnnCreateFilterDescriptor(&c->w));
+    MPRT_CUDNN(cudnnSetFilterNdDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, wd));
+    MPRT_CUDNN(cudnnCreateConvolutionDescriptor(&c->conv));
+    MPRT_CUDNN(cudnnSetConvolutionNdDescriptor(c->conv, ns, pad + o, stride + o, dil + o,
+                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
+    /* no TF32 unless mpcc --tf32: the products stay float, as on the CPU */
+    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 ? CUDNN_DEFAULT_MATH
+                                                                 : CUDNN_FMA_MATH));
+    c->x = mprt_cu_tensor_nd(nb, xd);
+    c->y = mprt_cu_tensor_nd(nb, yd);
+    MPRT_CUDNN(cudnnGetConvolutionNdForwardOutputDim(c->conv, c->x, c->w, nb, got));
+    c->direct = 0;
+    for (int i = 2; i < nb; i++)
+        c->direct |= got[i] != yd[i];
+}
+
 static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
 {
     for (int i = 0; i < mprt_cu_nconvs; i++)
@@ -775,21 +821,7 @@ static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
         mprt_cu_refuse("out of memory");
     c->dev = mprt_cu;
     c->p = *p;
-    MPRT_CUDNN(cudnnCreateFilterDescriptor(&c->w));
-    MPRT_CUDNN(cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->M,
-                                          p->C / p->group, p->KH, p->KW));
-    MPRT_CUDNN(cudnnCreateConvolutionDescriptor(&c->conv));
-    MPRT_CUDNN(cudnnSetConvolution2dDescriptor(c->conv, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw,
-                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
-    /* no TF32 unless mpcc --tf32: the products stay float, as on the CPU */
-    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 ? CUDNN_DEFAULT_MATH
-                                                                 : CUDNN_FMA_MATH));
-    c->x = mprt_cu_tensor(p->N, p->C, p->H, p->W);
-    c->y = mprt_cu_tensor(p->N, p->M, p->OH, p->OW);
-    int n, ch, h, w;
-    MPRT_CUDNN(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->w, &n, &ch, &h, &w));
-    c->direct = h != p->OH || w != p->OW;
+    mprt_cu_conv_describe(c, p);
     mprt_cu_convs[mprt_cu_nconvs++] = c;
     return c;
 }
@@ -895,10 +927,10 @@ MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float 
                                            c->ws[0], &zero, c->y, y));
     } else {
         void *args[] = {(void *)p, &x, &w, &y};
-        mprt_cu_each("conv", (long)p->N * p->M * p->OH * p->OW, args);
+        mprt_cu_each("conv", (long)p->N * p->M * mprt_conv_out_plane(p), args);
     }
     if (b) {
-        long n = (long)p->N * p->M * p->OH * p->OW, P = (long)p->OH * p->OW;
+        long P = mprt_conv_out_plane(p), n = (long)p->N * p->M * P;
         int M = p->M;
         void *args[] = {&n, &M, &P, &b, &y};
         mprt_cu_each("bias_add", n, args);
@@ -917,7 +949,7 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, cons
                                                 mprt_cu->scratch, c->ws[1], &zero, c->x, dx));
     } else {
         void *args[] = {(void *)p, &dy, &w, &dx};
-        mprt_cu_each("conv_grad_x", (long)p->N * p->C * p->H * p->W, args);
+        mprt_cu_each("conv_grad_x", (long)p->N * p->C * mprt_conv_in_plane(p), args);
     }
 }
 
@@ -929,7 +961,7 @@ MPRT_CU_KERNEL void mprt_cu_conv_transpose(const MprtConv *p, const float *x, co
 {
     mprt_cu_conv_grad_x(p, x, w, y, col);
     if (b) {
-        long n = (long)p->N * p->C * p->H * p->W, P = (long)p->H * p->W;
+        long P = mprt_conv_in_plane(p), n = (long)p->N * p->C * P;
         int C = p->C;
         void *args[] = {&n, &C, &P, &b, &y};
         mprt_cu_each("bias_add", n, args);
@@ -948,7 +980,7 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
                                                   mprt_cu->scratch, c->ws[2], &zero, c->w, dw));
     } else {
         void *args[] = {(void *)p, &dy, &x, &dw};
-        mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * p->KH * p->KW, args);
+        mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * mprt_conv_taps(p), args);
     }
 }
 

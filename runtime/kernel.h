@@ -39,11 +39,29 @@ typedef struct MprtEwChain {
     MprtEwStep step[MPRT_EW_STEPS];
 } MprtEwChain;
 
-/* A 2-D convolution (1-D ones have H = KH = OH = 1). */
+/* A convolution over up to three spatial dimensions, depth, height and
+ * width: 2-D ones have D = KD = OD = 1, sd = dd = 1 and pd = 0, 1-D ones H,
+ * KH and OH 1 as well. */
 typedef struct MprtConv {
-    int N, C, H, W, M, KH, KW, OH, OW, group;
-    int sh, sw, dh, dw, ph, pw;   /* strides, dilations, leading pads */
+    int N, C, D, H, W, M, KD, KH, KW, OD, OH, OW, group;
+    int sd, sh, sw, dd, dh, dw, pd, ph, pw;   /* strides, dilations, leading pads */
 } MprtConv;
+
+/* An image's positions (one channel's), an output's and a filter's taps. */
+static inline long mprt_conv_in_plane(const MprtConv *p)
+{
+    return (long)p->D * p->H * p->W;
+}
+
+static inline long mprt_conv_out_plane(const MprtConv *p)
+{
+    return (long)p->OD * p->OH * p->OW;
+}
+
+static inline long mprt_conv_taps(const MprtConv *p)
+{
+    return (long)p->KD * p->KH * p->KW;
+}
 
 /* A convolution whose output planes are small (deep layers: 7 x 7 and
  * less) runs all its images' patches as one GEMM rather than a GEMM per
@@ -54,13 +72,14 @@ typedef struct MprtConv {
 #define MPRT_CONV_BATCH_P 64
 static inline int mprt_conv_batched(const MprtConv *p)
 {
-    return p->N > 1 && (long)p->OH * p->OW <= MPRT_CONV_BATCH_P;
+    return p->N > 1 && mprt_conv_out_plane(p) <= MPRT_CONV_BATCH_P;
 }
 
-/* 2-D pooling. */
+/* Pooling over up to three spatial dimensions (as MprtConv: 2-D has D = OD
+ * = KD = 1, sd = dd = 1, pd = ed = 0). */
 typedef struct MprtPool {
-    int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
-    int eh, ew;              /* trailing pads (average pooling) */
+    int N, C, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, dd, dh, dw, pd, ph, pw;
+    int ed, eh, ew;          /* trailing pads (average pooling) */
     int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 

@@ -659,34 +659,48 @@ extern "C" __global__ void mprt_k_gap_grad(i64 NC, i64 P, const float *dy, float
 
 /* runtime/kernel.h's MprtPool, passed by value */
 struct Pool {
-    int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
-    int eh, ew;              /* trailing pads (average pooling) */
+    int N, C, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, dd, dh, dw, pd, ph, pw;
+    int ed, eh, ew;          /* trailing pads (average pooling) */
     int count_include_pad;   /* average pooling: divide by the padded window */
 };
+
+/* An output (or input) position's coordinates within its plane of
+ * depth x height x width. */
+static __device__ void dhw_of(i64 r, int H, int W, int *d, int *h, int *w)
+{
+    i64 dh = r / W;
+    *w = (int)(r - dh * W);
+    *d = (int)(dh / H);
+    *h = (int)(dh - (i64)*d * H);
+}
 
 /* Max pooling, taps in the CPU's order: a larger value or a NaN takes the
  * place; a window entirely in the padding gives -inf and index -1. */
 extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 *idx)
 {
-    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     FOR_EACH(o, (i64)p.N * p.C * oplane) {
-        i64 nc = o / oplane, r = o - nc * oplane;
-        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        i64 nc = o / oplane;
+        int od, oh, ow;
+        dhw_of(o - nc * oplane, p.OH, p.OW, &od, &oh, &ow);
         const float *xs = x + nc * plane;
         float bv = -MPRT_INF;
         i64 best = -1;
-        for (int kh = 0; kh < p.KH; kh++) {
-            int ih = oh * p.sh - p.ph + kh * p.dh;
-            if (ih < 0 || ih >= p.H)
-                continue;
-            for (int kw = 0; kw < p.KW; kw++) {
-                int iw = ow * p.sw - p.pw + kw * p.dw;
-                if (iw < 0 || iw >= p.W)
+        for (int kd = 0; kd < p.KD; kd++) {
+            int id = od * p.sd - p.pd + kd * p.dd;
+            for (int kh = 0; kh < p.KH && id >= 0 && id < p.D; kh++) {
+                int ih = oh * p.sh - p.ph + kh * p.dh;
+                if (ih < 0 || ih >= p.H)
                     continue;
-                i64 k = (i64)ih * p.W + iw;
-                float v = xs[k];
-                if (v > bv || v != v || best < 0)
-                    bv = v, best = k;
+                for (int kw = 0; kw < p.KW; kw++) {
+                    int iw = ow * p.sw - p.pw + kw * p.dw;
+                    if (iw < 0 || iw >= p.W)
+                        continue;
+                    i64 k = ((i64)id * p.H + ih) * p.W + iw;
+                    float v = xs[k];
+                    if (v > bv || v != v || best < 0)
+                        bv = v, best = k;
+                }
             }
         }
         y[o] = bv;
@@ -695,27 +709,38 @@ extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 
     }
 }
 
+/* The outputs [*o0, *o1] along one dim whose window, taps dil apart, can
+ * hold input i. */
+static __device__ void windows_over(int i, int pad, int k, int dil, int stride, int out,
+                                    int *o0, int *o1)
+{
+    int n = i + pad - (k - 1) * dil;
+    *o0 = n <= 0 ? 0 : (n + stride - 1) / stride;
+    *o1 = (i + pad) / stride;
+    *o1 = *o1 < out - 1 ? *o1 : out - 1;
+}
+
 /* dx[j] = sum of dy over the outputs whose maximum came from j, in the
  * outputs' order (as the CPU's scatter adds them): each input gathers from
  * the windows that can contain it. */
 extern "C" __global__ void mprt_k_maxpool_grad(Pool p, const float *dy, const i64 *idx, float *dx)
 {
-    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     FOR_EACH(j, (i64)p.N * p.C * plane) {
-        i64 nc = j / plane, r = j - nc * plane;
-        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
-        int nh = ih + p.ph - (p.KH - 1) * p.dh, nw = iw + p.pw - (p.KW - 1) * p.dw;
-        int oh0 = nh <= 0 ? 0 : (nh + p.sh - 1) / p.sh, oh1 = (ih + p.ph) / p.sh;
-        int ow0 = nw <= 0 ? 0 : (nw + p.sw - 1) / p.sw, ow1 = (iw + p.pw) / p.sw;
-        oh1 = oh1 < p.OH - 1 ? oh1 : p.OH - 1;
-        ow1 = ow1 < p.OW - 1 ? ow1 : p.OW - 1;
+        i64 nc = j / plane;
+        int id, ih, iw, od0, od1, oh0, oh1, ow0, ow1;
+        dhw_of(j - nc * plane, p.H, p.W, &id, &ih, &iw);
+        windows_over(id, p.pd, p.KD, p.dd, p.sd, p.OD, &od0, &od1);
+        windows_over(ih, p.ph, p.KH, p.dh, p.sh, p.OH, &oh0, &oh1);
+        windows_over(iw, p.pw, p.KW, p.dw, p.sw, p.OW, &ow0, &ow1);
         float acc = 0.0f;
-        for (int oh = oh0; oh <= oh1; oh++)
-            for (int ow = ow0; ow <= ow1; ow++) {
-                i64 o = nc * oplane + (i64)oh * p.OW + ow;
-                if (idx[o] == j)
-                    acc = FADD(acc, dy[o]);
-            }
+        for (int od = od0; od <= od1; od++)
+            for (int oh = oh0; oh <= oh1; oh++)
+                for (int ow = ow0; ow <= ow1; ow++) {
+                    i64 o = nc * oplane + ((i64)od * p.OH + oh) * p.OW + ow;
+                    if (idx[o] == j)
+                        acc = FADD(acc, dy[o]);
+                }
         dx[j] = acc;
     }
 }
@@ -740,27 +765,30 @@ static __device__ int avg_window(int o, int stride, int pad, int k, int n, int e
     return include_pad ? padded : *hi - *lo;
 }
 
-static __device__ float avg_inv(int dh, int dw)
+static __device__ float avg_inv(int count)
 {
-    return dh * dw > 0 ? FDIV(1.0f, (float)(dh * dw)) : 0.0f;
+    return count > 0 ? FDIV(1.0f, (float)count) : 0.0f;
 }
 
 /* Average pooling: the window summed in double, times 1/count. */
 extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
 {
-    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
+    int cip = p.count_include_pad;
     FOR_EACH(o, (i64)p.N * p.C * oplane) {
-        i64 nc = o / oplane, r = o - nc * oplane;
-        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
-        int h0, h1, w0, w1;
-        int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, p.count_include_pad, &h0, &h1);
-        int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, p.count_include_pad, &w0, &w1);
+        i64 nc = o / oplane;
+        int od, oh, ow, d0, d1, h0, h1, w0, w1;
+        dhw_of(o - nc * oplane, p.OH, p.OW, &od, &oh, &ow);
+        int dd = avg_window(od, p.sd, p.pd, p.KD, p.D, p.ed, cip, &d0, &d1);
+        int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, cip, &h0, &h1);
+        int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, cip, &w0, &w1);
         const float *xs = x + nc * plane;
         double sum = 0;
-        for (int ih = h0; ih < h1; ih++)
-            for (int iw = w0; iw < w1; iw++)
-                sum += xs[(i64)ih * p.W + iw];
-        y[o] = (float)(sum * avg_inv(dh, dw));
+        for (int id = d0; id < d1; id++)
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++)
+                    sum += xs[((i64)id * p.H + ih) * p.W + iw];
+        y[o] = (float)(sum * avg_inv(dd * dh * dw));
     }
 }
 
@@ -768,61 +796,71 @@ extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
  * that holds it, in the outputs' order (the CPU's scatter order). */
 extern "C" __global__ void mprt_k_avgpool_grad(Pool p, float *dx, const float *dy)
 {
-    i64 oplane = (i64)p.OH * p.OW, plane = (i64)p.H * p.W;
+    i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
+    int cip = p.count_include_pad;
     FOR_EACH(j, (i64)p.N * p.C * plane) {
-        i64 nc = j / plane, r = j - nc * plane;
-        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
+        i64 nc = j / plane;
+        int id, ih, iw, od0, od1, oh0, oh1, ow0, ow1;
+        dhw_of(j - nc * plane, p.H, p.W, &id, &ih, &iw);
         /* the windows starting at or before the input and ending after it */
-        int th = ih + p.ph - p.KH, tw = iw + p.pw - p.KW;
-        int oh0 = th < 0 ? 0 : th / p.sh + 1, oh1 = (ih + p.ph) / p.sh;
-        int ow0 = tw < 0 ? 0 : tw / p.sw + 1, ow1 = (iw + p.pw) / p.sw;
-        oh1 = oh1 < p.OH - 1 ? oh1 : p.OH - 1;
-        ow1 = ow1 < p.OW - 1 ? ow1 : p.OW - 1;
+        windows_over(id, p.pd, p.KD, 1, p.sd, p.OD, &od0, &od1);
+        windows_over(ih, p.ph, p.KH, 1, p.sh, p.OH, &oh0, &oh1);
+        windows_over(iw, p.pw, p.KW, 1, p.sw, p.OW, &ow0, &ow1);
         float acc = 0.0f;
-        for (int oh = oh0; oh <= oh1; oh++) {
-            int h0, h1, w0, w1;
-            int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, p.count_include_pad, &h0, &h1);
-            if (ih < h0 || ih >= h1)
+        for (int od = od0; od <= od1; od++) {
+            int d0, d1, h0, h1, w0, w1;
+            int dd = avg_window(od, p.sd, p.pd, p.KD, p.D, p.ed, cip, &d0, &d1);
+            if (id < d0 || id >= d1)
                 continue;
-            for (int ow = ow0; ow <= ow1; ow++) {
-                int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, p.count_include_pad, &w0,
-                                    &w1);
-                if (iw >= w0 && iw < w1)
-                    acc = FADD(acc, FMUL(dy[nc * oplane + (i64)oh * p.OW + ow], avg_inv(dh, dw)));
+            for (int oh = oh0; oh <= oh1; oh++) {
+                int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, cip, &h0, &h1);
+                if (ih < h0 || ih >= h1)
+                    continue;
+                for (int ow = ow0; ow <= ow1; ow++) {
+                    int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, cip, &w0, &w1);
+                    i64 o = nc * oplane + ((i64)od * p.OH + oh) * p.OW + ow;
+                    if (iw >= w0 && iw < w1)
+                        acc = FADD(acc, FMUL(dy[o], avg_inv(dd * dh * dw)));
+                }
             }
         }
         dx[j] = acc;
     }
 }
 
-/* ---- convolution (2-D), direct: for shapes cuDNN cannot take (padding
- * that is not symmetric); each output sums its terms in one thread ---- */
+/* ---- convolution (1-D, 2-D and 3-D), direct: for shapes cuDNN cannot
+ * take (padding that is not symmetric); each output sums its terms in one
+ * thread ---- */
 
 struct Conv {
-    int N, C, H, W, M, KH, KW, OH, OW, group;
-    int sh, sw, dh, dw, ph, pw;
+    int N, C, D, H, W, M, KD, KH, KW, OD, OH, OW, group;
+    int sd, sh, sw, dd, dh, dw, pd, ph, pw;
 };
 
 extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, float *y)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
-    i64 P = (i64)p.OH * p.OW;
+    i64 P = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W, taps = (i64)p.KD * p.KH * p.KW;
     FOR_EACH(o, (i64)p.N * p.M * P) {
-        i64 nm = o / P, r = o - nm * P;
-        int n = (int)(nm / p.M), m = (int)(nm - (i64)n * p.M), g = m / mg;
-        int oh = (int)(r / p.OW), ow = (int)(r - (i64)oh * p.OW);
+        i64 nm = o / P;
+        int n = (int)(nm / p.M), m = (int)(nm - (i64)n * p.M), g = m / mg, od, oh, ow;
+        dhw_of(o - nm * P, p.OH, p.OW, &od, &oh, &ow);
         float acc = 0.0f;
         for (int c = 0; c < cg; c++) {
-            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * p.H * p.W;
-            const float *ws = w + ((i64)m * cg + c) * p.KH * p.KW;
-            for (int kh = 0; kh < p.KH; kh++) {
-                int ih = oh * p.sh - p.ph + kh * p.dh;
-                if (ih < 0 || ih >= p.H)
-                    continue;
-                for (int kw = 0; kw < p.KW; kw++) {
-                    int iw = ow * p.sw - p.pw + kw * p.dw;
-                    if (iw >= 0 && iw < p.W)
-                        acc = FADD(acc, FMUL(ws[kh * p.KW + kw], xs[(i64)ih * p.W + iw]));
+            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
+            const float *ws = w + ((i64)m * cg + c) * taps;
+            for (int kd = 0; kd < p.KD; kd++) {
+                int id = od * p.sd - p.pd + kd * p.dd;
+                for (int kh = 0; kh < p.KH && id >= 0 && id < p.D; kh++) {
+                    int ih = oh * p.sh - p.ph + kh * p.dh;
+                    if (ih < 0 || ih >= p.H)
+                        continue;
+                    for (int kw = 0; kw < p.KW; kw++) {
+                        int iw = ow * p.sw - p.pw + kw * p.dw;
+                        if (iw >= 0 && iw < p.W)
+                            acc = FADD(acc, FMUL(ws[(kd * p.KH + kh) * p.KW + kw],
+                                                 xs[((i64)id * p.H + ih) * p.W + iw]));
+                    }
                 }
             }
         }
@@ -830,28 +868,37 @@ extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, f
     }
 }
 
+/* The output index that input i meets through tap k along one dim, or -1. */
+static __device__ int tap_out(int i, int pad, int k, int dil, int stride, int out)
+{
+    int t = i + pad - k * dil;
+    return t < 0 || t % stride || t / stride >= out ? -1 : t / stride;
+}
+
 extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const float *w, float *dx)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
-    i64 plane = (i64)p.H * p.W, P = (i64)p.OH * p.OW;
+    i64 plane = (i64)p.D * p.H * p.W, P = (i64)p.OD * p.OH * p.OW, taps = (i64)p.KD * p.KH * p.KW;
     FOR_EACH(j, (i64)p.N * p.C * plane) {
-        i64 nc = j / plane, r = j - nc * plane;
-        int n = (int)(nc / p.C), c = (int)(nc - (i64)n * p.C), g = c / cg;
-        int ih = (int)(r / p.W), iw = (int)(r - (i64)ih * p.W);
+        i64 nc = j / plane;
+        int n = (int)(nc / p.C), c = (int)(nc - (i64)n * p.C), g = c / cg, id, ih, iw;
+        dhw_of(j - nc * plane, p.H, p.W, &id, &ih, &iw);
         float acc = 0.0f;
         for (int m = g * mg; m < (g + 1) * mg; m++) {
-            const float *ws = w + ((i64)m * cg + (c - g * cg)) * p.KH * p.KW;
+            const float *ws = w + ((i64)m * cg + (c - g * cg)) * taps;
             const float *ds = dy + ((i64)n * p.M + m) * P;
-            for (int kh = 0; kh < p.KH; kh++) {
-                int th = ih + p.ph - kh * p.dh;
-                if (th < 0 || th % p.sh || th / p.sh >= p.OH)
-                    continue;
-                for (int kw = 0; kw < p.KW; kw++) {
-                    int tw = iw + p.pw - kw * p.dw;
-                    if (tw < 0 || tw % p.sw || tw / p.sw >= p.OW)
+            for (int kd = 0; kd < p.KD; kd++) {
+                int od = tap_out(id, p.pd, kd, p.dd, p.sd, p.OD);
+                for (int kh = 0; kh < p.KH && od >= 0; kh++) {
+                    int oh = tap_out(ih, p.ph, kh, p.dh, p.sh, p.OH);
+                    if (oh < 0)
                         continue;
-                    acc = FADD(acc, FMUL(ws[kh * p.KW + kw],
-                                         ds[(i64)(th / p.sh) * p.OW + tw / p.sw]));
+                    for (int kw = 0; kw < p.KW; kw++) {
+                        int ow = tap_out(iw, p.pw, kw, p.dw, p.sw, p.OW);
+                        if (ow >= 0)
+                            acc = FADD(acc, FMUL(ws[(kd * p.KH + kh) * p.KW + kw],
+                                                 ds[((i64)od * p.OH + oh) * p.OW + ow]));
+                    }
                 }
             }
         }
@@ -862,24 +909,29 @@ extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const flo
 extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const float *x, float *dw)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
-    i64 K = (i64)cg * p.KH * p.KW, P = (i64)p.OH * p.OW;
+    i64 taps = (i64)p.KD * p.KH * p.KW, K = (i64)cg * taps;
+    i64 P = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     FOR_EACH(e, (i64)p.M * K) {
-        int m = (int)(e / K), g = m / mg;
+        int m = (int)(e / K), g = m / mg, kd, kh, kw;
         i64 r = e - (i64)m * K;
-        int c = (int)(r / (p.KH * p.KW)), kk = (int)(r - (i64)c * p.KH * p.KW);
-        int kh = kk / p.KW, kw = kk - kh * p.KW;
+        int c = (int)(r / taps);
+        dhw_of(r - (i64)c * taps, p.KH, p.KW, &kd, &kh, &kw);
         float acc = 0.0f;
         for (int n = 0; n < p.N; n++) {
-            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * p.H * p.W;
+            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
             const float *ds = dy + ((i64)n * p.M + m) * P;
-            for (int oh = 0; oh < p.OH; oh++) {
-                int ih = oh * p.sh - p.ph + kh * p.dh;
-                if (ih < 0 || ih >= p.H)
-                    continue;
-                for (int ow = 0; ow < p.OW; ow++) {
-                    int iw = ow * p.sw - p.pw + kw * p.dw;
-                    if (iw >= 0 && iw < p.W)
-                        acc = FADD(acc, FMUL(ds[(i64)oh * p.OW + ow], xs[(i64)ih * p.W + iw]));
+            for (int od = 0; od < p.OD; od++) {
+                int id = od * p.sd - p.pd + kd * p.dd;
+                for (int oh = 0; oh < p.OH && id >= 0 && id < p.D; oh++) {
+                    int ih = oh * p.sh - p.ph + kh * p.dh;
+                    if (ih < 0 || ih >= p.H)
+                        continue;
+                    for (int ow = 0; ow < p.OW; ow++) {
+                        int iw = ow * p.sw - p.pw + kw * p.dw;
+                        if (iw >= 0 && iw < p.W)
+                            acc = FADD(acc, FMUL(ds[((i64)od * p.OH + oh) * p.OW + ow],
+                                                 xs[((i64)id * p.H + ih) * p.W + iw]));
+                    }
                 }
             }
         }

@@ -10,6 +10,9 @@
 4. Gradients are needed only where the loss's gradient flows: Sin (neither
    a CPU kernel nor a gradient) on a path from a weight is listed as missing
    both; Cos (the same) on the input side only misses its kernel only.
+5. Past the op table, what the compile stops on is reported naming the
+   node: Conv and MaxPool over 4 spatial dimensions, ConvTranspose3d with
+   auto_pad (exit 1); Conv3d, MaxPool3d and AveragePool3d pass (exit 0).
 
     /usr/bin/python3 tests/check_report.py MPCC MODELS_DIR
 """
@@ -63,6 +66,57 @@ def gradient_path_model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
+def window_model(path, op, x_shape, w_shape=None, **attrs):
+    """One window op over x (and weight w, all 0.5) named after the op."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits, inputs = [], ["x"]
+    if w_shape:
+        n = 1
+        for d in w_shape:
+            n *= d
+        inits.append(helper.make_tensor("w", TensorProto.FLOAT, w_shape, [0.5] * n))
+        inputs.append("w")
+    node = helper.make_node(op, inputs, ["y"], name=op.lower(), **attrs)
+    g = helper.make_graph([node], "window", [x], [y], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+WINDOW_CASES = [
+    # op, x, w, attributes, what --check must say (None: it passes)
+    ("Conv", [2, 1, 3, 3, 3, 3], [2, 1, 2, 2, 2, 2], {},
+     "node 'conv' (Conv): error: the CPU trainer does not support Conv over 4 spatial"),
+    ("MaxPool", [2, 1, 3, 3, 3, 3], None, {"kernel_shape": [2, 2, 2, 2]},
+     "node 'maxpool' (MaxPool): error: the CPU trainer does not support MaxPool over 4"),
+    ("ConvTranspose", [2, 1, 3, 3, 3], [1, 2, 3, 3, 3],
+     {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]},
+     "node 'convtranspose' (ConvTranspose): error: the CPU trainer does not support "
+     "ConvTranspose with auto_pad"),
+    ("Conv", [2, 2, 4, 5, 6], [3, 2, 3, 3, 3], {"pads": [1, 0, 1, 0, 1, 1]}, None),
+    ("MaxPool", [2, 1, 4, 6, 6], None, {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]},
+     None),
+    ("AveragePool", [2, 1, 4, 6, 6], None, {"kernel_shape": [3, 3, 3], "pads": [1] * 6},
+     None),
+]
+
+
+def window_checks(mpcc, d):
+    ok = True
+    for i, (op, xs, ws, attrs, want) in enumerate(WINDOW_CASES):
+        path = os.path.join(d, "window%d.onnx" % i)
+        window_model(path, op, xs, ws, **attrs)
+        p, _ = run_check(mpcc, path, "--loss=mse")
+        if want is None and p.returncode != 0:
+            print("%s over %s: expected --check to pass, got exit %d\n%s"
+                  % (op, xs, p.returncode, p.stderr))
+            ok = False
+        if want is not None and (p.returncode != 1 or want not in p.stderr):
+            print("%s over %s: expected exit 1 and %r, got exit %d\n%s"
+                  % (op, xs, want, p.returncode, p.stderr))
+            ok = False
+    return ok
+
+
 def main():
     mpcc, models = sys.argv[1], sys.argv[2]
     ok = True
@@ -100,6 +154,8 @@ def main():
             print("gradient paths: expected %r (Sin at 'on_path'), got exit %d and %r\n%s"
                   % (want, p.returncode, listed, p.stdout))
             ok = False
+    with tempfile.TemporaryDirectory() as d:
+        ok = window_checks(mpcc, d) and ok
     print("check_report: %s" % ("ok" if ok else "FAILED"))
     return 0 if ok else 1
 

@@ -872,65 +872,77 @@ static void emit_nll(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]));
 }
 
-/* A window op's dims as 2-D ones: (N, C, L) is (N, C, 1, L), so 1-D
- * convolution and pooling run as 2-D ones of height 1. */
-static void dims_2d(const Shape *s, int64_t d[4])
+/* A window op's dims as 3-D ones: (N, C, L) is (N, C, 1, 1, L) and (N, C,
+ * H, W) is (N, C, 1, H, W), so 1-D and 2-D convolution and pooling run as
+ * 3-D ones of depth (and height) 1. */
+static void dims_3d(const Shape *s, int64_t d[5])
 {
+    int sp = s->rank - 2;
     d[0] = s->d[0];
     d[1] = s->d[1];
-    d[2] = s->rank == 4 ? s->d[2] : 1;
-    d[3] = s->d[s->rank - 1];
+    for (int i = 0; i < 3; i++)
+        d[2 + i] = i < 3 - sp ? 1 : s->d[2 + i - (3 - sp)];
 }
 
-/* Strides, dilations and pads (begins, then ends) of a 1-D or 2-D window
- * op over input x (N, C, spatial..) with output y and kernel k (kh, kw),
- * as 2-D (window_params reads them); auto_pad SAME_* pads as ONNX says (the extra one at the end for
- * SAME_UPPER, at the beginning for SAME_LOWER). */
-static void window_2d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64_t k[2],
-                      int64_t st[2], int64_t dl[2], int64_t pd[4])
+/* The spatial dimensions of window op n over input x, refused unless 1 to 3. */
+static int window_rank(CG *cg, const Node *n, uint32_t x)
 {
-    const Shape *xs = shape_of(cg, x);
-    if (xs->rank != 3 && xs->rank != 4)
+    int sp = shape_of(cg, x)->rank - 2;
+    if (sp < 1 || sp > 3)
         unsupported(cg, n, arena_printf(cg->g->arena, "%s over %d spatial dimensions",
-                                        comment_text(cg, n->op_type), xs->rank - 2));
-    int sp = xs->rank - 2, o = 2 - sp;
+                                        comment_text(cg, n->op_type), sp));
+    return sp;
+}
+
+/* Strides, dilations and pads (begins, then ends) of a 1-D, 2-D or 3-D
+ * window op over input x (N, C, spatial..) with output y and kernel k (kd,
+ * kh, kw), as 3-D (window_params reads them); auto_pad SAME_* pads as ONNX
+ * says (the extra one at the end for SAME_UPPER, at the beginning for
+ * SAME_LOWER). */
+static void window_3d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64_t k[3],
+                      int64_t st[3], int64_t dl[3], int64_t pd[6])
+{
+    int sp = window_rank(cg, n, x), o = 3 - sp;
     Window w = window_params(n, sp, k + o);
-    st[0] = st[1] = dl[0] = dl[1] = 1;
-    pd[0] = pd[1] = pd[2] = pd[3] = 0;
+    for (int i = 0; i < 3; i++)
+        st[i] = dl[i] = 1, pd[i] = pd[3 + i] = 0;
     for (int i = 0; i < sp; i++) {
         st[o + i] = w.stride[i], dl[o + i] = w.dil[i];
-        pd[o + i] = w.pad[i], pd[2 + o + i] = w.pad[sp + i];
+        pd[o + i] = w.pad[i], pd[3 + o + i] = w.pad[sp + i];
     }
     const char *ap = w.auto_pad;
-    int64_t xd[4], yd[4];
-    dims_2d(xs, xd);
-    dims_2d(shape_of(cg, y), yd);
+    int64_t xd[5], yd[5];
+    dims_3d(shape_of(cg, x), xd);
+    dims_3d(shape_of(cg, y), yd);
     if (strncmp(ap, "SAME", 4) == 0)
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             int64_t total = (yd[2 + i] - 1) * st[i] + (k[i] - 1) * dl[i] + 1 - xd[2 + i];
             total = total < 0 ? 0 : total;
             pd[i] = strcmp(ap, "SAME_LOWER") == 0 ? (total + 1) / 2 : total / 2;
-            pd[2 + i] = total - pd[i];
+            pd[3 + i] = total - pd[i];
         }
     else if (strcmp(ap, "VALID") == 0)
-        pd[0] = pd[1] = pd[2] = pd[3] = 0;
+        for (int i = 0; i < 6; i++)
+            pd[i] = 0;
 }
 
-/* Conv and its gradients: 1-D and 2-D. */
+/* Conv and its gradients: 1-D, 2-D and 3-D, as runtime/kernel.h's MprtConv. */
 static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
 {
-    int64_t xd[4], wd[4], yd[4], st[2], dl[2], pd[4];
-    dims_2d(shape_of(cg, x), xd);
-    dims_2d(shape_of(cg, w), wd);
-    dims_2d(shape_of(cg, y), yd);
-    window_2d(cg, n, x, y, wd + 2, st, dl, pd);
-    emit(cg, "&(MprtConv){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld, %lld, %lld, %lld}",
+    int64_t xd[5], wd[5], yd[5], st[3], dl[3], pd[6];
+    window_rank(cg, n, x);
+    dims_3d(shape_of(cg, x), xd);
+    dims_3d(shape_of(cg, w), wd);
+    dims_3d(shape_of(cg, y), yd);
+    window_3d(cg, n, x, y, wd + 2, st, dl, pd);
+    emit(cg, "&(MprtConv){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+         "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld}",
          (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
-         (long long)wd[0], (long long)wd[2], (long long)wd[3], (long long)yd[2],
-         (long long)yd[3], (long long)conv_group(n), (long long)st[0],
-         (long long)st[1], (long long)dl[0], (long long)dl[1], (long long)pd[0],
-         (long long)pd[1]);
+         (long long)xd[4], (long long)wd[0], (long long)wd[2], (long long)wd[3],
+         (long long)wd[4], (long long)yd[2], (long long)yd[3], (long long)yd[4],
+         (long long)conv_group(n), (long long)st[0], (long long)st[1], (long long)st[2],
+         (long long)dl[0], (long long)dl[1], (long long)dl[2], (long long)pd[0],
+         (long long)pd[1], (long long)pd[2]);
 }
 
 /* ConvTranspose, as the convolution whose data gradient it is: that
@@ -1010,28 +1022,29 @@ static void emit_instance_norm(CG *cg, const Node *n)
 
 static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
 {
-    int64_t xd[4], yd[4], k[2] = {1, 1}, st[2], dl[2], pd[4];
-    dims_2d(shape_of(cg, x), xd);
-    dims_2d(shape_of(cg, y), yd);
+    int64_t xd[5], yd[5], k[3] = {1, 1, 1}, st[3], dl[3], pd[6];
+    int sp = window_rank(cg, n, x);
+    dims_3d(shape_of(cg, x), xd);
+    dims_3d(shape_of(cg, y), yd);
     uint32_t c;
     const int64_t *ks = attr_ints(n, "kernel_shape", &c);
-    if (shape_of(cg, x)->rank != 3 && shape_of(cg, x)->rank != 4)
-        unsupported(cg, n, arena_printf(cg->g->arena, "%s over %d spatial dimensions",
-                                        comment_text(cg, n->op_type), shape_of(cg, x)->rank - 2));
-    if (!ks || (int)c != shape_of(cg, x)->rank - 2)
+    if (!ks || (int)c != sp)
         unsupported(cg, n, "a kernel_shape that does not match the input's rank");
-    for (uint32_t i = 0; i < c && i < 2; i++)
-        k[2 - c + i] = ks[i];
-    window_2d(cg, n, x, y, k, st, dl, pd);
+    for (int i = 0; i < sp; i++)
+        k[3 - sp + i] = ks[i];
+    window_3d(cg, n, x, y, k, st, dl, pd);
     bool avg = n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD;
-    if (avg && (dl[0] != 1 || dl[1] != 1))
+    if (avg && (dl[0] != 1 || dl[1] != 1 || dl[2] != 1))
         unsupported(cg, n, "AveragePool with dilations");
     emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-         "%lld, %lld, %lld, %lld, %lld, %d}", (long long)xd[0], (long long)xd[1],
-         (long long)xd[2], (long long)xd[3], (long long)yd[2], (long long)yd[3],
-         (long long)k[0], (long long)k[1], (long long)st[0], (long long)st[1],
-         (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
-         (long long)pd[2], (long long)pd[3], avg && attr_int(n, "count_include_pad", 0) != 0);
+         "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d}",
+         (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
+         (long long)xd[4], (long long)yd[2], (long long)yd[3], (long long)yd[4],
+         (long long)k[0], (long long)k[1], (long long)k[2], (long long)st[0],
+         (long long)st[1], (long long)st[2], (long long)dl[0], (long long)dl[1],
+         (long long)dl[2], (long long)pd[0], (long long)pd[1], (long long)pd[2],
+         (long long)pd[3], (long long)pd[4], (long long)pd[5],
+         avg && attr_int(n, "count_include_pad", 0) != 0);
 }
 
 static void emit_pool(CG *cg, const Node *n)

@@ -9,6 +9,7 @@
  *   DepthToSpace     Reshape, Transpose, Reshape (modes DCR and CRD)
  *   SpaceToDepth     Reshape, Transpose, Reshape
  *   CastLike         Cast(x, to = the element type of its second input)
+ *   GlobalMaxPool    ReduceMax over every spatial dim, kept (1-D to N-D)
  *
  * Shape inference calls this when it meets one of them, its input typed;
  * the new nodes are inferred next and their gradients are those of the
@@ -251,12 +252,25 @@ static void lower_cast_like(Lower *l, Node *n)
     ir_set_int(l->g, cast, "to", l->g->values[n->in[1]].dtype);
 }
 
+/* ---- GlobalMaxPool ---- */
+
+static void lower_global_max_pool(Lower *l, Node *n)
+{
+    const Value *x = node_in(l->g, n, 0);
+    if (x->shape.rank < 3)
+        error_at(&n->loc, "global pooling needs (N,C,spatial..), got %s", value_type(l->g, x));
+    l->naxes = 0;
+    for (int i = 2; i < x->shape.rank; i++)
+        l->axes[l->naxes++] = i;
+    reduce(l, OP_REDUCE_MAX, n->in[0], true, n->out[0]);
+}
+
 bool is_composite(Op op)
 {
     switch (op) {
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_SUM_SQ: case OP_REDUCE_LOG_SUM:
     case OP_REDUCE_LOG_SUM_EXP: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
-    case OP_CAST_LIKE:
+    case OP_CAST_LIKE: case OP_GLOBAL_MAX_POOL:
         return true;
     default:
         return false;
@@ -274,6 +288,8 @@ void lower_composite(Graph *g, uint32_t pos)
         lower_depth_space(&l, &copy);
     else if (copy.op == OP_CAST_LIKE)
         lower_cast_like(&l, &copy);
+    else if (copy.op == OP_GLOBAL_MAX_POOL)
+        lower_global_max_pool(&l, &copy);
     else
         lower_reduction(&l, &copy);
     g->nodes[id].dead = true;

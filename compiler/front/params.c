@@ -410,5 +410,9 @@ Window window_params(const Node *nd, int n, const int64_t *kernel_from_weight)
     window_ints(nd, "dilations", w.dil, n, 1);
     window_ints(nd, "pads", w.pad, 2 * n, 0);
     w.auto_pad = attr_str(nd, "auto_pad", "NOTSET");
+    if (strcmp(w.auto_pad, "NOTSET") != 0 && strcmp(w.auto_pad, "SAME_UPPER") != 0 &&
+        strcmp(w.auto_pad, "SAME_LOWER") != 0 && strcmp(w.auto_pad, "VALID") != 0)
+        error_at(&nd->loc, "auto_pad '%s' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID",
+                 w.auto_pad);
     return w;
 }

@@ -858,7 +858,7 @@ static void infer_node(const Inf *c)
     case OP_CONV: infer_conv(c); break;
     case OP_CONV_TRANSPOSE: infer_conv_transpose(c); break;
     case OP_MAX_POOL: case OP_AVERAGE_POOL: infer_pool(c); break;
-    case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL: infer_global_pool(c); break;
+    case OP_GLOBAL_AVG_POOL: infer_global_pool(c); break;
     case OP_BATCH_NORM: infer_batch_norm(c); break;
     case OP_LAYER_NORM: infer_layer_norm(c); break;
     case OP_INSTANCE_NORM: infer_instance_norm(c); break;
@@ -898,7 +898,7 @@ static void infer_node(const Inf *c)
         break;   /* internal ops are typed by the pass that makes them */
     case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_REDUCE_SUM_SQ:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
-    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_CAST_LIKE:
+    case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_CAST_LIKE: case OP_GLOBAL_MAX_POOL:
         unreachable();   /* lowered before shapes are inferred */
     }
 }

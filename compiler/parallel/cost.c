@@ -89,7 +89,8 @@ static double contraction(const Graph *g, const Node *n)
         MatDims d = mat_dims(g, n);   /* over the output: a batch it sums adds to K */
         return per(d.batch * d.M * d.N * d.K, numel_of(g, n->out[0]));
     }
-    case OP_CONV: case OP_CONV_GRAD_X: {
+    case OP_CONV: case OP_CONV_GRAD_X: case OP_CONV_TRANSPOSE: {
+        /* ConvTranspose: each input element is an output of the convolution it inverts */
         const Shape *w = &g->values[n->in[1]].shape;
         return per(numel_of(g, n->in[1]), (double)w->d[0]);
     }
@@ -110,7 +111,8 @@ NodeCost node_cost(const Graph *g, const Node *n)
     for (uint32_t k = 0; k < n->nout; k++)
         c.bytes += bytes_of(g, n->out[k]);
     double k = contraction(g, n);
-    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ? n->in[0] : n->out[0];
+    uint32_t big = n->op == OP_CONV_GRAD_X || n->op == OP_CONV_GRAD_W ||
+                   n->op == OP_CONV_TRANSPOSE ? n->in[0] : n->out[0];
     if (k > 0) {
         c.flops = 2.0 * numel_of(g, big) * k;
         return c;
@@ -129,7 +131,7 @@ NodeCost node_cost(const Graph *g, const Node *n)
 /* runtime/kernel.h's rule for one GEMM over every image's patches. */
 static bool conv_batched(int64_t images, int64_t plane)
 {
-    MprtConv c = {.N = (int)images, .OH = 1, .OW = (int)plane};
+    MprtConv c = {.N = (int)images, .OD = 1, .OH = 1, .OW = (int)plane};
     return mprt_conv_batched(&c);
 }
 
@@ -150,7 +152,7 @@ int64_t node_workspace(const Graph *g, const Node *n)
     default: return 0;
     }
     const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
-    int64_t k = 1, p = 1;   /* patch rows C/group * KH * KW, columns OH * OW (1-D: OW) */
+    int64_t k = 1, p = 1;   /* patch rows C/group * KD * KH * KW, columns OD * OH * OW */
     for (int i = 1; i < ws->rank; i++)
         k *= ws->d[i];
     for (int i = 2; i < ys->rank; i++)
@@ -236,7 +238,9 @@ static ConvDims conv_dims(const Graph *g, uint32_t w, uint32_t y, double group)
     c.mg = (double)ws->d[0] / c.group;
     c.K = per(numel_of(g, w), (double)ws->d[0]);
     c.P = per(numel_of(g, y), (double)ys->d[0] * (double)ys->d[1]);
-    c.rows = c.K * (ys->rank > 3 ? (double)ys->d[2] : 1);
+    c.rows = c.K;   /* the output's rows: every spatial dimension but the last */
+    for (int i = 2; i < ys->rank - 1; i++)
+        c.rows *= (double)ys->d[i];
     return c;
 }
 

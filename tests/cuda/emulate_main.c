@@ -375,7 +375,8 @@ static void test_pad(void)
 
 static void pool_case(const MprtPool *p, int avg)
 {
-    long nx = (long)p->N * p->C * p->H * p->W, ny = (long)p->N * p->C * p->OH * p->OW;
+    long nx = (long)p->N * p->C * p->D * p->H * p->W;
+    long ny = (long)p->N * p->C * p->OD * p->OH * p->OW;
     float *x = fvec(nx, -1, 1), *y = fzero(ny), *cy = fzero(ny);
     x[7] = NAN;
     if (avg) {
@@ -405,9 +406,15 @@ static void pool_case(const MprtPool *p, int avg)
     free(x), free(y), free(cy);
 }
 
-static MprtPool pool(int H, int W, int k, int s, int d, int pad, int end, int cip)
+/* A k x k window over H x W (2-D), or k x k x k over D x H x W when D > 1,
+ * with the same stride, dilation and pads in every dimension. */
+static MprtPool pool(int D, int H, int W, int k, int s, int d, int pad, int end, int cip)
 {
-    MprtPool p = {2, 3, H, W, 0, 0, k, k, s, s, d, d, pad, pad, end, end, cip};
+    int kd = D > 1 ? k : 1, sd = D > 1 ? s : 1, dd = D > 1 ? d : 1;
+    int pd = D > 1 ? pad : 0, ed = D > 1 ? end : 0;
+    MprtPool p = {2, 3, D, H, W, 0, 0, 0, kd, k, k, sd, s, s, dd, d, d, pd, pad, pad,
+                  ed, end, end, cip};
+    p.OD = (D + pd + ed - ((kd - 1) * dd + 1)) / sd + 1;
     p.OH = (H + pad + end - ((k - 1) * d + 1)) / s + 1;
     p.OW = (W + pad + end - ((k - 1) * d + 1)) / s + 1;
     return p;
@@ -415,13 +422,16 @@ static MprtPool pool(int H, int W, int k, int s, int d, int pad, int end, int ci
 
 static void test_pool(void)
 {
-    for (int cip = 0; cip < 2; cip++) {
-        MprtPool a = pool(7, 6, 3, 1, 1, 1, 1, cip), b = pool(7, 6, 3, 2, 1, 1, 0, cip),
-                 c = pool(7, 6, 2, 2, 1, 0, 1, cip), d = pool(9, 8, 4, 3, 1, 2, 2, cip);
-        pool_case(&a, 1), pool_case(&b, 1), pool_case(&c, 1), pool_case(&d, 1);
+    for (int D = 1; D <= 5; D += 4)
+        for (int cip = 0; cip < 2; cip++) {
+            MprtPool a = pool(D, 7, 6, 3, 1, 1, 1, 1, cip), b = pool(D, 7, 6, 3, 2, 1, 1, 0, cip),
+                     c = pool(D, 7, 6, 2, 2, 1, 0, 1, cip), d = pool(D, 9, 8, 4, 3, 1, 2, 2, cip);
+            pool_case(&a, 1), pool_case(&b, 1), pool_case(&c, 1), pool_case(&d, 1);
+        }
+    for (int D = 1; D <= 7; D += 6) {
+        MprtPool m1 = pool(D, 7, 6, 3, 2, 1, 1, 1, 0), m2 = pool(D, 9, 8, 3, 1, 2, 2, 2, 0);
+        pool_case(&m1, 0), pool_case(&m2, 0);
     }
-    MprtPool m1 = pool(7, 6, 3, 2, 1, 1, 1, 0), m2 = pool(9, 8, 3, 1, 2, 2, 2, 0);
-    pool_case(&m1, 0), pool_case(&m2, 0);
     float x[30], y[6], cy[6], dy[6], dx[30], cdx[30];
     for (int i = 0; i < 30; i++)
         x[i] = frand(-1, 1);

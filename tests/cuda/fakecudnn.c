@@ -2,9 +2,10 @@
  * (tests/cuda/fakegpu.c), so that whole CUDA trainers with convolutions
  * and batch norm run on the host.
  *
- * The descriptors are read as cuDNN documents them (NCHW tensors, KCRS
- * filters with C the channels of one group, symmetric pads, strides,
- * dilations, the group count), turned back into the runtime's MprtConv,
+ * The descriptors are read as cuDNN documents them (packed NCHW or NCDHW
+ * tensors, KCRS or KCTRS filters with C the channels of one group,
+ * symmetric pads, strides, dilations, the group count), turned back into
+ * the runtime's MprtConv (a 2-D one with depth 1),
  * and the work runs as an operation of the handle's stream: the CPU
  * trainer's own kernels (runtime/cpu.c), with the workspace the caller
  * passed as their im2col buffer. So a trainer on these GPUs gives the CPU
@@ -13,7 +14,8 @@
  * what this checks is that wiring, not cuDNN's arithmetic.
  *
  * - Convolution: one algorithm per direction, deterministic, whose
- *   workspace is the im2col buffer (C/group x KH x KW x OH x OW floats, or
+ *   workspace is the im2col buffer (C/group x KD x KH x KW x OD x OH x OW
+ *   floats, or
  *   the batch's, runtime/kernel.h's mprt_conv_batched); a
  *   smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
  *   that does not match the tensors is an error.
@@ -35,16 +37,17 @@ struct cudnnContext {
     cudaStream_t stream;
 };
 
+/* 4-D descriptors have d = 1 */
 struct cudnnTensorStruct {
-    int n, c, h, w, set;
+    int nb, n, c, d, h, w, set;
 };
 
 struct cudnnFilterStruct {
-    int k, c, h, w, set;
+    int nb, k, c, d, h, w, set;
 };
 
 struct cudnnConvolutionStruct {
-    int ph, pw, sh, sw, dh, dw, group, set;
+    int spatial, pd, ph, pw, sd, sh, sw, dd, dh, dw, group, set;
 };
 
 enum { CONV_FWD, CONV_DATA, CONV_FILTER, BN_FWD, BN_BWD };
@@ -76,13 +79,19 @@ static cudnnStatus_t made(const void *p)
     return p ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 
-/* A 4-d float NCHW shape (a tensor's, or a filter's as KCRS). */
-static cudnnStatus_t shape4(cudnnTensorFormat_t format, cudnnDataType_t type, int a, int b,
-                            int c, int d, const char *what)
+/* A 4-d or 5-d float NCHW shape (a tensor's, or a filter's as KCRS), as
+ * (nb, n, c, d, h, w) with d = 1 for 4 dims. */
+static cudnnStatus_t shape_nd(cudnnTensorFormat_t format, cudnnDataType_t type, int nb,
+                              const int *dims, int out[6], const char *what)
 {
-    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || a < 1 || b < 1 || c < 1 ||
-        d < 1)
+    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || (nb != 4 && nb != 5))
         return bad(what);
+    for (int i = 0; i < nb; i++)
+        if (dims[i] < 1)
+            return bad(what);
+    out[0] = nb, out[1] = dims[0], out[2] = dims[1];
+    out[3] = nb == 5 ? dims[2] : 1;
+    out[4] = dims[nb - 2], out[5] = dims[nb - 1];
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -102,12 +111,14 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
     return made(*d = calloc(1, sizeof **d));
 }
 
-cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
-                                         cudnnDataType_t type, int n, int c, int h, int w)
+cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t d,
+                                           cudnnTensorFormat_t format, cudnnDataType_t type,
+                                           int nb, const int *dims)
 {
-    cudnnStatus_t s = shape4(format, type, n, c, h, w, "a tensor that is not float NCHW");
+    int v[6];
+    cudnnStatus_t s = shape_nd(format, type, nb, dims, v, "a tensor that is not float NCHW");
     if (s == CUDNN_STATUS_SUCCESS)
-        *d = (struct cudnnTensorStruct){n, c, h, w, 1};
+        *d = (struct cudnnTensorStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1};
     return s;
 }
 
@@ -116,12 +127,13 @@ cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
     return made(*d = calloc(1, sizeof **d));
 }
 
-cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
-                                         cudnnTensorFormat_t format, int k, int c, int h, int w)
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int nb, const int *dims)
 {
-    cudnnStatus_t s = shape4(format, type, k, c, h, w, "a filter that is not float KCRS");
+    int v[6];
+    cudnnStatus_t s = shape_nd(format, type, nb, dims, v, "a filter that is not float KCRS");
     if (s == CUDNN_STATUS_SUCCESS)
-        *d = (struct cudnnFilterStruct){k, c, h, w, 1};
+        *d = (struct cudnnFilterStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1};
     return s;
 }
 
@@ -133,16 +145,24 @@ cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw,
-                                              int u, int v, int dh, int dw,
-                                              cudnnConvolutionMode_t mode,
+/* 2 or 3 spatial dims; a 2-D one has depth pad 0, stride and dilation 1. */
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int n,
+                                              const int *pad, const int *stride,
+                                              const int *dil, cudnnConvolutionMode_t mode,
                                               cudnnDataType_t type)
 {
-    if (mode != CUDNN_CROSS_CORRELATION || type != CUDNN_DATA_FLOAT || ph < 0 || pw < 0 ||
-        u < 1 || v < 1 || dh < 1 || dw < 1)
-        return bad("a convolution descriptor other than a float cross-correlation");
+    if (mode != CUDNN_CROSS_CORRELATION || type != CUDNN_DATA_FLOAT || (n != 2 && n != 3))
+        return bad("a convolution descriptor other than a float 2-D or 3-D cross-correlation");
+    int p[3] = {0, 0, 0}, s[3] = {1, 1, 1}, l[3] = {1, 1, 1}, o = 3 - n;
+    for (int i = 0; i < n; i++) {
+        if (pad[i] < 0 || stride[i] < 1 || dil[i] < 1)
+            return bad("a convolution descriptor with a negative pad, or a stride or "
+                       "dilation below 1");
+        p[o + i] = pad[i], s[o + i] = stride[i], l[o + i] = dil[i];
+    }
     int group = d->group;
-    *d = (struct cudnnConvolutionStruct){ph, pw, u, v, dh, dw, group, 1};
+    *d = (struct cudnnConvolutionStruct){n, p[0], p[1], p[2], s[0], s[1], s[2],
+                                         l[0], l[1], l[2], group, 1};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -166,16 +186,21 @@ static int out_dim(int in, int pad, int k, int dil, int stride)
     return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
 }
 
-cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t c,
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t c,
                                                     const cudnnTensorDescriptor_t x,
-                                                    const cudnnFilterDescriptor_t w, int *n,
-                                                    int *ch, int *h, int *wd)
+                                                    const cudnnFilterDescriptor_t w, int nb,
+                                                    int *dims)
 {
     if (!c->set || !x->set || !w->set)
         return bad("an output size asked of descriptors never set");
-    *n = x->n, *ch = w->k;
-    *h = out_dim(x->h, c->ph, w->h, c->dh, c->sh);
-    *wd = out_dim(x->w, c->pw, w->w, c->dw, c->sw);
+    if (nb != x->nb || nb != w->nb || nb != c->spatial + 2)
+        return bad("an output size of descriptors with different ranks");
+    int out[3] = {out_dim(x->d, c->pd, w->d, c->dd, c->sd),
+                  out_dim(x->h, c->ph, w->h, c->dh, c->sh),
+                  out_dim(x->w, c->pw, w->w, c->dw, c->sw)};
+    dims[0] = x->n, dims[1] = w->k;
+    for (int i = 2; i < nb; i++)
+        dims[i] = out[i - nb + 3];
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -187,14 +212,18 @@ static cudnnStatus_t conv_of(const cudnnTensorDescriptor_t x, const cudnnFilterD
 {
     if (!x->set || !w->set || !c->set || !y->set)
         return bad("a convolution with a descriptor never set");
+    if (x->nb != c->spatial + 2 || w->nb != x->nb || y->nb != x->nb)
+        return bad("a convolution whose descriptors have different ranks");
     if (x->c != w->c * c->group || w->k % c->group || y->c != w->k || y->n != x->n)
         return bad("the filter's channels do not match the tensors' and the group count");
-    if (y->h != out_dim(x->h, c->ph, w->h, c->dh, c->sh) ||
+    if (y->d != out_dim(x->d, c->pd, w->d, c->dd, c->sd) ||
+        y->h != out_dim(x->h, c->ph, w->h, c->dh, c->sh) ||
         y->w != out_dim(x->w, c->pw, w->w, c->dw, c->sw))
         return bad("the output tensor is not the size the convolution gives");
-    *p = (MprtConv){.N = x->n, .C = x->c, .H = x->h, .W = x->w, .M = w->k, .KH = w->h,
-                    .KW = w->w, .OH = y->h, .OW = y->w, .group = c->group, .sh = c->sh,
-                    .sw = c->sw, .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw};
+    *p = (MprtConv){.N = x->n, .C = x->c, .D = x->d, .H = x->h, .W = x->w, .M = w->k,
+                    .KD = w->d, .KH = w->h, .KW = w->w, .OD = y->d, .OH = y->h, .OW = y->w,
+                    .group = c->group, .sd = c->sd, .sh = c->sh, .sw = c->sw, .dd = c->dd,
+                    .dh = c->dh, .dw = c->dw, .pd = c->pd, .ph = c->ph, .pw = c->pw};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -203,7 +232,7 @@ static cudnnStatus_t conv_of(const cudnnTensorDescriptor_t x, const cudnnFilterD
  * (mprt_conv_batched). */
 static size_t col_bytes(const MprtConv *p)
 {
-    size_t k = (size_t)(p->C / p->group) * p->KH * p->KW, plane = (size_t)p->OH * p->OW;
+    size_t k = (size_t)(p->C / p->group) * mprt_conv_taps(p), plane = mprt_conv_out_plane(p);
     if (!mprt_conv_batched(p))
         return k * plane * sizeof(float);
     return (k + (size_t)(p->M / p->group)) * p->N * plane * sizeof(float);
@@ -396,7 +425,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     return conv_call(h, CONV_FILTER, alpha, beta, xd, dwd, c, dyd, ws, ws_bytes, dy, x, dw);
 }
 
-/* Spatial batch norm's descriptors: x N x C x H x W, the statistics 1 x C x 1 x 1. */
+/* Spatial batch norm's descriptors: x N x C x H x W, the statistics 1 x C x 1 x 1
+ * (4-D ones). */
 static cudnnStatus_t bn_shape(cudnnBatchNormMode_t mode, const cudnnTensorDescriptor_t x,
                               const cudnnTensorDescriptor_t other,
                               const cudnnTensorDescriptor_t stats, Call *k)
@@ -405,6 +435,8 @@ static cudnnStatus_t bn_shape(cudnnBatchNormMode_t mode, const cudnnTensorDescri
         return bad("a batch norm other than spatial");
     if (!x->set || !other->set || !stats->set)
         return bad("a batch norm with a descriptor never set");
+    if (x->nb != 4 || other->nb != 4 || stats->nb != 4)
+        return bad("a batch norm of descriptors that are not 4-D");
     if (other->n != x->n || other->c != x->c || other->h != x->h || other->w != x->w ||
         stats->n != 1 || stats->c != x->c || stats->h != 1 || stats->w != 1)
         return bad("batch norm descriptors that do not agree (x, y, 1 x C x 1 x 1)");

@@ -270,11 +270,29 @@ typedef struct MprtEwChain {
     MprtEwStep step[MPRT_EW_STEPS];
 } MprtEwChain;
 
-/* A 2-D convolution (1-D ones have H = KH = OH = 1). */
+/* A convolution over up to three spatial dimensions, depth, height and
+ * width: 2-D ones have D = KD = OD = 1, sd = dd = 1 and pd = 0, 1-D ones H,
+ * KH and OH 1 as well. */
 typedef struct MprtConv {
-    int N, C, H, W, M, KH, KW, OH, OW, group;
-    int sh, sw, dh, dw, ph, pw;   /* strides, dilations, leading pads */
+    int N, C, D, H, W, M, KD, KH, KW, OD, OH, OW, group;
+    int sd, sh, sw, dd, dh, dw, pd, ph, pw;   /* strides, dilations, leading pads */
 } MprtConv;
+
+/* An image's positions (one channel's), an output's and a filter's taps. */
+static inline long mprt_conv_in_plane(const MprtConv *p)
+{
+    return (long)p->D * p->H * p->W;
+}
+
+static inline long mprt_conv_out_plane(const MprtConv *p)
+{
+    return (long)p->OD * p->OH * p->OW;
+}
+
+static inline long mprt_conv_taps(const MprtConv *p)
+{
+    return (long)p->KD * p->KH * p->KW;
+}
 
 /* A convolution whose output planes are small (deep layers: 7 x 7 and
  * less) runs all its images' patches as one GEMM rather than a GEMM per
@@ -285,13 +303,14 @@ typedef struct MprtConv {
 #define MPRT_CONV_BATCH_P 64
 static inline int mprt_conv_batched(const MprtConv *p)
 {
-    return p->N > 1 && (long)p->OH * p->OW <= MPRT_CONV_BATCH_P;
+    return p->N > 1 && mprt_conv_out_plane(p) <= MPRT_CONV_BATCH_P;
 }
 
-/* 2-D pooling. */
+/* Pooling over up to three spatial dimensions (as MprtConv: 2-D has D = OD
+ * = KD = 1, sd = dd = 1, pd = ed = 0). */
 typedef struct MprtPool {
-    int N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw;
-    int eh, ew;              /* trailing pads (average pooling) */
+    int N, C, D, H, W, OD, OH, OW, KD, KH, KW, sd, sh, sw, dd, dh, dw, pd, ph, pw;
+    int ed, eh, ew;          /* trailing pads (average pooling) */
     int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 
@@ -2610,7 +2629,7 @@ MPRT_KERNEL void mprt_mse_grad(long n, const float *dloss, const float *x, const
         dx[i] = (x[i] - t[i]) * scale;
 }
 
-/* ---- convolution (2-D) as im2col + GEMM ---- */
+/* ---- convolution (1-D, 2-D and 3-D) as im2col + GEMM ---- */
 
 /* The output positions o whose input position o * stride - pad + k * dil
  * lies inside [0, n): [lo, hi). */
@@ -2626,57 +2645,73 @@ static inline void mprt_valid_range(int n, int out, int stride, int pad, int k, 
         *hi = *lo;
 }
 
-/* One image's patches as columns: row (c, kh, kw) of col, ld floats
+/* The input row that output row r (r = od * OH + oh) reads through taps
+ * kd and kh of channel c: its offset in the image, or -1 when the tap
+ * lies in the padding. */
+static inline long mprt_conv_row(const MprtConv *p, int c, int kd, int kh, int r)
+{
+    int od = r / p->OH, oh = r - od * p->OH;
+    int id = od * p->sd - p->pd + kd * p->dd, ih = oh * p->sh - p->ph + kh * p->dh;
+    if (id < 0 || id >= p->D || ih < 0 || ih >= p->H)
+        return -1;
+    return (((long)c * p->D + id) * p->H + ih) * p->W;
+}
+
+/* One image's patches as columns: row (c, kd, kh, kw) of col, ld floats
  * apart, holds that tap for every output position. */
 MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
 {
-    int cg = p->C / p->group;
+    int cg = p->C / p->group, rows = p->OD * p->OH;
     for (int c = 0; c < cg; c++)
-        for (int kh = 0; kh < p->KH; kh++)
-            for (int kw = 0; kw < p->KW; kw++) {
-                float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * ld;
-                int w0, w1;
-                mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
-                for (int oh = 0; oh < p->OH; oh++) {
-                    int ih = oh * p->sh - p->ph + kh * p->dh;
-                    float *r = row + (size_t)oh * p->OW;
-                    if (ih < 0 || ih >= p->H) {
-                        memset(r, 0, (size_t)p->OW * sizeof *r);
-                        continue;
+        for (int kd = 0; kd < p->KD; kd++)
+            for (int kh = 0; kh < p->KH; kh++)
+                for (int kw = 0; kw < p->KW; kw++) {
+                    long tap = ((long)(c * p->KD + kd) * p->KH + kh) * p->KW + kw;
+                    float *row = col + (size_t)tap * ld;
+                    int w0, w1;
+                    mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
+                    for (int o = 0; o < rows; o++) {
+                        long in = mprt_conv_row(p, c, kd, kh, o);
+                        float *r = row + (size_t)o * p->OW;
+                        if (in < 0) {
+                            memset(r, 0, (size_t)p->OW * sizeof *r);
+                            continue;
+                        }
+                        const float *xs = x + in + kw * p->dw - p->pw;
+                        for (int ow = 0; ow < w0; ow++)
+                            r[ow] = 0.0f;
+                        if (p->sw == 1)
+                            memcpy(r + w0, xs + w0, (size_t)(w1 - w0) * sizeof *r);
+                        else
+                            for (int ow = w0; ow < w1; ow++)
+                                r[ow] = xs[(size_t)ow * p->sw];
+                        for (int ow = w1; ow < p->OW; ow++)
+                            r[ow] = 0.0f;
                     }
-                    const float *xs = x + ((size_t)c * p->H + ih) * p->W + kw * p->dw - p->pw;
-                    for (int ow = 0; ow < w0; ow++)
-                        r[ow] = 0.0f;
-                    if (p->sw == 1)
-                        memcpy(r + w0, xs + w0, (size_t)(w1 - w0) * sizeof *r);
-                    else
-                        for (int ow = w0; ow < w1; ow++)
-                            r[ow] = xs[(size_t)ow * p->sw];
-                    for (int ow = w1; ow < p->OW; ow++)
-                        r[ow] = 0.0f;
                 }
-            }
 }
 
 MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, float *x)
 {
-    int cg = p->C / p->group;
+    int cg = p->C / p->group, rows = p->OD * p->OH;
     for (int c = 0; c < cg; c++)
-        for (int kh = 0; kh < p->KH; kh++)
-            for (int kw = 0; kw < p->KW; kw++) {
-                const float *row = col + ((size_t)(c * p->KH + kh) * p->KW + kw) * ld;
-                int w0, w1;
-                mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
-                for (int oh = 0; oh < p->OH; oh++) {
-                    int ih = oh * p->sh - p->ph + kh * p->dh;
-                    if (ih < 0 || ih >= p->H)
-                        continue;
-                    float *xs = x + ((size_t)c * p->H + ih) * p->W + kw * p->dw - p->pw;
-                    const float *r = row + (size_t)oh * p->OW;
-                    for (int ow = w0; ow < w1; ow++)
-                        xs[(size_t)ow * p->sw] += r[ow];
+        for (int kd = 0; kd < p->KD; kd++)
+            for (int kh = 0; kh < p->KH; kh++)
+                for (int kw = 0; kw < p->KW; kw++) {
+                    long tap = ((long)(c * p->KD + kd) * p->KH + kh) * p->KW + kw;
+                    const float *row = col + (size_t)tap * ld;
+                    int w0, w1;
+                    mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &w0, &w1);
+                    for (int o = 0; o < rows; o++) {
+                        long in = mprt_conv_row(p, c, kd, kh, o);
+                        if (in < 0)
+                            continue;
+                        float *xs = x + in + kw * p->dw - p->pw;
+                        const float *r = row + (size_t)o * p->OW;
+                        for (int ow = w0; ow < w1; ow++)
+                            xs[(size_t)ow * p->sw] += r[ow];
+                    }
                 }
-            }
 }
 
 /* Between one group's block of an [N, C, P] tensor (C = G * cg channels)
@@ -2697,14 +2732,18 @@ static void mprt_scatter_images(int N, int C, int cg, int g, long P, const float
                    (size_t)P * sizeof *t);
 }
 
+/* Where image n's channels of group g start in an input [N, C, D, H, W]. */
+static inline size_t mprt_conv_group_at(const MprtConv *p, int n, int g)
+{
+    return ((size_t)n * p->C + (size_t)g * (p->C / p->group)) * mprt_conv_in_plane(p);
+}
+
 /* Every image's patches of group g side by side: K x N*P. */
 static void mprt_im2col_batch(const MprtConv *p, const float *x, int g, float *col)
 {
-    int cg = p->C / p->group;
-    long P = (long)p->OH * p->OW;
+    long P = mprt_conv_out_plane(p);
     for (int n = 0; n < p->N; n++)
-        mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col + (size_t)n * P,
-                    (size_t)p->N * P);
+        mprt_im2col(p, x + mprt_conv_group_at(p, n, g), col + (size_t)n * P, (size_t)p->N * P);
 }
 
 /* Convolution as im2col + one GEMM per image and group, the patches in
@@ -2716,7 +2755,8 @@ static void mprt_im2col_batch(const MprtConv *p, const float *x, int g, float *c
 MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, const float *b,
                            float *y, float *col)
 {
-    int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    int cg = p->C / p->group, mg = p->M / p->group;
+    int K = (int)(cg * mprt_conv_taps(p)), P = (int)mprt_conv_out_plane(p);
     int batched = mprt_conv_batched(p);
     long NP = (long)p->N * P;
     for (int g = 0; g < p->group && batched; g++) {
@@ -2730,7 +2770,7 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
         for (int g = 0; g < p->group; g++) {
             float *yg = y + ((size_t)n * p->M + (size_t)g * mg) * P;
             if (!batched) {
-                mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
+                mprt_im2col(p, x + mprt_conv_group_at(p, n, g), col, P);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, P, K, 1.0f,
                             w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
             }
@@ -2744,10 +2784,11 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
 MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const float *w, float *dx,
                                   float *col)
 {
-    int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    int cg = p->C / p->group, mg = p->M / p->group;
+    int K = (int)(cg * mprt_conv_taps(p)), P = (int)mprt_conv_out_plane(p);
     int batched = mprt_conv_batched(p);
     long NP = (long)p->N * P;
-    memset(dx, 0, (size_t)p->N * p->C * p->H * p->W * sizeof *dx);
+    memset(dx, 0, (size_t)p->N * p->C * mprt_conv_in_plane(p) * sizeof *dx);
     for (int g = 0; g < p->group && batched; g++) {
         float *dys = col + (size_t)K * NP;   /* dy of the group, mg x N*P */
         mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
@@ -2755,21 +2796,22 @@ MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const floa
                     w + (size_t)g * mg * K, K, dys, (int)NP, 0.0f, col, (int)NP);
         for (int n = 0; n < p->N; n++)
             mprt_col2im(p, col + (size_t)n * P, (size_t)NP,
-                        dx + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W);
+                        dx + mprt_conv_group_at(p, n, g));
     }
     for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, mg, 1.0f,
                         w + (size_t)g * mg * K, K, dy + ((size_t)n * p->M + (size_t)g * mg) * P,
                         P, 0.0f, col, P);
-            mprt_col2im(p, col, P, dx + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W);
+            mprt_col2im(p, col, P, dx + mprt_conv_group_at(p, n, g));
         }
 }
 
 MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const float *x, float *dw,
                                   float *col)
 {
-    int cg = p->C / p->group, mg = p->M / p->group, K = cg * p->KH * p->KW, P = p->OH * p->OW;
+    int cg = p->C / p->group, mg = p->M / p->group;
+    int K = (int)(cg * mprt_conv_taps(p)), P = (int)mprt_conv_out_plane(p);
     int batched = mprt_conv_batched(p);
     long NP = (long)p->N * P;
     for (int g = 0; g < p->group && batched; g++) {
@@ -2781,7 +2823,7 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
     }
     for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
-            mprt_im2col(p, x + ((size_t)n * p->C + (size_t)g * cg) * p->H * p->W, col, P);
+            mprt_im2col(p, x + mprt_conv_group_at(p, n, g), col, P);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, P, 1.0f,
                         dy + ((size_t)n * p->M + (size_t)g * mg) * P, P, col, P,
                         n ? 1.0f : 0.0f, dw + (size_t)g * mg * K, K);
@@ -2789,16 +2831,16 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
 }
 
 /* ConvTranspose as the data gradient of the convolution it inverts: p
- * describes that convolution (its input is y, N x C x H x W; its output
- * is x, N x M x OH x OW; w is M x C/group x KH x KW), then the bias per
- * channel of y. */
+ * describes that convolution (its input is y, N x C x D x H x W; its
+ * output is x, N x M x OD x OH x OW; w is M x C/group x KD x KH x KW),
+ * then the bias per channel of y. */
 MPRT_KERNEL void mprt_conv_transpose(const MprtConv *p, const float *x, const float *w,
                                      const float *b, float *y, float *col)
 {
     mprt_conv_grad_x(p, x, w, y, col);
     if (!b)
         return;
-    size_t plane = (size_t)p->H * p->W;
+    size_t plane = (size_t)mprt_conv_in_plane(p);
     for (int n = 0; n < p->N; n++)
         for (int c = 0; c < p->C; c++) {
             float *yc = y + ((size_t)n * p->C + c) * plane;
@@ -2957,34 +2999,38 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
     free(k);
 }
 
-/* ---- pooling (2-D) ---- */
+/* ---- pooling (1-D, 2-D and 3-D) ---- */
 
 /* Max pooling; idx (may be NULL) receives ONNX's Indices: the flat index
  * of each maximum in x (storage order 0). A window that lies entirely in
  * the padding gives -inf and index -1. */
-/* One output row, tap by tap: for each tap (kh, kw) of the window, every
- * output position whose tap lies inside the input takes the value if it
- * is larger (or NaN, which sticks). The loop over positions has no
- * dependence between iterations and no branch. */
-static void mprt_maxpool_row(const MprtPool *p, const float *xs, int oh, float *y, long *best)
+/* One output row r (r = od * OH + oh), tap by tap: for each tap (kd, kh,
+ * kw) of the window, every output position whose tap lies inside the input
+ * takes the value if it is larger (or NaN, which sticks). The loop over
+ * positions has no dependence between iterations and no branch. */
+static void mprt_maxpool_row(const MprtPool *p, const float *xs, int r, float *y, long *best)
 {
-    int h0 = oh * p->sh - p->ph;
+    int od = r / p->OH, oh = r - od * p->OH;
+    int d0 = od * p->sd - p->pd, h0 = oh * p->sh - p->ph;
     for (int ow = 0; ow < p->OW; ow++)
         y[ow] = -INFINITY, best[ow] = -1;
-    for (int kh = 0; kh < p->KH; kh++) {
-        int ih = h0 + kh * p->dh;
-        if (ih < 0 || ih >= p->H)
-            continue;
-        for (int kw = 0; kw < p->KW; kw++) {
-            int o0, o1;
-            mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &o0, &o1);
-            long base = (long)ih * p->W + kw * p->dw - p->pw;
-            for (int ow = o0; ow < o1; ow++) {
-                long k = base + (long)ow * p->sw;
-                float v = xs[k], bv = y[ow];
-                long m = -(long)((v > bv) | (v != v) | (best[ow] < 0));
-                y[ow] = mprt_pick((int)m, v, bv);
-                best[ow] ^= (best[ow] ^ k) & m;
+    for (int kd = 0; kd < p->KD; kd++) {
+        int id = d0 + kd * p->dd;
+        for (int kh = 0; kh < p->KH && id >= 0 && id < p->D; kh++) {
+            int ih = h0 + kh * p->dh;
+            if (ih < 0 || ih >= p->H)
+                continue;
+            for (int kw = 0; kw < p->KW; kw++) {
+                int o0, o1;
+                mprt_valid_range(p->W, p->OW, p->sw, p->pw, kw, p->dw, &o0, &o1);
+                long base = ((long)id * p->H + ih) * p->W + kw * p->dw - p->pw;
+                for (int ow = o0; ow < o1; ow++) {
+                    long k = base + (long)ow * p->sw;
+                    float v = xs[k], bv = y[ow];
+                    long m = -(long)((v > bv) | (v != v) | (best[ow] < 0));
+                    y[ow] = mprt_pick((int)m, v, bv);
+                    best[ow] ^= (best[ow] ^ k) & m;
+                }
             }
         }
     }
@@ -2992,16 +3038,16 @@ static void mprt_maxpool_row(const MprtPool *p, const float *xs, int oh, float *
 
 MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
 {
-    size_t plane = (size_t)p->H * p->W, oplane = (size_t)p->OH * p->OW;
+    size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
     for (long nc = 0; nc < (long)p->N * p->C; nc++) {
         long stack[512], *best = p->OW <= 512 ? stack : malloc((size_t)p->OW * sizeof *best);
         if (!best) {
             fprintf(stderr, "train: error: out of memory in max pooling\n");
             exit(1);
         }
-        for (int oh = 0; oh < p->OH; oh++) {
-            size_t o = nc * oplane + (size_t)oh * p->OW;
-            mprt_maxpool_row(p, x + nc * plane, oh, y + o, best);
+        for (int r = 0; r < p->OD * p->OH; r++) {
+            size_t o = nc * oplane + (size_t)r * p->OW;
+            mprt_maxpool_row(p, x + nc * plane, r, y + o, best);
             if (idx)
                 for (int ow = 0; ow < p->OW; ow++)
                     idx[o + ow] = best[ow] < 0 ? -1 : (int64_t)(nc * plane) + best[ow];
@@ -3039,27 +3085,30 @@ static int mprt_avg_window(int o, int stride, int pad, int k, int n, int end_pad
  * from dy, each output's gradient spread evenly over its window). */
 MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
 {
-    size_t plane = (size_t)p->H * p->W, oplane = (size_t)p->OH * p->OW;
+    size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
+    int cip = p->count_include_pad;
     if (back)
         memset(x, 0, (size_t)p->N * p->C * plane * sizeof *x);
     for (long nc = 0; nc < (long)p->N * p->C; nc++)
-        for (int oh = 0; oh < p->OH; oh++) {
-            int h0, h1, w0, w1;
-            int dh = mprt_avg_window(oh, p->sh, p->ph, p->KH, p->H, p->eh,
-                                     p->count_include_pad, &h0, &h1);
+        for (int r = 0; r < p->OD * p->OH; r++) {
+            int od = r / p->OH, oh = r - od * p->OH, d0, d1, h0, h1, w0, w1;
+            int dd = mprt_avg_window(od, p->sd, p->pd, p->KD, p->D, p->ed, cip, &d0, &d1);
+            int dh = mprt_avg_window(oh, p->sh, p->ph, p->KH, p->H, p->eh, cip, &h0, &h1);
             for (int ow = 0; ow < p->OW; ow++) {
-                int dw = mprt_avg_window(ow, p->sw, p->pw, p->KW, p->W, p->ew,
-                                         p->count_include_pad, &w0, &w1);
-                float *xs = x + nc * plane, *yo = y + nc * oplane + (size_t)oh * p->OW + ow;
-                float inv = dh * dw > 0 ? 1.0f / (float)(dh * dw) : 0.0f;
+                int dw = mprt_avg_window(ow, p->sw, p->pw, p->KW, p->W, p->ew, cip, &w0, &w1);
+                float *xs = x + nc * plane, *yo = y + nc * oplane + (size_t)r * p->OW + ow;
+                int count = dd * dh * dw;
+                float inv = count > 0 ? 1.0f / (float)count : 0.0f;
                 double sum = 0;
-                for (int ih = h0; ih < h1; ih++)
-                    for (int iw = w0; iw < w1; iw++) {
-                        if (back)
-                            xs[(size_t)ih * p->W + iw] += *yo * inv;
-                        else
-                            sum += xs[(size_t)ih * p->W + iw];
-                    }
+                for (int id = d0; id < d1; id++)
+                    for (int ih = h0; ih < h1; ih++)
+                        for (int iw = w0; iw < w1; iw++) {
+                            size_t k = ((size_t)id * p->H + ih) * p->W + iw;
+                            if (back)
+                                xs[k] += *yo * inv;
+                            else
+                                sum += xs[k];
+                        }
                 if (!back)
                     *yo = (float)(sum * inv);
             }

@@ -278,6 +278,17 @@ def main():
         outputs=[helper.make_tensor_value_info("y", FLOAT, [1, 1, 4, 4])], inits=[]),
         "DepthToSpace of 6 channels in blocks of 2 x 2")
 
+    def conv_model(node, x_shape, w_shape):
+        w = numpy_helper.from_array(np.full(w_shape, 0.5, np.float32), "w")
+        return make_model([node], inputs=[helper.make_tensor_value_info("x", FLOAT, x_shape)],
+                          outputs=[helper.make_tensor_value_info("y", FLOAT, None)],
+                          inits=[w], opsets=[helper.make_opsetid("", 17)])
+
+    write("conv_auto_pad.onnx", conv_model(
+        helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="SAME"),
+        [2, 1, 5, 5, 5], [2, 1, 3, 3, 3]),
+        "Conv3d with auto_pad 'SAME', which ONNX does not define")
+
     with open(os.path.join(out, "MANIFEST.tsv"), "w") as f:
         for fname, desc in manifest:
             f.write("%s\t%s\n" % (fname, desc))

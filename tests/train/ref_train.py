@@ -62,7 +62,7 @@ path) does by default: x of B0 rows, no dynamic axes (the batch is fixed at
 B0 in the model), torch's constant folding on.  The reference still trains
 at --batch: mpcc has to re-batch the model.
 
-MODEL: mlp, cnn, unet, bert (written here), gpt (tests/models/export_gpt.py),
+MODEL: mlp, cnn, cnn3d, unet, bert (written here), gpt (tests/models/export_gpt.py),
 resnet18, resnet50, deeplabv3, mobilenetv2, vgg11bn, efficientnet_b0 (torchvision; the
 "torch" string in config.json says how each is set up for small inputs).
 
@@ -115,13 +115,14 @@ OPSET = 17
 IN_NAME, OUT_NAME = "input", "logits"
 IMAGE = (3, 32, 32)
 IMAGE64 = (3, 64, 64)   # mobilenetv2, efficientnet_b0: 2x2 after stride 32
+VOLUME = (1, 8, 16, 16)  # cnn3d: one channel, 8 x 16 x 16 voxels (or frames)
 GPT_CFG = dict(vocab=128, d=32, heads=2, layers=2, T=16)
 SEG_CFG = dict(classes=5, image=[3, 32, 32], ignore_index=255, ignore_every=7)
 # bert: token 0 is padding, token 1 the [CLS] token every row starts with;
 # row lengths are drawn from [min_len, T], the rest is padding.
 BERT_CFG = dict(vocab=64, d=32, heads=2, layers=2, T=16, classes=4, min_len=5)
 # per-model defaults: steps, batch
-DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "resnet50": (2, 4), "resnet18": (2, 4),
+DEFAULTS = {"mlp": (5, 32), "cnn": (5, 16), "cnn3d": (4, 8), "resnet50": (2, 4), "resnet18": (2, 4),
             "gpt": (5, 4),
             "deeplabv3": (2, 4), "mobilenetv2": (2, 8), "vgg11bn": (3, 4),
             "unet": (3, 4), "efficientnet_b0": (3, 8), "bert": (3, 8),
@@ -133,7 +134,7 @@ RNN_CFG = {"seq2seq": dict(vocab=100, T=20, classes=10),
            "bigru": dict(vocab=64, T=12, classes=4),
            "lstm_lm": dict(vocab=64, T=16),
            "rnn": dict(features=8, T=10, classes=5)}
-BN_MODELS = ("cnn", "resnet50", "resnet18", "deeplabv3", "mobilenetv2", "vgg11bn",
+BN_MODELS = ("cnn", "cnn3d", "resnet50", "resnet18", "deeplabv3", "mobilenetv2", "vgg11bn",
              "unet", "efficientnet_b0")
 SEG_MODELS = ("deeplabv3", "unet")
 ZERO_INIT_MODELS = ("resnet50", "resnet18", "mobilenetv2", "efficientnet_b0")
@@ -173,6 +174,20 @@ def build_model(args):
                        "torch": "Conv(3,16,3,p1) BN ReLU MaxPool2 "
                                 "Conv(16,32,3,p1) BN ReLU MaxPool2 Flatten "
                                 "Linear(2048,10)"}
+    if args.model == "cnn3d":
+        model = nn.Sequential(
+            nn.Conv3d(1, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(),
+            nn.MaxPool3d(2),
+            nn.Conv3d(8, 16, 3, padding=1), nn.BatchNorm3d(16), nn.ReLU(),
+            nn.AvgPool3d(2),
+            nn.Conv3d(16, 16, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
+            nn.BatchNorm3d(16), nn.ReLU(),
+            nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(16, 5))
+        return model, {"image": list(VOLUME), "classes": 5,
+                       "torch": "Conv3d(1,8,3,p1) BN3d ReLU MaxPool3d(2) "
+                                "Conv3d(8,16,3,p1) BN3d ReLU AvgPool3d(2) "
+                                "Conv3d(16,16,(1,3,3),s(1,2,2),p(0,1,1)) BN3d "
+                                "ReLU AdaptiveAvgPool3d(1) Flatten Linear(16,5)"}
     if args.model in ("resnet50", "resnet18"):
         import torchvision
         zi = args.zero_init_residual
