@@ -484,6 +484,11 @@ typedef struct CumSumParams {
 } CumSumParams;
 CumSumParams cumsum_params(Graph *g, const Node *n);    /* the axis a constant input */
 bool mod_fmod(const Node *n);                           /* Mod: C's fmod, not Python's */
+int elements_axis(const Node *n, int rank);   /* GatherElements, ScatterElements, Scatter */
+typedef enum ScatterReduction {
+    SCATTER_NONE, SCATTER_ADD, SCATTER_MUL, SCATTER_MAX, SCATTER_MIN
+} ScatterReduction;
+ScatterReduction scatter_reduction(Graph *g, const Node *n);   /* ScatterElements, ScatterND */
 typedef struct Window {
     int n;                       /* spatial dimensions */
     int64_t k[MAX_RANK], stride[MAX_RANK], dil[MAX_RANK];

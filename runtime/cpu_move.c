@@ -1,7 +1,8 @@
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, comparisons, Mod, Cast and
- * 2-D Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, Mod,
+ * GatherElements/ScatterElements and GatherND/ScatterND, Cast and 2-D
+ * Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -344,6 +345,247 @@ MPRT_KERNEL void mprt_mod(int c_fmod, int type, int rank, const long *shape, con
                                                    mprt_elem_int(type, b, off[1])));
         mprt_bcast_next(rank, shape, idx, 2, off, s);
     }
+}
+
+/* ---- GatherElements, ScatterElements, GatherND and ScatterND: elements
+ * of any type (MPRT_ELEM_*) named by int32 or int64 indices (itype), each
+ * checked as Gather's are; their float32 gradients ---- */
+
+static size_t mprt_elem_size(int type)
+{
+    switch (type) {
+    case MPRT_ELEM_F64: case MPRT_ELEM_I64: return 8;
+    case MPRT_ELEM_F32: case MPRT_ELEM_I32: return 4;
+    case MPRT_ELEM_I16: return 2;
+    default: return 1;
+    }
+}
+
+/* y[i] = x[j] */
+static void mprt_elem_copy(int type, void *y, long i, const void *x, long j)
+{
+    size_t sz = mprt_elem_size(type);
+    memcpy((char *)y + (size_t)i * sz, (const char *)x + (size_t)j * sz, sz);
+}
+
+/* a combined with b by a scatter's reduction (ADD, MUL, MAX, MIN): max and
+ * min keep a NaN from either side, as numpy's maximum does. Integers wrap. */
+static float mprt_combine_f32(int red, float a, float b)
+{
+    switch (red) {
+    case MPRT_SCATTER_ADD: return a + b;
+    case MPRT_SCATTER_MUL: return a * b;
+    case MPRT_SCATTER_MAX: return b > a || b != b ? b : a;
+    default: return b < a || b != b ? b : a;
+    }
+}
+
+static double mprt_combine_f64(int red, double a, double b)
+{
+    switch (red) {
+    case MPRT_SCATTER_ADD: return a + b;
+    case MPRT_SCATTER_MUL: return a * b;
+    case MPRT_SCATTER_MAX: return b > a || b != b ? b : a;
+    default: return b < a || b != b ? b : a;
+    }
+}
+
+static int64_t mprt_combine_int(int red, int64_t a, int64_t b)
+{
+    switch (red) {
+    case MPRT_SCATTER_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+    case MPRT_SCATTER_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case MPRT_SCATTER_MAX: return b > a ? b : a;
+    default: return b < a ? b : a;
+    }
+}
+
+/* y[i] = u[j] (SCATTER_NONE), 0 (SCATTER_ZERO), or y[i] combined with
+ * u[j] by the reduction red. */
+static void mprt_scatter_put(int red, int type, void *y, long i, const void *u, long j)
+{
+    if (red == MPRT_SCATTER_NONE) {
+        mprt_elem_copy(type, y, i, u, j);
+    } else if (red == MPRT_SCATTER_ZERO) {
+        size_t sz = mprt_elem_size(type);
+        memset((char *)y + (size_t)i * sz, 0, sz);
+    } else if (type == MPRT_ELEM_F32) {
+        float *p = (float *)y + i;
+        *p = mprt_combine_f32(red, *p, ((const float *)u)[j]);
+    } else if (type == MPRT_ELEM_F64) {
+        double *p = (double *)y + i;
+        *p = mprt_combine_f64(red, *p, ((const double *)u)[j]);
+    } else {
+        int64_t v = mprt_combine_int(red, mprt_elem_int(type, y, i), mprt_elem_int(type, u, j));
+        mprt_elem_put(type, y, i, v);
+    }
+}
+
+/* Where index element i (at coordinates c of the indices' shape) points
+ * in data of shape xs: c with c[axis] replaced by the index. */
+static long mprt_elements_at(int itype, int rank, int axis, const long *xs, const long *c,
+                             const void *idx, long i, const char *node)
+{
+    long off = 0;
+    for (int d = 0; d < rank; d++) {
+        long k = d == axis ? mprt_gather_index(mprt_elem_int(itype, idx, i), xs[d], node) : c[d];
+        off = off * xs[d] + k;
+    }
+    return off;
+}
+
+static long mprt_numel(int rank, const long *s)
+{
+    long n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= s[d];
+    return n;
+}
+
+/* The next coordinates of a row-major walk over shape s. */
+static void mprt_coords_next(int rank, const long *s, long *c)
+{
+    for (int d = rank - 1; d >= 0 && ++c[d] == s[d]; d--)
+        c[d] = 0;
+}
+
+/* GatherElements: y (shaped like the indices, is) takes, for each index,
+ * the element of x (shape xs) at the index's own coordinates but for the
+ * axis, where it takes the index. */
+MPRT_KERNEL void mprt_gather_elements(int type, int itype, int rank, int axis, const long *xs,
+                                      const long *is, const void *idx, const void *x, void *y,
+                                      const char *node)
+{
+    long n = mprt_numel(rank, is), c[8] = {0};
+    for (long i = 0; i < n; i++) {
+        mprt_elem_copy(type, y, i, x, mprt_elements_at(itype, rank, axis, xs, c, idx, i, node));
+        mprt_coords_next(rank, is, c);
+    }
+}
+
+/* In the indices' order, the element of y GatherElements would read for
+ * each index takes u's element there under red (a repeated index keeps
+ * the last for NONE, and combines them all, in order, otherwise). */
+static void mprt_scatter_walk(int red, int type, int itype, int rank, int axis, const long *xs,
+                              const long *is, const void *idx, const void *u, void *y,
+                              const char *node)
+{
+    long n = mprt_numel(rank, is), c[8] = {0};
+    for (long i = 0; i < n; i++) {
+        mprt_scatter_put(red, type, y, mprt_elements_at(itype, rank, axis, xs, c, idx, i, node),
+                         u, i);
+        mprt_coords_next(rank, is, c);
+    }
+}
+
+/* ScatterElements: y = x, then the updates u (shaped like the indices)
+ * under the reduction red (MPRT_SCATTER_*). y may be x. */
+MPRT_KERNEL void mprt_scatter_elements(int red, int type, int itype, int rank, int axis,
+                                       const long *xs, const long *is, const void *idx,
+                                       const void *x, const void *u, void *y, const char *node)
+{
+    if (x != y)
+        memcpy(y, x, (size_t)mprt_numel(rank, xs) * mprt_elem_size(type));
+    mprt_scatter_walk(red, type, itype, rank, axis, xs, is, idx, u, y, node);
+}
+
+/* GatherElements' gradient: dx = 0, then dy scatter-added at the indices
+ * (repeated indices add up, in order). */
+MPRT_KERNEL void mprt_gather_elements_grad(int itype, int rank, int axis, const long *xs,
+                                           const long *is, const void *idx, const float *dy,
+                                           float *dx, const char *node)
+{
+    memset(dx, 0, (size_t)mprt_numel(rank, xs) * sizeof *dx);
+    mprt_scatter_walk(MPRT_SCATTER_ADD, MPRT_ELEM_F32, itype, rank, axis, xs, is, idx, dy, dx,
+                      node);
+}
+
+/* ScatterElements' gradient with respect to the data (reduction none):
+ * dy, zero where an update replaced the element. */
+MPRT_KERNEL void mprt_scatter_elements_grad(int itype, int rank, int axis, const long *xs,
+                                            const long *is, const void *idx, const float *dy,
+                                            float *dx, const char *node)
+{
+    if (dx != dy)
+        memcpy(dx, dy, (size_t)mprt_numel(rank, xs) * sizeof *dx);
+    mprt_scatter_walk(MPRT_SCATTER_ZERO, MPRT_ELEM_F32, itype, rank, axis, xs, is, idx, dy, dx,
+                      node);
+}
+
+/* The slot of x's first k dims (dims) that index row `at` names. */
+static long mprt_nd_slot(int itype, const void *idx, long at, int k, const long *dims,
+                         const char *node)
+{
+    long s = 0;
+    for (int q = 0; q < k; q++)
+        s = s * dims[q] + mprt_gather_index(mprt_elem_int(itype, idx, at + q), dims[q], node);
+    return s;
+}
+
+/* GatherND: x is nbatch x dims[0..k) x inner, the indices nbatch x nrows
+ * x k, y nbatch x nrows x inner: row r of batch b copies the inner block
+ * its k indices name in batch b of x. */
+MPRT_KERNEL void mprt_gather_nd(int type, int itype, long nbatch, long nrows, int k,
+                                const long *dims, long inner, const void *idx, const void *x,
+                                void *y, const char *node)
+{
+    long slots = mprt_numel(k, dims);
+    for (long b = 0; b < nbatch; b++)
+        for (long r = 0; r < nrows; r++) {
+            long row = b * nrows + r;
+            long from = (b * slots + mprt_nd_slot(itype, idx, row * k, k, dims, node)) * inner;
+            for (long j = 0; j < inner; j++)
+                mprt_elem_copy(type, y, row * inner + j, x, from + j);
+        }
+}
+
+/* Row by row, the block of y a row of indices names takes u's row under
+ * red, as mprt_scatter_walk does. */
+static void mprt_scatter_nd_walk(int red, int type, int itype, long nbatch, long nrows, int k,
+                                 const long *dims, long inner, const void *idx, const void *u,
+                                 void *y, const char *node)
+{
+    long slots = mprt_numel(k, dims);
+    for (long b = 0; b < nbatch; b++)
+        for (long r = 0; r < nrows; r++) {
+            long row = b * nrows + r;
+            long to = (b * slots + mprt_nd_slot(itype, idx, row * k, k, dims, node)) * inner;
+            for (long j = 0; j < inner; j++)
+                mprt_scatter_put(red, type, y, to + j, u, row * inner + j);
+        }
+}
+
+/* ScatterND: y = x, then the updates (nrows x inner) under red. y may be x. */
+MPRT_KERNEL void mprt_scatter_nd(int red, int type, int itype, long nrows, int k,
+                                 const long *dims, long inner, const void *idx, const void *x,
+                                 const void *u, void *y, const char *node)
+{
+    if (x != y)
+        memcpy(y, x, (size_t)(mprt_numel(k, dims) * inner) * mprt_elem_size(type));
+    mprt_scatter_nd_walk(red, type, itype, 1, nrows, k, dims, inner, idx, u, y, node);
+}
+
+/* GatherND's gradient: dx = 0, then dy's rows scatter-added into the
+ * blocks they came from. */
+MPRT_KERNEL void mprt_gather_nd_grad(int itype, long nbatch, long nrows, int k,
+                                     const long *dims, long inner, const void *idx,
+                                     const float *dy, float *dx, const char *node)
+{
+    memset(dx, 0, (size_t)(nbatch * mprt_numel(k, dims) * inner) * sizeof *dx);
+    mprt_scatter_nd_walk(MPRT_SCATTER_ADD, MPRT_ELEM_F32, itype, nbatch, nrows, k, dims, inner,
+                         idx, dy, dx, node);
+}
+
+/* ScatterND's gradient with respect to the data (reduction none): dy,
+ * zero in the blocks the updates replaced. */
+MPRT_KERNEL void mprt_scatter_nd_grad(int itype, long nrows, int k, const long *dims,
+                                      long inner, const void *idx, const float *dy, float *dx,
+                                      const char *node)
+{
+    if (dx != dy)
+        memcpy(dx, dy, (size_t)(mprt_numel(k, dims) * inner) * sizeof *dx);
+    mprt_scatter_nd_walk(MPRT_SCATTER_ZERO, MPRT_ELEM_F32, itype, 1, nrows, k, dims, inner, idx,
+                         dy, dx, node);
 }
 
 /* float16 from and to float32 by its bits, rounding to nearest even;

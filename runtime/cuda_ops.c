@@ -21,11 +21,11 @@
  * with the CPU's message.
  *
  * Where the CPU scatters (the gradients of Gather, MaxPool, AveragePool,
- * Pad, Resize), the kernels gather: one thread owns each element of the
- * result and adds its terms in the order the CPU's loop adds them, so the
- * results are deterministic and the CPU's. cuda.c comes first in the
- * program: its mprt_cu_call_failed is for failing calls, mprt_cu_refuse here for
- * what the kernels cannot take.
+ * Pad, Resize; ScatterElements, ScatterND), the kernels gather: one thread
+ * owns each element of the result and adds its terms in the order the
+ * CPU's loop adds them, so the results are deterministic and the CPU's.
+ * cuda.c comes first in the program: its mprt_cu_call_failed is for
+ * failing calls, mprt_cu_refuse here for what the kernels cannot take.
  */
 #include "mprt.h"
 #include "kernel.h"
@@ -1096,6 +1096,152 @@ MPRT_CU_KERNEL void mprt_cu_gather_grad(long outer, long dim, long inner, long n
     if (nidx > 0 && outer * inner > 0)
         mprt_cu_launch("gather_grad", mprt_cu_blocks(nidx * (long)MPRT_CU_BLOCK, MPRT_CU_BLOCK),
                        MPRT_CU_BLOCK, 0, args);
+}
+
+/* GatherElements' and ScatterElements' shapes (kernels.cu's struct Elems). */
+typedef struct MprtCuElems {
+    int64_t xs[8], is[8];
+    int rank, axis;
+} MprtCuElems;
+
+static MprtCuElems mprt_cu_elems(int rank, int axis, const long *xs, const long *is)
+{
+    MprtCuElems p;
+    memset(&p, 0, sizeof p);
+    if (rank > 8)
+        mprt_cu_refuse("GatherElements or ScatterElements over %d dimensions (at most 8)", rank);
+    p.rank = rank, p.axis = axis;
+    for (int d = 0; d < rank; d++)
+        p.xs[d] = xs[d], p.is[d] = is[d];
+    return p;
+}
+
+/* GatherND's and ScatterND's shapes (kernels.cu's struct Nd). */
+typedef struct MprtCuNd {
+    int64_t dims[8];
+    int64_t nbatch, nrows, slots, inner;
+    int k;
+} MprtCuNd;
+
+static MprtCuNd mprt_cu_nd(long nbatch, long nrows, int k, const long *dims, long inner)
+{
+    MprtCuNd p;
+    memset(&p, 0, sizeof p);
+    if (k > 8)
+        mprt_cu_refuse("GatherND or ScatterND with %d indices per row (at most 8)", k);
+    p.nbatch = nbatch, p.nrows = nrows, p.inner = inner, p.k = k, p.slots = 1;
+    for (int q = 0; q < k; q++)
+        p.dims[q] = dims[q], p.slots *= dims[q];
+    return p;
+}
+
+/* y = x (NULL: zeros) before a scatter; nothing when y is x. */
+static void mprt_cu_scatter_fill(int type, long n, const void *x, void *y)
+{
+    void *args[] = {&type, &n, &x, &y};
+    if (x != y)
+        mprt_cu_each("scatter_fill", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gather_elements(int type, int itype, int rank, int axis,
+                                            const long *xs, const long *is, const void *idx,
+                                            const void *x, void *y, const char *node)
+{
+    MprtCuElems p = mprt_cu_elems(rank, axis, xs, is);
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    long n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= is[d];
+    void *args[] = {&type, &itype, &p, &n, &idx, &x, &y, &tag};
+    mprt_cu_each("gather_elements", n, args);
+}
+
+/* y = x (NULL: zeros), then one thread per line of the indices along the
+ * axis combines its updates in order (kernels.cu). */
+static void mprt_cu_scatter_lines(int red, int type, int itype, int rank, int axis,
+                                  const long *xs, const long *is, const void *idx,
+                                  const void *x, const void *u, void *y, const char *node)
+{
+    MprtCuElems p = mprt_cu_elems(rank, axis, xs, is);
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    long ny = 1, nlines = 1;
+    for (int d = 0; d < rank; d++)
+        ny *= xs[d], nlines *= d == axis ? 1 : is[d];
+    mprt_cu_scatter_fill(type, ny, x, y);
+    void *args[] = {&red, &type, &itype, &p, &nlines, &idx, &u, &y, &tag};
+    if (is[axis] > 0)
+        mprt_cu_each("scatter_elements", nlines, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_scatter_elements(int red, int type, int itype, int rank, int axis,
+                                             const long *xs, const long *is, const void *idx,
+                                             const void *x, const void *u, void *y,
+                                             const char *node)
+{
+    mprt_cu_scatter_lines(red, type, itype, rank, axis, xs, is, idx, x, u, y, node);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gather_elements_grad(int itype, int rank, int axis, const long *xs,
+                                                 const long *is, const void *idx,
+                                                 const float *dy, float *dx, const char *node)
+{
+    mprt_cu_scatter_lines(MPRT_SCATTER_ADD, MPRT_ELEM_F32, itype, rank, axis, xs, is, idx, NULL,
+                          dy, dx, node);
+}
+
+MPRT_CU_KERNEL void mprt_cu_scatter_elements_grad(int itype, int rank, int axis, const long *xs,
+                                                  const long *is, const void *idx,
+                                                  const float *dy, float *dx, const char *node)
+{
+    mprt_cu_scatter_lines(MPRT_SCATTER_ZERO, MPRT_ELEM_F32, itype, rank, axis, xs, is, idx, dy,
+                          dy, dx, node);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gather_nd(int type, int itype, long nbatch, long nrows, int k,
+                                      const long *dims, long inner, const void *idx,
+                                      const void *x, void *y, const char *node)
+{
+    MprtCuNd p = mprt_cu_nd(nbatch, nrows, k, dims, inner);
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    void *args[] = {&type, &itype, &p, &idx, &x, &y, &tag};
+    mprt_cu_each("gather_nd", nbatch * nrows * inner, args);
+}
+
+/* y = x (NULL: zeros), then one thread per column of each batch walks its
+ * rows in order. */
+static void mprt_cu_scatter_columns(int red, int type, int itype, long nbatch, long nrows,
+                                    int k, const long *dims, long inner, const void *idx,
+                                    const void *x, const void *u, void *y, const char *node)
+{
+    MprtCuNd p = mprt_cu_nd(nbatch, nrows, k, dims, inner);
+    uint64_t tag = (uint64_t)(uintptr_t)node;
+    mprt_cu_scatter_fill(type, nbatch * p.slots * inner, x, y);
+    void *args[] = {&red, &type, &itype, &p, &idx, &u, &y, &tag};
+    if (nrows > 0)
+        mprt_cu_each("scatter_nd", nbatch * inner, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_scatter_nd(int red, int type, int itype, long nrows, int k,
+                                       const long *dims, long inner, const void *idx,
+                                       const void *x, const void *u, void *y, const char *node)
+{
+    mprt_cu_scatter_columns(red, type, itype, 1, nrows, k, dims, inner, idx, x, u, y, node);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gather_nd_grad(int itype, long nbatch, long nrows, int k,
+                                           const long *dims, long inner, const void *idx,
+                                           const float *dy, float *dx, const char *node)
+{
+    mprt_cu_scatter_columns(MPRT_SCATTER_ADD, MPRT_ELEM_F32, itype, nbatch, nrows, k, dims,
+                            inner, idx, NULL, dy, dx, node);
+}
+
+MPRT_CU_KERNEL void mprt_cu_scatter_nd_grad(int itype, long nrows, int k, const long *dims,
+                                            long inner, const void *idx, const float *dy,
+                                            float *dx, const char *node)
+{
+    mprt_cu_scatter_columns(MPRT_SCATTER_ZERO, MPRT_ELEM_F32, itype, 1, nrows, k, dims, inner,
+                            idx, dy, dy, dx, node);
 }
 
 MPRT_CU_KERNEL void mprt_cu_cast(long n, int from, int to, const void *x, void *y)

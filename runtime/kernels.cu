@@ -7,13 +7,14 @@
  * with the _rn intrinsics, which are never fused), reductions in double
  * where the CPU reduces in double, and the same dropout mask bit for bit.
  * Where the CPU scatters (gradients of Gather, MaxPool, AveragePool, Pad,
- * Resize), the kernels gather instead: each output element is owned by one
- * thread that adds its terms in the CPU's order, so the results are
- * deterministic. Double products that the CPU rounds before adding are
- * DMUL (__dmul_rn) for the same reason as the float ones. The op codes
- * and limits are runtime/opcodes.h's, as kernel.h's are (NVRTC gets that
- * file as the header of this one); the parameter structs passed by value
- * have kernel.h's layouts (tests/cuda/check_cuda_ops.py compares them).
+ * Resize; ScatterElements, ScatterND), the kernels gather instead: each
+ * output element is owned by one thread that adds its terms in the CPU's
+ * order, so the results are deterministic. Double products that the CPU
+ * rounds before adding are DMUL (__dmul_rn) for the same reason as the
+ * float ones. The op codes and limits are runtime/opcodes.h's, as
+ * kernel.h's are (NVRTC gets that file as the header of this one); the
+ * parameter structs passed by value have kernel.h's layouts
+ * (tests/cuda/check_cuda_ops.py compares them).
  *
  * NVRTC has no libc headers: the fixed-width types are defined here.
  * Elementwise kernels are grid-stride loops; row kernels run one block per
@@ -1759,6 +1760,193 @@ extern "C" __global__ void mprt_k_cumsum(int exclusive, int reverse, i64 outer, 
             y[j] = (float)acc;
             if (exclusive)
                 acc += v;
+        }
+    }
+}
+
+/* ---- GatherElements, ScatterElements, GatherND and ScatterND (the CPU's
+ * mprt_gather_elements ... mprt_scatter_nd): a scatter first copies x to y
+ * (scatter_fill), then one thread per line of the indices, or per column
+ * of ScatterND's rows, combines the updates into y in the CPU's order ---- */
+
+/* The shapes of GatherElements' and ScatterElements' data and indices. */
+struct Elems {
+    i64 xs[8], is[8];
+    int rank, axis;
+};
+
+/* GatherND's and ScatterND's data: nbatch x dims[0..k) (slots in all) x
+ * inner; the indices: nbatch x nrows x k. */
+struct Nd {
+    i64 dims[8];
+    i64 nbatch, nrows, slots, inner;
+    int k;
+};
+
+static __device__ int elem_size(int type)
+{
+    return type == ELEM_F64 || type == ELEM_I64 ? 8 : type == ELEM_F32 || type == ELEM_I32 ? 4
+         : type == ELEM_I16 ? 2 : 1;
+}
+
+/* y[i] = x[j], or 0 where x is NULL. */
+static __device__ void elem_copy(int type, void *y, i64 i, const void *x, i64 j)
+{
+    switch (elem_size(type)) {
+    case 8: ((i64 *)y)[i] = x ? ((const i64 *)x)[j] : 0; break;
+    case 4: ((int *)y)[i] = x ? ((const int *)x)[j] : 0; break;
+    case 2: ((short *)y)[i] = x ? ((const short *)x)[j] : (short)0; break;
+    default: ((u8 *)y)[i] = x ? ((const u8 *)x)[j] : (u8)0; break;
+    }
+}
+
+static __device__ float combine_f32(int red, float a, float b)
+{
+    switch (red) {
+    case SCATTER_ADD: return FADD(a, b);
+    case SCATTER_MUL: return FMUL(a, b);
+    case SCATTER_MAX: return b > a || b != b ? b : a;
+    default: return b < a || b != b ? b : a;
+    }
+}
+
+static __device__ double combine_f64(int red, double a, double b)
+{
+    switch (red) {
+    case SCATTER_ADD: return a + b;
+    case SCATTER_MUL: return DMUL(a, b);
+    case SCATTER_MAX: return b > a || b != b ? b : a;
+    default: return b < a || b != b ? b : a;
+    }
+}
+
+static __device__ i64 combine_int(int red, i64 a, i64 b)
+{
+    switch (red) {
+    case SCATTER_ADD: return (i64)((u64)a + (u64)b);
+    case SCATTER_MUL: return (i64)((u64)a * (u64)b);
+    case SCATTER_MAX: return b > a ? b : a;
+    default: return b < a ? b : a;
+    }
+}
+
+/* y[i] = u[j] (SCATTER_NONE), 0 (SCATTER_ZERO), or y[i] combined with
+ * u[j] by the reduction red. */
+static __device__ void scatter_put(int red, int type, void *y, i64 i, const void *u, i64 j)
+{
+    if (red == SCATTER_NONE) {
+        elem_copy(type, y, i, u, j);
+    } else if (red == SCATTER_ZERO) {
+        elem_copy(type, y, i, 0, 0);
+    } else if (type == ELEM_F32) {
+        float *p = (float *)y + i;
+        *p = combine_f32(red, *p, ((const float *)u)[j]);
+    } else if (type == ELEM_F64) {
+        double *p = (double *)y + i;
+        *p = combine_f64(red, *p, ((const double *)u)[j]);
+    } else {
+        int_put(type, y, i, combine_int(red, int_at(type, y, i), int_at(type, u, j)));
+    }
+}
+
+/* y = x (NULL: zeros). */
+extern "C" __global__ void mprt_k_scatter_fill(int type, i64 n, const void *x, void *y)
+{
+    FOR_EACH(i, n) elem_copy(type, y, i, x, i);
+}
+
+extern "C" __global__ void mprt_k_gather_elements(int type, int itype, Elems p, i64 n,
+                                                  const void *idx, const void *x, void *y, u64 node)
+{
+    FOR_EACH(e, n) {
+        i64 rest = e, off = 0, st = 1, ast = 0;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            i64 c = rest % p.is[d];
+            rest /= p.is[d];
+            if (d == p.axis)
+                ast = st;
+            else
+                off += c * st;
+            st *= p.xs[d];
+        }
+        i64 v = int_at(itype, idx, e), k = gather_index(v, p.xs[p.axis]);
+        if (k < 0) {
+            fault(FAULT_INDEX, v, p.xs[p.axis], node, 0);
+            elem_copy(type, y, e, 0, 0);
+            continue;
+        }
+        elem_copy(type, y, e, x, off + k * ast);
+    }
+}
+
+/* One thread per line of the indices along the axis (nlines of them),
+ * walking it from its start: each element of y is combined with its
+ * updates in the CPU's order. */
+extern "C" __global__ void mprt_k_scatter_elements(int red, int type, int itype, Elems p,
+                                                   i64 nlines, const void *idx, const void *u,
+                                                   void *y, u64 node)
+{
+    FOR_EACH(l, nlines) {
+        i64 rest = l, ib = 0, yb = 0, ist = 1, yst = 1, ia = 0, ya = 0;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            if (d == p.axis) {
+                ia = ist, ya = yst;
+            } else {
+                i64 c = rest % p.is[d];
+                rest /= p.is[d];
+                ib += c * ist, yb += c * yst;
+            }
+            ist *= p.is[d], yst *= p.xs[d];
+        }
+        for (i64 j = 0; j < p.is[p.axis]; j++) {
+            i64 v = int_at(itype, idx, ib + j * ia), k = gather_index(v, p.xs[p.axis]);
+            if (k < 0)
+                fault(FAULT_INDEX, v, p.xs[p.axis], node, 0);
+            else
+                scatter_put(red, type, y, yb + k * ya, u, ib + j * ia);
+        }
+    }
+}
+
+/* The slot of index row `at` (the CPU's mprt_nd_slot), or -1 after
+ * recording a fault. */
+static __device__ i64 nd_slot(const Nd &p, int itype, const void *idx, i64 at, u64 node)
+{
+    i64 s = 0;
+    for (int q = 0; q < p.k; q++) {
+        i64 v = int_at(itype, idx, at + q), k = gather_index(v, p.dims[q]);
+        if (k < 0) {
+            fault(FAULT_INDEX, v, p.dims[q], node, 0);
+            return -1;
+        }
+        s = s * p.dims[q] + k;
+    }
+    return s;
+}
+
+extern "C" __global__ void mprt_k_gather_nd(int type, int itype, Nd p, const void *idx,
+                                            const void *x, void *y, u64 node)
+{
+    FOR_EACH(e, p.nbatch * p.nrows * p.inner) {
+        i64 row = e / p.inner, j = e - row * p.inner, b = row / p.nrows;
+        i64 s = nd_slot(p, itype, idx, row * p.k, node);
+        if (s < 0)
+            elem_copy(type, y, e, 0, 0);
+        else
+            elem_copy(type, y, e, x, (b * p.slots + s) * p.inner + j);
+    }
+}
+
+/* One thread per column of a batch's rows, walking the rows in order. */
+extern "C" __global__ void mprt_k_scatter_nd(int red, int type, int itype, Nd p,
+                                             const void *idx, const void *u, void *y, u64 node)
+{
+    FOR_EACH(c, p.nbatch * p.inner) {
+        i64 b = c / p.inner, j = c - b * p.inner;
+        for (i64 r = 0; r < p.nrows; r++) {
+            i64 row = b * p.nrows + r, s = nd_slot(p, itype, idx, row * p.k, node);
+            if (s >= 0)
+                scatter_put(red, type, y, (b * p.slots + s) * p.inner + j, u, row * p.inner + j);
         }
     }
 }

@@ -8,7 +8,9 @@
  * the tanh approximation); a fused chain's steps (kernel.h); comparisons
  * and logic (bool results); the element types of their operands, of Mod's
  * and of ArgMax's input (mprt_compare: F32, I64, BOOL); Cast's
- * element types; Pad's modes; how Resize maps an output coordinate to the
+ * element types; Pad's modes; the reductions of ScatterElements and
+ * ScatterND (NONE: the update replaces the element; ZERO, for their
+ * gradients: a zero does); how Resize maps an output coordinate to the
  * input (ONNX's coordinate_transformation_mode) and samples it. */
 #ifndef MPRT_OPCODES_H
 #define MPRT_OPCODES_H
@@ -23,6 +25,8 @@
     enum { X(CAST_F32) X(CAST_I64) X(CAST_I32) X(CAST_U8) X(CAST_BOOL) X(CAST_F64) \
         X(CAST_F16) }; \
     enum { X(PAD_CONSTANT) X(PAD_REFLECT) X(PAD_EDGE) }; \
+    enum { X(SCATTER_NONE) X(SCATTER_ADD) X(SCATTER_MUL) X(SCATTER_MAX) X(SCATTER_MIN) \
+        X(SCATTER_ZERO) }; \
     enum { X(HALF_PIXEL) X(PYTORCH_HALF_PIXEL) X(ALIGN_CORNERS) X(ASYMMETRIC) }; \
     enum { X(NEAREST_FLOOR) X(NEAREST_ROUND_DOWN) X(NEAREST_ROUND_UP) X(NEAREST_CEIL) X(LINEAR) };
 

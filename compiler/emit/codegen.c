@@ -1560,6 +1560,103 @@ static void emit_cumsum(CG *cg, const Node *n)
          p.reverse, outer, (long long)s->d[p.axis], inner, buf(cg, x), buf(cg, n->out[0]));
 }
 
+/* The element type of GatherElements', ScatterElements', GatherND's and
+ * ScatterND's data (bool as its bytes), and of their indices. */
+static const char *elements_type(CG *cg, const Node *n, uint32_t v)
+{
+    return cg->g->values[v].dtype == DT_BOOL ? "MPRT_ELEM_U8" : elem_code(cg, n, v);
+}
+
+static const char *index_type(CG *cg, const Node *n, uint32_t idx)
+{
+    DType t = cg->g->values[idx].dtype;
+    if (t != DT_I32 && t != DT_I64)
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s indices of type %s", n->op_type,
+                                        dtype_name(t)));
+    return t == DT_I32 ? "MPRT_ELEM_I32" : "MPRT_ELEM_I64";
+}
+
+static const char *const scatter_codes[] = {"MPRT_SCATTER_NONE", "MPRT_SCATTER_ADD",
+                                            "MPRT_SCATTER_MUL", "MPRT_SCATTER_MAX",
+                                            "MPRT_SCATTER_MIN"};
+
+/* GatherElements, ScatterElements and Scatter, and their gradients
+ * (float32: dy scatter-added into zeros; dy zeroed where the updates
+ * were written), over the data's and the indices' shapes. */
+static void emit_elements(CG *cg, const Node *n)
+{
+    bool fwd = n->op == OP_GATHER_ELEMENTS || n->op == OP_SCATTER ||
+               n->op == OP_SCATTER_ELEMENTS;
+    uint32_t data = n->op == OP_GATHER_ELEMENTS ? n->in[0] : n->out[0], idx = n->in[1];
+    const Shape *xs = shape_of(cg, data), *is = shape_of(cg, idx);
+    const char *itype = index_type(cg, n, idx);
+    long xd[MAX_RANK], id[MAX_RANK];
+    for (int d = 0; d < xs->rank; d++)
+        xd[d] = (long)xs->d[d], id[d] = (long)is->d[d];
+    if (!fwd)
+        float_only(cg, n, data);
+    const char *name = n->op == OP_GATHER_ELEMENTS ? "gather_elements"
+                     : n->op == OP_GATHER_ELEMENTS_GRAD ? "gather_elements_grad"
+                     : n->op == OP_SCATTER_ELEMENTS_GRAD ? "scatter_elements_grad"
+                     : "scatter_elements";
+    emit(cg, "    %s(", kernel(cg, name));
+    if (fwd && n->op != OP_GATHER_ELEMENTS)
+        emit(cg, "%s, ", scatter_codes[scatter_reduction(cg->g, n)]);
+    if (fwd)
+        emit(cg, "%s, ", elements_type(cg, n, data));
+    emit(cg, "%s, %d, %d, ", itype, xs->rank, elements_axis(n, xs->rank));
+    emit_longs(cg, xd, xs->rank);
+    emit(cg, ", ");
+    emit_longs(cg, id, xs->rank);
+    emit(cg, ", %s", buf(cg, idx));
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (k != 1)
+            emit(cg, ", %s", buf(cg, n->in[k]));
+    emit(cg, ", %s, %s);\n", buf(cg, n->out[0]), c_string(cg, n->name));
+}
+
+/* GatherND (batch_dims b), ScatterND and their gradients: the data as
+ * nbatch x (the k dims an index row names) x inner, the indices as
+ * nbatch x nrows x k; ScatterND has no batch. */
+static void emit_nd(CG *cg, const Node *n)
+{
+    bool gather = n->op == OP_GATHER_ND || n->op == OP_GATHER_ND_GRAD;
+    bool fwd = n->op == OP_GATHER_ND || n->op == OP_SCATTER_ND;
+    uint32_t data = n->op == OP_GATHER_ND ? n->in[0] : n->out[0], idx = n->in[1];
+    const Shape *xs = shape_of(cg, data), *is = shape_of(cg, idx);
+    const char *itype = index_type(cg, n, idx);
+    int b = gather ? (int)attr_int(n, "batch_dims", 0) : 0, k = (int)is->d[is->rank - 1];
+    long nbatch = 1, nrows = 1, inner = 1, dims[MAX_RANK];
+    for (int d = 0; d < b; d++)
+        nbatch *= (long)xs->d[d];
+    for (int d = b; d < is->rank - 1; d++)
+        nrows *= (long)is->d[d];
+    for (int q = 0; q < k; q++)
+        dims[q] = (long)xs->d[b + q];
+    for (int d = b + k; d < xs->rank; d++)
+        inner *= (long)xs->d[d];
+    if (!fwd)
+        float_only(cg, n, data);
+    const char *name = n->op == OP_GATHER_ND ? "gather_nd"
+                     : n->op == OP_GATHER_ND_GRAD ? "gather_nd_grad"
+                     : n->op == OP_SCATTER_ND_GRAD ? "scatter_nd_grad" : "scatter_nd";
+    emit(cg, "    %s(", kernel(cg, name));
+    if (n->op == OP_SCATTER_ND)
+        emit(cg, "%s, ", scatter_codes[scatter_reduction(cg->g, n)]);
+    if (fwd)
+        emit(cg, "%s, ", elements_type(cg, n, data));
+    emit(cg, "%s, ", itype);
+    if (gather)
+        emit(cg, "%ld, ", nbatch);
+    emit(cg, "%ld, %d, ", nrows, k);
+    emit_longs(cg, dims, k);
+    emit(cg, ", %ld, %s", inner, buf(cg, idx));
+    for (uint32_t j = 0; j < n->nin; j++)
+        if (j != 1)
+            emit(cg, ", %s", buf(cg, n->in[j]));
+    emit(cg, ", %s, %s);\n", buf(cg, n->out[0]), c_string(cg, n->name));
+}
+
 static const char *cast_code(CG *cg, const Node *n, DType t)
 {
     switch (t) {
@@ -1996,6 +2093,13 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_SLICE: case OP_SLICE_GRAD: emit_slice(cg, n); break;
     case OP_CONCAT: case OP_SPLIT: emit_concat(cg, n); break;
     case OP_GATHER: case OP_GATHER_GRAD: emit_gather(cg, n); break;
+    case OP_GATHER_ELEMENTS: case OP_SCATTER: case OP_SCATTER_ELEMENTS:
+    case OP_GATHER_ELEMENTS_GRAD: case OP_SCATTER_ELEMENTS_GRAD:
+        emit_elements(cg, n);
+        break;
+    case OP_GATHER_ND: case OP_SCATTER_ND: case OP_GATHER_ND_GRAD: case OP_SCATTER_ND_GRAD:
+        emit_nd(cg, n);
+        break;
     case OP_WHERE: emit_where(cg, n); break;
     case OP_CAST: emit_cast(cg, n); break;
     case OP_MOD: emit_mod(cg, n); break;

@@ -519,7 +519,10 @@ static void evaluate(Ev *e)
     case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD:
     case OP_DROPOUT_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
-    case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD: case OP_ADAMW: unreachable();
+    case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD: case OP_ADAMW:
+    case OP_GATHER_ELEMENTS: case OP_GATHER_ND: case OP_SCATTER: case OP_SCATTER_ELEMENTS:
+    case OP_SCATTER_ND: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:
+    case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD: unreachable();
     }
 }
 

@@ -335,6 +335,27 @@ bool mod_fmod(const Node *n)
     return f != 0;
 }
 
+/* GatherElements, ScatterElements and Scatter, and their gradients: the
+ * axis, a dimension of data of the given rank. */
+int elements_axis(const Node *n, int rank)
+{
+    return param_axis(n, attr_int(n, "axis", 0), rank, "axis");
+}
+
+/* ScatterElements' and ScatterND's reduction: none (the update replaces
+ * the element; the only one before opset 16, and Scatter's), add, mul
+ * (opset 16), max or min (opset 18). */
+ScatterReduction scatter_reduction(Graph *g, const Node *n)
+{
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    const char *r = attr_str(n, "reduction", "none");
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
+        if (strcmp(r, names[i]) == 0)
+            return (ScatterReduction)i;
+    error_at(&n->loc, "reduction '%s' is not one of none, add, mul, max, min",
+             str_escaped(g->arena, r, 40));
+}
+
 /* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
  * NULL, its constant: attributes before opset 11, inputs since (axes since
  * 18). */

@@ -578,6 +578,139 @@ static void infer_gather(const Inf *c)
     set_out(c, 0, x->dtype, &r);
 }
 
+/* GatherElements', ScatterElements' and Scatter's indices are int32 or
+ * int64; GatherND's and ScatterND's int64, as ONNX has them. */
+static void check_indices(const Inf *c, const Value *idx, bool int32_too)
+{
+    if (idx->dtype != DT_I64 && !(int32_too && idx->dtype == DT_I32))
+        error_at(&c->n->loc, "%s's indices must be %s, they are %s", c->n->op_type,
+                 int32_too ? "int32 or int64" : "int64", ty(c, idx));
+}
+
+/* Constant index j in [-dim, dim) for the data's dimension d. */
+static void check_const_index(const Inf *c, const Value *idx, const Value *x, int64_t j, int d)
+{
+    int64_t v = tensor_i64(idx->data, j), dim = x->shape.d[d];
+    if (v < -dim || v >= dim)
+        error_at(&c->n->loc, "index %lld is out of range for dimension %d of %s", (long long)v,
+                 d, ty(c, x));
+}
+
+/* The indices of GatherElements and ScatterElements: the data's rank, and
+ * no longer than the data off the axis. */
+static void check_elements_indices(const Inf *c, const Value *x, const Value *idx, int axis)
+{
+    check_indices(c, idx, true);
+    if (idx->shape.rank != x->shape.rank)
+        error_at(&c->n->loc, "%s's indices must have the data's rank %d, they are %s",
+                 c->n->op_type, x->shape.rank, ty(c, idx));
+    for (int d = 0; d < x->shape.rank; d++)
+        if (d != axis && idx->shape.d[d] > x->shape.d[d])
+            error_at(&c->n->loc, "%s's indices %s are longer than the data %s in dimension %d "
+                     "(off the axis %d, they may be shorter, not longer)", c->n->op_type,
+                     ty(c, idx), ty(c, x), d, axis);
+    if (idx->kind == VK_CONST)
+        for (int64_t j = 0; j < shape_numel(&idx->shape); j++)
+            check_const_index(c, idx, x, j, axis);
+}
+
+static void infer_gather_elements(const Inf *c)
+{
+    const Value *x = in(c, 0), *idx = in(c, 1);
+    if (x->shape.rank < 1)
+        error_at(&c->n->loc, "GatherElements needs data of rank >= 1, got %s", ty(c, x));
+    check_elements_indices(c, x, idx, elements_axis(c->n, x->shape.rank));
+    set_out(c, 0, x->dtype, &idx->shape);
+}
+
+/* The updates of a scatter: the data's type, and the shape `want`. */
+static void check_updates(const Inf *c, const Value *x, const Value *u, const Shape *want,
+                          const char *why)
+{
+    same_dtype(c, x, u);
+    bool same = want->rank == u->shape.rank;
+    for (int d = 0; same && d < want->rank; d++)
+        same = want->d[d] == u->shape.d[d];
+    if (!same)
+        error_at(&c->n->loc, "%s's updates must have the shape %s (%s), they are %s",
+                 c->n->op_type, shp(c, want), why, ty(c, u));
+}
+
+static void infer_scatter_elements(const Inf *c)
+{
+    const Value *x = in(c, 0), *idx = in(c, 1), *u = in(c, 2);
+    if (x->shape.rank < 1)
+        error_at(&c->n->loc, "%s needs data of rank >= 1, got %s", c->n->op_type, ty(c, x));
+    scatter_reduction(c->g, c->n);
+    check_elements_indices(c, x, idx, elements_axis(c->n, x->shape.rank));
+    check_updates(c, x, u, &idx->shape, "the indices' shape");
+    set_out(c, 0, x->dtype, &x->shape);
+}
+
+/* GatherND's and ScatterND's indices: rank >= 1, the last dimension k
+ * (1 <= k <= the data's rank less batch_dims) naming a block of the data;
+ * constants in range. */
+static int64_t check_nd_indices(const Inf *c, const Value *x, const Value *idx, int b)
+{
+    check_indices(c, idx, false);
+    if (x->shape.rank < 1 || idx->shape.rank < 1)
+        error_at(&c->n->loc, "%s needs data and indices of rank >= 1, got %s and %s",
+                 c->n->op_type, ty(c, x), ty(c, idx));
+    int64_t k = idx->shape.d[idx->shape.rank - 1];
+    if (k < 1 || k > x->shape.rank - b)
+        error_at(&c->n->loc, "%s's indices %s end in %lld: each row must name 1 to %d "
+                 "dimensions of the data %s", c->n->op_type, ty(c, idx), (long long)k,
+                 x->shape.rank - b, ty(c, x));
+    if (idx->kind == VK_CONST)
+        for (int64_t j = 0; j < shape_numel(&idx->shape); j++)
+            check_const_index(c, idx, x, j, b + (int)(j % k));
+    return k;
+}
+
+static void infer_gather_nd(const Inf *c)
+{
+    const Value *x = in(c, 0), *idx = in(c, 1);
+    int64_t bd = attr_int(c->n, "batch_dims", 0);
+    int q = idx->shape.rank, r = x->shape.rank;
+    if (bd < 0 || bd >= (q < r ? q : r))
+        error_at(&c->n->loc, "GatherND's batch_dims %lld must be in [0, %d) for indices %s "
+                 "and data %s", (long long)bd, q < r ? q : r, ty(c, idx), ty(c, x));
+    int b = (int)bd;
+    for (int d = 0; d < b; d++)
+        if (idx->shape.d[d] != x->shape.d[d])
+            error_at(&c->n->loc, "GatherND's indices %s and data %s differ in batch "
+                     "dimension %d", ty(c, idx), ty(c, x), d);
+    int64_t k = check_nd_indices(c, x, idx, b);
+    Shape s = {q - 1 + r - b - (int)k};
+    if (s.rank > MAX_RANK)
+        error_at(&c->n->loc, "the output rank %d exceeds mpcc's limit", s.rank);
+    int n = 0;
+    for (int d = 0; d < q - 1; d++)
+        s.d[n++] = idx->shape.d[d];
+    for (int d = b + (int)k; d < r; d++)
+        s.d[n++] = x->shape.d[d];
+    set_out(c, 0, x->dtype, &s);
+}
+
+static void infer_scatter_nd(const Inf *c)
+{
+    const Value *x = in(c, 0), *idx = in(c, 1), *u = in(c, 2);
+    scatter_reduction(c->g, c->n);
+    int64_t k = check_nd_indices(c, x, idx, 0);
+    int q = idx->shape.rank, r = x->shape.rank;
+    Shape want = {q - 1 + r - (int)k};
+    if (want.rank > MAX_RANK)
+        error_at(&c->n->loc, "the updates' rank %d exceeds mpcc's limit", want.rank);
+    int n = 0;
+    for (int d = 0; d < q - 1; d++)
+        want.d[n++] = idx->shape.d[d];
+    for (int d = (int)k; d < r; d++)
+        want.d[n++] = x->shape.d[d];
+    check_updates(c, x, u, &want, "the indices' but the last, then the data's after the "
+                  "dimensions the indices name");
+    set_out(c, 0, x->dtype, &x->shape);
+}
+
 static void infer_pad(const Inf *c)
 {
     const Value *x = in(c, 0);
@@ -874,6 +1007,10 @@ static void infer_node(const Inf *c)
     case OP_EXPAND: infer_expand(c); break;
     case OP_FLATTEN: infer_flatten(c); break;
     case OP_GATHER: infer_gather(c); break;
+    case OP_GATHER_ELEMENTS: infer_gather_elements(c); break;
+    case OP_GATHER_ND: infer_gather_nd(c); break;
+    case OP_SCATTER: case OP_SCATTER_ELEMENTS: infer_scatter_elements(c); break;
+    case OP_SCATTER_ND: infer_scatter_nd(c); break;
     case OP_PAD: infer_pad(c); break;
     case OP_RANGE: infer_range(c); break;
     case OP_RESHAPE: infer_reshape(c); break;
@@ -894,7 +1031,8 @@ static void infer_node(const Inf *c)
     case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
-    case OP_INSTANCE_NORM_GRAD:
+    case OP_INSTANCE_NORM_GRAD: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:
+    case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_REDUCE_SUM_SQ:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:

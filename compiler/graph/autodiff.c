@@ -800,6 +800,38 @@ static void grad_cumsum(AD *ad, uint32_t dy)
     contribute(ad, x, out);
 }
 
+/* ScatterElements, Scatter and ScatterND, reduction none or add: the
+ * data's gradient is dy, zeroed where an update replaced the element
+ * (none); the updates' is dy gathered at the indices (GatherElements,
+ * GatherND). Mul, max and min have no rule. */
+static void grad_scatter(AD *ad, uint32_t dy, bool nd)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], idx = n->in[1], u = n->in[2], out;
+    if (!ad->needs[x] && !ad->needs[u])
+        return;
+    ScatterReduction r = scatter_reduction(ad->g, n);
+    if (r != SCATTER_NONE && r != SCATTER_ADD)
+        error_at(&n->loc, "mpcc has no gradient for %s with reduction '%s' (only none and add), "
+                 "and the loss depends on its data or updates through a weight", n->op_type,
+                 str_escaped(ad->g->arena, attr_str(n, "reduction", "none"), 40));
+    if (ad->needs[x] && r == SCATTER_ADD) {
+        contribute(ad, x, dy);
+    } else if (ad->needs[x]) {
+        Node *g = emit(ad, nd ? OP_SCATTER_ND_GRAD : OP_SCATTER_ELEMENTS_GRAD, "dData",
+                       (uint32_t[]){dy, idx}, 2, x, &out);
+        ir_copy_attrs(ad->g, g, n);
+        contribute(ad, x, out);
+    }
+    if (ad->needs[u]) {
+        Node *g = emit(ad, nd ? OP_GATHER_ND : OP_GATHER_ELEMENTS, "dUpdates",
+                       (uint32_t[]){dy, idx}, 2, u, &out);
+        if (!nd)
+            ir_set_int(ad->g, g, "axis", attr_int(n, "axis", 0));
+        contribute(ad, u, out);
+    }
+}
+
 static void no_rule(AD *ad)
 {
     error_at(&ad->n->loc, "mpcc has no gradient for %s yet; mpcc --check lists every op "
@@ -860,6 +892,10 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_SPLIT: grad_split(ad, dy); break;
     case OP_CONCAT: grad_concat(ad, dy[0]); break;
     case OP_GATHER: grad_unary(ad, OP_GATHER_GRAD, dy[0], n->in[1]); break;
+    case OP_GATHER_ELEMENTS: grad_unary(ad, OP_GATHER_ELEMENTS_GRAD, dy[0], n->in[1]); break;
+    case OP_GATHER_ND: grad_unary(ad, OP_GATHER_ND_GRAD, dy[0], n->in[1]); break;
+    case OP_SCATTER: case OP_SCATTER_ELEMENTS: grad_scatter(ad, dy[0], false); break;
+    case OP_SCATTER_ND: grad_scatter(ad, dy[0], true); break;
     case OP_WHERE: grad_where(ad, dy[0]); break;
     case OP_CAST: grad_cast(ad, dy[0]); break;
     case OP_DROPOUT: grad_dropout(ad, dy[0]); break;
@@ -883,7 +919,8 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_GATHER_GRAD: case OP_DROPOUT_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD:
     case OP_MINMAX_GRAD: case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD:
     case OP_AVG_POOL_GRAD: case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD:
-    case OP_ADAMW: no_rule(ad);
+    case OP_ADAMW: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:
+    case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD: no_rule(ad);
     }
 }
 

@@ -343,6 +343,146 @@ static void test_cumsum(void)
     report("cumsum");
 }
 
+/* n random elements of `type`: small integers (repeats, so that max and
+ * min tie), and for floats some NaNs, infinities and zeros of both signs. */
+static void *elems(int type, long n)
+{
+    const double special[] = {NAN, -0.0, 0.0, INFINITY, -INFINITY};
+    unsigned char *p = malloc((size_t)(n ? n : 1) * 8);
+    for (long i = 0; i < n; i++) {
+        double v = (double)(int)frand(type == MPRT_ELEM_U8 ? 0 : -4, 4);
+        if (elem_float(type))
+            v = i % 7 == 3 ? special[(i / 7) % 5] : frand(-2, 2);
+        elem_store(type, p, i, v);
+    }
+    return p;
+}
+
+/* n indices of itype (int32 or int64) in [-dim, dim): negative ones and
+ * repeats. */
+static void *indices(int itype, long n, long dim)
+{
+    unsigned char *p = malloc((size_t)(n ? n : 1) * 8);
+    for (long i = 0; i < n; i++)
+        elem_store(itype, p, i, (double)(int)frand(-(float)dim, (float)dim));
+    return p;
+}
+
+/* GatherElements and ScatterElements (every reduction; and for float32
+ * their gradients) of data xs along the axis, by indices of shape is, in
+ * element type `type`. */
+static void elements_case(int type, int itype, int rank, int axis, const long *xs,
+                          const long *is)
+{
+    long nx = 1, ni = 1;
+    for (int d = 0; d < rank; d++)
+        nx *= xs[d], ni *= is[d];
+    size_t sz = elem_size(type);
+    void *x = elems(type, nx), *u = elems(type, ni), *idx = indices(itype, ni, xs[axis]);
+    size_t most = (size_t)(nx > ni ? nx : ni) * sz;
+    unsigned char *y = malloc(most), *cy = malloc(most);
+    char what[80];
+    memset(y, 0, (size_t)ni * sz), memset(cy, 0x5a, (size_t)ni * sz);
+    mprt_gather_elements(type, itype, rank, axis, xs, is, idx, x, y, "g");
+    mprt_cu_gather_elements(type, itype, rank, axis, xs, is, idx, x, cy, "g");
+    snprintf(what, sizeof what, "gather_elements (type %d, axis %d)", type, axis);
+    same(what, y, cy, (size_t)ni * sz);
+    for (int red = MPRT_SCATTER_NONE; red <= MPRT_SCATTER_MIN; red++) {
+        memset(y, 0, (size_t)nx * sz), memset(cy, 0x5a, (size_t)nx * sz);
+        mprt_scatter_elements(red, type, itype, rank, axis, xs, is, idx, x, u, y, "s");
+        mprt_cu_scatter_elements(red, type, itype, rank, axis, xs, is, idx, x, u, cy, "s");
+        snprintf(what, sizeof what, "scatter_elements (type %d, axis %d, reduction %d)", type,
+                 axis, red);
+        same(what, y, cy, (size_t)nx * sz);
+    }
+    if (type == MPRT_ELEM_F32) {   /* the gradients: dy of the indices' shape, then the data's */
+        const float *du = u, *dx = x;
+        float *g = (float *)y, *cg = (float *)cy;
+        memset(cg, 0x5a, (size_t)nx * sz);
+        mprt_gather_elements_grad(itype, rank, axis, xs, is, idx, du, g, "g");
+        mprt_cu_gather_elements_grad(itype, rank, axis, xs, is, idx, du, cg, "g");
+        same("gather_elements_grad", g, cg, (size_t)nx * sz);
+        memset(cg, 0x5a, (size_t)nx * sz);
+        mprt_scatter_elements_grad(itype, rank, axis, xs, is, idx, dx, g, "s");
+        mprt_cu_scatter_elements_grad(itype, rank, axis, xs, is, idx, dx, cg, "s");
+        same("scatter_elements_grad", g, cg, (size_t)nx * sz);
+    }
+    free(x), free(u), free(idx), free(y), free(cy);
+}
+
+static void test_elements(void)
+{
+    const long xs[] = {3, 5, 4}, is[] = {2, 6, 3}, is0[] = {7, 2, 4}, is2[] = {3, 5, 9};
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        elements_case(elem_types[t], MPRT_ELEM_I64, 3, 1, xs, is);
+        elements_case(elem_types[t], MPRT_ELEM_I32, 3, 0, xs, is0);
+        elements_case(elem_types[t], MPRT_ELEM_I64, 3, 2, xs, is2);
+    }
+    elements_case(MPRT_ELEM_F32, MPRT_ELEM_I64, 1, 0, (const long[]){6}, (const long[]){20});
+    report("gather_elements");
+    report("scatter_elements");
+}
+
+/* GatherND and ScatterND (every reduction, where there is no batch; and
+ * for float32 their gradients) over nbatch x dims[0..k) x inner, nrows
+ * rows of indices per batch. */
+static void nd_case(int type, int itype, long nbatch, long nrows, int k, const long *dims,
+                    long inner)
+{
+    long slots = 1;
+    for (int q = 0; q < k; q++)
+        slots *= dims[q];
+    long nx = nbatch * slots * inner, nu = nbatch * nrows * inner;
+    size_t sz = elem_size(type);
+    unsigned char *idx = malloc((size_t)(nbatch * nrows * k) * 8);
+    for (long r = 0; r < nbatch * nrows; r++)
+        for (int q = 0; q < k; q++)
+            elem_store(itype, idx, r * k + q, (double)(int)frand(-(float)dims[q], (float)dims[q]));
+    void *x = elems(type, nx), *u = elems(type, nu);
+    unsigned char *y = malloc((size_t)(nx > nu ? nx : nu) * sz);
+    unsigned char *cy = malloc((size_t)(nx > nu ? nx : nu) * sz);
+    char what[80];
+    memset(y, 0, (size_t)nu * sz), memset(cy, 0x5a, (size_t)nu * sz);
+    mprt_gather_nd(type, itype, nbatch, nrows, k, dims, inner, idx, x, y, "g");
+    mprt_cu_gather_nd(type, itype, nbatch, nrows, k, dims, inner, idx, x, cy, "g");
+    snprintf(what, sizeof what, "gather_nd (type %d, k %d)", type, k);
+    same(what, y, cy, (size_t)nu * sz);
+    for (int red = MPRT_SCATTER_NONE; red <= MPRT_SCATTER_MIN && nbatch == 1; red++) {
+        memset(y, 0, (size_t)nx * sz), memset(cy, 0x5a, (size_t)nx * sz);
+        mprt_scatter_nd(red, type, itype, nrows, k, dims, inner, idx, x, u, y, "s");
+        mprt_cu_scatter_nd(red, type, itype, nrows, k, dims, inner, idx, x, u, cy, "s");
+        snprintf(what, sizeof what, "scatter_nd (type %d, k %d, reduction %d)", type, k, red);
+        same(what, y, cy, (size_t)nx * sz);
+    }
+    const float *du = u, *dx = x;
+    float *g = (float *)y, *cg = (float *)cy;
+    if (type == MPRT_ELEM_F32) {   /* the gradients: dy of the updates' shape, then the data's */
+        memset(cg, 0x5a, (size_t)nx * sz);
+        mprt_gather_nd_grad(itype, nbatch, nrows, k, dims, inner, idx, du, g, "g");
+        mprt_cu_gather_nd_grad(itype, nbatch, nrows, k, dims, inner, idx, du, cg, "g");
+        same("gather_nd_grad", g, cg, (size_t)nx * sz);
+    }
+    if (type == MPRT_ELEM_F32 && nbatch == 1) {
+        memset(cg, 0x5a, (size_t)nx * sz);
+        mprt_scatter_nd_grad(itype, nrows, k, dims, inner, idx, dx, g, "s");
+        mprt_cu_scatter_nd_grad(itype, nrows, k, dims, inner, idx, dx, cg, "s");
+        same("scatter_nd_grad", g, cg, (size_t)nx * sz);
+    }
+    free(idx), free(x), free(u), free(y), free(cy);
+}
+
+static void test_nd(void)
+{
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        nd_case(elem_types[t], MPRT_ELEM_I64, 1, 9, 2, (const long[]){4, 3}, 5);
+        nd_case(elem_types[t], MPRT_ELEM_I32, 2, 7, 1, (const long[]){3}, 4);
+        nd_case(elem_types[t], MPRT_ELEM_I32, 1, 7, 1, (const long[]){3}, 4);
+        nd_case(elem_types[t], MPRT_ELEM_I64, 3, 12, 3, (const long[]){2, 3, 2}, 1);
+    }
+    report("gather_nd");
+    report("scatter_nd");
+}
+
 static void pad_case(int mode, int rank, const long *xs, const long *ys, const long *begin)
 {
     long nx = 1, ny = 1;
@@ -972,6 +1112,8 @@ int main(void)
     test_mod();
     test_argmax();
     test_cumsum();
+    test_elements();
+    test_nd();
     test_pad();
     test_pool();
     test_norm();

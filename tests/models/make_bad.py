@@ -288,6 +288,49 @@ def main():
         helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad="SAME"),
         [2, 1, 5, 5, 5], [2, 1, 3, 3, 3]),
         "Conv3d with auto_pad 'SAME', which ONNX does not define")
+    # GatherElements, ScatterElements, GatherND, ScatterND on m = x @ W (f32[2,3])
+    def on_m(fname, node, consts, desc, opset=13):
+        inits = [W_tensor()] + [numpy_helper.from_array(v, k) for k, v in consts.items()]
+        write(fname, make_model(
+            [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), node],
+            inits=inits, opsets=[helper.make_opsetid("", opset)]), desc)
+
+    i64 = np.int64
+    on_m("gather_elements_rank.onnx",
+         helper.make_node("GatherElements", ["m", "idx"], ["y"], name="ge"),
+         dict(idx=np.zeros(2, i64)), "GatherElements with indices of rank 1 on data of rank 2")
+    on_m("gather_elements_index.onnx",
+         helper.make_node("GatherElements", ["m", "idx"], ["y"], name="ge", axis=1),
+         dict(idx=np.array([[0, 3], [1, 2]], i64)),
+         "GatherElements with a constant index 3 along a dimension of 3")
+    on_m("gather_elements_wide.onnx",
+         helper.make_node("GatherElements", ["m", "idx"], ["y"], name="ge", axis=0),
+         dict(idx=np.zeros((2, 4), i64)),
+         "GatherElements with indices longer than the data off the axis")
+    on_m("gather_elements_float_indices.onnx",
+         helper.make_node("GatherElements", ["m", "idx"], ["y"], name="ge"),
+         dict(idx=np.zeros((2, 3), np.float32)), "GatherElements with float indices")
+    on_m("scatter_elements_updates.onnx",
+         helper.make_node("ScatterElements", ["m", "idx", "u"], ["y"], name="se"),
+         dict(idx=np.zeros((2, 3), i64), u=np.ones((2, 2), np.float32)),
+         "ScatterElements whose updates are not shaped like its indices")
+    on_m("scatter_elements_reduction.onnx",
+         helper.make_node("ScatterElements", ["m", "idx", "u"], ["y"], name="se",
+                          reduction="avg"),
+         dict(idx=np.zeros((1, 3), i64), u=np.ones((1, 3), np.float32)),
+         "ScatterElements with reduction 'avg', which ONNX does not have", opset=16)
+    on_m("scatter_elements_mul_trained.onnx",
+         helper.make_node("ScatterElements", ["m", "idx", "u"], ["y"], name="se",
+                          reduction="mul"),
+         dict(idx=np.array([[0, 1, 0]], i64), u=np.ones((1, 3), np.float32)),
+         "ScatterElements with reduction 'mul' on data that depends on a weight", opset=16)
+    on_m("scatter_nd_index_depth.onnx",
+         helper.make_node("ScatterND", ["m", "idx", "u"], ["y"], name="snd"),
+         dict(idx=np.zeros((1, 3), i64), u=np.ones(1, np.float32)),
+         "ScatterND whose index rows name 3 dimensions of data of rank 2")
+    on_m("gather_nd_batch_dims.onnx",
+         helper.make_node("GatherND", ["m", "idx"], ["y"], name="gnd", batch_dims=2),
+         dict(idx=np.zeros((2, 1), i64)), "GatherND with batch_dims 2 on indices of rank 2")
 
     with open(os.path.join(out, "MANIFEST.tsv"), "w") as f:
         for fname, desc in manifest:
