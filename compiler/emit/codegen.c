@@ -228,6 +228,7 @@ static const char *const reserved_names[] = {
     "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
     "offsetof", "math_errhandling", "st_atime", "st_mtime", "st_ctime", "sa_handler",
     "sa_sigaction",
+    "I",   /* <complex.h>'s imaginary unit, which OpenBLAS's cblas.h includes */
 };
 
 /* The prefixes of the runtime's names and of the libraries it includes
