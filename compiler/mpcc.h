@@ -489,6 +489,22 @@ typedef enum ScatterReduction {
     SCATTER_NONE, SCATTER_ADD, SCATTER_MUL, SCATTER_MAX, SCATTER_MIN
 } ScatterReduction;
 ScatterReduction scatter_reduction(Graph *g, const Node *n);   /* ScatterElements, ScatterND */
+typedef struct TopKParams {
+    int axis;
+    int64_t k;
+    bool largest;
+} TopKParams;
+TopKParams topk_params(Graph *g, const Node *n);        /* K a constant */
+typedef struct OneHotParams {
+    int axis;        /* the output's depth dimension */
+    int64_t depth;
+} OneHotParams;
+OneHotParams onehot_params(Graph *g, const Node *n);    /* depth a constant */
+typedef struct TriluParams {
+    int64_t k;
+    bool upper;
+} TriluParams;
+TriluParams trilu_params(Graph *g, const Node *n);      /* k a constant */
 typedef struct Window {
     int n;                       /* spatial dimensions */
     int64_t k[MAX_RANK], stride[MAX_RANK], dil[MAX_RANK];

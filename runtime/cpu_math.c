@@ -1,7 +1,7 @@
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
  * variadic Sum/Mean/Min/Max, PRelu, reductions, ArgMax/ArgMin, CumSum,
- * Softmax, LayerNormalization, InstanceNormalization and Dropout.
+ * TopK, Softmax, LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -524,6 +524,78 @@ MPRT_KERNEL void mprt_cumsum(int exclusive, int reverse, long outer, long n, lon
                     acc += v;
             }
         }
+}
+
+/* ---- TopK: along the middle of (outer, n, inner), k of each line ---- */
+
+/* Whether element a comes before element b, whose index is lower, in
+ * TopK's order: the larger first (largest) or the smaller, NaN above every
+ * number as numpy's sort (ONNX's reference) and PyTorch have it; equals
+ * keep their index order. */
+static int mprt_topk_before(int largest, int type, const void *x, long a, long b)
+{
+    if (mprt_elem_is_float(type)) {
+        double u = mprt_elem_float(type, x, a), v = mprt_elem_float(type, x, b);
+        if (u != u || v != v)
+            return largest ? u != u && v == v : v != v && u == u;
+        return largest ? u > v : u < v;
+    }
+    int64_t u = mprt_elem_int(type, x, a), v = mprt_elem_int(type, x, b);
+    return largest ? u > v : u < v;
+}
+
+/* One line (n elements at base, stride inner): idx (stride inner) gets
+ * the positions of its k first in order, each element walked in turn and
+ * inserted after those it does not come before. */
+static void mprt_topk_line(int largest, int type, long n, long k, long inner, const void *x,
+                           long base, int64_t *idx)
+{
+    long have = 0;
+    for (long j = 0; j < n; j++) {
+        long p = have;
+        while (p > 0 && mprt_topk_before(largest, type, x, base + j * inner,
+                                         base + (long)idx[(p - 1) * inner] * inner))
+            p--;
+        if (p >= k)
+            continue;
+        for (long q = have < k ? have : k - 1; q > p; q--)
+            idx[q * inner] = idx[(q - 1) * inner];
+        idx[p * inner] = j;
+        have += have < k;
+    }
+}
+
+/* values[o, j, i] = x[o, idx[o, j, i], i]: the k largest (largest = 0: the
+ * smallest) of each line of x along the axis, sorted, a tie to the lower
+ * index; x and values of element type `type` (MPRT_ELEM_*). */
+MPRT_KERNEL void mprt_topk(int largest, int type, long outer, long n, long k, long inner,
+                           const void *x, void *values, int64_t *idx)
+{
+    size_t es = mprt_elem_size(type);
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            long xb = o * n * inner + i, yb = o * k * inner + i;
+            mprt_topk_line(largest, type, n, k, inner, x, xb, idx + yb);
+            for (long j = 0; j < k; j++) {
+                long from = xb + (long)idx[yb + j * inner] * inner, to = yb + j * inner;
+                memcpy((char *)values + (size_t)to * es, (const char *)x + (size_t)from * es,
+                       es);
+            }
+        }
+}
+
+/* TopK's gradient: dx is zero but at the positions idx names along the
+ * axis, which get dy (a line's positions are distinct). */
+MPRT_KERNEL void mprt_topk_grad(long outer, long n, long k, long inner, const float *dy,
+                                const int64_t *idx, float *dx)
+{
+    memset(dx, 0, (size_t)(outer * n * inner) * sizeof *dx);
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < k; j++)
+            for (long i = 0; i < inner; i++) {
+                long e = (o * k + j) * inner + i;
+                dx[(o * n + (long)idx[e]) * inner + i] = dy[e];
+            }
 }
 
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:

@@ -3,6 +3,8 @@
  * embedding and its scatter-add gradient, Where, comparisons, Mod,
  * GatherElements/ScatterElements and GatherND/ScatterND, Cast and 2-D
  * Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, OneHot,
+ * Trilu, Mod, Cast and 2-D Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -286,6 +288,88 @@ static inline int mprt_elem_is_float(int type)
 static double mprt_elem_float(int type, const void *p, long i)
 {
     return type == MPRT_ELEM_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static size_t mprt_elem_size(int type)
+{
+    switch (type) {
+    case MPRT_ELEM_F64: case MPRT_ELEM_I64: return 8;
+    case MPRT_ELEM_F32: case MPRT_ELEM_I32: return 4;
+    case MPRT_ELEM_I16: return 2;
+    default: return 1;
+    }
+}
+
+/* ---- OneHot and Trilu: elements of es bytes, copied ---- */
+
+/* Where index i of idx (element type `type`, a float truncated toward
+ * zero as ONNX casts it) puts its on value among depth: a negative index
+ * counts from the end; -1 for one outside [-depth, depth), whose line is
+ * all off. */
+static long mprt_onehot_pos(int type, const void *idx, long i, long depth)
+{
+    int64_t v;
+    if (mprt_elem_is_float(type)) {
+        double f = mprt_elem_float(type, idx, i);
+        if (!(f > -(double)depth - 1 && f < (double)depth))
+            return -1;
+        v = (int64_t)f;
+    } else {
+        v = mprt_elem_int(type, idx, i);
+    }
+    if (v < -depth || v >= depth)
+        return -1;
+    return (long)(v < 0 ? v + depth : v);
+}
+
+/* y[o, d, i] = values[1] where idx[o, i] names d, values[0] elsewhere. */
+MPRT_KERNEL void mprt_onehot(int type, long outer, long depth, long inner, int es,
+                             const void *idx, const void *values, void *y)
+{
+    const char *off = values, *on = off + es;
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            long pos = mprt_onehot_pos(type, idx, o * inner + i, depth);
+            for (long d = 0; d < depth; d++)
+                memcpy((char *)y + (size_t)((o * depth + d) * inner + i) * (size_t)es,
+                       d == pos ? on : off, (size_t)es);
+        }
+}
+
+/* OneHot's gradient: dvalues = the sums of dy (in y's layout) where the
+ * output is off and where it is on, in double, in dy's order. */
+MPRT_KERNEL void mprt_onehot_grad(int type, long outer, long depth, long inner,
+                                  const void *idx, const float *dy, float *dvalues)
+{
+    double sum[2] = {0.0, 0.0};
+    for (long o = 0; o < outer; o++)
+        for (long d = 0; d < depth; d++)
+            for (long i = 0; i < inner; i++)
+                sum[mprt_onehot_pos(type, idx, o * inner + i, depth) == d] +=
+                    dy[(o * depth + d) * inner + i];
+    dvalues[0] = (float)sum[0];
+    dvalues[1] = (float)sum[1];
+}
+
+/* Trilu over count matrices of rows x cols: row r keeps the columns c with
+ * c >= r + k (upper) or c <= r + k, the others are zero; k within
+ * [-rows, cols]. y may be x. */
+MPRT_KERNEL void mprt_trilu(int upper, long k, long count, long rows, long cols, int es,
+                            const void *x, void *y)
+{
+    size_t s = (size_t)es;
+    for (long m = 0; m < count; m++)
+        for (long r = 0; r < rows; r++) {
+            long lo = upper ? r + k : 0, hi = upper ? cols : r + k + 1;
+            lo = lo < 0 ? 0 : lo > cols ? cols : lo;
+            hi = hi < lo ? lo : hi > cols ? cols : hi;
+            size_t row = (size_t)(m * rows + r) * (size_t)cols;
+            char *yr = (char *)y + row * s;
+            const char *xr = (const char *)x + row * s;
+            memset(yr, 0, (size_t)lo * s);
+            memmove(yr + (size_t)lo * s, xr + (size_t)lo * s, (size_t)(hi - lo) * s);
+            memset(yr + (size_t)hi * s, 0, (size_t)(cols - hi) * s);
+        }
 }
 
 /* ---- Mod, with broadcasting, in the operands' own type ---- */

@@ -1292,6 +1292,47 @@ MPRT_CU_KERNEL void mprt_cu_cumsum(int exclusive, int reverse, long outer, long 
     mprt_cu_each("cumsum", outer * inner, args);
 }
 
+/* TopK: a thread per line of the axis selects as the CPU does. */
+MPRT_CU_KERNEL void mprt_cu_topk(int largest, int type, long outer, long n, long k, long inner,
+                                 const void *x, void *values, int64_t *idx)
+{
+    void *args[] = {&largest, &type, &outer, &n, &k, &inner, &x, &values, &idx};
+    mprt_cu_each("topk", outer * inner, args);
+}
+
+/* TopK's gradient: a thread per line zeroes it and puts dy back. */
+MPRT_CU_KERNEL void mprt_cu_topk_grad(long outer, long n, long k, long inner, const float *dy,
+                                      const int64_t *idx, float *dx)
+{
+    void *args[] = {&outer, &n, &k, &inner, &dy, &idx, &dx};
+    mprt_cu_each("topk_grad", outer * inner, args);
+}
+
+/* OneHot: a thread per output element. */
+MPRT_CU_KERNEL void mprt_cu_onehot(int type, long outer, long depth, long inner, int es,
+                                   const void *idx, const void *values, void *y)
+{
+    void *args[] = {&type, &outer, &depth, &inner, &es, &idx, &values, &y};
+    mprt_cu_each("onehot", outer * depth * inner, args);
+}
+
+/* OneHot's gradient: one thread sums dy in the CPU's order (values are
+ * rarely trained; the sums are two numbers). */
+MPRT_CU_KERNEL void mprt_cu_onehot_grad(int type, long outer, long depth, long inner,
+                                        const void *idx, const float *dy, float *dvalues)
+{
+    void *args[] = {&type, &outer, &depth, &inner, &idx, &dy, &dvalues};
+    mprt_cu_each("onehot_grad", 1, args);
+}
+
+/* Trilu: a thread per element. */
+MPRT_CU_KERNEL void mprt_cu_trilu(int upper, long k, long count, long rows, long cols, int es,
+                                  const void *x, void *y)
+{
+    void *args[] = {&upper, &k, &count, &rows, &cols, &es, &x, &y};
+    mprt_cu_each("trilu", count * rows * cols, args);
+}
+
 /* Pad (back == 0: y from x) and its gradient (back: dx from dy, gathered
  * per input in the CPU's order; every input is written). */
 MPRT_CU_KERNEL void mprt_cu_pad(int back, int mode, int rank, const long *xs, const long *ys,

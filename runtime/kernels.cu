@@ -1784,6 +1784,10 @@ struct Nd {
 };
 
 static __device__ int elem_size(int type)
+/* ---- TopK: one thread per line of (outer, n, inner), selecting as the
+ * CPU does (cpu_math.c's mprt_topk_line) ---- */
+
+static __device__ i64 elem_size(int type)
 {
     return type == ELEM_F64 || type == ELEM_I64 ? 8 : type == ELEM_F32 || type == ELEM_I32 ? 4
          : type == ELEM_I16 ? 2 : 1;
@@ -1948,6 +1952,132 @@ extern "C" __global__ void mprt_k_scatter_nd(int red, int type, int itype, Nd p,
             if (s >= 0)
                 scatter_put(red, type, y, (b * p.slots + s) * p.inner + j, u, row * p.inner + j);
         }
+}
+
+/* One element of es bytes from x[from] to y[to]. */
+static __device__ void copy_elem(i64 es, const void *x, i64 from, void *y, i64 to)
+{
+    switch (es) {
+    case 8: ((i64 *)y)[to] = ((const i64 *)x)[from]; break;
+    case 4: ((int *)y)[to] = ((const int *)x)[from]; break;
+    case 2: ((short *)y)[to] = ((const short *)x)[from]; break;
+    default: ((u8 *)y)[to] = ((const u8 *)x)[from]; break;
+    }
+}
+
+static __device__ void zero_elem(i64 es, void *y, i64 to)
+{
+    switch (es) {
+    case 8: ((i64 *)y)[to] = 0; break;
+    case 4: ((int *)y)[to] = 0; break;
+    case 2: ((short *)y)[to] = 0; break;
+    default: ((u8 *)y)[to] = 0; break;
+    }
+}
+
+/* Whether element a comes before element b (a lower index): NaN above
+ * every number, equals in index order. */
+static __device__ bool topk_before(int largest, int type, const void *x, i64 a, i64 b)
+{
+    if (type == ELEM_F32 || type == ELEM_F64) {
+        double u = float_at(type, x, a), v = float_at(type, x, b);
+        if (u != u || v != v)
+            return largest ? u != u && v == v : v != v && u == u;
+        return largest ? u > v : u < v;
+    }
+    i64 u = int_at(type, x, a), v = int_at(type, x, b);
+    return largest ? u > v : u < v;
+}
+
+extern "C" __global__ void mprt_k_topk(int largest, int type, i64 outer, i64 n, i64 k,
+                                       i64 inner, const void *x, void *values, i64 *idx)
+{
+    FOR_EACH(e, outer * inner) {
+        i64 o = e / inner, i = e - o * inner, xb = o * n * inner + i, yb = o * k * inner + i;
+        i64 have = 0, *line = idx + yb;
+        for (i64 j = 0; j < n; j++) {
+            i64 p = have;
+            while (p > 0 && topk_before(largest, type, x, xb + j * inner,
+                                        xb + line[(p - 1) * inner] * inner))
+                p--;
+            if (p >= k)
+                continue;
+            for (i64 q = have < k ? have : k - 1; q > p; q--)
+                line[q * inner] = line[(q - 1) * inner];
+            line[p * inner] = j;
+            have += have < k;
+        }
+        for (i64 j = 0; j < k; j++)
+            copy_elem(elem_size(type), x, xb + line[j * inner] * inner, values, yb + j * inner);
+    }
+}
+
+/* TopK's gradient: each thread zeroes its line of dx, then puts dy back
+ * at the line's indices. */
+extern "C" __global__ void mprt_k_topk_grad(i64 outer, i64 n, i64 k, i64 inner,
+                                            const float *dy, const i64 *idx, float *dx)
+{
+    FOR_EACH(e, outer * inner) {
+        i64 o = e / inner, i = e - o * inner;
+        for (i64 j = 0; j < n; j++)
+            dx[(o * n + j) * inner + i] = 0.0f;
+        for (i64 j = 0; j < k; j++)
+            dx[(o * n + idx[(o * k + j) * inner + i]) * inner + i] = dy[(o * k + j) * inner + i];
+    }
+}
+
+/* ---- OneHot and Trilu: elements of es bytes, copied ---- */
+
+/* cpu_move.c's mprt_onehot_pos: the on position of index i, -1 if none. */
+static __device__ i64 onehot_pos(int type, const void *idx, i64 i, i64 depth)
+{
+    i64 v;
+    if (type == ELEM_F32 || type == ELEM_F64) {
+        double f = float_at(type, idx, i);
+        if (!(f > -(double)depth - 1 && f < (double)depth))
+            return -1;
+        v = (i64)f;
+    } else {
+        v = int_at(type, idx, i);
+    }
+    if (v < -depth || v >= depth)
+        return -1;
+    return v < 0 ? v + depth : v;
+}
+
+extern "C" __global__ void mprt_k_onehot(int type, i64 outer, i64 depth, i64 inner, int es,
+                                         const void *idx, const void *values, void *y)
+{
+    FOR_EACH(e, outer * depth * inner) {
+        i64 i = e % inner, od = e / inner, d = od % depth, o = od / depth;
+        copy_elem(es, values, onehot_pos(type, idx, o * inner + i, depth) == d, y, e);
+    }
+}
+
+/* One thread: the sums in the CPU's order. */
+extern "C" __global__ void mprt_k_onehot_grad(int type, i64 outer, i64 depth, i64 inner,
+                                              const void *idx, const float *dy, float *dvalues)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        double sum[2] = {0.0, 0.0};
+        for (i64 e = 0; e < outer * depth * inner; e++) {
+            i64 i = e % inner, od = e / inner, d = od % depth, o = od / depth;
+            sum[onehot_pos(type, idx, o * inner + i, depth) == d] += dy[e];
+        }
+        dvalues[0] = (float)sum[0];
+        dvalues[1] = (float)sum[1];
+    }
+}
+
+extern "C" __global__ void mprt_k_trilu(int upper, i64 k, i64 count, i64 rows, i64 cols, int es,
+                                        const void *x, void *y)
+{
+    FOR_EACH(e, count * rows * cols) {
+        i64 c = e % cols, r = (e / cols) % rows;
+        if (upper ? c >= r + k : c <= r + k)
+            copy_elem(es, x, e, y, e);
+        else
+            zero_elem(es, y, e);
     }
 }
 

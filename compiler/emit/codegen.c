@@ -229,6 +229,7 @@ static const char *const reserved_names[] = {
     "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
     "offsetof", "math_errhandling", "st_atime", "st_mtime", "st_ctime", "sa_handler",
     "sa_sigaction",
+    "I",   /* <complex.h>'s imaginary unit, which OpenBLAS's cblas.h includes */
 };
 
 /* The prefixes of the runtime's names and of the libraries it includes
@@ -1657,6 +1658,83 @@ static void emit_nd(CG *cg, const Node *n)
     emit(cg, ", %s, %s);\n", buf(cg, n->out[0]), c_string(cg, n->name));
 }
 
+/* The bytes of an element of v, for the kernels that copy elements of any
+ * type (TopK's values, OneHot, Trilu). */
+static int elem_bytes(CG *cg, const Node *n, uint32_t v)
+{
+    DType t = cg->g->values[v].dtype;
+    if (!ctype(t))
+        unsupported(cg, n, arena_printf(cg->g->arena, "%s on %s tensors", n->op_type,
+                                        dtype_name(t)));
+    return (int)dtype_size(t);
+}
+
+/* TopK over the input as (outer, axis, inner): the K first of each line,
+ * their values and their indices. */
+static void emit_topk(CG *cg, const Node *n)
+{
+    uint32_t x = n->in[0];
+    const char *type = elem_code(cg, n, x);
+    TopKParams p = topk_params(cg->g, n);
+    const Shape *s = shape_of(cg, x);
+    long outer, inner;
+    around_axis(s, p.axis, &outer, &inner);
+    emit(cg, "    %s(%d, %s, %ld, %lld, %lld, %ld, %s, %s, %s);\n", kernel(cg, "topk"),
+         p.largest, type, outer, (long long)s->d[p.axis], (long long)p.k, inner, buf(cg, x),
+         buf(cg, n->out[0]), buf(cg, n->out[1]));
+}
+
+/* TopK's gradient: dy back at the positions of the forward's indices. */
+static void emit_topk_grad(CG *cg, const Node *n)
+{
+    uint32_t dy = n->in[0], dx = n->out[0];
+    float_only(cg, n, dx);
+    int axis = (int)attr_int(n, "axis", 0);
+    const Shape *s = shape_of(cg, dx);
+    long outer, inner;
+    around_axis(s, axis, &outer, &inner);
+    emit(cg, "    %s(%ld, %lld, %lld, %ld, %s, %s, %s);\n", kernel(cg, "topk_grad"), outer,
+         (long long)s->d[axis], (long long)shape_of(cg, dy)->d[axis], inner, buf(cg, dy),
+         buf(cg, n->in[1]), buf(cg, dx));
+}
+
+/* OneHot, the output as (outer, depth, inner); its gradient (dvalues from
+ * dy) walks the same layout. */
+static void emit_onehot(CG *cg, const Node *n)
+{
+    bool grad = n->op == OP_ONE_HOT_GRAD;
+    uint32_t idx = grad ? n->in[1] : n->in[0], y = grad ? n->in[0] : n->out[0];
+    const char *type = elem_code(cg, n, idx);
+    int axis = grad ? (int)attr_int(n, "axis", 0) : onehot_params(cg->g, n).axis;
+    const Shape *s = shape_of(cg, y);
+    long outer, inner;
+    around_axis(s, axis, &outer, &inner);
+    if (grad) {
+        float_only(cg, n, y);
+        emit(cg, "    %s(%s, %ld, %lld, %ld, %s, %s, %s);\n", kernel(cg, "onehot_grad"), type,
+             outer, (long long)s->d[axis], inner, buf(cg, idx), buf(cg, y), buf(cg, n->out[0]));
+        return;
+    }
+    emit(cg, "    %s(%s, %ld, %lld, %ld, %d, %s, %s, %s);\n", kernel(cg, "onehot"), type, outer,
+         (long long)s->d[axis], inner, elem_bytes(cg, n, y), buf(cg, idx), buf(cg, n->in[2]),
+         buf(cg, y));
+}
+
+/* Trilu (and its gradient, the same triangle of dy) over the matrices of
+ * the last two dimensions; a k past either corner is clamped to it. */
+static void emit_trilu(CG *cg, const Node *n)
+{
+    uint32_t x = n->in[0], y = n->out[0];
+    TriluParams p = trilu_params(cg->g, n);
+    const Shape *s = shape_of(cg, x);
+    long count = 1, rows = (long)s->d[s->rank - 2], cols = (long)s->d[s->rank - 1];
+    for (int d = 0; d < s->rank - 2; d++)
+        count *= (long)s->d[d];
+    long k = p.k < -rows ? -rows : p.k > cols ? cols : (long)p.k;
+    emit(cg, "    %s(%d, %ld, %ld, %ld, %ld, %d, %s, %s);\n", kernel(cg, "trilu"), p.upper, k,
+         count, rows, cols, elem_bytes(cg, n, y), buf(cg, x), buf(cg, y));
+}
+
 static const char *cast_code(CG *cg, const Node *n, DType t)
 {
     switch (t) {
@@ -2105,6 +2183,10 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_MOD: emit_mod(cg, n); break;
     case OP_ARGMAX: case OP_ARGMIN: emit_argmax(cg, n); break;
     case OP_CUMSUM: emit_cumsum(cg, n); break;
+    case OP_TOPK: emit_topk(cg, n); break;
+    case OP_TOPK_GRAD: emit_topk_grad(cg, n); break;
+    case OP_ONE_HOT: case OP_ONE_HOT_GRAD: emit_onehot(cg, n); break;
+    case OP_TRILU: emit_trilu(cg, n); break;
     case OP_RESIZE: case OP_RESIZE_GRAD: case OP_UPSAMPLE: emit_resize(cg, n); break;
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
@@ -2117,13 +2199,13 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
                  buf(cg, n->out[0]));
         break;
     }
+    /* no CPU kernel (no OPF_CPU in ops.def), or lowered before shapes are inferred */
     case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_ROUND: case OP_SIGN:
     case OP_SIN: case OP_CAST_LIKE: case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_GLOBAL_MAX_POOL:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
     case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
     case OP_REDUCE_PROD: case OP_REDUCE_SUM_SQ:
     case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE:
-    case OP_TRILU:   /* no CPU kernel yet (no OPF_CPU in ops.def) */
         unsupported(cg, n, arena_printf(cg->g->arena, "%s", n->op_type));
         break;
     case OP_SGD: case OP_ADAMW:   /* the updates: emit_update_node */

@@ -407,15 +407,14 @@ static void eval_tile(Ev *e)
 static void eval_trilu(Ev *e)
 {
     Tensor *o = e->out[0];
-    const Tensor *x = arg(e, 0), *kt = arg(e, 1);
-    int64_t k = kt ? tensor_i64(kt, 0) : 0;
-    bool upper = attr_int(e->n, "upper", 1) != 0;
+    const Tensor *x = arg(e, 0);
+    TriluParams p = trilu_params(e->g, e->n);
     int r = o->shape.rank;
     int64_t rows = o->shape.d[r - 2], cols = o->shape.d[r - 1];
     size_t es = dtype_size(o->dtype);
     for (int64_t i = 0, n = shape_numel(&o->shape); i < n; i++) {
         int64_t col = i % cols, row = (i / cols) % rows;
-        bool keep = upper ? col - row >= k : col - row <= k;
+        bool keep = p.upper ? col - row >= p.k : col - row <= p.k;
         if (keep)
             copy_elem(o, i, x, i);
         else
@@ -522,7 +521,8 @@ static void evaluate(Ev *e)
     case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD: case OP_ADAMW:
     case OP_GATHER_ELEMENTS: case OP_GATHER_ND: case OP_SCATTER: case OP_SCATTER_ELEMENTS:
     case OP_SCATTER_ND: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:
-    case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD: unreachable();
+    case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD:
+    case OP_TOPK: case OP_ONE_HOT: case OP_TOPK_GRAD: case OP_ONE_HOT_GRAD: unreachable();
     }
 }
 

@@ -356,6 +356,82 @@ ScatterReduction scatter_reduction(Graph *g, const Node *n)
              str_escaped(g->arena, r, 40));
 }
 
+/* An integer the kernel call is written with (TopK's K, OneHot's depth,
+ * Trilu's k): input k, a constant holding one number (a float one
+ * truncated, as ONNX casts it); `why` says what the number fixes. */
+static int64_t const_number(Graph *g, const Node *n, uint32_t k, const char *what,
+                            const char *why)
+{
+    const Value *v = node_in(g, n, k);
+    if (v->kind != VK_CONST && v->kind != VK_PARAM)
+        error_at(&n->loc, "%s's %s (input %u, '%s') is not a compile-time constant: it is "
+                 "%s; give it as an initializer or a Constant node (%s)", n->op_type, what, k,
+                 str_escaped(g->arena, v->name, 100),
+                 v->kind == VK_INPUT ? "a graph input" : "computed when the model runs", why);
+    if (shape_numel(&v->shape) != 1 || v->shape.rank > 1)
+        error_at(&n->loc, "%s's %s must be a single number, it is %s", n->op_type, what,
+                 value_type(g, v));
+    if (dtype_is_int(v->dtype))
+        return tensor_i64(v->data, 0);
+    double f = dtype_is_float(v->dtype) ? tensor_f64(v->data, 0) : NAN;
+    if (!(f > -9.2e18 && f < 9.2e18))
+        error_at(&n->loc, "%s's %s must be an integer, it is %s %g", n->op_type, what,
+                 dtype_name(v->dtype), f);
+    return (int64_t)f;
+}
+
+/* TopK: K (the attribute k before opset 10, a constant input since), the
+ * axis (default the last) and whether the largest or the smallest come
+ * first. The outputs are always sorted, which sorted=0 allows. */
+TopKParams topk_params(Graph *g, const Node *n)
+{
+    const Value *x = node_in(g, n, 0);
+    int axis = param_axis(n, attr_int(n, "axis", -1), x->shape.rank, "axis");
+    if (g->opset < 10 && !ir_attr(n, "k"))
+        error_at(&n->loc, "TopK needs the attribute k before opset 10");
+    int64_t k = g->opset < 10 ? attr_int(n, "k", 0)
+                              : const_number(g, n, 1, "K", "mpcc compiles static shapes");
+    if (k < 0 || k > x->shape.d[axis])
+        error_at(&n->loc, "TopK's K is %lld but axis %d of the input %s has %lld elements",
+                 (long long)k, axis, value_type(g, x), (long long)x->shape.d[axis]);
+    int64_t largest = attr_int(n, "largest", 1), sorted = attr_int(n, "sorted", 1);
+    if ((largest != 0 && largest != 1) || (sorted != 0 && sorted != 1))
+        error_at(&n->loc, "TopK's largest and sorted must be 0 or 1, they are %lld and %lld",
+                 (long long)largest, (long long)sorted);
+    return (TopKParams){.axis = axis, .k = k, .largest = largest != 0};
+}
+
+/* OneHot: depth (a constant, so that the output's shape is known), and the
+ * axis of the output that depth spans (default the last; the output has
+ * one more dimension than the indices). */
+OneHotParams onehot_params(Graph *g, const Node *n)
+{
+    int rank = node_in(g, n, 0)->shape.rank;
+    int64_t depth = const_number(g, n, 1, "depth", "mpcc compiles static shapes");
+    if (depth < 1)
+        error_at(&n->loc, "OneHot's depth must be at least 1, it is %lld", (long long)depth);
+    int64_t axis = attr_int(n, "axis", -1);
+    if (axis < -rank - 1 || axis > rank)
+        error_at(&n->loc, "OneHot's axis %lld is out of range for its output of rank %d (the "
+                 "indices' %d and depth)", (long long)axis, rank + 1, rank);
+    return (OneHotParams){.axis = (int)(axis < 0 ? axis + rank + 1 : axis), .depth = depth};
+}
+
+/* Trilu: the diagonal k (0 when the input is omitted, a constant
+ * otherwise: the output's shape does not depend on it, so shape inference
+ * leaves a k computed at run time to the kernel call, which refuses it)
+ * and whether the upper triangle is kept (default) or the lower. */
+TriluParams trilu_params(Graph *g, const Node *n)
+{
+    int64_t k = node_has_in(n, 1)
+                    ? const_number(g, n, 1, "k", "mpcc fixes the diagonal in the kernel call")
+                    : 0;
+    int64_t upper = attr_int(n, "upper", 1);
+    if (upper != 0 && upper != 1)
+        error_at(&n->loc, "Trilu's upper must be 0 or 1, it is %lld", (long long)upper);
+    return (TriluParams){.k = k, .upper = upper != 0};
+}
+
 /* Pad's pads per dim (begins at 0, ends at MAX_RANK) and, if value is not
  * NULL, its constant: attributes before opset 11, inputs since (axes since
  * 18). */

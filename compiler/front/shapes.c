@@ -908,7 +908,53 @@ static void infer_trilu(const Inf *c)
     if (has_in(c, 1) && shape_numel(&in(c, 1)->shape) != 1)
         error_at(&c->n->loc, "the diagonal offset k must hold one value, it is %s",
                  ty(c, in(c, 1)));
+    if (!has_in(c, 1) || in(c, 1)->data)
+        trilu_params(c->g, c->n);   /* else the kernel call refuses it (codegen.c) */
     infer_unary(c);
+}
+
+/* TopK: Values shaped like X with K along the axis, Indices the same in
+ * int64; an output the model omits gets a value all the same (the kernel
+ * writes both, and the gradient reads the indices). */
+static void infer_topk(const Inf *c)
+{
+    const Value *x = in(c, 0);
+    if (x->shape.rank == 0)
+        error_at(&c->n->loc, "TopK needs a tensor of rank 1 or more, got %s", ty(c, x));
+    TopKParams p = topk_params(c->g, c->n);
+    Shape s = x->shape;
+    s.d[p.axis] = p.k;
+    DType t = x->dtype;
+    static const char *const names[2] = {"values", "indices"};
+    for (uint32_t k = 0; k < 2; k++)
+        if (c->n->out[k] == NONE) {
+            const char *base = c->n->name[0] ? c->n->name : "TopK";
+            c->n->out[k] = ir_new_value(c->g, arena_printf(c->g->arena, "%s/%s", base, names[k]),
+                                        k ? DT_I64 : t, &s);
+            c->g->values[c->n->out[k]].producer = (uint32_t)(c->n - c->g->nodes);
+        }
+    set_out(c, 0, t, &s);
+    set_out(c, 1, DT_I64, &s);
+}
+
+/* OneHot: the indices' shape with depth inserted at the axis, in the
+ * type of values (off, on). */
+static void infer_onehot(const Inf *c)
+{
+    const Value *idx = in(c, 0), *v = in(c, 2);
+    if (!dtype_is_int(idx->dtype) && !dtype_is_float(idx->dtype))
+        error_at(&c->n->loc, "OneHot's indices must be numbers, they are %s", ty(c, idx));
+    if (v->shape.rank != 1 || v->shape.d[0] != 2)
+        error_at(&c->n->loc, "OneHot's values must be [off, on], a 1-D tensor of 2, it is %s",
+                 ty(c, v));
+    OneHotParams p = onehot_params(c->g, c->n);
+    Shape s = {.rank = idx->shape.rank + 1};
+    if (s.rank > MAX_RANK)
+        error_at(&c->n->loc, "the output would have rank %d; mpcc's limit is %d", s.rank,
+                 MAX_RANK);
+    for (int d = 0, j = 0; d < s.rank; d++)
+        s.d[d] = d == p.axis ? p.depth : idx->shape.d[j++];
+    set_out(c, 0, v->dtype, &s);
 }
 
 static void infer_prelu(const Inf *c)
@@ -1023,6 +1069,8 @@ static void infer_node(const Inf *c)
     case OP_TILE: infer_tile(c); break;
     case OP_TRANSPOSE: infer_transpose(c); break;
     case OP_TRILU: infer_trilu(c); break;
+    case OP_TOPK: infer_topk(c); break;
+    case OP_ONE_HOT: infer_onehot(c); break;
     case OP_UNSQUEEZE: infer_unsqueeze(c); break;
     case OP_SCE_GRAD: case OP_MSE_LOSS: case OP_MSE_GRAD: case OP_RELU_GRAD:
     case OP_SUM_TO: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B:
@@ -1033,6 +1081,7 @@ static void infer_node(const Inf *c)
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:
     case OP_SCATTER_ELEMENTS_GRAD: case OP_SCATTER_ND_GRAD:
+    case OP_TOPK_GRAD: case OP_ONE_HOT_GRAD:
         break;   /* internal ops are typed by the pass that makes them */
     case OP_EINSUM: case OP_LSTM: case OP_GRU: case OP_RNN: case OP_REDUCE_SUM_SQ:
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:

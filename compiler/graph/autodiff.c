@@ -832,6 +832,48 @@ static void grad_scatter(AD *ad, uint32_t dy, bool nd)
     }
 }
 
+/* y = TopK(x): dx is dy scattered back to the positions the Indices
+ * output names, zero elsewhere (a line's positions are distinct). */
+static void grad_topk(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    TopKParams p = topk_params(ad->g, n);
+    Node *g = emit(ad, OP_TOPK_GRAD, "dX", (uint32_t[]){dy, n->out[1]}, 2, x, &out);
+    ir_set_int(ad->g, g, "axis", p.axis);
+    contribute(ad, x, out);
+}
+
+/* y = OneHot(indices, depth, values): each element of y is values[1]
+ * (where the index names it) or values[0], so dvalues sums dy over each
+ * kind; the indices get none. */
+static void grad_onehot(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t v = n->in[2], out;
+    if (!ad->needs[v])
+        return;
+    OneHotParams p = onehot_params(ad->g, n);
+    Node *g = emit(ad, OP_ONE_HOT_GRAD, "dValues", (uint32_t[]){dy, n->in[0]}, 2, v, &out);
+    ir_set_int(ad->g, g, "axis", p.axis);
+    contribute(ad, v, out);
+}
+
+/* y = Trilu(x): the same triangle of dy. */
+static void grad_trilu(AD *ad, uint32_t dy)
+{
+    const Node *n = ad->n;
+    uint32_t x = n->in[0], out;
+    if (!ad->needs[x])
+        return;
+    Node *g = emit(ad, OP_TRILU, "dX", (uint32_t[]){dy, node_has_in(n, 1) ? n->in[1] : NONE},
+                   node_has_in(n, 1) ? 2 : 1, x, &out);
+    ir_copy_attrs(ad->g, g, n);
+    contribute(ad, x, out);
+}
+
 static void no_rule(AD *ad)
 {
     error_at(&ad->n->loc, "mpcc has no gradient for %s yet; mpcc --check lists every op "
@@ -902,6 +944,9 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_RESIZE: case OP_UPSAMPLE: grad_resize(ad, dy[0]); break;
     case OP_MSE_LOSS: grad_loss(ad, OP_MSE_GRAD, dy[0]); break;
     case OP_CUMSUM: grad_cumsum(ad, dy[0]); break;
+    case OP_TOPK: grad_topk(ad, dy[0]); break;
+    case OP_ONE_HOT: grad_onehot(ad, dy[0]); break;
+    case OP_TRILU: grad_trilu(ad, dy[0]); break;
     /* no rule (yet, or none: comparisons and ArgMax carry no gradient, nor does Mod:
      * ops.def), and the internal ops */
     case OP_UNKNOWN: case OP_CEIL: case OP_COS: case OP_FLOOR: case OP_NOT: case OP_ROUND:
@@ -911,8 +956,8 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_LOG_SUM: case OP_REDUCE_LOG_SUM_EXP:
     case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH:
     case OP_REDUCE_SUM_SQ: case OP_ARGMAX: case OP_ARGMIN:
-    case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE: case OP_TRILU:
-    case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:
+    case OP_CONSTANT_OF_SHAPE: case OP_RANGE: case OP_SHAPE: case OP_SIZE:
+    case OP_TOPK_GRAD: case OP_ONE_HOT_GRAD: case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:
     case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B: case OP_BN_GRAD:
     case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_UNARY_GRAD: case OP_POW_GRAD:
     case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD:

@@ -315,6 +315,114 @@ static void test_argmax(void)
     report("argmax");
 }
 
+/* TopK over the middle of (3, 9, 4), in every element type, both ways,
+ * for K 1, 4 and 9 (the whole axis): small integers (ties), and NaNs among
+ * the floats; then its gradient from the CPU's indices. */
+static void test_topk(void)
+{
+    enum { OUTER = 3, N = 9, INNER = 4, TOTAL = OUTER * N * INNER };
+    static const long ks[] = {1, 4, 9};
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        int type = elem_types[t];
+        unsigned char x[TOTAL * 8], v[TOTAL * 8], cv[TOTAL * 8];
+        for (long i = 0; i < TOTAL; i++)
+            elem_store(type, x, i, (double)(int)frand(type == MPRT_ELEM_U8 ? 0 : -3, 3));
+        if (elem_float(type)) {
+            elem_store(type, x, 4, NAN);    /* line (0, 0): one NaN */
+            elem_store(type, x, 9, NAN);    /* line (0, 1): three */
+            elem_store(type, x, 21, NAN);
+            elem_store(type, x, 33, NAN);
+        }
+        for (int largest = 0; largest < 2; largest++)
+            for (int j = 0; j < N_OF(ks); j++) {
+                long k = ks[j], ny = OUTER * k * INNER;
+                int64_t idx[TOTAL], cidx[TOTAL];
+                memset(v, 0, sizeof v), memset(cv, 0xff, sizeof cv);
+                memset(cidx, 0xff, sizeof cidx);
+                mprt_topk(largest, type, OUTER, N, k, INNER, x, v, idx);
+                mprt_cu_topk(largest, type, OUTER, N, k, INNER, x, cv, cidx);
+                char what[48];
+                snprintf(what, sizeof what, "topk (type %d, largest %d, k %ld)", type, largest,
+                         k);
+                same(what, idx, cidx, (size_t)ny * sizeof *idx);
+                same(what, v, cv, (size_t)ny * elem_size(type));
+                if (type != MPRT_ELEM_F32)
+                    continue;
+                float *dy = fvec(ny, -1, 1), *dx = fvec(TOTAL, 5, 6), *cdx = fvec(TOTAL, 7, 8);
+                mprt_topk_grad(OUTER, N, k, INNER, dy, idx, dx);
+                mprt_cu_topk_grad(OUTER, N, k, INNER, dy, idx, cdx);
+                same("topk_grad", dx, cdx, TOTAL * 4);
+                free(dy), free(dx), free(cdx);
+            }
+    }
+    report("topk");
+    report("topk_grad");
+}
+
+/* OneHot with the depth at the middle of (2, 5, 3), indices of every
+ * element type (negative ones, ones out of range and, among the floats,
+ * fractions, NaN and infinities), values of 1, 2, 4 and 8 bytes; then the
+ * gradient of values. */
+static void test_onehot(void)
+{
+    enum { OUTER = 2, DEPTH = 5, INNER = 3, NI = OUTER * INNER, NY = OUTER * DEPTH * INNER };
+    static const double fi[NI] = {1.7, -2.2, NAN, 4.99, -5.5, INFINITY};
+    static const double ii[NI] = {0, -1, 4, 5, -5, -6};
+    static const int sizes[] = {1, 2, 4, 8};
+    const unsigned char values[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    for (int t = 0; t < N_OF(elem_types); t++) {
+        int type = elem_types[t];
+        unsigned char idx[NI * 8];
+        for (int i = 0; i < NI; i++)
+            elem_store(type, idx, i, elem_float(type) ? fi[i]
+                                     : type == MPRT_ELEM_U8 ? i * 2 : ii[i]);
+        for (int s = 0; s < N_OF(sizes); s++) {
+            int es = sizes[s];
+            unsigned char y[NY * 8], cy[NY * 8];
+            memset(y, 0, sizeof y), memset(cy, 0xff, sizeof cy);
+            mprt_onehot(type, OUTER, DEPTH, INNER, es, idx, values + 8 - es, y);
+            mprt_cu_onehot(type, OUTER, DEPTH, INNER, es, idx, values + 8 - es, cy);
+            char what[40];
+            snprintf(what, sizeof what, "onehot (type %d, %d bytes)", type, es);
+            same(what, y, cy, (size_t)NY * (size_t)es);
+        }
+        float *dy = fvec(NY, -1, 1), dv[2] = {5, 6}, cdv[2] = {7, 8};
+        mprt_onehot_grad(type, OUTER, DEPTH, INNER, idx, dy, dv);
+        mprt_cu_onehot_grad(type, OUTER, DEPTH, INNER, idx, dy, cdv);
+        same("onehot_grad", dv, cdv, sizeof dv);
+        free(dy);
+    }
+    report("onehot");
+    report("onehot_grad");
+}
+
+/* Trilu over (2, 4, 5) matrices, upper and lower, k from past one corner
+ * to past the other, elements of 1, 2, 4 and 8 bytes; then in place. */
+static void test_trilu(void)
+{
+    enum { COUNT = 2, ROWS = 4, COLS = 5, TOTAL = COUNT * ROWS * COLS };
+    static const int sizes[] = {1, 2, 4, 8};
+    unsigned char x[TOTAL * 8];
+    for (size_t i = 0; i < sizeof x; i++)
+        x[i] = (unsigned char)(i * 7 + 1);
+    for (int s = 0; s < N_OF(sizes); s++)
+        for (int upper = 0; upper < 2; upper++)
+            for (long k = -ROWS; k <= COLS; k++) {
+                int es = sizes[s];
+                unsigned char y[TOTAL * 8], cy[TOTAL * 8], in[TOTAL * 8];
+                memset(y, 0xee, sizeof y), memset(cy, 0xff, sizeof cy);
+                memcpy(in, x, sizeof x);
+                mprt_trilu(upper, k, COUNT, ROWS, COLS, es, x, y);
+                mprt_cu_trilu(upper, k, COUNT, ROWS, COLS, es, x, cy);
+                char what[48];
+                snprintf(what, sizeof what, "trilu (%d bytes, upper %d, k %ld)", es, upper, k);
+                same(what, y, cy, (size_t)TOTAL * (size_t)es);
+                mprt_cu_trilu(upper, k, COUNT, ROWS, COLS, es, in, in);
+                same("trilu (in place)", y, in, (size_t)TOTAL * (size_t)es);
+            }
+    report("trilu");
+}
+
 /* CumSum along a middle axis and a long one, each way, then in place. */
 static void cumsum_case(long outer, long n, long inner)
 {
@@ -1111,6 +1219,9 @@ int main(void)
     test_compare();
     test_mod();
     test_argmax();
+    test_topk();
+    test_onehot();
+    test_trilu();
     test_cumsum();
     test_elements();
     test_nd();

@@ -167,6 +167,16 @@ def run_node(n, x, a, buffers):
     if op == "Trilu":
         k = int(x[1].reshape(-1)[0]) if len(x) > 1 else 0
         return [torch.triu(x[0], k) if a.get("upper", 1) else torch.tril(x[0], k)]
+    if op == "TopK":
+        r = torch.topk(x[0], int(x[1].reshape(-1)[0]), dim=a.get("axis", -1),
+                       largest=bool(a.get("largest", 1)))
+        return [r.values, r.indices]
+    if op == "OneHot":
+        depth, i = int(x[1].reshape(-1)[0]), x[0].long()
+        i = torch.where(i < 0, i + depth, i)
+        hot = F.one_hot(i, depth).to(x[2].dtype)
+        y = x[2][0] + (x[2][1] - x[2][0]) * hot
+        return [torch.movedim(y, -1, a.get("axis", -1))]
     if op == "Range":
         return [torch.arange(x[0].item(), x[1].item(), x[2].item(), dtype=x[0].dtype)]
     if op in ("LSTM", "GRU"):

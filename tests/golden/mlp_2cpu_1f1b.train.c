@@ -3223,6 +3223,8 @@ MPRT_KERNEL void mprt_sq_norm(long n, const float *g, float scale, double *out)
  * embedding and its scatter-add gradient, Where, comparisons, Mod,
  * GatherElements/ScatterElements and GatherND/ScatterND, Cast and 2-D
  * Resize.
+ * embedding and its scatter-add gradient, Where, comparisons, OneHot,
+ * Trilu, Mod, Cast and 2-D Resize.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -3501,6 +3503,88 @@ static inline int mprt_elem_is_float(int type)
 static double mprt_elem_float(int type, const void *p, long i)
 {
     return type == MPRT_ELEM_F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static size_t mprt_elem_size(int type)
+{
+    switch (type) {
+    case MPRT_ELEM_F64: case MPRT_ELEM_I64: return 8;
+    case MPRT_ELEM_F32: case MPRT_ELEM_I32: return 4;
+    case MPRT_ELEM_I16: return 2;
+    default: return 1;
+    }
+}
+
+/* ---- OneHot and Trilu: elements of es bytes, copied ---- */
+
+/* Where index i of idx (element type `type`, a float truncated toward
+ * zero as ONNX casts it) puts its on value among depth: a negative index
+ * counts from the end; -1 for one outside [-depth, depth), whose line is
+ * all off. */
+static long mprt_onehot_pos(int type, const void *idx, long i, long depth)
+{
+    int64_t v;
+    if (mprt_elem_is_float(type)) {
+        double f = mprt_elem_float(type, idx, i);
+        if (!(f > -(double)depth - 1 && f < (double)depth))
+            return -1;
+        v = (int64_t)f;
+    } else {
+        v = mprt_elem_int(type, idx, i);
+    }
+    if (v < -depth || v >= depth)
+        return -1;
+    return (long)(v < 0 ? v + depth : v);
+}
+
+/* y[o, d, i] = values[1] where idx[o, i] names d, values[0] elsewhere. */
+MPRT_KERNEL void mprt_onehot(int type, long outer, long depth, long inner, int es,
+                             const void *idx, const void *values, void *y)
+{
+    const char *off = values, *on = off + es;
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            long pos = mprt_onehot_pos(type, idx, o * inner + i, depth);
+            for (long d = 0; d < depth; d++)
+                memcpy((char *)y + (size_t)((o * depth + d) * inner + i) * (size_t)es,
+                       d == pos ? on : off, (size_t)es);
+        }
+}
+
+/* OneHot's gradient: dvalues = the sums of dy (in y's layout) where the
+ * output is off and where it is on, in double, in dy's order. */
+MPRT_KERNEL void mprt_onehot_grad(int type, long outer, long depth, long inner,
+                                  const void *idx, const float *dy, float *dvalues)
+{
+    double sum[2] = {0.0, 0.0};
+    for (long o = 0; o < outer; o++)
+        for (long d = 0; d < depth; d++)
+            for (long i = 0; i < inner; i++)
+                sum[mprt_onehot_pos(type, idx, o * inner + i, depth) == d] +=
+                    dy[(o * depth + d) * inner + i];
+    dvalues[0] = (float)sum[0];
+    dvalues[1] = (float)sum[1];
+}
+
+/* Trilu over count matrices of rows x cols: row r keeps the columns c with
+ * c >= r + k (upper) or c <= r + k, the others are zero; k within
+ * [-rows, cols]. y may be x. */
+MPRT_KERNEL void mprt_trilu(int upper, long k, long count, long rows, long cols, int es,
+                            const void *x, void *y)
+{
+    size_t s = (size_t)es;
+    for (long m = 0; m < count; m++)
+        for (long r = 0; r < rows; r++) {
+            long lo = upper ? r + k : 0, hi = upper ? cols : r + k + 1;
+            lo = lo < 0 ? 0 : lo > cols ? cols : lo;
+            hi = hi < lo ? lo : hi > cols ? cols : hi;
+            size_t row = (size_t)(m * rows + r) * (size_t)cols;
+            char *yr = (char *)y + row * s;
+            const char *xr = (const char *)x + row * s;
+            memset(yr, 0, (size_t)lo * s);
+            memmove(yr + (size_t)lo * s, xr + (size_t)lo * s, (size_t)(hi - lo) * s);
+            memset(yr + (size_t)hi * s, 0, (size_t)(cols - hi) * s);
+        }
 }
 
 /* ---- Mod, with broadcasting, in the operands' own type ---- */
@@ -3949,7 +4033,7 @@ MPRT_KERNEL void mprt_resize(int back, const MprtResize *p, float *x, float *y)
 /* cpu_math.c — the CPU device's math kernels beyond GEMM and convolution,
  * forward and backward: batched MatMul, elementwise functions, Pow,
  * variadic Sum/Mean/Min/Max, PRelu, reductions, ArgMax/ArgMin, CumSum,
- * Softmax, LayerNormalization, InstanceNormalization and Dropout.
+ * TopK, Softmax, LayerNormalization, InstanceNormalization and Dropout.
  *
  * Elementwise functions share one kernel per direction, specialised by the
  * op code (a literal at every call, so the switch is hoisted by the
@@ -4467,6 +4551,78 @@ MPRT_KERNEL void mprt_cumsum(int exclusive, int reverse, long outer, long n, lon
                     acc += v;
             }
         }
+}
+
+/* ---- TopK: along the middle of (outer, n, inner), k of each line ---- */
+
+/* Whether element a comes before element b, whose index is lower, in
+ * TopK's order: the larger first (largest) or the smaller, NaN above every
+ * number as numpy's sort (ONNX's reference) and PyTorch have it; equals
+ * keep their index order. */
+static int mprt_topk_before(int largest, int type, const void *x, long a, long b)
+{
+    if (mprt_elem_is_float(type)) {
+        double u = mprt_elem_float(type, x, a), v = mprt_elem_float(type, x, b);
+        if (u != u || v != v)
+            return largest ? u != u && v == v : v != v && u == u;
+        return largest ? u > v : u < v;
+    }
+    int64_t u = mprt_elem_int(type, x, a), v = mprt_elem_int(type, x, b);
+    return largest ? u > v : u < v;
+}
+
+/* One line (n elements at base, stride inner): idx (stride inner) gets
+ * the positions of its k first in order, each element walked in turn and
+ * inserted after those it does not come before. */
+static void mprt_topk_line(int largest, int type, long n, long k, long inner, const void *x,
+                           long base, int64_t *idx)
+{
+    long have = 0;
+    for (long j = 0; j < n; j++) {
+        long p = have;
+        while (p > 0 && mprt_topk_before(largest, type, x, base + j * inner,
+                                         base + (long)idx[(p - 1) * inner] * inner))
+            p--;
+        if (p >= k)
+            continue;
+        for (long q = have < k ? have : k - 1; q > p; q--)
+            idx[q * inner] = idx[(q - 1) * inner];
+        idx[p * inner] = j;
+        have += have < k;
+    }
+}
+
+/* values[o, j, i] = x[o, idx[o, j, i], i]: the k largest (largest = 0: the
+ * smallest) of each line of x along the axis, sorted, a tie to the lower
+ * index; x and values of element type `type` (MPRT_ELEM_*). */
+MPRT_KERNEL void mprt_topk(int largest, int type, long outer, long n, long k, long inner,
+                           const void *x, void *values, int64_t *idx)
+{
+    size_t es = mprt_elem_size(type);
+    for (long o = 0; o < outer; o++)
+        for (long i = 0; i < inner; i++) {
+            long xb = o * n * inner + i, yb = o * k * inner + i;
+            mprt_topk_line(largest, type, n, k, inner, x, xb, idx + yb);
+            for (long j = 0; j < k; j++) {
+                long from = xb + (long)idx[yb + j * inner] * inner, to = yb + j * inner;
+                memcpy((char *)values + (size_t)to * es, (const char *)x + (size_t)from * es,
+                       es);
+            }
+        }
+}
+
+/* TopK's gradient: dx is zero but at the positions idx names along the
+ * axis, which get dy (a line's positions are distinct). */
+MPRT_KERNEL void mprt_topk_grad(long outer, long n, long k, long inner, const float *dy,
+                                const int64_t *idx, float *dx)
+{
+    memset(dx, 0, (size_t)(outer * n * inner) * sizeof *dx);
+    for (long o = 0; o < outer; o++)
+        for (long j = 0; j < k; j++)
+            for (long i = 0; i < inner; i++) {
+                long e = (o * k + j) * inner + i;
+                dx[(o * n + (long)idx[e]) * inner + i] = dy[e];
+            }
 }
 
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:

@@ -181,6 +181,24 @@ def asymmetric_linear(x, oh, ow):
                          align_corners=True)
 
 
+def topk_stable(w, k, dim, largest):
+    """ONNX TopK's values plus its indices (as numbers) through torch's
+    stable sort: equal values keep their index order."""
+    s = torch.sort(w, dim=dim, descending=largest, stable=True)
+    return (s.values.narrow(dim, 0, k) + s.indices.narrow(dim, 0, k).to(w.dtype))
+
+
+def one_hot_ref(indices, depth, values, axis):
+    """ONNX OneHot through torch's one_hot: a negative index counts from
+    depth, one outside [-depth, depth) gives a line of values[0]; the depth
+    dimension moved to `axis` of the output."""
+    i = torch.where(indices < 0, indices + depth, indices)
+    inside = (i >= 0) & (i < depth)
+    hot = F.one_hot(torch.where(inside, i, torch.zeros_like(i)), depth) * inside[..., None]
+    y = values[0] + (values[1] - values[0]) * hot.to(values.dtype)
+    return torch.movedim(y, -1, axis)
+
+
 def bn_node(**attrs):
     return N("BatchNormalization", ["X", "scale", "B", "mean", "var"],
              ["y", "running_mean", "running_var"], training_mode=1, **attrs)
@@ -711,6 +729,60 @@ CASES = [
          [N("CumSum", ["W", "axis"], exclusive=1, reverse=1)],
          dict(W=randn(2, 7), axis=scalar(1, np.int64)),
          lambda t: F.pad(torch.flip(torch.cumsum(torch.flip(t.W, [1]), 1), [1])[:, 1:], (0, 1))),
+
+    # -- TopK: K a constant input (opset 10+) or the attribute k (before); the
+    #    gradient reaches W through Values (distinct values: no ties)
+    Case("TopK_largest_axis1", "TopK", [N("TopK", ["W", "K"], ["y", "i"], axis=1)],
+         dict(W=distinct(3, 6), K=ints(3)),
+         lambda t: torch.topk(t.W, 3, dim=1).values),
+    Case("TopK_smallest_negative_axis", "TopK",
+         [N("TopK", ["W", "K"], ["y", "i"], axis=-3, largest=0)],
+         dict(W=distinct(5, 2, 3), K=ints(2)),
+         lambda t: torch.topk(t.W, 2, dim=0, largest=False).values),
+    Case("TopK_values_plus_indices", "TopK",
+         [N("TopK", ["W", "K"], ["v", "i"]), N("Cast", ["i"], ["c"], to=TensorProto.FLOAT),
+          N("Add", ["v", "c"])],
+         dict(W=distinct(4, 7), K=ints(7)),
+         lambda t: torch.topk(t.W, 7).values + torch.topk(t.W, 7).indices.double(),
+         note="the Indices output read as numbers: K the whole axis, a full sort"),
+    Case("TopK_ties_lower_index_first", "TopK",
+         [N("TopK", ["W", "K"], ["v", "i"], axis=0), N("Cast", ["i"], ["c"], to=TensorProto.FLOAT),
+          N("Add", ["v", "c"])],
+         dict(W=lambda r: np.round(r.standard_normal((6, 4))).astype(np.float32), K=ints(4)),
+         lambda t: topk_stable(t.W, 4, 0, True),
+         note="W rounded to integers: ties, which go to the lower index (ONNX's rule), "
+              "so dW lands where torch's stable sort puts them"),
+    Case("TopK_smallest_ties", "TopK",
+         [N("TopK", ["W", "K"], ["v", "i"], largest=0),
+          N("Cast", ["i"], ["c"], to=TensorProto.FLOAT), N("Add", ["v", "c"])],
+         dict(W=lambda r: np.round(r.standard_normal((3, 8))).astype(np.float32), K=ints(5)),
+         lambda t: topk_stable(t.W, 5, -1, False),
+         note="W rounded to integers: ties to the lower index"),
+    Case("TopK_attribute_k_opset9", "TopK", [N("TopK", ["W"], ["y", "i"], k=2)],
+         dict(W=distinct(3, 5)),
+         lambda t: torch.topk(t.W, 2).values, opset=9),
+
+    # -- OneHot: depth a constant; values (off, on) trained, the indices (negative
+    #    ones count from depth, those out of range give an all-off line) not
+    Case("OneHot_values_axis1", "OneHot",
+         [N("OneHot", ["I", "depth", "V"], axis=1)],
+         dict(V=randn(2), I=ints(0, 3, -1, 4, -5, 2, 9, -7, shape=(2, 4)),
+              depth=scalar(5, np.int64)),
+         lambda t: one_hot_ref(t.I, 5, t.V, 1)),
+    Case("OneHot_float_indices_last_axis", "OneHot",
+         [Const("I", "I"), N("OneHot", ["I", "depth", "V"])],
+         dict(V=randn(2), depth=scalar(4, np.int64)),
+         lambda t: one_hot_ref(torch.trunc(t.I).long(), 4, t.V, -1),
+         consts=dict(I=lambda r: np.array([[1.7, -2.2, 3.9], [4.0, -0.5, -4.9]], np.float32)),
+         note="float indices truncated toward zero, as ONNX casts them to int64"),
+
+    # -- Trilu: the upper or lower triangle of the last two dimensions, k a constant
+    Case("Trilu_upper", "Trilu", [N("Trilu", ["W"])],
+         dict(W=randn(2, 4, 5)), lambda t: torch.triu(t.W)),
+    Case("Trilu_lower_k_negative", "Trilu", [N("Trilu", ["W", "k"], upper=0)],
+         dict(W=randn(3, 5, 4), k=scalar(-1, np.int64)), lambda t: torch.tril(t.W, -1)),
+    Case("Trilu_upper_k_positive", "Trilu", [N("Trilu", ["W", "k"], upper=1)],
+         dict(W=randn(4, 6), k=scalar(2, np.int64)), lambda t: torch.triu(t.W, 2)),
 
     # -- Expand and Tile
     Case("Expand_rank_and_size", "Expand", [N("Expand", ["X", "shape"])],

@@ -331,6 +331,48 @@ def main():
     on_m("gather_nd_batch_dims.onnx",
          helper.make_node("GatherND", ["m", "idx"], ["y"], name="gnd", batch_dims=2),
          dict(idx=np.zeros((2, 1), i64)), "GatherND with batch_dims 2 on indices of rank 2")
+    # TopK, OneHot and Trilu: K, depth and k must be constants (static
+    # shapes; a diagonal fixed in the kernel call), in range.
+    def one_node(fname, node, inputs, y, desc, inits=(), opset=13):
+        write(fname, make_model([node], inputs=inputs, inits=list(inits),
+                                outputs=[helper.make_tensor_value_info("y", *y)],
+                                opsets=[helper.make_opsetid("", opset)]), desc)
+
+    x24 = helper.make_tensor_value_info("x", FLOAT, [2, 4])
+    K = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    topk = helper.make_node("TopK", ["x", "k"], ["y", "i"], name="topk", axis=1)
+    one_node("topk_k_input.onnx", topk, [x24, K], (FLOAT, [2, 2]),
+             "TopK whose K is a graph input (the conformance tests' form)")
+    one_node("topk_k_too_large.onnx", topk, [x24], (FLOAT, [2, 5]),
+             "TopK's K 5 along an axis of 4",
+             inits=[numpy_helper.from_array(np.array([5], np.int64), "k")])
+    one_node("topk_axis.onnx",
+             helper.make_node("TopK", ["x", "k"], ["y", "i"], name="topk", axis=-3),
+             [x24], (FLOAT, [2, 2]), "TopK's axis -3 on a rank-2 input",
+             inits=[numpy_helper.from_array(np.array([2], np.int64), "k")])
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, [3])
+    depth = numpy_helper.from_array(np.array(10, np.int64), "depth")
+    values = numpy_helper.from_array(np.array([0, 1], np.int64), "values")
+    onehot = helper.make_node("OneHot", ["idx", "depth", "values"], ["y"], name="onehot")
+    one_node("onehot_depth_input.onnx", onehot,
+             [idx, helper.make_tensor_value_info("depth", TensorProto.INT64, [])],
+             (TensorProto.INT64, [3, 10]), "OneHot whose depth is a graph input",
+             inits=[values])
+    one_node("onehot_values_shape.onnx", onehot, [idx], (TensorProto.INT64, [3, 10]),
+             "OneHot with three values, not (off, on)",
+             inits=[depth, numpy_helper.from_array(np.array([0, 1, 2], np.int64), "values")])
+    one_node("onehot_axis.onnx",
+             helper.make_node("OneHot", ["idx", "depth", "values"], ["y"], name="onehot",
+                              axis=2),
+             [idx], (TensorProto.INT64, [3, 10]), "OneHot's axis 2 for rank-1 indices",
+             inits=[depth, values])
+    trilu = helper.make_node("Trilu", ["x", "k"], ["y"], name="trilu", upper=0)
+    one_node("trilu_k_input.onnx", trilu,
+             [x24, helper.make_tensor_value_info("k", TensorProto.INT64, [])],
+             (FLOAT, [2, 4]), "Trilu whose k is a graph input", opset=14)
+    one_node("trilu_rank1.onnx", helper.make_node("Trilu", ["x"], ["y"], name="trilu"),
+             [helper.make_tensor_value_info("x", FLOAT, [4])], (FLOAT, [4]),
+             "Trilu of a vector", opset=14)
 
     with open(os.path.join(out, "MANIFEST.tsv"), "w") as f:
         for fname, desc in manifest:

@@ -28,7 +28,7 @@ train "$odd" -cpus 1 -batch 8
 train "$odd" -cpus 2 -batch 8 --microbatches=2 --schedule=1f1b
 # the names odd_names.mp's values and parameters must get, and no buffer
 # left without one
-for name in v_int v_errno v_mb v_float v_size_t v_scale v_linux v_mprt_gemm_weight A0_weight \
+for name in v_int v_errno v_mb v_float v_size_t v_scale v_linux v_I v_mprt_gemm_weight A0_weight \
             s0_forward_weight dup_weight dup_weight_2 \
             a_name_that_is_longer_than_any_c_compiler_must_tell_apar \
             a_name_that_is_longer_than_any_c_compiler_must_tell_apar_2; do
