@@ -435,16 +435,6 @@ MPRT_KERNEL void mprt_mod(int c_fmod, int type, int rank, const long *shape, con
  * of any type (MPRT_ELEM_*) named by int32 or int64 indices (itype), each
  * checked as Gather's are; their float32 gradients ---- */
 
-static size_t mprt_elem_size(int type)
-{
-    switch (type) {
-    case MPRT_ELEM_F64: case MPRT_ELEM_I64: return 8;
-    case MPRT_ELEM_F32: case MPRT_ELEM_I32: return 4;
-    case MPRT_ELEM_I16: return 2;
-    default: return 1;
-    }
-}
-
 /* y[i] = x[j] */
 static void mprt_elem_copy(int type, void *y, long i, const void *x, long j)
 {

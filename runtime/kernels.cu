@@ -1783,10 +1783,6 @@ struct Nd {
     int k;
 };
 
-static __device__ int elem_size(int type)
-/* ---- TopK: one thread per line of (outer, n, inner), selecting as the
- * CPU does (cpu_math.c's mprt_topk_line) ---- */
-
 static __device__ i64 elem_size(int type)
 {
     return type == ELEM_F64 || type == ELEM_I64 ? 8 : type == ELEM_F32 || type == ELEM_I32 ? 4
@@ -1952,7 +1948,11 @@ extern "C" __global__ void mprt_k_scatter_nd(int red, int type, int itype, Nd p,
             if (s >= 0)
                 scatter_put(red, type, y, (b * p.slots + s) * p.inner + j, u, row * p.inner + j);
         }
+    }
 }
+
+/* ---- TopK: one thread per line of (outer, n, inner), selecting as the
+ * CPU does (cpu_math.c's mprt_topk_line) ---- */
 
 /* One element of es bytes from x[from] to y[to]. */
 static __device__ void copy_elem(i64 es, const void *x, i64 from, void *y, i64 to)
