@@ -8,6 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What --cpu-kernels=auto means in this build of mpcc. */
+#ifdef MPCC_HAVE_DNNL
+#define MPCC_KERNELS_AUTO \
+"                           auto (the default): oneDNN where it measured faster\n"
+#else
+#define MPCC_KERNELS_AUTO \
+"                           auto (the default): builtin, as this mpcc was built\n" \
+"                           without oneDNN's headers\n"
+#endif
+
 static const char help_text[] =
 "usage: mpcc [options] <model.onnx | model.mp>\n"
 "       mpcc --gantt-from=run.json -o run.svg\n"
@@ -32,6 +42,11 @@ static const char help_text[] =
 "                           device per trainer; plans and dumps also take mixed ones)\n"
 "  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
 "                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
+"  --cpu-kernels=auto|onednn|builtin\n"
+"                           CPU devices' convolutions: through oneDNN (the trainer\n"
+"                           then links -ldnnl; docs/trainer.md), as im2col +\n"
+"                           OpenBLAS (builtin), or\n"
+MPCC_KERNELS_AUTO
 "  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
 "                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"
 "                           profile file (docs/pipeline.md); default: cpu for CPU\n"
@@ -231,7 +246,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
-               OPT_GANTT_FROM, OPT_COUNT } OptId;
+               OPT_CPU_KERNELS, OPT_GANTT_FROM, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -240,7 +255,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"dump", OPT_DUMP, true},    {"check", OPT_CHECK, false},
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
     {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
-    {"no-fuse", OPT_NO_FUSE, false},
+    {"no-fuse", OPT_NO_FUSE, false},    {"cpu-kernels", OPT_CPU_KERNELS, true},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -330,6 +345,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const sched[] = {"auto", "gpipe", "1f1b", "interleaved", "zb"};
     static const char *const recompute[] = {"none", "auto", "all"};
     static const char *const objective[] = {"time", "memory"};
+    static const char *const cpu_kernels[] = {"auto", "onednn", "builtin"};
     PipeOptions *p = &o->pipe;
     switch (id) {
     case OPT_DEVICES: p->devices = val; break;
@@ -341,6 +357,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_RECOMPUTE: p->recompute = (RecomputeKind)pick(opt, val, recompute, 3); break;
     case OPT_OBJECTIVE: p->objective = (Objective)pick(opt, val, objective, 2); break;
     case OPT_TRACE: p->trace = val; break;
+    case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     default: apply_training(id, opt, val, o); break;
     }
 }

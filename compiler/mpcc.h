@@ -269,6 +269,7 @@ typedef struct Graph {
     uint32_t cur_origin;   /* autodiff: the forward node being differentiated */
     Rebatch *rebatch;      /* a batch the export fixed, re-bound (rebatch.c), or NULL */
     int64_t rows;          /* -batch of this graph (one micro-batch), 0 if not given */
+    int cpu_kernels;       /* --cpu-kernels, a CpuKernels: what conv_onednn decides by */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
 } Graph;
@@ -386,6 +387,9 @@ typedef struct PipeOptions {
     bool micro_given;          /* --microbatches was given (else auto may choose) */
 } PipeOptions;
 
+/* --cpu-kernels: which kernels run the convolutions of CPU devices. */
+typedef enum { KERNELS_AUTO, KERNELS_ONEDNN, KERNELS_BUILTIN, KERNELS_COUNT } CpuKernels;
+
 typedef struct Options {
     const char *input;
     const char *output;        /* -o */
@@ -403,6 +407,7 @@ typedef struct Options {
     const char *dump_sweep;    /* --dump=sweep=FILE.svg: step time against M, then stop */
     const char *gantt_from;    /* --gantt-from=TRACE.json[,..]: draw traces, no model */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
+    CpuKernels cpu_kernels;    /* --cpu-kernels */
     PipeOptions pipe;
     bool check;
     bool infer;                /* --infer: a forward-only program, no training graph */
@@ -659,6 +664,7 @@ double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profi
                     const Measured *m);   /* what running n inside a fused chain saves */
 int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs,
                                                             at most WORKSPACE_MAX */
+bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */
 #define WORKSPACE_MAX 0x1p62
 
 /* ---------------------------------------------- parallel/measured.c */

@@ -75,6 +75,16 @@ static inline int mprt_conv_batched(const MprtConv *p)
     return p->N > 1 && mprt_conv_out_plane(p) <= MPRT_CONV_BATCH_P;
 }
 
+/* A convolution that runs through oneDNN (runtime/cpu_dnnl.c): the model
+ * lists them in a table, each call names its row. */
+enum { MPRT_DNNL_FWD, MPRT_DNNL_BWD_DATA, MPRT_DNNL_BWD_WEIGHTS };
+typedef struct MprtDnnlConv {
+    int kind;            /* MPRT_DNNL_*: the forward, dX or dW */
+    int dev, bias;       /* the device that runs it; a forward with a bias */
+    const char *node;    /* the ONNX node, for errors */
+    MprtConv p;
+} MprtDnnlConv;
+
 /* Pooling over up to three spatial dimensions (as MprtConv: 2-D has D = OD
  * = KD = 1, sd = dd = 1, pd = ed = 0). */
 typedef struct MprtPool {

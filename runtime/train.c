@@ -323,6 +323,25 @@ static double mprt_now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Each device's arena: the memory plan's, its scratch raised to what the
+ * kernels made at start-up need (oneDNN's primitives: cpu_dnnl.c). */
+static size_t *mprt_arena_bytes, *mprt_work_bytes;
+
+static void mprt_size_arenas(const MprtModel *m)
+{
+    mprt_arena_bytes = calloc((size_t)m->ndev, sizeof *mprt_arena_bytes);
+    mprt_work_bytes = calloc((size_t)m->ndev, sizeof *mprt_work_bytes);
+    if (!mprt_arena_bytes || !mprt_work_bytes)
+        mprt_die("out of memory");
+    memcpy(mprt_work_bytes, m->work_bytes, (size_t)m->ndev * sizeof *mprt_work_bytes);
+    if (m->kernels_start)
+        m->kernels_start(mprt_work_bytes);
+    for (int d = 0; d < m->ndev; d++) {
+        size_t end = m->work_offset[d] + mprt_work_bytes[d];
+        mprt_arena_bytes[d] = end > m->arena_bytes[d] ? end : m->arena_bytes[d];
+    }
+}
+
 /* Every device's arena, and its streams. */
 static void mprt_start_devices(const MprtModel *m)
 {
@@ -335,9 +354,10 @@ static void mprt_start_devices(const MprtModel *m)
     mprt_ops->losses_alloc(m->microbatches);
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);
+    mprt_size_arenas(m);
     for (int d = 0; d < m->ndev; d++) {
-        mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], m->arena_bytes[d]);
-        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], m->work_bytes[d]);
+        mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], mprt_arena_bytes[d]);
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], mprt_work_bytes[d]);
     }
     if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
@@ -348,7 +368,7 @@ static void mprt_report_devices(const MprtModel *m)
 {
     fprintf(stderr, "memory plan:");
     for (int d = 0; d < m->ndev; d++)
-        fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)m->arena_bytes[d] / 1e6);
+        fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
     fputc('\n', stderr);
 }
 
@@ -411,7 +431,7 @@ static void mprt_summary(const MprtModel *m, long steps, double busy, double los
             busy > 0 ? (double)steps * m->batch / busy : 0.0, loss);
     fprintf(stderr, "peak memory:");
     for (int d = 0; d < m->ndev; d++)
-        fprintf(stderr, " %s %.1f MB%s", m->device_names[d], (double)m->arena_bytes[d] / 1e6,
+        fprintf(stderr, " %s %.1f MB%s", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6,
                 d + 1 < m->ndev ? "," : "");
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
@@ -447,7 +467,7 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
     }
     if (a->trace) {
         MprtRunInfo run = {m->schedule, m->microbatches, steps ? busy / steps : 0, steps};
-        if (mprt_write_trace(a->trace, m->ops, m->nops, m->device_names, m->arena_bytes, m->ndev,
+        if (mprt_write_trace(a->trace, m->ops, m->nops, m->device_names, mprt_arena_bytes, m->ndev,
                              &run, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote the timeline of step %ld to %s\n", last, a->trace);
@@ -567,5 +587,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     for (int d = 0; d < m->ndev; d++)
         mprt_ops->arena_free(d, mprt_arenas[d]);
     free(mprt_arenas);
+    free(mprt_arena_bytes);
+    free(mprt_work_bytes);
     return 0;
 }

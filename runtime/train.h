@@ -28,6 +28,9 @@ typedef struct MprtModel {
     int64_t ignore_index;       /* cross-entropy: labels that are not scored */
     int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
     size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
+    void (*kernels_start)(size_t *scratch);  /* before the arenas: oneDNN's primitives,
+                                                each device's scratch raised to what they
+                                                need (runtime/cpu_dnnl.c); NULL if none */
     void (*zero_state)(void);
     void (*run_step)(void);     /* every micro-batch forward and backward, the update */
     void (*eval_forward)(void); /* micro-batch 0 forward through every stage */

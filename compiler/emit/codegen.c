@@ -47,6 +47,10 @@ typedef struct CG {
     bool cuda;            /* some devices are CUDA devices */
     bool mixed;           /* and some are CPU devices (runtime/mixed.c) */
     const Fusion *fu;     /* the chains that run as one kernel each */
+    /* the convolutions that run through oneDNN, in the order of the model's
+     * table (dnnl_convs), each with its device; a node's row, -1 if none */
+    uint32_t *dnnl_node;
+    int *dnnl_dev, ndnnl, *dnnl_row;
     /* the function being written: the buffers it uses, as named locals */
     struct Local *locals;
     int nlocals, cap_locals;
@@ -927,8 +931,9 @@ static void window_3d(CG *cg, const Node *n, uint32_t x, uint32_t y, const int64
             pd[i] = 0;
 }
 
-/* Conv and its gradients: 1-D, 2-D and 3-D, as runtime/kernel.h's MprtConv. */
-static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
+/* Conv and its gradients: 1-D, 2-D and 3-D, as runtime/kernel.h's MprtConv:
+ * the initializer's braces and fields. */
+static void conv_fields(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
 {
     int64_t xd[5], wd[5], yd[5], st[3], dl[3], pd[6];
     window_rank(cg, n, x);
@@ -936,7 +941,7 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
     dims_3d(shape_of(cg, w), wd);
     dims_3d(shape_of(cg, y), yd);
     window_3d(cg, n, x, y, wd + 2, st, dl, pd);
-    emit(cg, "&(MprtConv){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+    emit(cg, "{%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
          "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld}",
          (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
          (long long)xd[4], (long long)wd[0], (long long)wd[2], (long long)wd[3],
@@ -944,6 +949,13 @@ static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t 
          (long long)conv_group(n), (long long)st[0], (long long)st[1], (long long)st[2],
          (long long)dl[0], (long long)dl[1], (long long)dl[2], (long long)pd[0],
          (long long)pd[1], (long long)pd[2]);
+}
+
+/* The same as a compound literal: a kernel's argument. */
+static void conv_params(CG *cg, const Node *n, uint32_t x, uint32_t w, uint32_t y)
+{
+    emit(cg, "&(MprtConv)");
+    conv_fields(cg, n, x, w, y);
 }
 
 /* ConvTranspose, as the convolution whose data gradient it is: that
@@ -960,8 +972,47 @@ static void emit_conv_transpose(CG *cg, const Node *n)
          opt_buf(cg, n, 2, false), buf(cg, n->out[0]), workspace(cg));
 }
 
+/* Node n's row in the table of convolutions that run through oneDNN, added
+ * the first time the node is written. */
+static int dnnl_row(CG *cg, const Node *n)
+{
+    uint32_t id = (uint32_t)(n - cg->g->nodes);
+    if (cg->dnnl_row[id] < 0) {
+        cg->dnnl_node[cg->ndnnl] = id;
+        cg->dnnl_dev[cg->ndnnl] = cg->plan->st->dev[cg->stage];
+        cg->dnnl_row[id] = cg->ndnnl++;
+    }
+    return cg->dnnl_row[id];
+}
+
+/* A convolution through oneDNN (runtime/cpu_dnnl.c): cpu.c's operands, the
+ * parameters in the table's row. */
+static void emit_conv_dnnl(CG *cg, const Node *n)
+{
+    int row = dnnl_row(cg, n);
+    if (n->op == OP_CONV)
+        emit(cg, "    mprt_dnnl_conv(%d, %s, %s, %s, %s, %s);\n", row, buf(cg, n->in[0]),
+             buf(cg, n->in[1]), n->nin > 2 && n->in[2] != NONE ? buf(cg, n->in[2]) : "NULL",
+             buf(cg, n->out[0]), workspace(cg));
+    else
+        emit(cg, "    mprt_dnnl_%s(%d, %s, %s, %s, %s);\n",
+             n->op == OP_CONV_GRAD_X ? "conv_grad_x" : "conv_grad_w", row, buf(cg, n->in[0]),
+             buf(cg, n->in[1]), buf(cg, n->out[0]), workspace(cg));
+}
+
+/* Whether convolution n, in the stage being written, runs through oneDNN:
+ * on a CPU device of a trainer, where conv_onednn says so (cost.c). */
+static bool uses_dnnl(CG *cg, const Node *n)
+{
+    return !cg->o->infer && !cuda_stage(cg) && conv_onednn(cg->g, n);
+}
+
 static void emit_conv(CG *cg, const Node *n)
 {
+    if (uses_dnnl(cg, n)) {
+        emit_conv_dnnl(cg, n);
+        return;
+    }
     switch (n->op) {
     case OP_CONV:
         emit(cg, "    %s(", kernel(cg, "conv"));
@@ -2225,8 +2276,10 @@ static const char *build_line(CG *cg)
         return arena_printf(cg->g->arena, "cc -O2 %s -o train -I" MPCC_CUDA_HOME "/include -L"
                             MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
                             MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart %s-lm "
-                            "-pthread", out, cg->mixed ? "-lopenblas " : "");
-    return arena_printf(cg->g->arena, "cc -O2 %s -o train -lopenblas -lm -pthread", out);
+                            "-pthread", out, cg->ndnnl ? "-ldnnl -lgomp -lopenblas "
+                            : cg->mixed ? "-lopenblas " : "");
+    return arena_printf(cg->g->arena, "cc -O2 %s -o train %s-lopenblas -lm -pthread", out,
+                        cg->ndnnl ? "-ldnnl -lgomp " : "");
 }
 
 /* The program's name: the output file's, without folder and ".c". */
@@ -2247,6 +2300,15 @@ static void emit_fused_line(CG *cg)
         emit(cg, " * fused:    %d elementwise chain(s) of %d nodes, one kernel each (%d kernel "
              "calls fewer; --no-fuse: none)\n", cg->fu->nchains, cg->fu->nfused,
              cg->fu->nfused - cg->fu->nchains);
+}
+
+/* How many convolutions run through oneDNN, and so what the build links. */
+static void emit_dnnl_line(CG *cg)
+{
+    static const char *const mode[] = {"auto", "onednn", "builtin"};
+    if (cg->ndnnl)
+        emit(cg, " * oneDNN:   %d convolution kernel(s) (dnnl_convs; --cpu-kernels=%s), so "
+             "-ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
 }
 
 static void emit_infer_header(CG *cg, const char *hash)
@@ -2299,6 +2361,7 @@ static void emit_header(CG *cg, const char *hash)
          "%.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->ndev, p->step_time,
          100 * p->bubble);
     emit_fused_line(cg);
+    emit_dnnl_line(cg);
     for (int d = 0; d < p->sc->ndev; d++) {
         emit(cg, " * %-8s  stages", p->ds->d[d].name);
         for (int s = 0; s < p->st->n; s++)
@@ -2366,6 +2429,22 @@ static const char *const *runtime_headers(CG *cg)
     return cg->o->infer ? infer : train;
 }
 
+/* files with cpu_dnnl.c after cpu_math.c: programs whose convolutions
+ * run through oneDNN. */
+static const char *const *with_dnnl(CG *cg, const char *const *files)
+{
+    int n = 0;
+    while (files[n])
+        n++;
+    const char **r = arena_array(cg->g->arena, (size_t)n + 2, sizeof *r);
+    for (int i = 0, k = 0; i <= n; i++) {
+        r[k++] = files[i];
+        if (files[i] && strcmp(files[i], "cpu_math_c") == 0)
+            r[k++] = "cpu_dnnl_c";
+    }
+    return r;
+}
+
 static const char *const *runtime_sources(CG *cg)
 {
     static const char *cpu[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
@@ -2381,7 +2460,8 @@ static const char *const *runtime_sources(CG *cg)
     static const char *infer[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                   "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
                                   "infer_c", NULL};
-    return cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
+    const char *const *files = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
+    return cg->ndnnl ? with_dnnl(cg, files) : files;
 }
 
 /* The #if nesting after line p (of length len) at depth. */
@@ -3187,8 +3267,35 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
+    if (cg->ndnnl)
+        emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n");
+}
+
+/* The convolutions that run through oneDNN: the table the trainer makes
+ * their primitives from at start-up (mprt_dnnl_start), before the arenas,
+ * raising each device's scratch to what they need. */
+static void emit_dnnl_table(CG *cg)
+{
+    static const char *const kind[] = {"MPRT_DNNL_FWD", "MPRT_DNNL_BWD_DATA",
+                                       "MPRT_DNNL_BWD_WEIGHTS"};
+    emit(cg, "\nstatic const MprtDnnlConv dnnl_convs[] = {\n");
+    for (int i = 0; i < cg->ndnnl; i++) {
+        const Node *n = &cg->g->nodes[cg->dnnl_node[i]];
+        int k = n->op == OP_CONV ? 0 : n->op == OP_CONV_GRAD_X ? 1 : 2;
+        emit(cg, "    {%s, %d, %d, %s, ", kind[k], cg->dnnl_dev[i],
+             n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE, c_string(cg, n->name));
+        if (k == 0)
+            conv_fields(cg, n, n->in[0], n->in[1], n->out[0]);
+        else if (k == 1)
+            conv_fields(cg, n, n->out[0], n->in[1], n->in[0]);
+        else
+            conv_fields(cg, n, n->in[1], n->out[0], n->in[0]);
+        emit(cg, "},\n");
+    }
+    emit(cg, "};\n\nstatic void kernels_start(size_t *scratch)\n{\n"
+         "    mprt_dnnl_start(dnnl_convs, %d, %d, scratch);\n}\n", cg->ndnnl, cg->plan->sc->ndev);
 }
 
 /* main, after the runtime: the runtime's trainer (or forward-only program)
@@ -3315,6 +3422,8 @@ static void emit_model_part(CG *cg, const char *hash, const char *weights)
         emit_prof_table(cg);
         emit_op_table(cg);
         emit_eval(cg);
+        if (cg->ndnnl)
+            emit_dnnl_table(cg);
         emit_model(cg, hash, weights);
     }
 }
@@ -3328,6 +3437,11 @@ static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *f
     cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
     for (int b = 0; b < plan->nbufs; b++)
         cg.local_of[b] = -1;
+    cg.dnnl_node = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
+    cg.dnnl_dev = arena_array(g->arena, g->nnodes + 1, sizeof(int));
+    cg.dnnl_row = arena_array(g->arena, g->nnodes + 1, sizeof(int));
+    for (uint32_t i = 0; i < g->nnodes; i++)
+        cg.dnnl_row[i] = -1;
     return cg;
 }
 

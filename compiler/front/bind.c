@@ -144,6 +144,7 @@ static bool given(const Options *o, const char *name)
 bool bind_shapes(Graph *g, const Options *o, bool require)
 {
     g->rows = o->batch;
+    g->cpu_kernels = (int)(o->infer ? KERNELS_BUILTIN : o->cpu_kernels);   /* --infer: builtin */
     bool all_static = true;
     bool fixed = batch_fixed(g);
     for (uint32_t i = 0; i < o->nshapes; i++)

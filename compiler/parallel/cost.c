@@ -135,9 +135,75 @@ static bool conv_batched(int64_t images, int64_t plane)
     return mprt_conv_batched(&c);
 }
 
+/* A convolution's input x, filter w and output y, whichever it computes. */
+static void conv_operands(const Node *n, uint32_t *x, uint32_t *w, uint32_t *y)
+{
+    switch (n->op) {
+    case OP_CONV: *x = n->in[0], *w = n->in[1], *y = n->out[0]; break;
+    case OP_CONV_GRAD_X: *x = n->out[0], *w = n->in[1], *y = n->in[0]; break;
+    default: *x = n->in[1], *w = n->out[0], *y = n->in[0]; break;   /* OP_CONV_GRAD_W */
+    }
+}
+
+/* Whether convolution n runs through oneDNN on a CPU device
+ * (runtime/cpu_dnnl.c) rather than as im2col + GEMM (runtime/cpu.c):
+ * always with --cpu-kernels=onednn, never with builtin. With auto (when
+ * mpcc was built where oneDNN is), oneDNN unless builtin measured faster
+ * (tests/bench/bench_conv.c, tests/bench/README.md): the data gradient of
+ * a convolution without groups and with fewer than 16 input channels,
+ * which oneDNN computed 1.6 to 2.8 times slower (depthwise ones 7 times
+ * faster), and the filter gradient over 4 output
+ * positions or fewer (2 x 2), 1.3 to 1.8 times slower. ConvTranspose
+ * stays builtin. */
+bool conv_onednn(const Graph *g, const Node *n)
+{
+    if (n->op != OP_CONV && n->op != OP_CONV_GRAD_X && n->op != OP_CONV_GRAD_W)
+        return false;
+    if (g->cpu_kernels != KERNELS_AUTO)
+        return g->cpu_kernels == KERNELS_ONEDNN;
+#ifndef MPCC_HAVE_DNNL
+    return false;
+#else
+    uint32_t x, w, y;
+    conv_operands(n, &x, &w, &y);
+    const Shape *ws = &g->values[w].shape, *ys = &g->values[y].shape;
+    int64_t plane = 1;
+    for (int i = 2; i < ys->rank; i++)
+        plane *= ys->d[i];
+    if (n->op == OP_CONV_GRAD_X)
+        return ws->d[1] >= 16 || conv_group(n) > 1;
+    return n->op != OP_CONV_GRAD_W || plane > 4;
+#endif
+}
+
+static double round16(int64_t n)
+{
+    return (double)((n + 15) / 16 * 16);
+}
+
+/* What a oneDNN convolution's scratch holds, as the plan estimates it:
+ * its operands in oneDNN's blocked layouts (channels in blocks of 16).
+ * The trainer sizes it exactly at start-up, from oneDNN, with oneDNN's own
+ * scratchpad, and raises the device's scratch if it needs more. */
+static double onednn_workspace(const Graph *g, const Node *n)
+{
+    uint32_t x, w, y;
+    conv_operands(n, &x, &w, &y);
+    const Shape *xs = &g->values[x].shape, *ws = &g->values[w].shape, *ys = &g->values[y].shape;
+    double xp = 1, yp = 1, taps = 1, group = (double)conv_group(n);
+    for (int i = 2; i < xs->rank; i++)
+        xp *= (double)xs->d[i], yp *= (double)ys->d[i], taps *= (double)ws->d[i];
+    double mg = (double)ws->d[0] / group;
+    double floats = (double)xs->d[0] * (round16(xs->d[1]) * xp + round16(ys->d[1]) * yp) +
+                    group * round16((int64_t)mg) * round16(ws->d[1]) * taps;
+    return floats * sizeof(float);
+}
+
 /* The scratch memory a node's kernel uses while it runs: the CPU
  * convolutions' patch matrix (one image and group at a time, as
- * runtime/cpu.c computes it), a cross-entropy's log-probabilities. */
+ * runtime/cpu.c computes it) or, for one that runs through oneDNN, the
+ * larger of that (on a CUDA device it runs as before) and oneDNN's
+ * (onednn_workspace); a cross-entropy's log-probabilities. */
 int64_t node_workspace(const Graph *g, const Node *n)
 {
     uint32_t w, y;
@@ -166,6 +232,8 @@ int64_t node_workspace(const Graph *g, const Node *n)
         int64_t mg = ws->d[0] / conv_group(n);
         bytes = ((double)k + (double)mg) * (double)ys->d[0] * (double)p * sizeof(float);
     }
+    if (conv_onednn(g, n) && onednn_workspace(g, n) > bytes)
+        bytes = onednn_workspace(g, n);
     return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
 }
 

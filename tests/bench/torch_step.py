@@ -3,7 +3,7 @@
 one training step (forward, cross-entropy, backward, SGD momentum 0.9 lr
 0.01) of the benchmark model, after 5 warm-up steps.
 
-Run:  torch_step.py mlp|cnn|gpt|seq2seq STEPS THREADS
+Run:  torch_step.py mlp|cnn|gpt|seq2seq|resnet50 STEPS THREADS
 """
 import os
 import statistics
@@ -30,6 +30,10 @@ def model_and_batch(name):
             nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
         return m, torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    if name == "resnet50":   # tests/bench/gpu_models.py's, 64x64
+        import torchvision
+        m = torchvision.models.resnet50(weights=None, num_classes=10)
+        return m, torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))
     if name == "seq2seq":   # tests/train/ref_train.py's LSTM encoder-decoder
         sys.path.insert(0, os.path.join(HERE, "..", "train"))
         import ref_train

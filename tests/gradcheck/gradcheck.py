@@ -252,7 +252,19 @@ def saved(ckpt, name, shape):
     return a
 
 
-def check_case(case, mpcc, work):
+def check_kernels(case, code, kernels):
+    """--cpu-kernels=onednn: the convolutions call oneDNN and the build
+    links it; builtin: neither."""
+    calls = re.search(r"^    mprt_dnnl_conv\w*\(", code, re.M) is not None
+    links = re.search(r"^ \* build: .*-ldnnl", code, re.M) is not None
+    if (kernels == "onednn") != calls or calls != links:
+        raise SystemExit("gradcheck: %s: --cpu-kernels=%s, yet train.c %s oneDNN and its "
+                         "build line %s -ldnnl" % (case.name, kernels,
+                                                   "calls" if calls else "does not call",
+                                                   "has" if links else "lacks"))
+
+
+def check_case(case, mpcc, work, kernels=None):
     os.makedirs(work, exist_ok=True)
     for f in ("train", "train.c", "ckpt.safetensors", "loss.txt"):
         if os.path.exists(os.path.join(work, f)):
@@ -268,9 +280,14 @@ def check_case(case, mpcc, work):
     elif case.loss == "cross_entropy":
         cmd += ["--loss=cross_entropy", "--ignore-index=%d" % case.ignore_index]
     cmd += case.flags
+    if kernels:
+        cmd.append("--cpu-kernels=" + kernels)
     run(cmd, work, case)
     with open(os.path.join(work, "train.c")) as f:
-        m = re.search(r"^ \* build:  (.*)$", f.read(), re.M)
+        code = f.read()
+    if kernels:
+        check_kernels(case, code, kernels)
+    m = re.search(r"^ \* build:  (.*)$", code, re.M)
     if not m:
         raise SystemExit("gradcheck: %s: train.c has no ' * build:' line" % case.name)
     run(shlex.split(m.group(1)) + ["-Wall", "-Werror"], work, case)
@@ -380,6 +397,8 @@ def main():
     r.add_argument("case")
     r.add_argument("--mpcc", required=True)
     r.add_argument("--work", required=True)
+    r.add_argument("--cpu-kernels", choices=("onednn", "builtin"),
+                   help="compile with it, and check train.c calls oneDNN or not")
     for name in ("ready", "coverage", "list"):
         sub.add_parser(name).add_argument("ops_def")
     sub.add_parser("table")
@@ -391,7 +410,7 @@ def main():
         if args.case not in by_name:
             ap.error("no case '%s' in cases.py" % args.case)
         return 0 if check_case(by_name[args.case], os.path.abspath(args.mpcc),
-                               os.path.abspath(args.work)) else 1
+                               os.path.abspath(args.work), args.cpu_kernels) else 1
     if args.cmd == "table":
         return 0 if check_table() else 1
     ops = read_ops_def(args.ops_def)

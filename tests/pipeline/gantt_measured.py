@@ -112,7 +112,9 @@ def build(work, samples, M):
     opts = ["-cpus", "2", "-batch", "16", "--microbatches=%d" % M, "--schedule=1f1b"]
     run([MPCC, os.path.join(samples, "cnn_bn.mp"), *opts, "-o", os.path.join(d, "train.c"),
          "--trace=" + os.path.join(d, "pred.json")])
-    run(["cc", "-O2", "train.c", "-o", "train", "-lopenblas", "-lm", "-pthread"], cwd=d)
+    with open(os.path.join(d, "train.c")) as f:   # the libraries its head names
+        libs = re.search(r"^ \* build: .* -o train (.*)$", f.read(), re.M).group(1).split()
+    run(["cc", "-O2", "train.c", "-o", "train", *libs], cwd=d)
     run(["./train", "--synthetic", "--steps", "4", "--trace", "run.json"], cwd=d)
     return d, opts
 

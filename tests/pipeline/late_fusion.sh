@@ -14,7 +14,7 @@ opts="-batch 16 --microbatches=2 --lr=0.05 --momentum=0.9"
 "$mpcc" "$sample" -cpus 2 --schedule=1f1b $opts -o two.c 2>/dev/null
 "$mpcc" plain.mp -cpus 1 $opts -o one.c 2>/dev/null
 for t in one two; do
-    cc -O2 -Wall -Werror $t.c -o $t -lopenblas -lm -pthread
+    cc -O2 -Wall -Werror $t.c -o $t $(sed -n 's/^ \* build: .* -o train //p' $t.c)
     ./$t --synthetic --steps 3 --save $t.safetensors --loss-log $t.losses >/dev/null 2>&1
 done
 cmp one.losses two.losses

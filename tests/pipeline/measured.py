@@ -25,8 +25,9 @@ def main():
     env = dict(os.environ, MPCC_CPU_PROFILE="2e10,1e10", OPENBLAS_NUM_THREADS="1")
     subprocess.run([mpcc, *common, "-o", "train.c"], cwd=work, env=env, check=True,
                    stderr=subprocess.DEVNULL)
-    subprocess.run(["cc", "-O2", "train.c", "-o", "train", "-lopenblas", "-lm", "-pthread"],
-                   cwd=work, check=True)
+    with open(os.path.join(work, "train.c")) as f:   # the libraries its head names
+        libs = re.search(r"^ \* build: .* -o train (.*)$", f.read(), re.M).group(1).split()
+    subprocess.run(["cc", "-O2", "train.c", "-o", "train", *libs], cwd=work, check=True)
     subprocess.run(["./train", "--synthetic", "--steps", "4", "--profile", "prof.json"],
                    cwd=work, env=env, check=True, stderr=subprocess.DEVNULL)
     with open(os.path.join(work, "prof.json")) as f:

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The kernels' scratch memory is part of the memory plan.
 
-The CPU convolutions build their patch matrix (C/group * KH * KW rows, one
+The CPU convolutions of the builtin kernels (--cpu-kernels=builtin; oneDNN's
+are sized at the trainer's start-up, tests/pipeline/cpu_kernels.sh) build
+their patch matrix (C/group * KH * KW rows, one
 column per output pixel) in scratch memory; where the output planes have
 at most 64 pixels (runtime/kernel.h, mprt_conv_batched) the patches of every
 image of the micro-batch side by side, and a group's output planes after
@@ -70,7 +72,7 @@ def main():
     env = dict(os.environ, MPCC_CPU_PROFILE="2e10,1e10", OPENBLAS_NUM_THREADS="1")
     for n in (1, 2):
         subprocess.run([mpcc, model, "-batch", "4", "--microbatches=2", "-cpus", str(n),
-                        "--schedule=1f1b", "-o", f"train{n}.c"], cwd=work, env=env, check=True,
+                        "--schedule=1f1b", "--cpu-kernels=builtin", "-o", f"train{n}.c"], cwd=work, env=env, check=True,
                        stderr=subprocess.DEVNULL)
         with open(os.path.join(work, f"train{n}.c")) as f:
             code = f.read()

@@ -1,0 +1,347 @@
+/* cpu_dnnl.c — convolutions on CPU devices through oneDNN (libdnnl), in
+ * place of cpu.c's im2col + GEMM where mpcc chose it (--cpu-kernels): the
+ * forward, the data gradient and the filter gradient, 1-D to 3-D, with
+ * groups, strides, dilations and pads. Pasted only into programs that use
+ * it (their build line then has -ldnnl).
+ *
+ * The model's tensors stay in their plain layouts (NCDHW, filters
+ * (G)OIDHW). At start-up, mprt_dnnl_start makes one primitive per
+ * convolution of the table the model hands it, letting oneDNN pick the
+ * layouts it runs fastest in; an operand whose picked layout is not the
+ * plain one is reordered into the device's scratch before the call (a
+ * result back after it). That scratch also holds oneDNN's own scratchpad
+ * (user mode): the call allocates nothing. Each device's scratch is raised
+ * to what its convolutions need before the arenas are allocated.
+ *
+ * Threads: oneDNN runs on OpenMP; each device's thread gives it as many
+ * threads as OpenBLAS has (OPENBLAS_NUM_THREADS, else every core), the
+ * count the primitives were made for. At a fixed count the results do not
+ * depend on the call's order or on other devices. */
+#include "mprt.h"
+#include "kernel.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <omp.h>
+
+/* An operand of a primitive: the model's plain layout, the one the
+ * primitive runs in, and the reorder between them when they differ (into
+ * the primitive's layout for an input, out of it for the result), its copy
+ * at `at` bytes into the scratch. */
+typedef struct MprtDnnlArg {
+    int arg;   /* DNNL_ARG_SRC ... */
+    dnnl_memory_t plain, best;
+    dnnl_primitive_t reorder;
+    size_t at;
+} MprtDnnlArg;
+
+/* One convolution: its primitive, its two inputs and its result, and its
+ * scratchpad at `pad_at` bytes into the device's scratch. */
+typedef struct MprtDnnlPrim {
+    const MprtDnnlConv *spec;
+    dnnl_primitive_t prim;
+    MprtDnnlArg in[2], out;
+    dnnl_memory_t bias, pad;
+    size_t pad_at;
+} MprtDnnlPrim;
+
+static dnnl_engine_t mprt_dnnl_engine;
+static dnnl_stream_t *mprt_dnnl_streams;   /* one per device */
+static MprtDnnlPrim *mprt_dnnl_prims;
+static int mprt_dnnl_threads;
+
+static const char *const mprt_dnnl_kind[] = {"Conv", "ConvGradX", "ConvGradW"};
+
+/* A failed oneDNN call: one line naming the node, and what to try. */
+static void mprt_dnnl_check(dnnl_status_t s, const MprtDnnlConv *c, const char *what)
+{
+    if (s == dnnl_success)
+        return;
+    fprintf(stderr, "train: error: node '%s' (%s): oneDNN's %s failed (%s); compile with "
+            "mpcc --cpu-kernels=builtin to run it without oneDNN\n", c->node,
+            mprt_dnnl_kind[c->kind], what, dnnl_status2str(s));
+    exit(1);
+}
+
+/* The spatial dimensions a convolution has: 3 with a depth, 1 without a
+ * height either, else 2 (as codegen.c's window ops). */
+static int mprt_dnnl_spatial(const MprtConv *p)
+{
+    if (p->D > 1 || p->KD > 1 || p->OD > 1 || p->pd || p->sd > 1 || p->dd > 1)
+        return 3;
+    return p->H == 1 && p->KH == 1 && p->OH == 1 && !p->ph && p->sh == 1 && p->dh == 1 ? 1 : 2;
+}
+
+/* dims[0..1] then the last `sp` of depth, height, width. */
+static int mprt_dnnl_dims(dnnl_dims_t d, int sp, long a, long b, long dd, long h, long w)
+{
+    long all[3] = {dd, h, w};
+    d[0] = a, d[1] = b;
+    for (int i = 0; i < sp; i++)
+        d[2 + i] = all[3 - sp + i];
+    return 2 + sp;
+}
+
+/* The plain descriptions of a convolution's input, output and filter. */
+static void mprt_dnnl_plain(const MprtDnnlConv *c, int sp, dnnl_memory_desc_t *x,
+                            dnnl_memory_desc_t *y, dnnl_memory_desc_t *w)
+{
+    static const dnnl_format_tag_t data[] = {dnnl_ncw, dnnl_nchw, dnnl_ncdhw};
+    static const dnnl_format_tag_t filt[] = {dnnl_oiw, dnnl_oihw, dnnl_oidhw};
+    static const dnnl_format_tag_t gfilt[] = {dnnl_goiw, dnnl_goihw, dnnl_goidhw};
+    const MprtConv *p = &c->p;
+    dnnl_dims_t d;
+    int n = mprt_dnnl_dims(d, sp, p->N, p->C, p->D, p->H, p->W);
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(x, n, d, dnnl_f32, data[sp - 1]), c, "input");
+    n = mprt_dnnl_dims(d, sp, p->N, p->M, p->OD, p->OH, p->OW);
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(y, n, d, dnnl_f32, data[sp - 1]), c, "output");
+    n = mprt_dnnl_dims(d, sp, p->M / p->group, p->C / p->group, p->KD, p->KH, p->KW);
+    if (p->group == 1) {
+        mprt_dnnl_check(dnnl_memory_desc_init_by_tag(w, n, d, dnnl_f32, filt[sp - 1]), c, "filter");
+        return;
+    }
+    for (int i = n; i > 0; i--)
+        d[i] = d[i - 1];
+    d[0] = p->group;
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(w, n + 1, d, dnnl_f32, gfilt[sp - 1]), c,
+                    "filter");
+}
+
+/* A description as the plain one but in the layout oneDNN picks. */
+static dnnl_memory_desc_t mprt_dnnl_any(const MprtDnnlConv *c, const dnnl_memory_desc_t *plain)
+{
+    dnnl_memory_desc_t a;
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(&a, plain->ndims, plain->dims, dnnl_f32,
+                                                 dnnl_format_tag_any), c, "layout");
+    return a;
+}
+
+/* The operation: its strides, dilations (oneDNN counts them from 0) and
+ * pads; the trailing pads are what the output's size leaves, none where
+ * the input's last positions are simply not reached. */
+static void mprt_dnnl_window(const MprtConv *p, int sp, dnnl_dims_t st, dnnl_dims_t dl,
+                             dnnl_dims_t pl, dnnl_dims_t pr)
+{
+    int s[3] = {p->sd, p->sh, p->sw}, di[3] = {p->dd, p->dh, p->dw}, pa[3] = {p->pd, p->ph, p->pw};
+    int in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW}, k[3] = {p->KD, p->KH, p->KW};
+    for (int i = 0; i < sp; i++) {
+        int j = 3 - sp + i;
+        long r = (long)(out[j] - 1) * s[j] + (long)(k[j] - 1) * di[j] + 1 - in[j] - pa[j];
+        st[i] = s[j], dl[i] = di[j] - 1, pl[i] = pa[j];
+        pr[i] = r < 0 && r > -s[j] ? 0 : r;
+    }
+}
+
+/* The description of convolution c, with its layouts left to oneDNN. */
+static dnnl_convolution_desc_t mprt_dnnl_desc(const MprtDnnlConv *c, int kind, int sp)
+{
+    dnnl_memory_desc_t x, y, w, b, ax, ay, aw;
+    dnnl_dims_t st, dl, pl, pr, nb = {c->p.M};
+    dnnl_convolution_desc_t d;
+    mprt_dnnl_plain(c, sp, &x, &y, &w);
+    ax = mprt_dnnl_any(c, &x), ay = mprt_dnnl_any(c, &y), aw = mprt_dnnl_any(c, &w);
+    mprt_dnnl_window(&c->p, sp, st, dl, pl, pr);
+    dnnl_status_t s;
+    if (kind == MPRT_DNNL_FWD) {
+        mprt_dnnl_check(dnnl_memory_desc_init_by_tag(&b, 1, nb, dnnl_f32, dnnl_a), c, "bias");
+        s = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
+                                                       dnnl_convolution_direct, &ax, &aw,
+                                                       c->bias ? &b : NULL, &ay, st, dl, pl, pr);
+    } else if (kind == MPRT_DNNL_BWD_DATA) {
+        s = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &ax,
+                                                             &aw, &ay, st, dl, pl, pr);
+    } else {
+        s = dnnl_dilated_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, &ax,
+                                                                &aw, NULL, &ay, st, dl, pl, pr);
+    }
+    mprt_dnnl_check(s, c, "convolution description");
+    return d;
+}
+
+static dnnl_primitive_t mprt_dnnl_make(const MprtDnnlConv *c, const_dnnl_primitive_desc_t pd)
+{
+    dnnl_primitive_t p;
+    mprt_dnnl_check(dnnl_primitive_create(&p, pd), c, "primitive");
+    return p;
+}
+
+static dnnl_memory_t mprt_dnnl_memory(const MprtDnnlConv *c, const dnnl_memory_desc_t *md)
+{
+    dnnl_memory_t m;
+    mprt_dnnl_check(dnnl_memory_create(&m, md, mprt_dnnl_engine, DNNL_MEMORY_NONE), c, "memory");
+    return m;
+}
+
+static size_t mprt_dnnl_round(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Operand `arg` of primitive pd, whose plain layout is `plain`: a reorder
+ * and a copy in the scratch at *used when the primitive's layout differs. */
+static MprtDnnlArg mprt_dnnl_arg(const MprtDnnlConv *c, const_dnnl_primitive_desc_t pd, int arg,
+                                 const dnnl_memory_desc_t *plain, int input,
+                                 const_dnnl_primitive_attr_t attr, size_t *used)
+{
+    const dnnl_memory_desc_t *best = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+    MprtDnnlArg a = {arg, mprt_dnnl_memory(c, plain), NULL, NULL, 0};
+    if (dnnl_memory_desc_equal(best, plain))
+        return a;
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *from = input ? plain : best, *to = input ? best : plain;
+    mprt_dnnl_check(dnnl_reorder_primitive_desc_create(&rpd, from, mprt_dnnl_engine, to,
+                                                       mprt_dnnl_engine, attr), c, "reorder");
+    a.best = mprt_dnnl_memory(c, best);
+    a.reorder = mprt_dnnl_make(c, rpd);
+    a.at = *used;
+    *used += mprt_dnnl_round(dnnl_memory_desc_get_size(best));
+    dnnl_primitive_desc_destroy(rpd);
+    return a;
+}
+
+/* Convolution c's primitive and operands; returns the scratch it needs. */
+static size_t mprt_dnnl_prepare(MprtDnnlPrim *q, const MprtDnnlConv *c,
+                                const_dnnl_primitive_attr_t attr)
+{
+    static const int args[3][3] = {
+        {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+        {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+        {DNNL_ARG_DIFF_DST, DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS},
+    };
+    int sp = mprt_dnnl_spatial(&c->p);
+    dnnl_memory_desc_t x, y, w;
+    mprt_dnnl_plain(c, sp, &x, &y, &w);
+    const dnnl_memory_desc_t *plain[3][3] = {{&x, &w, &y}, {&y, &w, &x}, {&y, &x, &w}};
+    dnnl_primitive_desc_t hint = NULL, pd;
+    dnnl_convolution_desc_t d;
+    if (c->kind != MPRT_DNNL_FWD) {   /* backward primitives need the forward's */
+        d = mprt_dnnl_desc(c, MPRT_DNNL_FWD, sp);
+        mprt_dnnl_check(dnnl_primitive_desc_create(&hint, &d, attr, mprt_dnnl_engine, NULL), c,
+                        "forward description");
+    }
+    d = mprt_dnnl_desc(c, c->kind, sp);
+    mprt_dnnl_check(dnnl_primitive_desc_create(&pd, &d, attr, mprt_dnnl_engine, hint), c,
+                    "primitive description");
+    size_t used = 0;
+    *q = (MprtDnnlPrim){.spec = c};
+    for (int k = 0; k < 2; k++)
+        q->in[k] = mprt_dnnl_arg(c, pd, args[c->kind][k], plain[c->kind][k], 1, attr, &used);
+    q->out = mprt_dnnl_arg(c, pd, args[c->kind][2], plain[c->kind][2], 0, attr, &used);
+    if (c->bias)
+        q->bias = mprt_dnnl_memory(c, dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                                    DNNL_ARG_BIAS));
+    const dnnl_memory_desc_t *pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    q->pad = mprt_dnnl_memory(c, pad);
+    q->pad_at = used;
+    used += mprt_dnnl_round(dnnl_memory_desc_get_size(pad));
+    q->prim = mprt_dnnl_make(c, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return used;
+}
+
+/* The calling thread's oneDNN threads: OpenBLAS's count. */
+static void mprt_dnnl_set_threads(void)
+{
+    if (omp_get_max_threads() != mprt_dnnl_threads)
+        omp_set_num_threads(mprt_dnnl_threads);
+}
+
+/* Before the arenas: the primitives of the model's n convolutions (on
+ * ndev devices), and scratch[d] raised to what device d's need. */
+MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, int ndev, size_t *scratch)
+{
+    mprt_dnnl_threads = openblas_get_num_threads();
+    mprt_dnnl_set_threads();
+    mprt_dnnl_prims = calloc((size_t)n, sizeof *mprt_dnnl_prims);
+    mprt_dnnl_streams = calloc((size_t)ndev, sizeof *mprt_dnnl_streams);
+    if (!mprt_dnnl_prims || !mprt_dnnl_streams) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+    mprt_dnnl_check(dnnl_engine_create(&mprt_dnnl_engine, dnnl_cpu, 0), &convs[0], "engine");
+    dnnl_primitive_attr_t attr;
+    mprt_dnnl_check(dnnl_primitive_attr_create(&attr), &convs[0], "attributes");
+    mprt_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+                    &convs[0], "scratchpad mode");
+    for (int d = 0; d < ndev; d++)
+        mprt_dnnl_check(dnnl_stream_create(&mprt_dnnl_streams[d], mprt_dnnl_engine,
+                                           dnnl_stream_default_flags), &convs[0], "stream");
+    for (int i = 0; i < n; i++) {
+        size_t need = mprt_dnnl_prepare(&mprt_dnnl_prims[i], &convs[i], attr);
+        if (need > scratch[convs[i].dev])
+            scratch[convs[i].dev] = need;
+    }
+    dnnl_primitive_attr_destroy(attr);
+}
+
+/* Points operand a at the model's buffer and its copy in the scratch. */
+static void mprt_dnnl_bind(const MprtDnnlConv *c, MprtDnnlArg *a, const void *data, char *scratch)
+{
+    mprt_dnnl_check(dnnl_memory_set_data_handle(a->plain, (void *)data), c, "memory handle");
+    if (a->reorder)
+        mprt_dnnl_check(dnnl_memory_set_data_handle(a->best, scratch + a->at), c,
+                        "memory handle");
+}
+
+static void mprt_dnnl_reorder(const MprtDnnlConv *c, dnnl_stream_t s, MprtDnnlArg *a, int input)
+{
+    dnnl_exec_arg_t io[2] = {{DNNL_ARG_FROM, input ? a->plain : a->best},
+                             {DNNL_ARG_TO, input ? a->best : a->plain}};
+    mprt_dnnl_check(dnnl_primitive_execute(a->reorder, s, 2, io), c, "reorder");
+}
+
+/* Convolution `id` of the model's table: its operands in, the primitive,
+ * its result out, all on the device's stream, finished on return. */
+static void mprt_dnnl_run(int id, const void *a, const void *b, const float *bias, void *out,
+                          float *scratch)
+{
+    MprtDnnlPrim *q = &mprt_dnnl_prims[id];
+    const MprtDnnlConv *c = q->spec;
+    dnnl_stream_t s = mprt_dnnl_streams[c->dev];
+    char *w = (char *)scratch;
+    mprt_dnnl_set_threads();
+    mprt_dnnl_bind(c, &q->in[0], a, w);
+    mprt_dnnl_bind(c, &q->in[1], b, w);
+    mprt_dnnl_bind(c, &q->out, out, w);
+    mprt_dnnl_check(dnnl_memory_set_data_handle(q->pad, w + q->pad_at), c, "memory handle");
+    dnnl_exec_arg_t args[5];
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        if (q->in[k].reorder)
+            mprt_dnnl_reorder(c, s, &q->in[k], 1);
+        args[n++] = (dnnl_exec_arg_t){q->in[k].arg, q->in[k].reorder ? q->in[k].best
+                                                                      : q->in[k].plain};
+    }
+    args[n++] = (dnnl_exec_arg_t){q->out.arg, q->out.reorder ? q->out.best : q->out.plain};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, q->pad};
+    if (c->bias) {
+        mprt_dnnl_check(dnnl_memory_set_data_handle(q->bias, (void *)bias), c, "memory handle");
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->bias};
+    }
+    mprt_dnnl_check(dnnl_primitive_execute(q->prim, s, n, args), c, "convolution");
+    if (q->out.reorder)
+        mprt_dnnl_reorder(c, s, &q->out, 0);
+    mprt_dnnl_check(dnnl_stream_wait(s), c, "stream");
+}
+
+/* The three kernels, with cpu.c's operands in cpu.c's order. */
+MPRT_KERNEL void mprt_dnnl_conv(int id, const float *x, const float *w, const float *b, float *y,
+                                float *scratch)
+{
+    mprt_dnnl_run(id, x, w, b, y, scratch);
+}
+
+MPRT_KERNEL void mprt_dnnl_conv_grad_x(int id, const float *dy, const float *w, float *dx,
+                                       float *scratch)
+{
+    mprt_dnnl_run(id, dy, w, NULL, dx, scratch);
+}
+
+MPRT_KERNEL void mprt_dnnl_conv_grad_w(int id, const float *dy, const float *x, float *dw,
+                                       float *scratch)
+{
+    mprt_dnnl_run(id, dy, x, NULL, dw, scratch);
+}
