@@ -349,7 +349,9 @@ int driver_run(Arena *arena, Options *o)
     check_microbatches(&opt);
     if (opt.train.microbatches > 1)
         opt.batch /= opt.train.microbatches;   /* the graph holds one micro-batch */
-    Graph *g = import_for_compile(arena, opt.input);
+    /* --dump=ir and --dump=shapes show the model's own element types */
+    bool as_is = opt.dump_ir || opt.dump_shapes;
+    Graph *g = as_is ? driver_import(arena, opt.input) : import_for_compile(arena, opt.input);
     bool all_static = bind_shapes(g, &opt, !opt.check);
 
     if (opt.check)
