@@ -388,7 +388,7 @@ typedef struct PipeOptions {
 } PipeOptions;
 
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */
-typedef enum { KERNELS_AUTO, KERNELS_ONEDNN, KERNELS_BUILTIN, KERNELS_COUNT } CpuKernels;
+typedef enum { KERNELS_BUILTIN, KERNELS_AUTO, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* builtin the default */
 
 typedef struct Options {
     const char *input;
@@ -662,8 +662,8 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
 typedef struct Fusion Fusion;
 double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
                     const Measured *m);   /* what running n inside a fused chain saves */
-int64_t node_workspace(const Graph *g, const Node *n);   /* scratch bytes while it runs,
-                                                            at most WORKSPACE_MAX */
+int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
+                                      it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */
 #define WORKSPACE_MAX 0x1p62
 

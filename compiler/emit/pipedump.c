@@ -27,8 +27,11 @@ static int64_t stage_memory(const Plan *p, int s)
             m += (int64_t)(p->bufs[b].bytes * (size_t)p->bufs[b].slots);
     for (uint32_t i = 0; i < p->g->norder; i++) {
         uint32_t id = p->g->order[i];
-        int64_t w = node_workspace(p->g, &p->g->nodes[id]);
-        if (p->st->stage[id] == s && w > work)
+        if (p->st->stage[id] != s)
+            continue;
+        bool cpu = p->ds->d[p->st->dev[s]].kind == DEV_CPU;
+        int64_t w = node_workspace(p->g, &p->g->nodes[id], cpu);
+        if (w > work)
             work = w;
     }
     return m + work;

@@ -202,9 +202,9 @@ static double onednn_workspace(const Graph *g, const Node *n)
 /* The scratch memory a node's kernel uses while it runs: the CPU
  * convolutions' patch matrix (one image and group at a time, as
  * runtime/cpu.c computes it) or, for one that runs through oneDNN, the
- * larger of that (on a CUDA device it runs as before) and oneDNN's
- * (onednn_workspace); a cross-entropy's log-probabilities. */
-int64_t node_workspace(const Graph *g, const Node *n)
+ * larger of that and oneDNN's (onednn_workspace; CPU devices only); a
+ * cross-entropy's log-probabilities. */
+int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
 {
     uint32_t w, y;
     switch (n->op) {
@@ -232,7 +232,7 @@ int64_t node_workspace(const Graph *g, const Node *n)
         int64_t mg = ws->d[0] / conv_group(n);
         bytes = ((double)k + (double)mg) * (double)ys->d[0] * (double)p * sizeof(float);
     }
-    if (conv_onednn(g, n) && onednn_workspace(g, n) > bytes)
+    if (cpu && conv_onednn(g, n) && onednn_workspace(g, n) > bytes)
         bytes = onednn_workspace(g, n);
     return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
 }

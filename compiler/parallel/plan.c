@@ -274,7 +274,8 @@ static void place_workspace(PB *b)
         if (b->st->stage[id] < 0)
             continue;
         int d = b->st->dev[b->st->stage[id]];
-        size_t w = round64((size_t)node_workspace(b->g, &b->g->nodes[id]));
+        bool cpu = b->p->ds->d[d].kind == DEV_CPU;
+        size_t w = round64((size_t)node_workspace(b->g, &b->g->nodes[id], cpu));
         p->work_bytes[d] = w > p->work_bytes[d] ? w : p->work_bytes[d];
     }
     for (int d = 0; d < ndev; d++) {

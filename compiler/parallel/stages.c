@@ -25,6 +25,16 @@ typedef struct Build {
     Reject *rej;           /* why the candidate cannot run, when it cannot */
 } Build;
 
+/* Whether a CPU device may hold a unit: its oneDNN scratch then counts
+ * (a mixed plan's CUDA devices are charged it too, on the safe side). */
+static bool any_cpu(const Devices *ds)
+{
+    for (int d = 0; d < ds->n; d++)
+        if (ds->d[d].kind == DEV_CPU)
+            return true;
+    return false;
+}
+
 /* ---- units ---- */
 
 static void add_unit(Build *b, uint32_t id)
@@ -259,7 +269,7 @@ static void unit_costs(Build *b, PartProblem *p, const int *first, const Kept *k
             continue;
         for (int d = 0; d < p->ndev; d++)
             time[d * n + u] += node_time(g, node, &b->ds->d[d].prof, b->m);
-        int64_t w = node_workspace(g, node);
+        int64_t w = node_workspace(g, node, any_cpu(b->ds));
         work[u] = w > work[u] ? w : work[u];
         if (node->phase == PH_FORWARD && !recompute)
             for (uint32_t j = 0; j < node->nout; j++)
@@ -646,7 +656,7 @@ static bool check_size(const Build *b, int M)
             total += (double)bytes;
     }
     for (uint32_t i = 0; i < g->norder; i++)
-        total += (double)node_workspace(g, &g->nodes[g->order[i]]);
+        total += (double)node_workspace(g, &g->nodes[g->order[i]], true);
     if (total * (M + 8) >= 0x1p62)
         return reject_file(g->arena, b->rej, g->file, "the training graph's tensors and scratch "
                            "take %.3g bytes with %d micro-batch(es) in flight: far more than "

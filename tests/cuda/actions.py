@@ -5,7 +5,8 @@
 
 Compiles MODEL twice with the same options, the same cost profile
 (h100-sxm) and so the same plan: once for two CUDA devices (-gpus 2), once
-for two CPU devices (--devices=cpu:0,cpu:1). From each generated train.c it
+for two CPU devices (--devices=cpu:0,cpu:1, with the builtin convolutions
+that the CUDA trainer's kernels mirror). From each generated train.c it
 reads the step: run_step's stream operations in issue order (launches,
 event records and waits, copies with their streams and sizes) and, inside
 each launched action, the kernels it calls in order, with mprt_cu_X and
@@ -82,7 +83,7 @@ def main():
     mpcc, golden, model, opts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     with tempfile.TemporaryDirectory() as tmp:
         seqs = {}
-        for kind, devs in (("cuda", ["-gpus", "2"]), ("cpu", ["--devices=cpu:0,cpu:1"])):
+        for kind, devs in (("cuda", ["-gpus", "2"]), ("cpu", ["--devices=cpu:0,cpu:1", "--cpu-kernels=builtin"])):
             out = os.path.join(tmp, kind + ".c")
             subprocess.run([mpcc, model, *devs, "--profile=h100-sxm", *opts, "-o", out],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
