@@ -4,9 +4,11 @@
  * structs it passes by value, the kernel's indexing and its float
  * operation order. One thread per block, so it says nothing of races or
  * of the order of a parallel reduction (block_sum), nor of cuBLAS and
- * cuDNN. Left out: Gather's gradient (its kernel needs whole warps),
- * channel_sum (the CPU sums with four accumulators) and the direct
- * convolution kernels (the CPU's are BLAS GEMMs). The fused elementwise
+ * cuDNN. Left out: Gather's gradient (its kernel needs whole warps) and
+ * channel_sum (the CPU sums with four accumulators). The direct
+ * convolution kernels (asymmetric pads, where cuDNN cannot go) sum in
+ * another order than the CPU's BLAS GEMMs: they are checked within 1e-5
+ * of the sum of their terms' magnitudes instead. The fused elementwise
  * chain is checked twice: the CPU's mprt_ew_chain against the unfused
  * kernels run one step at a time, and its twin against it. Pasted after
  * runtime/cuda_ops.c by tests/cuda/emulate.py; prints one line per kernel
@@ -945,6 +947,74 @@ static void test_move(void)
     report("resize");
 }
 
+/* |a - b| within 1e-5 of the sum of magnitudes of b's terms (bound[i]). */
+static void close_to(const char *what, const float *cpu, const float *cu, const float *bound,
+                     long n)
+{
+    checks++;
+    for (long i = 0; i < n; i++)
+        if (!(fabsf(cpu[i] - cu[i]) <= 1e-5f * bound[i] + 1e-30f)) {
+            failures++;
+            printf("emulate: %s: element %ld is %.9g on the CPU, %.9g in the kernel\n", what, i,
+                   cpu[i], cu[i]);
+            return;
+        }
+}
+
+/* The CPU convolution on |x| and |w| (|dy|): each output's bound. */
+static void abs_copy(float *d, const float *s, long n)
+{
+    for (long i = 0; i < n; i++)
+        d[i] = fabsf(s[i]);
+}
+
+/* The direct convolution kernels of kernels.cu (forward, data and filter
+ * gradients) against the CPU's, 2-D and 3-D, with strides, dilations,
+ * groups and more padding after than before. */
+static void test_conv_direct(void)
+{
+    static const MprtConv shapes[] = {
+        /* N C  D  H  W  M KD KH KW OD OH OW g  sd sh sw dd dh dw pd ph pw */
+        {2, 4, 1, 7, 6, 6, 1, 3, 2, 1, 4, 6, 2, 1, 2, 1, 1, 1, 2, 0, 1, 0},
+        {2, 3, 5, 6, 4, 4, 2, 3, 3, 3, 3, 4, 1, 2, 2, 1, 2, 1, 1, 1, 0, 1},
+    };
+    for (int s = 0; s < N_OF(shapes); s++) {
+        const MprtConv *p = &shapes[s];
+        long nx = (long)p->N * p->C * mprt_conv_in_plane(p);
+        long ny = (long)p->N * p->M * mprt_conv_out_plane(p);
+        long nw = (long)p->M * (p->C / p->group) * mprt_conv_taps(p);
+        long ncol = (long)(p->C / p->group) * mprt_conv_taps(p) * p->N * mprt_conv_out_plane(p) +
+                    ny;
+        float *x = fvec(nx, -1, 1), *w = fvec(nw, -1, 1), *dy = fvec(ny, -1, 1);
+        float *ax = fzero(nx), *aw = fzero(nw), *ady = fzero(ny), *col = fzero(ncol);
+        float *y = fzero(ny), *cy = fzero(ny), *by = fzero(ny);
+        float *dx = fzero(nx), *cdx = fzero(nx), *bdx = fzero(nx);
+        float *dw = fzero(nw), *cdw = fzero(nw), *bdw = fzero(nw);
+        abs_copy(ax, x, nx), abs_copy(aw, w, nw), abs_copy(ady, dy, ny);
+        mprt_conv(p, x, w, NULL, y, col);
+        mprt_conv(p, ax, aw, NULL, by, col);
+        void *fa[] = {(void *)p, &x, &w, &cy};
+        mprt_cu_each("conv", ny, fa);
+        close_to("conv (direct)", y, cy, by, ny);
+        mprt_conv_grad_x(p, dy, w, dx, col);
+        mprt_conv_grad_x(p, ady, aw, bdx, col);
+        void *xa[] = {(void *)p, &dy, &w, &cdx};
+        mprt_cu_each("conv_grad_x", nx, xa);
+        close_to("conv_grad_x (direct)", dx, cdx, bdx, nx);
+        mprt_conv_grad_w(p, dy, x, dw, col);
+        mprt_conv_grad_w(p, ady, ax, bdw, col);
+        void *wa[] = {(void *)p, &dy, &x, &cdw};
+        mprt_cu_each("conv_grad_w", nw, wa);
+        close_to("conv_grad_w (direct)", dw, cdw, bdw, nw);
+        float *all[] = {x, w, dy, ax, aw, ady, col, y, cy, by, dx, cdx, bdx, dw, cdw, bdw};
+        for (int k = 0; k < N_OF(all); k++)
+            free(all[k]);
+    }
+    report("conv (direct)");
+    report("conv_grad_x (direct)");
+    report("conv_grad_w (direct)");
+}
+
 /* Cast between float32 and float16 (every float16, and float32 values
  * across the range: ties, subnormals, past 65504, NaN) and float64. */
 static void test_cast_float(void)
@@ -1232,6 +1302,7 @@ int main(void)
     test_losses();
     test_move();
     test_cast_float();
+    test_conv_direct();
     test_update();
     test_sq_norm();
     test_ew_chain();
