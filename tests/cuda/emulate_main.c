@@ -682,6 +682,12 @@ static void test_pool(void)
         MprtPool m1 = pool(D, 7, 6, 3, 2, 1, 1, 1, 0), m2 = pool(D, 9, 8, 3, 1, 2, 2, 2, 0);
         pool_case(&m1, 0), pool_case(&m2, 0);
     }
+    MprtPool m3 = pool(5, 9, 11, 3, 1, 1, 2, 2, 0);   /* a dilation of its own per dimension */
+    m3.dd = 1, m3.dh = 2, m3.dw = 3;
+    m3.OD = (m3.D + m3.pd + m3.ed - ((m3.KD - 1) * m3.dd + 1)) / m3.sd + 1;
+    m3.OH = (m3.H + m3.ph + m3.eh - ((m3.KH - 1) * m3.dh + 1)) / m3.sh + 1;
+    m3.OW = (m3.W + m3.pw + m3.ew - ((m3.KW - 1) * m3.dw + 1)) / m3.sw + 1;
+    pool_case(&m3, 0);
     float x[30], y[6], cy[6], dy[6], dx[30], cdx[30];
     for (int i = 0; i < 30; i++)
         x[i] = frand(-1, 1);
