@@ -11,13 +11,11 @@
 /* What --cpu-kernels=auto means in this build of mpcc. */
 #ifdef MPCC_HAVE_DNNL
 #define MPCC_KERNELS_AUTO \
-"                           auto: oneDNN where it measured faster; default:\n" \
-"                           builtin (oneDNN is not yet within PyTorch's tolerance\n" \
-"                           on every model: docs/trainer.md)\n"
+"                           auto (the default): oneDNN where it measured faster\n"
 #else
 #define MPCC_KERNELS_AUTO \
-"                           auto: builtin, as this mpcc was built without\n" \
-"                           oneDNN's headers; default: builtin\n"
+"                           auto (the default): builtin, as this mpcc was built\n" \
+"                           without oneDNN's headers\n"
 #endif
 
 static const char help_text[] =
@@ -44,7 +42,7 @@ static const char help_text[] =
 "                           device per trainer; plans and dumps also take mixed ones)\n"
 "  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
 "                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
-"  --cpu-kernels=builtin|auto|onednn\n"
+"  --cpu-kernels=auto|builtin|onednn\n"
 "                           CPU devices' convolutions: through oneDNN (the trainer\n"
 "                           then links -ldnnl; docs/trainer.md), as im2col +\n"
 "                           OpenBLAS (builtin), or\n"
@@ -347,7 +345,8 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const sched[] = {"auto", "gpipe", "1f1b", "interleaved", "zb"};
     static const char *const recompute[] = {"none", "auto", "all"};
     static const char *const objective[] = {"time", "memory"};
-    static const char *const cpu_kernels[] = {"builtin", "auto", "onednn"};
+    static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
+                                               [KERNELS_ONEDNN] = "onednn"};
     PipeOptions *p = &o->pipe;
     switch (id) {
     case OPT_DEVICES: p->devices = val; break;

@@ -388,7 +388,7 @@ typedef struct PipeOptions {
 } PipeOptions;
 
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */
-typedef enum { KERNELS_BUILTIN, KERNELS_AUTO, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* builtin the default */
+typedef enum { KERNELS_AUTO, KERNELS_BUILTIN, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* auto the default */
 
 typedef struct Options {
     const char *input;

@@ -2305,7 +2305,8 @@ static void emit_fused_line(CG *cg)
 /* How many convolutions run through oneDNN, and so what the build links. */
 static void emit_dnnl_line(CG *cg)
 {
-    static const char *const mode[] = {"builtin", "auto", "onednn"};
+    static const char *const mode[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
+                                        [KERNELS_ONEDNN] = "onednn"};
     if (cg->ndnnl)
         emit(cg, " * oneDNN:   %d convolution kernel(s) (dnnl_convs; --cpu-kernels=%s), so "
              "-ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
