@@ -13,8 +13,40 @@
 
 /* The mode flag and Dropout's generator are in state.c. Kernels that need
  * scratch memory (the convolutions' patch matrix) are handed it: the
- * memory plan keeps one scratch area per device, after its buffers. */
+ * memory plan keeps one scratch area per device, after its buffers.
+ *
+ * Most loops run on the device's threads (pool.c's mprt_par), split over
+ * independent elements, rows, channels or planes, each computed whole as
+ * the one-thread loop would: the results do not depend on the thread
+ * count. A loop's grain is the least work worth handing to another thread
+ * (about 16 K simple elements). */
 
+/* Pieces of at least this many items: elementwise ops, and rows of n. */
+#define MPRT_GRAIN 16384L
+static inline long mprt_grain_rows(long n)
+{
+    return n >= MPRT_GRAIN ? 1 : MPRT_GRAIN / (n > 0 ? n : 1);
+}
+
+/* An elementwise kernel's operands: up to three arrays, two numbers and
+ * a count. */
+typedef struct MprtEw {
+    const float *a, *b;
+    float *y;
+    float p, q;
+    long n;
+} MprtEw;
+
+/* A per-channel kernel's operands (batch norm, bias gradients): x (and
+ * dy) are N x C x P; per channel, sums in acc (`width` doubles each) or
+ * the factors of a second pass in k; the result in y. */
+typedef struct MprtBn {
+    int N, C, width;
+    long P;
+    const float *x, *dy, *m, *a, *b, *k;
+    double *acc;
+    float *y;
+} MprtBn;
 
 /* ---- matrix multiply ---- */
 
@@ -69,16 +101,28 @@ static inline float mprt_pick(int take, float a, float b)
     return a;
 }
 
+static void mprt_relu_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_select(e->a[i] > 0.0f, e->a[i]);
+}
+
 MPRT_KERNEL void mprt_relu(long n, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = mprt_select(x[i] > 0.0f, x[i]);
+    mprt_par(n, MPRT_GRAIN, mprt_relu_piece, &(MprtEw){.a = x, .y = y});
+}
+
+static void mprt_relu_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_select(e->b[i] > 0.0f, e->a[i]);
 }
 
 MPRT_KERNEL void mprt_relu_grad(long n, const float *dy, const float *y, float *dx)
 {
-    for (long i = 0; i < n; i++)
-        dx[i] = mprt_select(y[i] > 0.0f, dy[i]);
+    mprt_par(n, MPRT_GRAIN, mprt_relu_grad_piece, &(MprtEw){.a = dy, .b = y, .y = dx});
 }
 
 MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
@@ -87,15 +131,27 @@ MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
         memcpy(y, x, (size_t)n * sizeof *y);
 }
 
+typedef struct MprtSumCall {
+    int k;
+    const float *const *x;
+    float *y;
+} MprtSumCall;
+
+static void mprt_sum_piece(void *ctx, long lo, long hi)
+{
+    const MprtSumCall *t = ctx;
+    for (long i = lo; i < hi; i++) {
+        float s = t->x[0][i];
+        for (int j = 1; j < t->k; j++)
+            s += t->x[j][i];
+        t->y[i] = s;
+    }
+}
+
 /* y = sum of k inputs of n elements */
 MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
 {
-    for (long i = 0; i < n; i++) {
-        float s = x[0][i];
-        for (int j = 1; j < k; j++)
-            s += x[j][i];
-        y[i] = s;
-    }
+    mprt_par(n, MPRT_GRAIN, mprt_sum_piece, &(MprtSumCall){k, x, y});
 }
 
 /* One row of a binary op: n elements, the inputs' strides along it
@@ -117,6 +173,36 @@ static inline void mprt_binary_row(int op, long n, const float *a, long sa, cons
     }
 }
 
+/* A broadcasting binary op's operands, for the output rows a thread takes. */
+typedef struct MprtBinary {
+    int op, rank;
+    const long *shape, *sa, *sb;
+    const float *a, *b;
+    float *y;
+} MprtBinary;
+
+static void mprt_binary_piece(void *ctx, long lo, long hi)
+{
+    const MprtBinary *t = ctx;
+    int rank = t->rank;
+    long idx[8] = {0}, ia = 0, ib = 0, n = t->shape[rank - 1], rest = lo;
+    for (int d = rank - 2; d >= 0; d--) {   /* row lo's index and offsets */
+        idx[d] = rest % t->shape[d], rest /= t->shape[d];
+        ia += idx[d] * t->sa[d], ib += idx[d] * t->sb[d];
+    }
+    for (long r = lo; r < hi; r++) {
+        mprt_binary_row(t->op, n, t->a + ia, t->sa[rank - 1], t->b + ib, t->sb[rank - 1],
+                        t->y + r * n);
+        for (int d = rank - 2; d >= 0; d--) {
+            ia += t->sa[d], ib += t->sb[d];
+            if (++idx[d] < t->shape[d])
+                break;
+            ia -= t->sa[d] * t->shape[d], ib -= t->sb[d] * t->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a, const long *sa,
                         const float *b, const long *sb, float *y)
 {
@@ -124,19 +210,11 @@ MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a
         mprt_binary_row(op, 1, a, 0, b, 0, y);
         return;
     }
-    long rows = 1, idx[8] = {0}, ia = 0, ib = 0, n = shape[rank - 1];
+    long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    for (long r = 0; r < rows; r++) {
-        mprt_binary_row(op, n, a + ia, sa[rank - 1], b + ib, sb[rank - 1], y + r * n);
-        for (int d = rank - 2; d >= 0; d--) {
-            ia += sa[d], ib += sb[d];
-            if (++idx[d] < shape[d])
-                break;
-            ia -= sa[d] * shape[d], ib -= sb[d] * shape[d];
-            idx[d] = 0;
-        }
-    }
+    MprtBinary t = {op, rank, shape, sa, sb, a, b, y};
+    mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_binary_piece, &t);
 }
 
 /* out = alpha * dy summed over the dimensions where out has size 1
@@ -322,12 +400,23 @@ static inline long mprt_conv_row(const MprtConv *p, int c, int kd, int kh, int r
     return (((long)c * p->D + id) * p->H + ih) * p->W;
 }
 
-/* One image's patches as columns: row (c, kd, kh, kw) of col, ld floats
- * apart, holds that tap for every output position. */
-MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
+typedef struct MprtIm2col {
+    const MprtConv *p;
+    const float *x;
+    float *col;
+    size_t ld;
+} MprtIm2col;
+
+/* Channels [lo, hi) of mprt_im2col. */
+static void mprt_im2col_piece(void *ctx, long lo, long hi)
 {
-    int cg = p->C / p->group, rows = p->OD * p->OH;
-    for (int c = 0; c < cg; c++)
+    const MprtIm2col *t = ctx;
+    const MprtConv *p = t->p;
+    const float *x = t->x;
+    float *col = t->col;
+    size_t ld = t->ld;
+    int rows = p->OD * p->OH;
+    for (int c = (int)lo; c < hi; c++)
         for (int kd = 0; kd < p->KD; kd++)
             for (int kh = 0; kh < p->KH; kh++)
                 for (int kw = 0; kw < p->KW; kw++) {
@@ -354,6 +443,16 @@ MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size
                             r[ow] = 0.0f;
                     }
                 }
+}
+
+/* One image's patches as columns: row (c, kd, kh, kw) of col, ld floats
+ * apart, holds that tap for every output position; channels on the
+ * device's threads. */
+MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
+{
+    long per_channel = mprt_conv_taps(p) * mprt_conv_out_plane(p);
+    mprt_par(p->C / p->group, mprt_grain_rows(per_channel), mprt_im2col_piece,
+             &(MprtIm2col){p, x, col, ld});
 }
 
 MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, float *x)
@@ -515,14 +614,21 @@ MPRT_KERNEL void mprt_conv_transpose(const MprtConv *p, const float *x, const fl
 }
 
 /* d bias[m] = sum over n and positions of dy[n, m, :] */
+static void mprt_channel_sum_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long m = lo; m < hi; m++) {
+        double s = 0;
+        for (int n = 0; n < t->N; n++)
+            s += mprt_row_sum(t->dy + ((size_t)n * t->C + m) * t->P, t->P);
+        t->y[m] = (float)s;
+    }
+}
+
 MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *db)
 {
-    for (int m = 0; m < M; m++) {
-        double s = 0;
-        for (int n = 0; n < N; n++)
-            s += mprt_row_sum(dy + ((size_t)n * M + m) * P, P);
-        db[m] = (float)s;
-    }
+    MprtBn t = {.N = N, .C = M, .P = P, .dy = dy, .y = db};
+    mprt_par(M, mprt_grain_rows((long)N * P), mprt_channel_sum_piece, &t);
 }
 
 /* ---- batch normalization ---- */
@@ -533,20 +639,28 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
  * row in each image, pages apart, and wait on memory for every one when x
  * is not in the cache (a saved activation read by the backward pass). Each
  * channel's sums still add its rows in image order, as one channel at a
- * time would. */
+ * time would. On several threads, each takes a block of channels (for the
+ * sums) or of planes (to write y or dx), and walks it the same way. */
 
-/* Per channel c: y = (x - m[c]) * a[c] + b[c], over every image
- * (subtracting the mean first keeps what a large mean would cancel). */
+/* Planes [lo, hi) of y = (x - m[c]) * a[c] + b[c] (subtracting the mean
+ * first keeps what a large mean would cancel). */
+static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long nc = lo; nc < hi; nc++) {
+        int c = (int)(nc % t->C);
+        size_t k = (size_t)nc * t->P;
+        float mc = t->m[c], ac = t->a[c], bc = t->b[c];
+        for (long i = 0; i < t->P; i++)
+            t->y[k + i] = (t->x[k + i] - mc) * ac + bc;
+    }
+}
+
 static void mprt_bn_apply(int N, int C, long P, const float *x, const float *m, const float *a,
                           const float *b, float *y)
 {
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t k = ((size_t)n * C + c) * P;
-            float mc = m[c], ac = a[c], bc = b[c];
-            for (long i = 0; i < P; i++)
-                y[k + i] = (x[k + i] - mc) * ac + bc;
-        }
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = b, .y = y};
+    mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_apply_piece, &t);
 }
 
 /* Scratch for one call: `arrays` arrays of C elements of `size` bytes. */
@@ -582,12 +696,35 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
 /* The batch mean and (population) variance of every channel, from sums of
  * x and x^2 in double (exact enough unless mean^2 exceeds the variance by
  * ~1e10, far outside what activations do): mean[C], var[C]. */
+static void mprt_bn_sums_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (int n = 0; n < t->N; n++)
+        for (long c = lo; c < hi; c++) {
+            size_t o = ((size_t)n * t->C + c) * t->P;
+            double *a = t->acc + (size_t)t->width * c;
+            if (t->dy)
+                mprt_row_moments_dots(t->dy + o, t->x + o, t->P, a);
+            else
+                mprt_row_sums(t->x + o, t->P, &a[0], &a[1]);
+        }
+}
+
+/* Per channel, over every image in order: sum x and x^2 (width 2), or
+ * with dy also sum dy and dy * x (width 4), into acc (zeroed). */
+static void mprt_bn_sums(int N, int C, long P, const float *x, const float *dy, double *acc)
+{
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .acc = acc, .width = dy ? 4 : 2};
+    mprt_par(C, mprt_grain_rows((long)N * P), mprt_bn_sums_piece, &t);
+}
+
 static void mprt_bn_moments(int N, int C, long P, const float *x, double *mean, double *var)
 {
-    double cnt = (double)N * P;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            mprt_row_sums(x + ((size_t)n * C + c) * P, P, &mean[c], &var[c]);
+    double cnt = (double)N * P, *acc = mprt_bn_scratch(C, sizeof(double), 2);
+    mprt_bn_sums(N, C, P, x, NULL, acc);
+    for (int c = 0; c < C; c++)
+        mean[c] = acc[2 * c], var[c] = acc[2 * c + 1];
+    free(acc);
     for (int c = 0; c < C; c++) {
         mean[c] /= cnt;
         var[c] = var[c] / cnt - mean[c] * mean[c];
@@ -630,17 +767,27 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
  * needs (in double: sum dy * (x - mean) = sum dy * x - mean * sum dy loses
  * nothing a float gradient keeps), a second to write
  * dx = scale * inv * (dy - sdy/cnt - (x - mean) * inv^2 * sdyx/cnt). */
+/* Planes [lo, hi) of dx, from the factors k (4 per channel). */
+static void mprt_bn_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long nc = lo; nc < hi; nc++) {
+        size_t o = (size_t)nc * t->P;
+        const float *d = t->dy + o, *xs = t->x + o, *kc = t->k + 4 * (size_t)(nc % t->C);
+        float k1 = kc[0], k0 = kc[1], k2 = kc[2], m = kc[3];
+        float *dx = t->y + o;
+        for (long i = 0; i < t->P; i++)
+            dx[i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
+    }
+}
+
 MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
                          const float *scale, float eps, float *dx, float *dscale, float *dbias)
 {
     long cnt = (long)N * P;
     double *acc = mprt_bn_scratch(C, sizeof(double), 4);
     float *k = mprt_bn_scratch(C, sizeof(float), 4);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t o = ((size_t)n * C + c) * P;
-            mprt_row_moments_dots(dy + o, x + o, P, acc + 4 * (size_t)c);
-        }
+    mprt_bn_sums(N, C, P, x, dy, acc);
     for (int c = 0; c < C; c++) {
         const double *s = acc + 4 * (size_t)c;
         double mean = s[0] / cnt, var = s[1] / cnt - mean * mean;
@@ -652,14 +799,8 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
         kc[0] = (float)(scale[c] * inv), kc[1] = (float)(sdy / cnt);
         kc[2] = (float)(inv * inv * sdyx / cnt), kc[3] = (float)mean;
     }
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t o = ((size_t)n * C + c) * P;
-            const float *d = dy + o, *xs = x + o, *kc = k + 4 * (size_t)c;
-            float k1 = kc[0], k0 = kc[1], k2 = kc[2], m = kc[3];
-            for (long i = 0; i < P; i++)
-                dx[o + i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
-        }
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .k = k, .y = dx};
+    mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_grad_piece, &t);
     free(acc);
     free(k);
 }
@@ -701,10 +842,23 @@ static void mprt_maxpool_row(const MprtPool *p, const float *xs, int r, float *y
     }
 }
 
-MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
+/* A pooling call's operands, for the planes a thread takes. */
+typedef struct MprtPoolCall {
+    const MprtPool *p;
+    float *x, *y;
+    int64_t *idx;
+    int back;
+} MprtPoolCall;
+
+static void mprt_maxpool_piece(void *ctx, long lo, long hi)
 {
+    const MprtPoolCall *t = ctx;
+    const MprtPool *p = t->p;
+    const float *x = t->x;
+    float *y = t->y;
+    int64_t *idx = t->idx;
     size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
-    for (long nc = 0; nc < (long)p->N * p->C; nc++) {
+    for (long nc = lo; nc < hi; nc++) {
         long stack[512], *best = p->OW <= 512 ? stack : malloc((size_t)p->OW * sizeof *best);
         if (!best) {
             fprintf(stderr, "train: error: out of memory in max pooling\n");
@@ -720,6 +874,13 @@ MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64
         if (best != stack)
             free(best);
     }
+}
+
+MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
+{
+    long planes = (long)p->N * p->C, out = (long)p->OD * p->OH * p->OW * p->KD * p->KH * p->KW;
+    MprtPoolCall t = {.p = p, .x = (float *)x, .y = y, .idx = idx};
+    mprt_par(planes, mprt_grain_rows(out), mprt_maxpool_piece, &t);
 }
 
 /* dx = 0, then each output's gradient goes to the input its maximum came
@@ -746,15 +907,17 @@ static int mprt_avg_window(int o, int stride, int pad, int k, int n, int end_pad
     return include_pad ? padded : *hi - *lo;
 }
 
-/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
- * from dy, each output's gradient spread evenly over its window). */
-MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
+static void mprt_avgpool_piece(void *ctx, long lo, long hi)
 {
+    const MprtPoolCall *t = ctx;
+    const MprtPool *p = t->p;
+    float *x = t->x, *y = t->y;
+    int back = t->back;
     size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
     int cip = p->count_include_pad;
     if (back)
-        memset(x, 0, (size_t)p->N * p->C * plane * sizeof *x);
-    for (long nc = 0; nc < (long)p->N * p->C; nc++)
+        memset(x + lo * plane, 0, (size_t)(hi - lo) * plane * sizeof *x);
+    for (long nc = lo; nc < hi; nc++)
         for (int r = 0; r < p->OD * p->OH; r++) {
             int od = r / p->OH, oh = r - od * p->OH, d0, d1, h0, h1, w0, w1;
             int dd = mprt_avg_window(od, p->sd, p->pd, p->KD, p->D, p->ed, cip, &d0, &d1);
@@ -780,29 +943,67 @@ MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
         }
 }
 
-MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
+/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
+ * from dy, each output's gradient spread evenly over its window); planes
+ * on the device's threads, each whole on one. */
+MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
 {
-    for (long i = 0; i < NC; i++) {
+    long planes = (long)p->N * p->C, out = (long)p->OD * p->OH * p->OW * p->KD * p->KH * p->KW;
+    MprtPoolCall t = {.p = p, .x = x, .y = y, .back = back};
+    mprt_par(planes, mprt_grain_rows(out), mprt_avgpool_piece, &t);
+}
+
+/* Rows of P (.n): a mean per row, or a row per gradient. */
+static void mprt_gap_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    long P = e->n;
+    for (long i = lo; i < hi; i++) {
         double s = 0;
         for (long k = 0; k < P; k++)
-            s += x[(size_t)i * P + k];
-        y[i] = (float)(s / P);
+            s += e->a[(size_t)i * P + k];
+        e->y[i] = (float)(s / P);
     }
+}
+
+MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
+{
+    mprt_par(NC, mprt_grain_rows(P), mprt_gap_piece, &(MprtEw){.a = x, .y = y, .n = P});
+}
+
+static void mprt_gap_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    long P = e->n;
+    for (long i = lo; i < hi; i++)
+        for (long k = 0; k < P; k++)
+            e->y[(size_t)i * P + k] = e->a[i] / (float)P;
 }
 
 MPRT_KERNEL void mprt_gap_grad(long NC, long P, const float *dy, float *dx)
 {
-    for (long i = 0; i < NC; i++)
-        for (long k = 0; k < P; k++)
-            dx[(size_t)i * P + k] = dy[i] / (float)P;
+    mprt_par(NC, mprt_grain_rows(P), mprt_gap_grad_piece,
+             &(MprtEw){.a = dy, .y = dx, .n = P});
 }
 
 /* ---- optimizers (as torch.optim) ---- */
 
-MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr,
-                     float momentum, float wd, int nesterov, int first)
+/* An optimizer step's operands, for the elements a thread takes. */
+typedef struct MprtOpt {
+    float *w, *buf, *m, *v;
+    const float *g;
+    float scale, lr, momentum, wd, b1, b2, eps, step_size, bc2s;
+    int nesterov, first;
+} MprtOpt;
+
+static void mprt_sgd_piece(void *ctx, long lo, long hi)
 {
-    for (long i = 0; i < n; i++) {
+    const MprtOpt *o = ctx;
+    float *w = o->w, *buf = o->buf, scale = o->scale, lr = o->lr, momentum = o->momentum;
+    float wd = o->wd;
+    const float *g = o->g;
+    int nesterov = o->nesterov, first = o->first;
+    for (long i = lo; i < hi; i++) {
         float d = g[i] * scale + wd * w[i];
         if (buf) {
             buf[i] = first ? d : momentum * buf[i] + d;
@@ -812,18 +1013,36 @@ MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float sc
     }
 }
 
-MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v, float scale,
-                       float lr, float b1, float b2, float eps, float wd, long step)
+MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr,
+                     float momentum, float wd, int nesterov, int first)
 {
-    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    float step_size = lr / bc1, bc2s = sqrtf(bc2);
-    for (long i = 0; i < n; i++) {
+    MprtOpt o = {.w = w, .g = g, .buf = buf, .scale = scale, .lr = lr, .momentum = momentum,
+                 .wd = wd, .nesterov = nesterov, .first = first};
+    mprt_par(n, MPRT_GRAIN, mprt_sgd_piece, &o);
+}
+
+static void mprt_adamw_piece(void *ctx, long lo, long hi)
+{
+    const MprtOpt *o = ctx;
+    float *w = o->w, *m = o->m, *v = o->v, scale = o->scale, lr = o->lr, wd = o->wd;
+    float b1 = o->b1, b2 = o->b2, eps = o->eps, step_size = o->step_size, bc2s = o->bc2s;
+    const float *g = o->g;
+    for (long i = lo; i < hi; i++) {
         float gi = g[i] * scale;
         w[i] *= 1.0f - lr * wd;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         w[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2s + eps);
     }
+}
+
+MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v, float scale,
+                       float lr, float b1, float b2, float eps, float wd, long step)
+{
+    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    MprtOpt o = {.w = w, .g = g, .m = m, .v = v, .scale = scale, .lr = lr, .b1 = b1, .b2 = b2,
+                 .eps = eps, .wd = wd, .step_size = lr / bc1, .bc2s = sqrtf(bc2)};
+    mprt_par(n, MPRT_GRAIN, mprt_adamw_piece, &o);
 }
 
 /* A copy of any element type. */
@@ -834,10 +1053,17 @@ MPRT_KERNEL void mprt_copy_bytes(size_t n, const void *x, void *y)
 
 /* A parameter's gradient summed over micro-batches: sum = g for the
  * first, sum += g after. */
+static void mprt_accumulate_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    int first = e->n != 0;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = (first ? 0.0f : e->y[i]) + e->a[i];
+}
+
 MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first)
 {
-    for (long i = 0; i < n; i++)
-        sum[i] = (first ? 0.0f : sum[i]) + g[i];
+    mprt_par(n, MPRT_GRAIN, mprt_accumulate_piece, &(MprtEw){.a = g, .y = sum, .n = first});
 }
 
 /* Adds s[0 .. 2 w) by halving, where only s[0 .. m) can be non-zero: the

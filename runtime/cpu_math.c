@@ -119,10 +119,18 @@ static inline float mprt_unary_1(int op, float v, float p, float q)
     }
 }
 
+static void mprt_unary_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    int op = (int)e->n;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_unary_1(op, e->a[i], e->p, e->q);
+}
+
 MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = mprt_unary_1(op, x[i], p, q);
+    mprt_par(n, MPRT_GRAIN / 4, mprt_unary_piece,
+             &(MprtEw){.a = x, .y = y, .p = p, .q = q, .n = op});
 }
 
 /* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
@@ -157,11 +165,25 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
  * has a kink the derivative is PyTorch's: LeakyRelu, Elu and Selu take the
  * left side at 0, HardSigmoid is flat at its corners, HardSwish takes
  * x / 3 + 1/2 at 3, Clip passes the gradient at min and max. */
+typedef struct MprtUnaryGrad {
+    int op;
+    float p, q;
+    const float *dy, *x, *y;
+    float *dx;
+} MprtUnaryGrad;
+
+static void mprt_unary_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtUnaryGrad *t = ctx;
+    for (long i = lo; i < hi; i++)
+        t->dx[i] = mprt_unary_grad_1(t->op, t->dy[i], t->x[i], t->y[i], t->p, t->q);
+}
+
 MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
                                  const float *x, const float *y, float *dx)
 {
-    for (long i = 0; i < n; i++)
-        dx[i] = mprt_unary_grad_1(op, dy[i], x[i], y[i], p, q);
+    mprt_par(n, MPRT_GRAIN / 4, mprt_unary_grad_piece,
+             &(MprtUnaryGrad){op, p, q, dy, x, y, dx});
 }
 
 /* ---- fused elementwise chains ---- */
@@ -319,26 +341,46 @@ static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int
     }
 }
 
-/* y = the chain's value at every element of the output (kernel.h). */
-MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+typedef struct MprtEwCall {
+    const MprtEwChain *c;
+    const float *const *x;
+    float *y;
+    long n;
+    int dense[MPRT_EW_OPERANDS];
+} MprtEwCall;
+
+/* Tiles [lo, hi) of a chain (each thread has tiles of its own). */
+static void mprt_ew_chain_piece(void *ctx, long lo, long hi)
 {
     static _Thread_local float tmp[MPRT_EW_OPERANDS + 1][MPRT_EW_TILE];
+    const MprtEwCall *t = ctx;
+    const MprtEwChain *c = t->c;
     const float *u[MPRT_EW_OPERANDS];
-    int dense[MPRT_EW_OPERANDS];
-    long n = 1;
-    for (int d = 0; d < c->rank; d++)
-        n *= c->shape[d];
-    for (int k = 0; k < c->nops; k++)
-        dense[k] = mprt_ew_dense(c, k);
-    for (long i0 = 0; i0 < n; i0 += MPRT_EW_TILE) {
+    const float *const *x = t->x;
+    float *y = t->y;
+    long n = t->n;
+    for (long i0 = lo * MPRT_EW_TILE; i0 < n && i0 < hi * MPRT_EW_TILE; i0 += MPRT_EW_TILE) {
         long m = n - i0 < MPRT_EW_TILE ? n - i0 : MPRT_EW_TILE;
         float *v = m == MPRT_EW_TILE ? y + i0 : tmp[MPRT_EW_OPERANDS];
-        mprt_ew_tiles(c, x, dense, i0, m, tmp, u);
+        mprt_ew_tiles(c, x, t->dense, i0, m, tmp, u);
         for (int i = 0; i < c->nsteps; i++)
             mprt_ew_step(&c->step[i], u, v);
         if (v != y + i0)
             memcpy(y + i0, v, (size_t)m * sizeof *v);
     }
+}
+
+/* y = the chain's value at every element of the output (kernel.h), tiles
+ * on the device's threads. */
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    MprtEwCall t = {.c = c, .x = x, .y = y, .n = 1};
+    for (int d = 0; d < c->rank; d++)
+        t.n *= c->shape[d];
+    for (int k = 0; k < c->nops; k++)
+        t.dense[k] = mprt_ew_dense(c, k);
+    long tiles = (t.n + MPRT_EW_TILE - 1) / MPRT_EW_TILE;
+    mprt_par(tiles, mprt_grain_rows(MPRT_EW_TILE), mprt_ew_chain_piece, &t);
 }
 
 /* ---- variadic elementwise ops with broadcasting: Sum, Mean, Min, Max ---- */
@@ -638,12 +680,23 @@ MPRT_KERNEL void mprt_pow_grad(int wrt, int rank, const long *shape, const float
 
 /* ---- softmax over one axis: x is outer x C x inner ---- */
 
-MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, float *y)
+/* A softmax's operands (x is outer x C x inner), for the rows (o, j) a
+ * thread takes. */
+typedef struct MprtSoftmax {
+    long C, inner;
+    const float *x, *dy;
+    float *y;
+} MprtSoftmax;
+
+static void mprt_softmax_piece(void *ctx, long lo, long hi)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
-            const float *xs = x + (size_t)o * C * inner + j;
-            float *ys = y + (size_t)o * C * inner + j;
+    const MprtSoftmax *t = ctx;
+    long C = t->C, inner = t->inner;
+    for (long r = lo; r < hi; r++) {
+        long o = r / inner, j = r % inner;
+        {
+            const float *xs = t->x + (size_t)o * C * inner + j;
+            float *ys = t->y + (size_t)o * C * inner + j;
             float mx = mprt_strided_max(xs, C, inner);
             if (mx == -INFINITY)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
@@ -657,14 +710,24 @@ MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, fl
             for (long c = 0; c < C; c++)
                 ys[c * inner] *= inv;
         }
+    }
 }
 
-/* dx = y * (dy - sum_c dy * y) */
-MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
-                                   const float *y, float *dx)
+MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, float *y)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
+    mprt_par(outer * inner, mprt_grain_rows(4 * C), mprt_softmax_piece,
+             &(MprtSoftmax){.C = C, .inner = inner, .x = x, .y = y});
+}
+
+static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtSoftmax *t = ctx;
+    long C = t->C, inner = t->inner;
+    const float *dy = t->dy, *y = t->x;
+    float *dx = t->y;
+    for (long r = lo; r < hi; r++) {
+        long o = r / inner, j = r % inner;
+        {
             size_t base = (size_t)o * C * inner + j;
             double dot = 0;
             for (long c = 0; c < C; c++)
@@ -672,17 +735,37 @@ MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *
             for (long c = 0; c < C; c++)
                 dx[base + c * inner] = y[base + c * inner] * (dy[base + c * inner] - (float)dot);
         }
+    }
+}
+
+/* dx = y * (dy - sum_c dy * y) */
+MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
+                                   const float *y, float *dx)
+{
+    mprt_par(outer * inner, mprt_grain_rows(2 * C), mprt_softmax_grad_piece,
+             &(MprtSoftmax){.C = C, .inner = inner, .x = y, .dy = dy, .y = dx});
 }
 
 /* ---- layer normalization over the last D elements of each row ---- */
 
-MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *scale,
-                                const float *bias, float eps, float *y, float *mean,
-                                float *rstd)
+/* A layer norm's operands, for the rows (or, summing the parameters'
+ * gradients, the columns) a thread takes. */
+typedef struct MprtLayerNorm {
+    long D, rows;
+    const float *x, *dy, *scale, *bias;
+    float eps, *y, *mean, *rstd;
+    double *acc;
+} MprtLayerNorm;
+
+static void mprt_layernorm_piece(void *ctx, long lo, long hi)
 {
-    for (long r = 0; r < rows; r++) {
-        const float *xs = x + (size_t)r * D;
-        float *ys = y + (size_t)r * D;
+    const MprtLayerNorm *t = ctx;
+    long D = t->D;
+    const float *scale = t->scale, *bias = t->bias;
+    float eps = t->eps, *mean = t->mean, *rstd = t->rstd;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * D;
+        float *ys = t->y + (size_t)r * D;
         double s = 0, ss = 0;
         for (long i = 0; i < D; i++)
             s += xs[i];
@@ -699,6 +782,55 @@ MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *
     }
 }
 
+MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *scale,
+                                const float *bias, float eps, float *y, float *mean,
+                                float *rstd)
+{
+    MprtLayerNorm t = {.D = D, .x = x, .scale = scale, .bias = bias, .eps = eps, .y = y,
+                       .mean = mean, .rstd = rstd};
+    mprt_par(rows, mprt_grain_rows(3 * D), mprt_layernorm_piece, &t);
+}
+
+/* Rows [lo, hi) of a layer norm's dx. */
+static void mprt_layernorm_dx_piece(void *ctx, long lo, long hi)
+{
+    const MprtLayerNorm *t = ctx;
+    long D = t->D;
+    const float *scale = t->scale;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * D, *g = t->dy + (size_t)r * D;
+        float m = t->mean[r], inv = t->rstd[r];
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv, gi = g[i] * scale[i];
+            sg += gi;
+            sgx += gi * xhat;
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv;
+            t->y[(size_t)r * D + i] = inv * (g[i] * scale[i] - mg - xhat * mgx);
+        }
+    }
+}
+
+/* Columns [lo, hi) of the scale's and bias's gradients, over every row in
+ * order. */
+static void mprt_layernorm_params_piece(void *ctx, long lo, long hi)
+{
+    const MprtLayerNorm *t = ctx;
+    long D = t->D, rows = t->rows;
+    for (long r = 0; r < rows; r++) {
+        const float *xs = t->x + (size_t)r * D, *g = t->dy + (size_t)r * D;
+        float m = t->mean[r], inv = t->rstd[r];
+        for (long i = lo; i < hi; i++) {
+            float xhat = (xs[i] - m) * inv;
+            t->acc[i] += (double)g[i] * xhat;
+            t->acc[D + i] += g[i];
+        }
+    }
+}
+
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale;
  * dscale = sum over rows of dy * xhat, dbias = sum of dy (dbias may be
  * NULL). */
@@ -711,23 +843,10 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
         fprintf(stderr, "train: error: out of memory in a layer-norm gradient\n");
         exit(1);
     }
-    for (long r = 0; r < rows; r++) {
-        const float *xs = x + (size_t)r * D, *g = dy + (size_t)r * D;
-        float m = mean[r], inv = rstd[r];
-        double sg = 0, sgx = 0;
-        for (long i = 0; i < D; i++) {
-            float xhat = (xs[i] - m) * inv, gi = g[i] * scale[i];
-            sg += gi;
-            sgx += gi * xhat;
-            acc[i] += (double)g[i] * xhat;
-            acc[D + i] += g[i];
-        }
-        float mg = (float)(sg / D), mgx = (float)(sgx / D);
-        for (long i = 0; i < D; i++) {
-            float xhat = (xs[i] - m) * inv;
-            dx[(size_t)r * D + i] = inv * (g[i] * scale[i] - mg - xhat * mgx);
-        }
-    }
+    MprtLayerNorm t = {.D = D, .x = x, .dy = dy, .scale = scale, .y = dx, .mean = (float *)mean,
+                       .rstd = (float *)rstd, .acc = acc, .rows = rows};
+    mprt_par(rows, mprt_grain_rows(3 * D), mprt_layernorm_dx_piece, &t);
+    mprt_par(D, mprt_grain_rows(rows), mprt_layernorm_params_piece, &t);
     for (long i = 0; i < D; i++) {
         dscale[i] = (float)acc[i];
         if (dbias)

@@ -1,10 +1,9 @@
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, comparisons, Mod,
- * GatherElements/ScatterElements and GatherND/ScatterND, Cast and 2-D
- * Resize.
  * embedding and its scatter-add gradient, Where, comparisons, OneHot,
- * Trilu, Mod, Cast and 2-D Resize.
+ * Trilu, Mod, GatherElements/ScatterElements and GatherND/ScatterND, Cast
+ * and 2-D Resize. Strided copies run on the device's threads (pool.c),
+ * a row of the output each.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -36,6 +35,38 @@ static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k
  * (permuted strides) and Slice (strides times steps, base at the starts).
  * With back != 0 it runs the other way for the gradient: dx is zeroed and
  * dx[base + ...] = dy. */
+typedef struct MprtStrided {
+    int back, rank;
+    const long *shape, *stride;
+    long base;
+    float *x, *y;
+} MprtStrided;
+
+/* Output rows [lo, hi) of mprt_strided (no two write one element of x). */
+static void mprt_strided_piece(void *ctx, long lo, long hi)
+{
+    const MprtStrided *t = ctx;
+    int rank = t->rank, back = t->back;
+    long idx[8] = {0}, off = t->base, n = t->shape[rank - 1], s = t->stride[rank - 1];
+    long rest = lo;
+    const long *st[1] = {t->stride};
+    float *x = t->x, *y = t->y;
+    for (int d = rank - 2; d >= 0; d--) {   /* row lo's index and offset */
+        idx[d] = rest % t->shape[d], rest /= t->shape[d];
+        off += idx[d] * t->stride[d];
+    }
+    for (long r = lo; r < hi; r++) {
+        float *yr = y + r * n, *xr = x + off;
+        if (back)
+            for (long j = 0; j < n; j++)
+                xr[j * s] = yr[j];
+        else
+            for (long j = 0; j < n; j++)
+                yr[j] = xr[j * s];
+        mprt_bcast_next(rank - 1, t->shape, idx, 1, &off, st);
+    }
+}
+
 MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
                               long base, long n_x, float *x, float *y)
 {
@@ -48,20 +79,11 @@ MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long 
             y[0] = x[base];
         return;
     }
-    long rows = 1, idx[8] = {0}, off = base, n = shape[rank - 1], s = stride[rank - 1];
-    const long *st[1] = {stride};
+    long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    for (long r = 0; r < rows; r++) {
-        float *yr = y + r * n, *xr = x + off;
-        if (back)
-            for (long j = 0; j < n; j++)
-                xr[j * s] = yr[j];
-        else
-            for (long j = 0; j < n; j++)
-                yr[j] = xr[j * s];
-        mprt_bcast_next(rank - 1, shape, idx, 1, &off, st);
-    }
+    MprtStrided t = {back, rank, shape, stride, base, x, y};
+    mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_strided_piece, &t);
 }
 
 /* y (contiguous, `shape`) = x broadcast by its strides (0 along the

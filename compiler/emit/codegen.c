@@ -2449,17 +2449,17 @@ static const char *const *with_dnnl(CG *cg, const char *const *files)
 static const char *const *runtime_sources(CG *cg)
 {
     static const char *cpu[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
-                                "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                "pool_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
                                 "data_c", "checkpoint_c", "plot_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                  "cuda_c", "cuda_ops_c", "program_c", "data_c", "checkpoint_c",
                                  "plot_c", "train_c", NULL};
     static const char *mixed[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
-                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
+                                  "pool_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
                                   "cuda_ops_c", "mixed_c", "program_c", "data_c", "checkpoint_c",
                                   "plot_c", "train_c", NULL};
     static const char *infer[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
-                                  "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
+                                  "pool_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
                                   "infer_c", NULL};
     const char *const *files = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
     return cg->ndnnl ? with_dnnl(cg, files) : files;

@@ -10,6 +10,7 @@
 #include "program.h"
 #include "kernel.h"
 #include "state.c"
+#include "pool.c"
 #include "cpu.c"
 #include "cpu_dnnl.c"
 #include <time.h>

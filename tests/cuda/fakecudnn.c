@@ -26,6 +26,7 @@
 #include "mprt.h"
 #include "state.c"
 #include "kernel.h"
+#include "pool.c"
 #include "cpu.c"
 
 #include <cuda_runtime.h>
