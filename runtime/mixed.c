@@ -59,6 +59,11 @@ static void *mprt_mx_copy_bytes(void *dst, const void *src, size_t n)
     return dst;
 }
 
+static int mprt_mx_dev_threads(int dev)
+{
+    return mprt_mx_gpu(dev) ? 0 : mprt_cpu_ops.dev_threads(dev);
+}
+
 static void mprt_mx_devices_open(int ndev, const char *const *names)
 {
     mprt_gpu_ops.devices_open(ndev, names);
@@ -201,6 +206,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_mixed_ops = {
     .devices_open = mprt_mx_devices_open, .streams_start = mprt_mx_streams_start,
     .sync = mprt_mx_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
     .dev_copy = mprt_gpu_dev_copy,
+    .dev_threads = mprt_mx_dev_threads,
 };
 
 MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_mixed_ops;

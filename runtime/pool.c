@@ -15,11 +15,15 @@
  * over items whose results are independent (elements, rows, channels,
  * planes) and computes each item whole, in the order its one-thread loop
  * uses; no sum is ever split between threads. Which thread takes which
- * piece varies from call to call and changes no bit.
+ * piece changes no bit.
  *
- * A worker spins briefly after each piece of work (the next kernel
- * usually follows at once), then sleeps on a condition variable, so idle
- * workers take no core from OpenBLAS's threads or another device's.
+ * Thread k takes piece k: the calling thread the first, worker k the
+ * (k+1)-th, so consecutive kernels over the same tensor give each thread
+ * the same part of it, still in its core's cache. A thread that finishes
+ * takes the pieces no one has started, so a worker the system runs late
+ * (OpenBLAS's and oneDNN's threads share the cores) delays nothing. A
+ * worker spins briefly after each call (the next kernel usually follows at
+ * once), then sleeps on a condition variable.
  */
 #include "mprt.h"
 
@@ -31,6 +35,20 @@
 
 typedef void (*MprtParFn)(void *ctx, long lo, long hi);
 
+enum { MPRT_POOL_MAX = 32 };   /* pieces of a call, and threads of a device */
+
+MPRT_GLOBAL int mprt_threads;  /* per device; 0: not yet known */
+
+/* The thread count of every CPU device: OpenBLAS's, as oneDNN's. */
+static int mprt_pool_threads(void)
+{
+    if (!mprt_threads) {
+        int t = openblas_get_num_threads();
+        mprt_threads = t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+    }
+    return mprt_threads;
+}
+
 typedef struct MprtTeam {
     int workers;
     pthread_mutex_t mu;
@@ -38,36 +56,43 @@ typedef struct MprtTeam {
     atomic_uint job;       /* bumped for each new call */
     MprtParFn fn;
     void *ctx;
-    long n, piece, pieces;
-    atomic_long next;      /* the next piece to take */
-    atomic_int running;    /* workers still on this call */
+    long n, pieces;
+    atomic_ullong left;    /* the call's number (high 32 bits), a bit per piece not taken */
+    atomic_long done;      /* pieces of this call finished */
 } MprtTeam;
 
-MPRT_GLOBAL int mprt_threads;                     /* per device; 0: not yet known */
 static _Thread_local MprtTeam *mprt_pool_mine;    /* the calling stream's */
-static _Thread_local int mprt_pool_worker;        /* this thread is a worker */
+static _Thread_local int mprt_pool_worker;        /* this thread is worker k (from 1) */
 
 enum { MPRT_POOL_SPIN = 20000 };   /* polls before a worker sleeps (tens of µs) */
 
-/* The thread count of every CPU device: OpenBLAS's, as oneDNN's. */
-static int mprt_pool_threads(void)
+/* Takes piece k of call `job` if no one has: the call's number and its
+ * pieces not yet taken are one atomic word, so a piece runs once, and only
+ * while its call does (the call's fields are read after taking it). */
+static int mprt_pool_take(MprtTeam *p, unsigned job, int k)
 {
-    if (!mprt_threads) {
-        int t = openblas_get_num_threads();
-        mprt_threads = t > 0 ? t : 1;
-    }
-    return mprt_threads;
+    unsigned long long v = atomic_load(&p->left), bit = 1ull << k;
+    while ((unsigned)(v >> 32) == job && (v & bit))
+        if (atomic_compare_exchange_weak(&p->left, &v, v & ~bit)) {
+            long lo = p->n * k / p->pieces, hi = p->n * (k + 1) / p->pieces;
+            p->fn(p->ctx, lo, hi);
+            atomic_fetch_add(&p->done, 1);
+            return 1;
+        }
+    return 0;
 }
 
-/* Takes pieces of the current call until none is left. */
-static void mprt_pool_drain(MprtTeam *p)
+/* Piece `first`, then any piece of call `job` no one has started. */
+static void mprt_pool_drain(MprtTeam *p, unsigned job, int first)
 {
-    for (;;) {
-        long k = atomic_fetch_add(&p->next, 1);
-        if (k >= p->pieces)
+    if (first < MPRT_POOL_MAX)
+        mprt_pool_take(p, job, first);
+    for (int k = 0; k < MPRT_POOL_MAX; k++) {
+        unsigned long long v = atomic_load(&p->left);
+        if ((unsigned)(v >> 32) != job || !(v & 0xffffffffu))
             return;
-        long lo = k * p->piece, hi = lo + p->piece < p->n ? lo + p->piece : p->n;
-        p->fn(p->ctx, lo, hi);
+        if (v & (1ull << k))
+            mprt_pool_take(p, job, k);
     }
 }
 
@@ -89,15 +114,20 @@ static unsigned mprt_pool_wait(MprtTeam *p, unsigned seen)
     return j;
 }
 
+typedef struct MprtWorker {
+    MprtTeam *team;
+    int index;
+} MprtWorker;
+
 static void *mprt_pool_main(void *arg)
 {
-    MprtTeam *p = arg;
+    MprtWorker w = *(MprtWorker *)arg;
+    free(arg);
     unsigned seen = 0;
-    mprt_pool_worker = 1;
+    mprt_pool_worker = w.index;
     for (;;) {
-        seen = mprt_pool_wait(p, seen);
-        mprt_pool_drain(p);
-        atomic_fetch_sub(&p->running, 1);
+        seen = mprt_pool_wait(w.team, seen);
+        mprt_pool_drain(w.team, seen, w.index);
     }
     return NULL;
 }
@@ -118,8 +148,14 @@ static MprtTeam *mprt_pool_get(void)
     pthread_cond_init(&p->wake, NULL);
     for (int i = 0; i < mprt_threads - 1; i++) {
         pthread_t t;
-        if (pthread_create(&t, NULL, mprt_pool_main, p) != 0)
+        MprtWorker *w = malloc(sizeof *w);
+        if (!w)
             break;
+        *w = (MprtWorker){p, i + 1};
+        if (pthread_create(&t, NULL, mprt_pool_main, w) != 0) {
+            free(w);
+            break;
+        }
         pthread_detach(t);
         p->workers++;
     }
@@ -136,18 +172,18 @@ MPRT_KERNEL void mprt_par(long n, long grain, MprtParFn fn, void *ctx)
         fn(ctx, 0, n);
         return;
     }
-    long want = 4L * (p->workers + 1), piece = (n + want - 1) / want;
-    p->piece = piece < grain ? grain : piece;
-    p->pieces = (n + p->piece - 1) / p->piece;
+    long pieces = n / grain < p->workers + 1 ? n / grain : p->workers + 1;
+    p->pieces = pieces;
     p->fn = fn, p->ctx = ctx, p->n = n;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->running, p->workers);
+    unsigned job = atomic_load(&p->job) + 1;
+    atomic_store(&p->done, 0);
+    atomic_store(&p->left, (unsigned long long)job << 32 | ((1ull << pieces) - 1));
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->job, 1);
+    atomic_store(&p->job, job);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    mprt_pool_drain(p);
-    for (long i = 0; atomic_load(&p->running) > 0; i++)
+    mprt_pool_drain(p, job, 0);
+    for (long i = 0; atomic_load(&p->done) < p->pieces; i++)   /* pieces workers took */
         if (i % 64 == 63)
             sched_yield();
 }

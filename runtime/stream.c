@@ -17,8 +17,10 @@
 #include "mprt.h"
 #include "program.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { MPRT_OP_RUN, MPRT_OP_COPY, MPRT_OP_WAIT, MPRT_OP_RECORD };
 
@@ -193,7 +195,27 @@ static void mprt_cpu_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-static void mprt_cpu_devices_open(int ndev, const char *const *names) { (void)ndev, (void)names; }
+/* Each CPU device's thread count (pool.c's, OpenBLAS's and oneDNN's):
+ * OPENBLAS_NUM_THREADS when set, else the cores shared out between the CPU
+ * devices (at least one each), so that devices working at once do not
+ * oversubscribe the cores. */
+static void mprt_cpu_devices_open(int ndev, const char *const *names)
+{
+    int cpus = 0;
+    for (int d = 0; d < ndev; d++)
+        cpus += strncmp(names[d], "cpu", 3) == 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getenv("OPENBLAS_NUM_THREADS") || cpus < 2 || cores < 2)
+        return;
+    int t = (int)(cores / cpus);
+    openblas_set_num_threads(t > 0 ? t : 1);
+}
+
+static int mprt_cpu_dev_threads(int dev)
+{
+    (void)dev;
+    return mprt_pool_threads();
+}
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
 static void mprt_cpu_dev_scratch(int dev, void *p, size_t n) { (void)dev, (void)p, (void)n; }
@@ -273,7 +295,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
     .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,
     .devices_open = mprt_cpu_devices_open, .streams_start = mprt_cpu_streams_start,
     .sync = mprt_cpu_sync, .losses_alloc = mprt_cpu_losses_alloc, .norm_alloc = mprt_cpu_norm_alloc,
-    .dev_copy = mprt_cpu_dev_copy,
+    .dev_copy = mprt_cpu_dev_copy, .dev_threads = mprt_cpu_dev_threads,
 };
 
 #ifndef MPRT_MIXED   /* CPU devices only; mixed.c has the table of a trainer with both */

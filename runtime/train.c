@@ -367,8 +367,12 @@ static void mprt_start_devices(const MprtModel *m)
 static void mprt_report_devices(const MprtModel *m)
 {
     fprintf(stderr, "memory plan:");
-    for (int d = 0; d < m->ndev; d++)
+    for (int d = 0; d < m->ndev; d++) {
+        int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
+        if (t > 0)
+            fprintf(stderr, " (%d thread%s)", t, t > 1 ? "s" : "");
+    }
     fputc('\n', stderr);
 }
 

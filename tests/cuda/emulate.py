@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 RUNTIME = ["mprt.h", "mprt.c", "npy.c", "safetensors.c", "state.c", "kernel.h", "timeline.c",
-           "cpu.c", "cpu_move.c", "cpu_math.c"]
+           "pool.c", "cpu.c", "cpu_move.c", "cpu_math.c"]
 
 
 def thunks(kernels_cu):

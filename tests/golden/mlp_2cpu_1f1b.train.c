@@ -380,6 +380,7 @@ typedef struct MprtDeviceOps {
     void (*devices_open)(int ndev, const char *const *names);
     int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
     void (*dev_copy)(void *dst, const void *src, size_t n);
+    int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
@@ -460,6 +461,8 @@ typedef struct MprtModel {
 #include <time.h>
 #include <cblas.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -2356,6 +2359,189 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file, lon
     return mprt_out_commit(&out, err, errlen);
 }
 
+/* pool.c — a CPU device's threads for the kernels mpcc writes itself:
+ * elementwise work and fused chains, normalisations, softmax, pooling,
+ * reductions, im2col, the optimizers. (GEMMs and oneDNN's convolutions
+ * bring threads of their own.)
+ *
+ * mprt_par(n, grain, fn, ctx) runs fn(ctx, lo, hi) over pieces [lo, hi)
+ * that cover [0, n), on the calling thread and the workers of its pool.
+ * The pool belongs to the thread that first asks for one, a device's
+ * stream, and has mprt_threads - 1 workers: one pool per device, each
+ * with the thread count OpenBLAS and oneDNN use (OPENBLAS_NUM_THREADS,
+ * else every core). A call with fewer than two pieces' worth of items
+ * (grain each), or from a worker, runs on the calling thread alone.
+ *
+ * The numbers do not depend on the thread count. A kernel splits only
+ * over items whose results are independent (elements, rows, channels,
+ * planes) and computes each item whole, in the order its one-thread loop
+ * uses; no sum is ever split between threads. Which thread takes which
+ * piece changes no bit.
+ *
+ * Thread k takes piece k: the calling thread the first, worker k the
+ * (k+1)-th, so consecutive kernels over the same tensor give each thread
+ * the same part of it, still in its core's cache. A thread that finishes
+ * takes the pieces no one has started, so a worker the system runs late
+ * (OpenBLAS's and oneDNN's threads share the cores) delays nothing. A
+ * worker spins briefly after each call (the next kernel usually follows at
+ * once), then sleeps on a condition variable.
+ */
+
+typedef void (*MprtParFn)(void *ctx, long lo, long hi);
+
+enum { MPRT_POOL_MAX = 32 };   /* pieces of a call, and threads of a device */
+
+MPRT_GLOBAL int mprt_threads;  /* per device; 0: not yet known */
+
+/* The thread count of every CPU device: OpenBLAS's, as oneDNN's. */
+static int mprt_pool_threads(void)
+{
+    if (!mprt_threads) {
+        int t = openblas_get_num_threads();
+        mprt_threads = t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+    }
+    return mprt_threads;
+}
+
+typedef struct MprtTeam {
+    int workers;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    atomic_uint job;       /* bumped for each new call */
+    MprtParFn fn;
+    void *ctx;
+    long n, pieces;
+    atomic_ullong left;    /* the call's number (high 32 bits), a bit per piece not taken */
+    atomic_long done;      /* pieces of this call finished */
+} MprtTeam;
+
+static _Thread_local MprtTeam *mprt_pool_mine;    /* the calling stream's */
+static _Thread_local int mprt_pool_worker;        /* this thread is worker k (from 1) */
+
+enum { MPRT_POOL_SPIN = 20000 };   /* polls before a worker sleeps (tens of µs) */
+
+/* Takes piece k of call `job` if no one has: the call's number and its
+ * pieces not yet taken are one atomic word, so a piece runs once, and only
+ * while its call does (the call's fields are read after taking it). */
+static int mprt_pool_take(MprtTeam *p, unsigned job, int k)
+{
+    unsigned long long v = atomic_load(&p->left), bit = 1ull << k;
+    while ((unsigned)(v >> 32) == job && (v & bit))
+        if (atomic_compare_exchange_weak(&p->left, &v, v & ~bit)) {
+            long lo = p->n * k / p->pieces, hi = p->n * (k + 1) / p->pieces;
+            p->fn(p->ctx, lo, hi);
+            atomic_fetch_add(&p->done, 1);
+            return 1;
+        }
+    return 0;
+}
+
+/* Piece `first`, then any piece of call `job` no one has started. */
+static void mprt_pool_drain(MprtTeam *p, unsigned job, int first)
+{
+    if (first < MPRT_POOL_MAX)
+        mprt_pool_take(p, job, first);
+    for (int k = 0; k < MPRT_POOL_MAX; k++) {
+        unsigned long long v = atomic_load(&p->left);
+        if ((unsigned)(v >> 32) != job || !(v & 0xffffffffu))
+            return;
+        if (v & (1ull << k))
+            mprt_pool_take(p, job, k);
+    }
+}
+
+/* A worker: waits for a call newer than the last it saw, spinning first. */
+static unsigned mprt_pool_wait(MprtTeam *p, unsigned seen)
+{
+    for (int i = 0; i < MPRT_POOL_SPIN; i++) {
+        unsigned j = atomic_load(&p->job);
+        if (j != seen)
+            return j;
+        if (i % 64 == 63)
+            sched_yield();
+    }
+    pthread_mutex_lock(&p->mu);
+    unsigned j;
+    while ((j = atomic_load(&p->job)) == seen)
+        pthread_cond_wait(&p->wake, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return j;
+}
+
+typedef struct MprtWorker {
+    MprtTeam *team;
+    int index;
+} MprtWorker;
+
+static void *mprt_pool_main(void *arg)
+{
+    MprtWorker w = *(MprtWorker *)arg;
+    free(arg);
+    unsigned seen = 0;
+    mprt_pool_worker = w.index;
+    for (;;) {
+        seen = mprt_pool_wait(w.team, seen);
+        mprt_pool_drain(w.team, seen, w.index);
+    }
+    return NULL;
+}
+
+/* The calling thread's pool, made on its first parallel call; NULL when
+ * the device has one thread or no worker can be started (then every call
+ * runs on the caller). */
+static MprtTeam *mprt_pool_get(void)
+{
+    static _Thread_local int tried;
+    if (mprt_pool_mine || tried || mprt_pool_threads() < 2)
+        return mprt_pool_mine;
+    tried = 1;
+    MprtTeam *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    for (int i = 0; i < mprt_threads - 1; i++) {
+        pthread_t t;
+        MprtWorker *w = malloc(sizeof *w);
+        if (!w)
+            break;
+        *w = (MprtWorker){p, i + 1};
+        if (pthread_create(&t, NULL, mprt_pool_main, w) != 0) {
+            free(w);
+            break;
+        }
+        pthread_detach(t);
+        p->workers++;
+    }
+    mprt_pool_mine = p->workers ? p : NULL;
+    return mprt_pool_mine;
+}
+
+MPRT_KERNEL void mprt_par(long n, long grain, MprtParFn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    MprtTeam *p = mprt_pool_worker || n < 2 * grain ? NULL : mprt_pool_get();
+    if (!p) {
+        fn(ctx, 0, n);
+        return;
+    }
+    long pieces = n / grain < p->workers + 1 ? n / grain : p->workers + 1;
+    p->pieces = pieces;
+    p->fn = fn, p->ctx = ctx, p->n = n;
+    unsigned job = atomic_load(&p->job) + 1;
+    atomic_store(&p->done, 0);
+    atomic_store(&p->left, (unsigned long long)job << 32 | ((1ull << pieces) - 1));
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->job, job);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    mprt_pool_drain(p, job, 0);
+    for (long i = 0; atomic_load(&p->done) < p->pieces; i++)   /* pieces workers took */
+        if (i % 64 == 63)
+            sched_yield();
+}
+
 /* cpu.c — the CPU device's kernels, forward and backward, float32.
  *
  * The generated step calls these with the model's static shapes as
@@ -2366,7 +2552,40 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file, lon
 
 /* The mode flag and Dropout's generator are in state.c. Kernels that need
  * scratch memory (the convolutions' patch matrix) are handed it: the
- * memory plan keeps one scratch area per device, after its buffers. */
+ * memory plan keeps one scratch area per device, after its buffers.
+ *
+ * Most loops run on the device's threads (pool.c's mprt_par), split over
+ * independent elements, rows, channels or planes, each computed whole as
+ * the one-thread loop would: the results do not depend on the thread
+ * count. A loop's grain is the least work worth handing to another thread
+ * (about 16 K simple elements). */
+
+/* Pieces of at least this many items: elementwise ops, and rows of n. */
+#define MPRT_GRAIN 16384L
+static inline long mprt_grain_rows(long n)
+{
+    return n >= MPRT_GRAIN ? 1 : MPRT_GRAIN / (n > 0 ? n : 1);
+}
+
+/* An elementwise kernel's operands: up to three arrays, two numbers and
+ * a count. */
+typedef struct MprtEw {
+    const float *a, *b;
+    float *y;
+    float p, q;
+    long n;
+} MprtEw;
+
+/* A per-channel kernel's operands (batch norm, bias gradients): x (and
+ * dy) are N x C x P; per channel, sums in acc (`width` doubles each) or
+ * the factors of a second pass in k; the result in y. */
+typedef struct MprtBn {
+    int N, C, width;
+    long P;
+    const float *x, *dy, *m, *a, *b, *k;
+    double *acc;
+    float *y;
+} MprtBn;
 
 /* ---- matrix multiply ---- */
 
@@ -2421,16 +2640,28 @@ static inline float mprt_pick(int take, float a, float b)
     return a;
 }
 
+static void mprt_relu_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_select(e->a[i] > 0.0f, e->a[i]);
+}
+
 MPRT_KERNEL void mprt_relu(long n, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = mprt_select(x[i] > 0.0f, x[i]);
+    mprt_par(n, MPRT_GRAIN, mprt_relu_piece, &(MprtEw){.a = x, .y = y});
+}
+
+static void mprt_relu_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_select(e->b[i] > 0.0f, e->a[i]);
 }
 
 MPRT_KERNEL void mprt_relu_grad(long n, const float *dy, const float *y, float *dx)
 {
-    for (long i = 0; i < n; i++)
-        dx[i] = mprt_select(y[i] > 0.0f, dy[i]);
+    mprt_par(n, MPRT_GRAIN, mprt_relu_grad_piece, &(MprtEw){.a = dy, .b = y, .y = dx});
 }
 
 MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
@@ -2439,15 +2670,27 @@ MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
         memcpy(y, x, (size_t)n * sizeof *y);
 }
 
+typedef struct MprtSumCall {
+    int k;
+    const float *const *x;
+    float *y;
+} MprtSumCall;
+
+static void mprt_sum_piece(void *ctx, long lo, long hi)
+{
+    const MprtSumCall *t = ctx;
+    for (long i = lo; i < hi; i++) {
+        float s = t->x[0][i];
+        for (int j = 1; j < t->k; j++)
+            s += t->x[j][i];
+        t->y[i] = s;
+    }
+}
+
 /* y = sum of k inputs of n elements */
 MPRT_KERNEL void mprt_sum(long n, int k, const float *const *x, float *y)
 {
-    for (long i = 0; i < n; i++) {
-        float s = x[0][i];
-        for (int j = 1; j < k; j++)
-            s += x[j][i];
-        y[i] = s;
-    }
+    mprt_par(n, MPRT_GRAIN, mprt_sum_piece, &(MprtSumCall){k, x, y});
 }
 
 /* One row of a binary op: n elements, the inputs' strides along it
@@ -2469,6 +2712,36 @@ static inline void mprt_binary_row(int op, long n, const float *a, long sa, cons
     }
 }
 
+/* A broadcasting binary op's operands, for the output rows a thread takes. */
+typedef struct MprtBinary {
+    int op, rank;
+    const long *shape, *sa, *sb;
+    const float *a, *b;
+    float *y;
+} MprtBinary;
+
+static void mprt_binary_piece(void *ctx, long lo, long hi)
+{
+    const MprtBinary *t = ctx;
+    int rank = t->rank;
+    long idx[8] = {0}, ia = 0, ib = 0, n = t->shape[rank - 1], rest = lo;
+    for (int d = rank - 2; d >= 0; d--) {   /* row lo's index and offsets */
+        idx[d] = rest % t->shape[d], rest /= t->shape[d];
+        ia += idx[d] * t->sa[d], ib += idx[d] * t->sb[d];
+    }
+    for (long r = lo; r < hi; r++) {
+        mprt_binary_row(t->op, n, t->a + ia, t->sa[rank - 1], t->b + ib, t->sb[rank - 1],
+                        t->y + r * n);
+        for (int d = rank - 2; d >= 0; d--) {
+            ia += t->sa[d], ib += t->sb[d];
+            if (++idx[d] < t->shape[d])
+                break;
+            ia -= t->sa[d] * t->shape[d], ib -= t->sb[d] * t->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a, const long *sa,
                         const float *b, const long *sb, float *y)
 {
@@ -2476,19 +2749,11 @@ MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a
         mprt_binary_row(op, 1, a, 0, b, 0, y);
         return;
     }
-    long rows = 1, idx[8] = {0}, ia = 0, ib = 0, n = shape[rank - 1];
+    long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    for (long r = 0; r < rows; r++) {
-        mprt_binary_row(op, n, a + ia, sa[rank - 1], b + ib, sb[rank - 1], y + r * n);
-        for (int d = rank - 2; d >= 0; d--) {
-            ia += sa[d], ib += sb[d];
-            if (++idx[d] < shape[d])
-                break;
-            ia -= sa[d] * shape[d], ib -= sb[d] * shape[d];
-            idx[d] = 0;
-        }
-    }
+    MprtBinary t = {op, rank, shape, sa, sb, a, b, y};
+    mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_binary_piece, &t);
 }
 
 /* out = alpha * dy summed over the dimensions where out has size 1
@@ -2674,12 +2939,23 @@ static inline long mprt_conv_row(const MprtConv *p, int c, int kd, int kh, int r
     return (((long)c * p->D + id) * p->H + ih) * p->W;
 }
 
-/* One image's patches as columns: row (c, kd, kh, kw) of col, ld floats
- * apart, holds that tap for every output position. */
-MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
+typedef struct MprtIm2col {
+    const MprtConv *p;
+    const float *x;
+    float *col;
+    size_t ld;
+} MprtIm2col;
+
+/* Channels [lo, hi) of mprt_im2col. */
+static void mprt_im2col_piece(void *ctx, long lo, long hi)
 {
-    int cg = p->C / p->group, rows = p->OD * p->OH;
-    for (int c = 0; c < cg; c++)
+    const MprtIm2col *t = ctx;
+    const MprtConv *p = t->p;
+    const float *x = t->x;
+    float *col = t->col;
+    size_t ld = t->ld;
+    int rows = p->OD * p->OH;
+    for (int c = (int)lo; c < hi; c++)
         for (int kd = 0; kd < p->KD; kd++)
             for (int kh = 0; kh < p->KH; kh++)
                 for (int kw = 0; kw < p->KW; kw++) {
@@ -2706,6 +2982,16 @@ MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size
                             r[ow] = 0.0f;
                     }
                 }
+}
+
+/* One image's patches as columns: row (c, kd, kh, kw) of col, ld floats
+ * apart, holds that tap for every output position; channels on the
+ * device's threads. */
+MPRT_KERNEL void mprt_im2col(const MprtConv *p, const float *x, float *col, size_t ld)
+{
+    long per_channel = mprt_conv_taps(p) * mprt_conv_out_plane(p);
+    mprt_par(p->C / p->group, mprt_grain_rows(per_channel), mprt_im2col_piece,
+             &(MprtIm2col){p, x, col, ld});
 }
 
 MPRT_KERNEL void mprt_col2im(const MprtConv *p, const float *col, size_t ld, float *x)
@@ -2867,14 +3153,21 @@ MPRT_KERNEL void mprt_conv_transpose(const MprtConv *p, const float *x, const fl
 }
 
 /* d bias[m] = sum over n and positions of dy[n, m, :] */
+static void mprt_channel_sum_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long m = lo; m < hi; m++) {
+        double s = 0;
+        for (int n = 0; n < t->N; n++)
+            s += mprt_row_sum(t->dy + ((size_t)n * t->C + m) * t->P, t->P);
+        t->y[m] = (float)s;
+    }
+}
+
 MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *db)
 {
-    for (int m = 0; m < M; m++) {
-        double s = 0;
-        for (int n = 0; n < N; n++)
-            s += mprt_row_sum(dy + ((size_t)n * M + m) * P, P);
-        db[m] = (float)s;
-    }
+    MprtBn t = {.N = N, .C = M, .P = P, .dy = dy, .y = db};
+    mprt_par(M, mprt_grain_rows((long)N * P), mprt_channel_sum_piece, &t);
 }
 
 /* ---- batch normalization ---- */
@@ -2885,20 +3178,28 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
  * row in each image, pages apart, and wait on memory for every one when x
  * is not in the cache (a saved activation read by the backward pass). Each
  * channel's sums still add its rows in image order, as one channel at a
- * time would. */
+ * time would. On several threads, each takes a block of channels (for the
+ * sums) or of planes (to write y or dx), and walks it the same way. */
 
-/* Per channel c: y = (x - m[c]) * a[c] + b[c], over every image
- * (subtracting the mean first keeps what a large mean would cancel). */
+/* Planes [lo, hi) of y = (x - m[c]) * a[c] + b[c] (subtracting the mean
+ * first keeps what a large mean would cancel). */
+static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long nc = lo; nc < hi; nc++) {
+        int c = (int)(nc % t->C);
+        size_t k = (size_t)nc * t->P;
+        float mc = t->m[c], ac = t->a[c], bc = t->b[c];
+        for (long i = 0; i < t->P; i++)
+            t->y[k + i] = (t->x[k + i] - mc) * ac + bc;
+    }
+}
+
 static void mprt_bn_apply(int N, int C, long P, const float *x, const float *m, const float *a,
                           const float *b, float *y)
 {
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t k = ((size_t)n * C + c) * P;
-            float mc = m[c], ac = a[c], bc = b[c];
-            for (long i = 0; i < P; i++)
-                y[k + i] = (x[k + i] - mc) * ac + bc;
-        }
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = b, .y = y};
+    mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_apply_piece, &t);
 }
 
 /* Scratch for one call: `arrays` arrays of C elements of `size` bytes. */
@@ -2934,12 +3235,35 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
 /* The batch mean and (population) variance of every channel, from sums of
  * x and x^2 in double (exact enough unless mean^2 exceeds the variance by
  * ~1e10, far outside what activations do): mean[C], var[C]. */
+static void mprt_bn_sums_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (int n = 0; n < t->N; n++)
+        for (long c = lo; c < hi; c++) {
+            size_t o = ((size_t)n * t->C + c) * t->P;
+            double *a = t->acc + (size_t)t->width * c;
+            if (t->dy)
+                mprt_row_moments_dots(t->dy + o, t->x + o, t->P, a);
+            else
+                mprt_row_sums(t->x + o, t->P, &a[0], &a[1]);
+        }
+}
+
+/* Per channel, over every image in order: sum x and x^2 (width 2), or
+ * with dy also sum dy and dy * x (width 4), into acc (zeroed). */
+static void mprt_bn_sums(int N, int C, long P, const float *x, const float *dy, double *acc)
+{
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .acc = acc, .width = dy ? 4 : 2};
+    mprt_par(C, mprt_grain_rows((long)N * P), mprt_bn_sums_piece, &t);
+}
+
 static void mprt_bn_moments(int N, int C, long P, const float *x, double *mean, double *var)
 {
-    double cnt = (double)N * P;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            mprt_row_sums(x + ((size_t)n * C + c) * P, P, &mean[c], &var[c]);
+    double cnt = (double)N * P, *acc = mprt_bn_scratch(C, sizeof(double), 2);
+    mprt_bn_sums(N, C, P, x, NULL, acc);
+    for (int c = 0; c < C; c++)
+        mean[c] = acc[2 * c], var[c] = acc[2 * c + 1];
+    free(acc);
     for (int c = 0; c < C; c++) {
         mean[c] /= cnt;
         var[c] = var[c] / cnt - mean[c] * mean[c];
@@ -2982,17 +3306,27 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
  * needs (in double: sum dy * (x - mean) = sum dy * x - mean * sum dy loses
  * nothing a float gradient keeps), a second to write
  * dx = scale * inv * (dy - sdy/cnt - (x - mean) * inv^2 * sdyx/cnt). */
+/* Planes [lo, hi) of dx, from the factors k (4 per channel). */
+static void mprt_bn_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    for (long nc = lo; nc < hi; nc++) {
+        size_t o = (size_t)nc * t->P;
+        const float *d = t->dy + o, *xs = t->x + o, *kc = t->k + 4 * (size_t)(nc % t->C);
+        float k1 = kc[0], k0 = kc[1], k2 = kc[2], m = kc[3];
+        float *dx = t->y + o;
+        for (long i = 0; i < t->P; i++)
+            dx[i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
+    }
+}
+
 MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
                          const float *scale, float eps, float *dx, float *dscale, float *dbias)
 {
     long cnt = (long)N * P;
     double *acc = mprt_bn_scratch(C, sizeof(double), 4);
     float *k = mprt_bn_scratch(C, sizeof(float), 4);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t o = ((size_t)n * C + c) * P;
-            mprt_row_moments_dots(dy + o, x + o, P, acc + 4 * (size_t)c);
-        }
+    mprt_bn_sums(N, C, P, x, dy, acc);
     for (int c = 0; c < C; c++) {
         const double *s = acc + 4 * (size_t)c;
         double mean = s[0] / cnt, var = s[1] / cnt - mean * mean;
@@ -3004,14 +3338,8 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
         kc[0] = (float)(scale[c] * inv), kc[1] = (float)(sdy / cnt);
         kc[2] = (float)(inv * inv * sdyx / cnt), kc[3] = (float)mean;
     }
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t o = ((size_t)n * C + c) * P;
-            const float *d = dy + o, *xs = x + o, *kc = k + 4 * (size_t)c;
-            float k1 = kc[0], k0 = kc[1], k2 = kc[2], m = kc[3];
-            for (long i = 0; i < P; i++)
-                dx[o + i] = k1 * (d[i] - k0 - (xs[i] - m) * k2);
-        }
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .k = k, .y = dx};
+    mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_grad_piece, &t);
     free(acc);
     free(k);
 }
@@ -3053,10 +3381,23 @@ static void mprt_maxpool_row(const MprtPool *p, const float *xs, int r, float *y
     }
 }
 
-MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
+/* A pooling call's operands, for the planes a thread takes. */
+typedef struct MprtPoolCall {
+    const MprtPool *p;
+    float *x, *y;
+    int64_t *idx;
+    int back;
+} MprtPoolCall;
+
+static void mprt_maxpool_piece(void *ctx, long lo, long hi)
 {
+    const MprtPoolCall *t = ctx;
+    const MprtPool *p = t->p;
+    const float *x = t->x;
+    float *y = t->y;
+    int64_t *idx = t->idx;
     size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
-    for (long nc = 0; nc < (long)p->N * p->C; nc++) {
+    for (long nc = lo; nc < hi; nc++) {
         long stack[512], *best = p->OW <= 512 ? stack : malloc((size_t)p->OW * sizeof *best);
         if (!best) {
             fprintf(stderr, "train: error: out of memory in max pooling\n");
@@ -3072,6 +3413,13 @@ MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64
         if (best != stack)
             free(best);
     }
+}
+
+MPRT_KERNEL void mprt_maxpool(const MprtPool *p, const float *x, float *y, int64_t *idx)
+{
+    long planes = (long)p->N * p->C, out = (long)p->OD * p->OH * p->OW * p->KD * p->KH * p->KW;
+    MprtPoolCall t = {.p = p, .x = (float *)x, .y = y, .idx = idx};
+    mprt_par(planes, mprt_grain_rows(out), mprt_maxpool_piece, &t);
 }
 
 /* dx = 0, then each output's gradient goes to the input its maximum came
@@ -3098,15 +3446,17 @@ static int mprt_avg_window(int o, int stride, int pad, int k, int n, int end_pad
     return include_pad ? padded : *hi - *lo;
 }
 
-/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
- * from dy, each output's gradient spread evenly over its window). */
-MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
+static void mprt_avgpool_piece(void *ctx, long lo, long hi)
 {
+    const MprtPoolCall *t = ctx;
+    const MprtPool *p = t->p;
+    float *x = t->x, *y = t->y;
+    int back = t->back;
     size_t plane = (size_t)p->D * p->H * p->W, oplane = (size_t)p->OD * p->OH * p->OW;
     int cip = p->count_include_pad;
     if (back)
-        memset(x, 0, (size_t)p->N * p->C * plane * sizeof *x);
-    for (long nc = 0; nc < (long)p->N * p->C; nc++)
+        memset(x + lo * plane, 0, (size_t)(hi - lo) * plane * sizeof *x);
+    for (long nc = lo; nc < hi; nc++)
         for (int r = 0; r < p->OD * p->OH; r++) {
             int od = r / p->OH, oh = r - od * p->OH, d0, d1, h0, h1, w0, w1;
             int dd = mprt_avg_window(od, p->sd, p->pd, p->KD, p->D, p->ed, cip, &d0, &d1);
@@ -3132,29 +3482,67 @@ MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
         }
 }
 
-MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
+/* Average pooling (back == 0: y from x) and its gradient (back != 0: dx
+ * from dy, each output's gradient spread evenly over its window); planes
+ * on the device's threads, each whole on one. */
+MPRT_KERNEL void mprt_avgpool(int back, const MprtPool *p, float *x, float *y)
 {
-    for (long i = 0; i < NC; i++) {
+    long planes = (long)p->N * p->C, out = (long)p->OD * p->OH * p->OW * p->KD * p->KH * p->KW;
+    MprtPoolCall t = {.p = p, .x = x, .y = y, .back = back};
+    mprt_par(planes, mprt_grain_rows(out), mprt_avgpool_piece, &t);
+}
+
+/* Rows of P (.n): a mean per row, or a row per gradient. */
+static void mprt_gap_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    long P = e->n;
+    for (long i = lo; i < hi; i++) {
         double s = 0;
         for (long k = 0; k < P; k++)
-            s += x[(size_t)i * P + k];
-        y[i] = (float)(s / P);
+            s += e->a[(size_t)i * P + k];
+        e->y[i] = (float)(s / P);
     }
+}
+
+MPRT_KERNEL void mprt_gap(long NC, long P, const float *x, float *y)
+{
+    mprt_par(NC, mprt_grain_rows(P), mprt_gap_piece, &(MprtEw){.a = x, .y = y, .n = P});
+}
+
+static void mprt_gap_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    long P = e->n;
+    for (long i = lo; i < hi; i++)
+        for (long k = 0; k < P; k++)
+            e->y[(size_t)i * P + k] = e->a[i] / (float)P;
 }
 
 MPRT_KERNEL void mprt_gap_grad(long NC, long P, const float *dy, float *dx)
 {
-    for (long i = 0; i < NC; i++)
-        for (long k = 0; k < P; k++)
-            dx[(size_t)i * P + k] = dy[i] / (float)P;
+    mprt_par(NC, mprt_grain_rows(P), mprt_gap_grad_piece,
+             &(MprtEw){.a = dy, .y = dx, .n = P});
 }
 
 /* ---- optimizers (as torch.optim) ---- */
 
-MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr,
-                     float momentum, float wd, int nesterov, int first)
+/* An optimizer step's operands, for the elements a thread takes. */
+typedef struct MprtOpt {
+    float *w, *buf, *m, *v;
+    const float *g;
+    float scale, lr, momentum, wd, b1, b2, eps, step_size, bc2s;
+    int nesterov, first;
+} MprtOpt;
+
+static void mprt_sgd_piece(void *ctx, long lo, long hi)
 {
-    for (long i = 0; i < n; i++) {
+    const MprtOpt *o = ctx;
+    float *w = o->w, *buf = o->buf, scale = o->scale, lr = o->lr, momentum = o->momentum;
+    float wd = o->wd;
+    const float *g = o->g;
+    int nesterov = o->nesterov, first = o->first;
+    for (long i = lo; i < hi; i++) {
         float d = g[i] * scale + wd * w[i];
         if (buf) {
             buf[i] = first ? d : momentum * buf[i] + d;
@@ -3164,18 +3552,36 @@ MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float sc
     }
 }
 
-MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v, float scale,
-                       float lr, float b1, float b2, float eps, float wd, long step)
+MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr,
+                     float momentum, float wd, int nesterov, int first)
 {
-    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    float step_size = lr / bc1, bc2s = sqrtf(bc2);
-    for (long i = 0; i < n; i++) {
+    MprtOpt o = {.w = w, .g = g, .buf = buf, .scale = scale, .lr = lr, .momentum = momentum,
+                 .wd = wd, .nesterov = nesterov, .first = first};
+    mprt_par(n, MPRT_GRAIN, mprt_sgd_piece, &o);
+}
+
+static void mprt_adamw_piece(void *ctx, long lo, long hi)
+{
+    const MprtOpt *o = ctx;
+    float *w = o->w, *m = o->m, *v = o->v, scale = o->scale, lr = o->lr, wd = o->wd;
+    float b1 = o->b1, b2 = o->b2, eps = o->eps, step_size = o->step_size, bc2s = o->bc2s;
+    const float *g = o->g;
+    for (long i = lo; i < hi; i++) {
         float gi = g[i] * scale;
         w[i] *= 1.0f - lr * wd;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         w[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2s + eps);
     }
+}
+
+MPRT_KERNEL void mprt_adamw(long n, float *w, const float *g, float *m, float *v, float scale,
+                       float lr, float b1, float b2, float eps, float wd, long step)
+{
+    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    MprtOpt o = {.w = w, .g = g, .m = m, .v = v, .scale = scale, .lr = lr, .b1 = b1, .b2 = b2,
+                 .eps = eps, .wd = wd, .step_size = lr / bc1, .bc2s = sqrtf(bc2)};
+    mprt_par(n, MPRT_GRAIN, mprt_adamw_piece, &o);
 }
 
 /* A copy of any element type. */
@@ -3186,10 +3592,17 @@ MPRT_KERNEL void mprt_copy_bytes(size_t n, const void *x, void *y)
 
 /* A parameter's gradient summed over micro-batches: sum = g for the
  * first, sum += g after. */
+static void mprt_accumulate_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    int first = e->n != 0;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = (first ? 0.0f : e->y[i]) + e->a[i];
+}
+
 MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first)
 {
-    for (long i = 0; i < n; i++)
-        sum[i] = (first ? 0.0f : sum[i]) + g[i];
+    mprt_par(n, MPRT_GRAIN, mprt_accumulate_piece, &(MprtEw){.a = g, .y = sum, .n = first});
 }
 
 /* Adds s[0 .. 2 w) by halving, where only s[0 .. m) can be non-zero: the
@@ -3233,11 +3646,10 @@ MPRT_KERNEL void mprt_sq_norm(long n, const float *g, float scale, double *out)
 
 /* cpu_move.c — the CPU device's data-movement kernels, forward and
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
- * embedding and its scatter-add gradient, Where, comparisons, Mod,
- * GatherElements/ScatterElements and GatherND/ScatterND, Cast and 2-D
- * Resize.
  * embedding and its scatter-add gradient, Where, comparisons, OneHot,
- * Trilu, Mod, Cast and 2-D Resize.
+ * Trilu, Mod, GatherElements/ScatterElements and GatherND/ScatterND, Cast
+ * and 2-D Resize. Strided copies run on the device's threads (pool.c),
+ * a row of the output each.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -3264,6 +3676,38 @@ static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k
  * (permuted strides) and Slice (strides times steps, base at the starts).
  * With back != 0 it runs the other way for the gradient: dx is zeroed and
  * dx[base + ...] = dy. */
+typedef struct MprtStrided {
+    int back, rank;
+    const long *shape, *stride;
+    long base;
+    float *x, *y;
+} MprtStrided;
+
+/* Output rows [lo, hi) of mprt_strided (no two write one element of x). */
+static void mprt_strided_piece(void *ctx, long lo, long hi)
+{
+    const MprtStrided *t = ctx;
+    int rank = t->rank, back = t->back;
+    long idx[8] = {0}, off = t->base, n = t->shape[rank - 1], s = t->stride[rank - 1];
+    long rest = lo;
+    const long *st[1] = {t->stride};
+    float *x = t->x, *y = t->y;
+    for (int d = rank - 2; d >= 0; d--) {   /* row lo's index and offset */
+        idx[d] = rest % t->shape[d], rest /= t->shape[d];
+        off += idx[d] * t->stride[d];
+    }
+    for (long r = lo; r < hi; r++) {
+        float *yr = y + r * n, *xr = x + off;
+        if (back)
+            for (long j = 0; j < n; j++)
+                xr[j * s] = yr[j];
+        else
+            for (long j = 0; j < n; j++)
+                yr[j] = xr[j * s];
+        mprt_bcast_next(rank - 1, t->shape, idx, 1, &off, st);
+    }
+}
+
 MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
                               long base, long n_x, float *x, float *y)
 {
@@ -3276,20 +3720,11 @@ MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long 
             y[0] = x[base];
         return;
     }
-    long rows = 1, idx[8] = {0}, off = base, n = shape[rank - 1], s = stride[rank - 1];
-    const long *st[1] = {stride};
+    long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    for (long r = 0; r < rows; r++) {
-        float *yr = y + r * n, *xr = x + off;
-        if (back)
-            for (long j = 0; j < n; j++)
-                xr[j * s] = yr[j];
-        else
-            for (long j = 0; j < n; j++)
-                yr[j] = xr[j * s];
-        mprt_bcast_next(rank - 1, shape, idx, 1, &off, st);
-    }
+    MprtStrided t = {back, rank, shape, stride, base, x, y};
+    mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_strided_piece, &t);
 }
 
 /* y (contiguous, `shape`) = x broadcast by its strides (0 along the
@@ -4149,10 +4584,18 @@ static inline float mprt_unary_1(int op, float v, float p, float q)
     }
 }
 
+static void mprt_unary_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *e = ctx;
+    int op = (int)e->n;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_unary_1(op, e->a[i], e->p, e->q);
+}
+
 MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = mprt_unary_1(op, x[i], p, q);
+    mprt_par(n, MPRT_GRAIN / 4, mprt_unary_piece,
+             &(MprtEw){.a = x, .y = y, .p = p, .q = q, .n = op});
 }
 
 /* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
@@ -4187,11 +4630,25 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
  * has a kink the derivative is PyTorch's: LeakyRelu, Elu and Selu take the
  * left side at 0, HardSigmoid is flat at its corners, HardSwish takes
  * x / 3 + 1/2 at 3, Clip passes the gradient at min and max. */
+typedef struct MprtUnaryGrad {
+    int op;
+    float p, q;
+    const float *dy, *x, *y;
+    float *dx;
+} MprtUnaryGrad;
+
+static void mprt_unary_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtUnaryGrad *t = ctx;
+    for (long i = lo; i < hi; i++)
+        t->dx[i] = mprt_unary_grad_1(t->op, t->dy[i], t->x[i], t->y[i], t->p, t->q);
+}
+
 MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
                                  const float *x, const float *y, float *dx)
 {
-    for (long i = 0; i < n; i++)
-        dx[i] = mprt_unary_grad_1(op, dy[i], x[i], y[i], p, q);
+    mprt_par(n, MPRT_GRAIN / 4, mprt_unary_grad_piece,
+             &(MprtUnaryGrad){op, p, q, dy, x, y, dx});
 }
 
 /* ---- fused elementwise chains ---- */
@@ -4349,26 +4806,46 @@ static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int
     }
 }
 
-/* y = the chain's value at every element of the output (kernel.h). */
-MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+typedef struct MprtEwCall {
+    const MprtEwChain *c;
+    const float *const *x;
+    float *y;
+    long n;
+    int dense[MPRT_EW_OPERANDS];
+} MprtEwCall;
+
+/* Tiles [lo, hi) of a chain (each thread has tiles of its own). */
+static void mprt_ew_chain_piece(void *ctx, long lo, long hi)
 {
     static _Thread_local float tmp[MPRT_EW_OPERANDS + 1][MPRT_EW_TILE];
+    const MprtEwCall *t = ctx;
+    const MprtEwChain *c = t->c;
     const float *u[MPRT_EW_OPERANDS];
-    int dense[MPRT_EW_OPERANDS];
-    long n = 1;
-    for (int d = 0; d < c->rank; d++)
-        n *= c->shape[d];
-    for (int k = 0; k < c->nops; k++)
-        dense[k] = mprt_ew_dense(c, k);
-    for (long i0 = 0; i0 < n; i0 += MPRT_EW_TILE) {
+    const float *const *x = t->x;
+    float *y = t->y;
+    long n = t->n;
+    for (long i0 = lo * MPRT_EW_TILE; i0 < n && i0 < hi * MPRT_EW_TILE; i0 += MPRT_EW_TILE) {
         long m = n - i0 < MPRT_EW_TILE ? n - i0 : MPRT_EW_TILE;
         float *v = m == MPRT_EW_TILE ? y + i0 : tmp[MPRT_EW_OPERANDS];
-        mprt_ew_tiles(c, x, dense, i0, m, tmp, u);
+        mprt_ew_tiles(c, x, t->dense, i0, m, tmp, u);
         for (int i = 0; i < c->nsteps; i++)
             mprt_ew_step(&c->step[i], u, v);
         if (v != y + i0)
             memcpy(y + i0, v, (size_t)m * sizeof *v);
     }
+}
+
+/* y = the chain's value at every element of the output (kernel.h), tiles
+ * on the device's threads. */
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+{
+    MprtEwCall t = {.c = c, .x = x, .y = y, .n = 1};
+    for (int d = 0; d < c->rank; d++)
+        t.n *= c->shape[d];
+    for (int k = 0; k < c->nops; k++)
+        t.dense[k] = mprt_ew_dense(c, k);
+    long tiles = (t.n + MPRT_EW_TILE - 1) / MPRT_EW_TILE;
+    mprt_par(tiles, mprt_grain_rows(MPRT_EW_TILE), mprt_ew_chain_piece, &t);
 }
 
 /* ---- variadic elementwise ops with broadcasting: Sum, Mean, Min, Max ---- */
@@ -4668,12 +5145,23 @@ MPRT_KERNEL void mprt_pow_grad(int wrt, int rank, const long *shape, const float
 
 /* ---- softmax over one axis: x is outer x C x inner ---- */
 
-MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, float *y)
+/* A softmax's operands (x is outer x C x inner), for the rows (o, j) a
+ * thread takes. */
+typedef struct MprtSoftmax {
+    long C, inner;
+    const float *x, *dy;
+    float *y;
+} MprtSoftmax;
+
+static void mprt_softmax_piece(void *ctx, long lo, long hi)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
-            const float *xs = x + (size_t)o * C * inner + j;
-            float *ys = y + (size_t)o * C * inner + j;
+    const MprtSoftmax *t = ctx;
+    long C = t->C, inner = t->inner;
+    for (long r = lo; r < hi; r++) {
+        long o = r / inner, j = r % inner;
+        {
+            const float *xs = t->x + (size_t)o * C * inner + j;
+            float *ys = t->y + (size_t)o * C * inner + j;
             float mx = mprt_strided_max(xs, C, inner);
             if (mx == -INFINITY)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
@@ -4687,14 +5175,24 @@ MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, fl
             for (long c = 0; c < C; c++)
                 ys[c * inner] *= inv;
         }
+    }
 }
 
-/* dx = y * (dy - sum_c dy * y) */
-MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
-                                   const float *y, float *dx)
+MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, float *y)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
+    mprt_par(outer * inner, mprt_grain_rows(4 * C), mprt_softmax_piece,
+             &(MprtSoftmax){.C = C, .inner = inner, .x = x, .y = y});
+}
+
+static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtSoftmax *t = ctx;
+    long C = t->C, inner = t->inner;
+    const float *dy = t->dy, *y = t->x;
+    float *dx = t->y;
+    for (long r = lo; r < hi; r++) {
+        long o = r / inner, j = r % inner;
+        {
             size_t base = (size_t)o * C * inner + j;
             double dot = 0;
             for (long c = 0; c < C; c++)
@@ -4702,17 +5200,37 @@ MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *
             for (long c = 0; c < C; c++)
                 dx[base + c * inner] = y[base + c * inner] * (dy[base + c * inner] - (float)dot);
         }
+    }
+}
+
+/* dx = y * (dy - sum_c dy * y) */
+MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
+                                   const float *y, float *dx)
+{
+    mprt_par(outer * inner, mprt_grain_rows(2 * C), mprt_softmax_grad_piece,
+             &(MprtSoftmax){.C = C, .inner = inner, .x = y, .dy = dy, .y = dx});
 }
 
 /* ---- layer normalization over the last D elements of each row ---- */
 
-MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *scale,
-                                const float *bias, float eps, float *y, float *mean,
-                                float *rstd)
+/* A layer norm's operands, for the rows (or, summing the parameters'
+ * gradients, the columns) a thread takes. */
+typedef struct MprtLayerNorm {
+    long D, rows;
+    const float *x, *dy, *scale, *bias;
+    float eps, *y, *mean, *rstd;
+    double *acc;
+} MprtLayerNorm;
+
+static void mprt_layernorm_piece(void *ctx, long lo, long hi)
 {
-    for (long r = 0; r < rows; r++) {
-        const float *xs = x + (size_t)r * D;
-        float *ys = y + (size_t)r * D;
+    const MprtLayerNorm *t = ctx;
+    long D = t->D;
+    const float *scale = t->scale, *bias = t->bias;
+    float eps = t->eps, *mean = t->mean, *rstd = t->rstd;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * D;
+        float *ys = t->y + (size_t)r * D;
         double s = 0, ss = 0;
         for (long i = 0; i < D; i++)
             s += xs[i];
@@ -4729,6 +5247,55 @@ MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *
     }
 }
 
+MPRT_KERNEL void mprt_layernorm(long rows, long D, const float *x, const float *scale,
+                                const float *bias, float eps, float *y, float *mean,
+                                float *rstd)
+{
+    MprtLayerNorm t = {.D = D, .x = x, .scale = scale, .bias = bias, .eps = eps, .y = y,
+                       .mean = mean, .rstd = rstd};
+    mprt_par(rows, mprt_grain_rows(3 * D), mprt_layernorm_piece, &t);
+}
+
+/* Rows [lo, hi) of a layer norm's dx. */
+static void mprt_layernorm_dx_piece(void *ctx, long lo, long hi)
+{
+    const MprtLayerNorm *t = ctx;
+    long D = t->D;
+    const float *scale = t->scale;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * D, *g = t->dy + (size_t)r * D;
+        float m = t->mean[r], inv = t->rstd[r];
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv, gi = g[i] * scale[i];
+            sg += gi;
+            sgx += gi * xhat;
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            float xhat = (xs[i] - m) * inv;
+            t->y[(size_t)r * D + i] = inv * (g[i] * scale[i] - mg - xhat * mgx);
+        }
+    }
+}
+
+/* Columns [lo, hi) of the scale's and bias's gradients, over every row in
+ * order. */
+static void mprt_layernorm_params_piece(void *ctx, long lo, long hi)
+{
+    const MprtLayerNorm *t = ctx;
+    long D = t->D, rows = t->rows;
+    for (long r = 0; r < rows; r++) {
+        const float *xs = t->x + (size_t)r * D, *g = t->dy + (size_t)r * D;
+        float m = t->mean[r], inv = t->rstd[r];
+        for (long i = lo; i < hi; i++) {
+            float xhat = (xs[i] - m) * inv;
+            t->acc[i] += (double)g[i] * xhat;
+            t->acc[D + i] += g[i];
+        }
+    }
+}
+
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale;
  * dscale = sum over rows of dy * xhat, dbias = sum of dy (dbias may be
  * NULL). */
@@ -4741,23 +5308,10 @@ MPRT_KERNEL void mprt_layernorm_grad(long rows, long D, const float *dy, const f
         fprintf(stderr, "train: error: out of memory in a layer-norm gradient\n");
         exit(1);
     }
-    for (long r = 0; r < rows; r++) {
-        const float *xs = x + (size_t)r * D, *g = dy + (size_t)r * D;
-        float m = mean[r], inv = rstd[r];
-        double sg = 0, sgx = 0;
-        for (long i = 0; i < D; i++) {
-            float xhat = (xs[i] - m) * inv, gi = g[i] * scale[i];
-            sg += gi;
-            sgx += gi * xhat;
-            acc[i] += (double)g[i] * xhat;
-            acc[D + i] += g[i];
-        }
-        float mg = (float)(sg / D), mgx = (float)(sgx / D);
-        for (long i = 0; i < D; i++) {
-            float xhat = (xs[i] - m) * inv;
-            dx[(size_t)r * D + i] = inv * (g[i] * scale[i] - mg - xhat * mgx);
-        }
-    }
+    MprtLayerNorm t = {.D = D, .x = x, .dy = dy, .scale = scale, .y = dx, .mean = (float *)mean,
+                       .rstd = (float *)rstd, .acc = acc, .rows = rows};
+    mprt_par(rows, mprt_grain_rows(3 * D), mprt_layernorm_dx_piece, &t);
+    mprt_par(D, mprt_grain_rows(rows), mprt_layernorm_params_piece, &t);
     for (long i = 0; i < D; i++) {
         dscale[i] = (float)acc[i];
         if (dbias)
@@ -5162,7 +5716,27 @@ static void mprt_cpu_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-static void mprt_cpu_devices_open(int ndev, const char *const *names) { (void)ndev, (void)names; }
+/* Each CPU device's thread count (pool.c's, OpenBLAS's and oneDNN's):
+ * OPENBLAS_NUM_THREADS when set, else the cores shared out between the CPU
+ * devices (at least one each), so that devices working at once do not
+ * oversubscribe the cores. */
+static void mprt_cpu_devices_open(int ndev, const char *const *names)
+{
+    int cpus = 0;
+    for (int d = 0; d < ndev; d++)
+        cpus += strncmp(names[d], "cpu", 3) == 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getenv("OPENBLAS_NUM_THREADS") || cpus < 2 || cores < 2)
+        return;
+    int t = (int)(cores / cpus);
+    openblas_set_num_threads(t > 0 ? t : 1);
+}
+
+static int mprt_cpu_dev_threads(int dev)
+{
+    (void)dev;
+    return mprt_pool_threads();
+}
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
 static void mprt_cpu_dev_scratch(int dev, void *p, size_t n) { (void)dev, (void)p, (void)n; }
@@ -5242,7 +5816,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
     .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,
     .devices_open = mprt_cpu_devices_open, .streams_start = mprt_cpu_streams_start,
     .sync = mprt_cpu_sync, .losses_alloc = mprt_cpu_losses_alloc, .norm_alloc = mprt_cpu_norm_alloc,
-    .dev_copy = mprt_cpu_dev_copy,
+    .dev_copy = mprt_cpu_dev_copy, .dev_threads = mprt_cpu_dev_threads,
 };
 
 #ifndef MPRT_MIXED   /* CPU devices only; mixed.c has the table of a trainer with both */
@@ -6678,8 +7252,12 @@ static void mprt_start_devices(const MprtModel *m)
 static void mprt_report_devices(const MprtModel *m)
 {
     fprintf(stderr, "memory plan:");
-    for (int d = 0; d < m->ndev; d++)
+    for (int d = 0; d < m->ndev; d++) {
+        int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
+        if (t > 0)
+            fprintf(stderr, " (%d thread%s)", t, t > 1 ? "s" : "");
+    }
     fputc('\n', stderr);
 }
 
