@@ -3708,6 +3708,39 @@ static void mprt_strided_piece(void *ctx, long lo, long hi)
     }
 }
 
+/* A transpose of the last two dimensions (the output's rows read x
+ * `stride[rank-1]` apart, its columns read x contiguously): blocks of
+ * MPRT_T_BLOCK output rows, column by column, so that each column of a
+ * block reads one short contiguous run of x rather than a float a cache
+ * line. The block is small because its rows are often a power of two
+ * apart (4 KB for 1024 floats), which puts them in one set of the L1
+ * cache: 4 rows fit its ways, 16 thrash them (a 256 x 1024 transpose took
+ * 114 us with 4, 154 with 8, 736 with 16 and 650 row by row). Items
+ * [lo, hi): (the batch index, the block). */
+enum { MPRT_T_BLOCK = 4 };
+
+static void mprt_transpose_piece(void *ctx, long lo, long hi)
+{
+    const MprtStrided *t = ctx;
+    int rank = t->rank;
+    long R = t->shape[rank - 2], n = t->shape[rank - 1], s = t->stride[rank - 1];
+    long blocks = (R + MPRT_T_BLOCK - 1) / MPRT_T_BLOCK;
+    for (long item = lo; item < hi; item++) {
+        long o = item / blocks, i0 = item % blocks * MPRT_T_BLOCK, rest = o, off = t->base;
+        long i1 = i0 + MPRT_T_BLOCK < R ? i0 + MPRT_T_BLOCK : R;
+        for (int d = rank - 3; d >= 0; d--)
+            off += rest % t->shape[d] * t->stride[d], rest /= t->shape[d];
+        float *xs = t->x + off, *ys = t->y + o * R * n;
+        for (long j = 0; j < n; j++)
+            for (long i = i0; i < i1; i++) {
+                if (t->back)
+                    xs[i + j * s] = ys[i * n + j];
+                else
+                    ys[i * n + j] = xs[i + j * s];
+            }
+    }
+}
+
 MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
                               long base, long n_x, float *x, float *y)
 {
@@ -3724,6 +3757,13 @@ MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long 
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
     MprtStrided t = {back, rank, shape, stride, base, x, y};
+    if (rank >= 2 && stride[rank - 1] != 1 && stride[rank - 2] == 1 && shape[rank - 1] > 1) {
+        long outer = rows / shape[rank - 2];
+        long blocks = (shape[rank - 2] + MPRT_T_BLOCK - 1) / MPRT_T_BLOCK;
+        mprt_par(outer * blocks, mprt_grain_rows(MPRT_T_BLOCK * shape[rank - 1]),
+                 mprt_transpose_piece, &t);
+        return;
+    }
     mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_strided_piece, &t);
 }
 
