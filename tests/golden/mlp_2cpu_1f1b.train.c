@@ -4624,12 +4624,30 @@ static inline float mprt_unary_1(int op, float v, float p, float q)
     }
 }
 
+/* The elementwise kernels run tile by tile through the fused chains'
+ * steps (below), whose loops are one per op and vectorise. */
+#define MPRT_EW_TILE 1024
+static void mprt_ew_unary(int op, float p, float q, float *v);
+static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+                               const float *restrict y, float *v);
+
+/* n floats of x into a tile, the rest zero. */
+static void mprt_tile_in(float *tile, const float *x, long n)
+{
+    memcpy(tile, x, (size_t)n * sizeof *tile);
+    memset(tile + n, 0, (size_t)(MPRT_EW_TILE - n) * sizeof *tile);
+}
+
 static void mprt_unary_piece(void *ctx, long lo, long hi)
 {
+    static _Thread_local float v[MPRT_EW_TILE];
     const MprtEw *e = ctx;
-    int op = (int)e->n;
-    for (long i = lo; i < hi; i++)
-        e->y[i] = mprt_unary_1(op, e->a[i], e->p, e->q);
+    for (long i = lo; i < hi; i += MPRT_EW_TILE) {
+        long m = hi - i < MPRT_EW_TILE ? hi - i : MPRT_EW_TILE;
+        mprt_tile_in(v, e->a + i, m);
+        mprt_ew_unary((int)e->n, e->p, e->q, v);
+        memcpy(e->y + i, v, (size_t)m * sizeof *v);
+    }
 }
 
 MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, float *y)
@@ -4679,9 +4697,16 @@ typedef struct MprtUnaryGrad {
 
 static void mprt_unary_grad_piece(void *ctx, long lo, long hi)
 {
+    static _Thread_local float v[MPRT_EW_TILE], x[MPRT_EW_TILE], y[MPRT_EW_TILE];
     const MprtUnaryGrad *t = ctx;
-    for (long i = lo; i < hi; i++)
-        t->dx[i] = mprt_unary_grad_1(t->op, t->dy[i], t->x[i], t->y[i], t->p, t->q);
+    for (long i = lo; i < hi; i += MPRT_EW_TILE) {
+        long m = hi - i < MPRT_EW_TILE ? hi - i : MPRT_EW_TILE;
+        mprt_tile_in(v, t->dy + i, m);
+        mprt_tile_in(x, t->x + i, m);
+        mprt_tile_in(y, t->y + i, m);
+        mprt_ew_unary_grad(t->op, t->p, t->q, x, y, v);
+        memcpy(t->dx + i, v, (size_t)m * sizeof *v);
+    }
 }
 
 MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *dy,
@@ -4700,8 +4725,6 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
  * The loops have a fixed length and their operands cannot be the output
  * (restrict), so the compiler vectorises the simple ones; the last, short
  * tile is worked in a local tile padded with zeros. */
-#define MPRT_EW_TILE 1024
-
 #define MPRT_EW_UNARY_CASE(OP)                      \
     case OP:                                        \
         for (long j = 0; j < MPRT_EW_TILE; j++)     \
