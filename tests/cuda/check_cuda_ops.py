@@ -18,7 +18,7 @@ __builtin_types_compatible_p(typeof(mprt_X), typeof(mprt_cu_X)) after
 including the runtime's .c files in the CUDA trainer's order, read from
 codegen.c's runtime_sources (mprt.c, npy.c, safetensors.c, state.c,
 timeline.c, cuda.c, cuda_ops.c, program.c, data.c, checkpoint.c, plot.c,
-train.c today; each includes its headers), with the CPU kernels (cpu.c,
+train.c today; each includes its headers), with the CPU kernels (pool.c, cpu.c,
 cpu_move.c, cpu_math.c) before cuda.c, where the CPU trainer has them
 after timeline.c. It also asserts that
 mprt_cu_check_faults is void(void). It is compiled with
@@ -43,7 +43,7 @@ import sys
 EXPAND = {"%ssoftmax": ["softmax", "log_softmax"],
           "%ssoftmax_grad": ["softmax_grad", "log_softmax_grad"],
           "gather%s": ["gather", "gather_grad"]}
-CPU_FILES = ["cpu.c", "cpu_move.c", "cpu_math.c"]
+CPU_FILES = ["pool.c", "cpu.c", "cpu_move.c", "cpu_math.c"]
 STRUCTS = {"Conv": "MprtConv", "Pool": "MprtPool", "Resize": "MprtResize",
            "EwStep": "MprtEwStep", "EwChain": "MprtEwChain"}
 CU_TYPES = {"i64": "long", "u64": "uint64_t", "u8": "uint8_t", "EwStep": "MprtEwStep"}
