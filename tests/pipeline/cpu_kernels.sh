@@ -3,7 +3,7 @@
 # trainer calls oneDNN (runtime/cpu_dnnl.c) and its build line, in the
 # head, links -ldnnl; with builtin none does and the line does not, so it
 # builds without oneDNN. Both build with -Wall -Werror and train 3 steps to
-# the same losses within 1e-5 relative; oneDNN on 2 devices gives its
+# the same losses within 1e-5 of the first; oneDNN on 2 devices gives its
 # 1-device losses and weights bit for bit.
 # Usage: cpu_kernels.sh MPCC SAMPLE WORKDIR
 set -eu
@@ -37,8 +37,10 @@ for k in a:
 x = [float(s) for s in open("onednn.losses").read().split()]
 y = [float(s) for s in open("builtin.losses").read().split()]
 assert len(x) == len(y) == 3, (x, y)
+# within 1e-5 of the first loss: the loss falls 400-fold in 3 steps, and
+# the last one's rounding is still the logits' (of the first loss's size)
 for p, q in zip(x, y):
-    assert abs(p - q) <= 1e-5 * abs(q), (x, y)
+    assert abs(p - q) <= 1e-5 * abs(y[0]), (x, y)
 print(f"oneDNN: {len(a)} tensors identical on 1 and 2 devices; losses {x}, builtin {y}")
 PY
 echo "cpu kernels: $convs convolutions through oneDNN, none in the builtin trainer"
