@@ -39,11 +39,15 @@ enum { MPRT_POOL_MAX = 32 };   /* pieces of a call, and threads of a device */
 
 MPRT_GLOBAL int mprt_threads;  /* per device; 0: not yet known */
 
-/* The thread count of every CPU device: OpenBLAS's, as oneDNN's. */
+/* The thread count of every CPU device: OpenBLAS's, as oneDNN's; or
+ * $MPRT_POOL_THREADS for mpcc's own kernels alone (tests/train/threads.sh
+ * varies it with OpenBLAS's held: on some CPUs OpenBLAS splits a GEMM's
+ * inner dimension at another thread count, and rounds differently). */
 static int mprt_pool_threads(void)
 {
     if (!mprt_threads) {
-        int t = openblas_get_num_threads();
+        const char *own = getenv("MPRT_POOL_THREADS");
+        int t = own && *own ? atoi(own) : openblas_get_num_threads();
         mprt_threads = t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
     }
     return mprt_threads;
