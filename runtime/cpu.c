@@ -7,6 +7,7 @@
  */
 #include "mprt.h"
 #include "kernel.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -352,7 +353,7 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
             int64_t t = labels[(size_t)n * D + d];
             for (int c = 0; c < C; c++) {
                 size_t i = (size_t)n * C * D + (size_t)c * D + d;
-                dx[i] = t == ignore ? 0.0f : (expf(logp[i]) - (c == t)) * scale;
+                dx[i] = t == ignore ? 0.0f : (mprt_expf(logp[i]) - (c == t)) * scale;
             }
         }
 }

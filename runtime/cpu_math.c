@@ -12,6 +12,7 @@
  */
 #include "mprt.h"
 #include "kernel.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -76,22 +77,22 @@ static inline float mprt_clampf(float v, float lo, float hi)
 #define MPRT_GELU_K 0.7978845608028654f
 #define MPRT_GELU_C 0.044715f
 
-static float mprt_gelu(float v, float q)
+static inline float mprt_gelu(float v, float q)
 {
     if (q != 0.0f)
-        return 0.5f * v * (1.0f + tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
-    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+        return 0.5f * v * (1.0f + mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
+    return 0.5f * v * (1.0f + mprt_erff(v * 0.70710678118654752f));
 }
 
-static float mprt_gelu_grad(float v, float q)
+static inline float mprt_gelu_grad(float v, float q)
 {
     if (q != 0.0f) {
-        float t = tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
+        float t = mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
         float dt = (1.0f - t * t) * MPRT_GELU_K * (1.0f + 3.0f * MPRT_GELU_C * v * v);
         return 0.5f * (1.0f + t) + 0.5f * v * dt;
     }
-    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
-           v * 0.39894228040143268f * expf(-0.5f * v * v);
+    return 0.5f * (1.0f + mprt_erff(v * 0.70710678118654752f)) +
+           v * 0.39894228040143268f * mprt_expf(-0.5f * v * v);
 }
 
 /* One element of mprt_unary: f(v). Shared with the fused chains
@@ -99,20 +100,20 @@ static float mprt_gelu_grad(float v, float q)
 static inline float mprt_unary_1(int op, float v, float p, float q)
 {
     switch (op) {
-    case MPRT_ERF: return erff(v);
-    case MPRT_TANH: return tanhf(v);
+    case MPRT_ERF: return mprt_erff(v);
+    case MPRT_TANH: return mprt_tanhf(v);
     case MPRT_SQRT: return sqrtf(v);
-    case MPRT_EXP: return expf(v);
+    case MPRT_EXP: return mprt_expf(v);
     case MPRT_LOG: return logf(v);
     case MPRT_NEG: return -v;
-    case MPRT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case MPRT_SIGMOID: return 1.0f / (1.0f + mprt_expf(-v));
     case MPRT_RECIPROCAL: return 1.0f / v;
     case MPRT_HARD_SIGMOID: return mprt_clampf(p * v + q, 0.0f, 1.0f);
     case MPRT_HARD_SWISH: return v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f);
     case MPRT_LEAKY_RELU: return v > 0 ? v : p * v;
     case MPRT_ELU: return v > 0 ? v : p * expm1f(v);
     case MPRT_SELU: return q * (v > 0 ? v : p * expm1f(v));
-    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
+    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(mprt_expf(-fabsf(v)));
     case MPRT_GELU: return mprt_gelu(v, q);
     case MPRT_CLIP: return mprt_clampf(v, p, q);
     default: return fabsf(v);
@@ -156,7 +157,7 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     switch (op) {
-    case MPRT_ERF: return g * two_over_sqrt_pi * expf(-x * x);
+    case MPRT_ERF: return g * two_over_sqrt_pi * mprt_expf(-x * x);
     case MPRT_TANH: return g * (1.0f - y * y);
     case MPRT_SQRT: return g * 0.5f / y;
     case MPRT_EXP: return g * y;
@@ -171,8 +172,8 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
     case MPRT_HARD_SWISH: return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
     case MPRT_LEAKY_RELU: return x > 0 ? g : g * p;
     case MPRT_ELU: return x > 0 ? g : g * (y + p);
-    case MPRT_SELU: return x > 0 ? g * q : g * q * p * expf(x);
-    case MPRT_SOFTPLUS: return g / (1.0f + expf(-x));
+    case MPRT_SELU: return x > 0 ? g * q : g * q * p * mprt_expf(x);
+    case MPRT_SOFTPLUS: return g / (1.0f + mprt_expf(-x));
     case MPRT_GELU: return g * mprt_gelu_grad(x, q);
     case MPRT_CLIP: return x >= p && x <= q ? g : 0.0f;
     default: return x > 0 ? g : x < 0 ? -g : 0.0f;
@@ -230,8 +231,21 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
         for (long j = 0; j < MPRT_EW_TILE; j++)                  \
             v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
         break;
+/* Gelu's q picks its form (tanh or erf): one loop for each, so that
+ * neither branches. */
+#define MPRT_EW_GELU_CASE(E)                                            \
+    case MPRT_GELU:                                                     \
+        if (q != 0.0f)                                                  \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(1.0f);                                         \
+        else                                                            \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(0.0f);                                         \
+        break;
+#define MPRT_EW_GELU(Q) mprt_unary_1(MPRT_GELU, v[j], p, Q)
+#define MPRT_EW_GELU_GRAD(Q) mprt_unary_grad_1(MPRT_GELU, v[j], x[j], y[j], p, Q)
 
-static void mprt_ew_unary(int op, float p, float q, float *v)
+MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v)
 {
     switch (op) {
     MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
@@ -240,11 +254,11 @@ static void mprt_ew_unary(int op, float p, float q, float *v)
     MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
     MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
     MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_UNARY_CASE(MPRT_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
     }
 }
 
-static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
                                const float *restrict y, float *v)
 {
     switch (op) {
@@ -254,7 +268,7 @@ static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x
     MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
     MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
     MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_GRAD_CASE(MPRT_GELU) MPRT_EW_GRAD_CASE(MPRT_CLIP)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU_GRAD) MPRT_EW_GRAD_CASE(MPRT_CLIP)
     }
 }
 
@@ -277,7 +291,7 @@ static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x
             MPRT_EW_FOR(F(u[j], v[j]));   \
         break;
 
-static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
+MPRT_VECTOR static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
 {
     switch (op) {
     MPRT_EW_BINARY_CASE(MPRT_ADD, MPRT_EW_ADD) MPRT_EW_BINARY_CASE(MPRT_SUB, MPRT_EW_SUB)
@@ -725,7 +739,7 @@ static void mprt_softmax_piece(void *ctx, long lo, long hi)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
             double sum = 0;
             for (long c = 0; c < C; c++) {
-                float e = expf(xs[c * inner] - mx);
+                float e = mprt_expf(xs[c * inner] - mx);
                 ys[c * inner] = e;
                 sum += e;
             }
@@ -1005,7 +1019,7 @@ MPRT_KERNEL void mprt_log_softmax_grad(long outer, long C, long inner, const flo
             for (long c = 0; c < C; c++)
                 sum += dy[base + c * inner];
             for (long c = 0; c < C; c++)
-                dx[base + c * inner] = dy[base + c * inner] - expf(y[base + c * inner]) * (float)sum;
+                dx[base + c * inner] = dy[base + c * inner] - mprt_expf(y[base + c * inner]) * (float)sum;
         }
 }
 

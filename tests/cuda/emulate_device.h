@@ -4,9 +4,16 @@
  * order; the block reductions see one lane). The _rn intrinsics are plain
  * float operations (the host compiler contracts nothing on x86-64 without
  * -mfma), so a kernel that keeps the CPU's operation order gives the CPU's
- * bits. Included before kernels.cu by tests/cuda/emulate.py. */
+ * bits; e^x, erf and tanh are the CPU's (runtime/vmath.h). Included before kernels.cu by tests/cuda/emulate.py. */
 #include <math.h>
 #include <string.h>
+
+/* The CPU kernels' e^x, erf and tanh (they vectorise), in place of the
+ * host's libm: CUDA's own differ from both. */
+#include "../../runtime/vmath.h"
+#define expf mprt_expf
+#define erff mprt_erff
+#define tanhf mprt_tanhf
 
 #define __global__
 #define __device__

@@ -7,7 +7,7 @@
  * schedule: 1f1b, 2 stage(s) on 2 device(s); predicted step 0.0021524 s, bubble 46.9%
  * cpu:0     stages 0; memory plan 2544640 bytes
  * cpu:1     stages 1; memory plan 81408 bytes
- * build:    cc -O2 train.c -o train -lopenblas -lm -pthread
+ * build:    cc -O2 -fno-trapping-math train.c -o train -lopenblas -lm -pthread
  */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -341,6 +341,121 @@ typedef struct MprtResize {
  * sums the squares of elements l, l + lanes, l + 2 lanes ... in double;
  * each group of MPRT_SQ_GROUP consecutive lanes, then the groups' sums,
  * are added by halving (s[t] += s[t + w] for w = half the count ... 1). */
+
+/* vmath.h — e^x, erf and tanh in float, written so that a loop calling
+ * them vectorises: no branches (both sides are computed and one is
+ * selected; the build line's -fno-trapping-math lets the compiler do so on
+ * every lane), no calls, no tables. Each is a fixed sequence of IEEE float
+ * operations that C may neither contract nor reorder (the trainers are
+ * built without -ffast-math, and the vector clones without FMA), so a
+ * vector loop gives the bits of one call at a time: the CPU kernels'
+ * results do not depend on which clone runs, and the host emulation of
+ * the CUDA kernels (tests/cuda/emulate_device.h) computes the same bits.
+ * The polynomials are least-squares fits refined toward minimax
+ * (Chebyshev nodes, Lawson's weights) to the functions in float64.
+ * Accuracy over every 257th float bit pattern (tests/unit/test_vmath.c):
+ * e^x within 0.94 ulp, erf within 2.4 and tanh within 1.3 of the exact
+ * values, and libm's results at the edges: NaN stays NaN, overflow gives infinity,
+ * erf and tanh reach +-1 exactly. Pasted into every program after
+ * kernel.h, with MPRT_VECTOR, which gives the loops that call them a
+ * vector clone. */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A function whose loops gain from wider vectors gets a clone for AVX2,
+ * picked once at load time where the CPU has it (GCC's and Clang's
+ * target_clones, an ifunc); elsewhere the plain function runs. Not FMA:
+ * both clones then round every operation alike. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__CUDACC__) && \
+    !defined(__cplusplus)
+#define MPRT_VECTOR __attribute__((target_clones("avx2", "default")))
+#else
+#define MPRT_VECTOR
+#endif
+
+static inline float mprt_float_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* e^x = 2^k e^r, k the integer nearest x / ln 2 and r = x - k ln 2 (ln 2 in
+ * two parts, the first exact in few bits, so k ln 2 loses nothing);
+ * e^r = 1 + r + r^2 P(r) for |r| <= ln 2 / 2. 2^k is applied as two powers
+ * of two, each a normal float, so that results down to the denormals are
+ * rounded once. x is clamped to [-104, 89], where e^x is 0 and infinity in
+ * float anyway; a NaN passes through the comparisons and stays NaN. */
+static inline float mprt_expf(float x)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float lo = x < -104.0f ? -104.0f : x, xc = lo > 89.0f ? 89.0f : lo;
+    float t = xc * 1.44269504088896341f + magic;
+    float k = t - magic;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    int32_t ki = (int32_t)(tb & 0x7fffff) - 0x400000; /* k as an integer, -150 .. 128 */
+    int32_t k1 = ki / 2, k2 = ki - k1;
+    float r = (xc - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.9907570e-4f;
+    p = p * r + 1.3933643e-3f;
+    p = p * r + 8.3332863e-3f;
+    p = p * r + 4.1666467e-2f;
+    p = p * r + 1.6666667e-1f;
+    p = p * r + 0.5f;
+    float er = p * (r * r) + r + 1.0f;
+    float s1 = mprt_float_of_bits((uint32_t)(k1 + 127) << 23);
+    float s2 = mprt_float_of_bits((uint32_t)(k2 + 127) << 23);
+    return er * s1 * s2;
+}
+
+/* erf(x), with x's sign: |x| P(x^2) for |x| <= 1, else 1 - e^(-x^2) Q(1/|x|),
+ * Q fitting erfc(x) e^(x^2) over [1, 4] (past 4, erf is 1 in float). */
+static inline float mprt_erff(float x)
+{
+    float a = fabsf(x), t = a * a;
+    float p = 7.8892859e-5f;
+    p = p * t + -8.0208952e-4f;
+    p = p * t + 5.1895422e-3f;
+    p = p * t + -2.6854448e-2f;
+    p = p * t + 1.1283600e-1f;
+    p = p * t + -3.7612626e-1f;
+    /* 2 / sqrt(pi) in two parts: its rounding alone would be 0.4 ulp */
+    float small = a * 1.12837923f + a * (p * t + -5.86353834e-8f);
+    float a1 = a < 1.0f ? 1.0f : a, ac = a1 > 4.0f ? 4.0f : a1, u = 1.0f / ac;
+    float q = 2.7020423e-2f;
+    q = q * u + -1.5908252e-1f;
+    q = q * u + 3.8819799e-1f;
+    q = q * u + -4.6786982e-1f;
+    q = q * u + 1.7862566e-1f;
+    q = q * u + 2.6385567e-1f;
+    q = q * u + -3.8800362e-1f;
+    q = q * u + 2.3282841e-2f;
+    q = q * u + 5.6141651e-1f;
+    q = q * u + 1.4044087e-4f;
+    float big = 1.0f - mprt_expf(-(ac * ac)) * q;
+    return copysignf(a <= 1.0f ? small : big, x);
+}
+
+/* tanh(x): x P(x^2) for |x| < 0.625; else 1 - 2 / (e^(2|x|) + 1) with its
+ * sign (past 9.1, tanh is 1 in float). */
+static inline float mprt_tanhf(float x)
+{
+    float a = fabsf(x), t = a * a;
+    float p = 2.1332384e-3f;
+    p = p * t + -8.1646685e-3f;
+    p = p * t + 2.1694269e-2f;
+    p = p * t + -5.3945195e-2f;
+    p = p * t + 1.3333188e-1f;
+    p = p * t + -3.3333328e-1f;
+    p = p * t + 1.0f;
+    float small = x * p;
+    float ac = a > 9.1f ? 9.1f : a;
+    float big = copysignf(1.0f - 2.0f / (mprt_expf(ac + ac) + 1.0f), x);
+    return a < 0.625f ? small : big;
+}
 
 /* program.h — what a generated program's model needs of the runtime ahead
  * of its code, since a macro, an enum or a struct must come before what
@@ -2895,7 +3010,7 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
             int64_t t = labels[(size_t)n * D + d];
             for (int c = 0; c < C; c++) {
                 size_t i = (size_t)n * C * D + (size_t)c * D + d;
-                dx[i] = t == ignore ? 0.0f : (expf(logp[i]) - (c == t)) * scale;
+                dx[i] = t == ignore ? 0.0f : (mprt_expf(logp[i]) - (c == t)) * scale;
             }
         }
 }
@@ -4585,22 +4700,22 @@ static inline float mprt_clampf(float v, float lo, float hi)
 #define MPRT_GELU_K 0.7978845608028654f
 #define MPRT_GELU_C 0.044715f
 
-static float mprt_gelu(float v, float q)
+static inline float mprt_gelu(float v, float q)
 {
     if (q != 0.0f)
-        return 0.5f * v * (1.0f + tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
-    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+        return 0.5f * v * (1.0f + mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
+    return 0.5f * v * (1.0f + mprt_erff(v * 0.70710678118654752f));
 }
 
-static float mprt_gelu_grad(float v, float q)
+static inline float mprt_gelu_grad(float v, float q)
 {
     if (q != 0.0f) {
-        float t = tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
+        float t = mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
         float dt = (1.0f - t * t) * MPRT_GELU_K * (1.0f + 3.0f * MPRT_GELU_C * v * v);
         return 0.5f * (1.0f + t) + 0.5f * v * dt;
     }
-    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
-           v * 0.39894228040143268f * expf(-0.5f * v * v);
+    return 0.5f * (1.0f + mprt_erff(v * 0.70710678118654752f)) +
+           v * 0.39894228040143268f * mprt_expf(-0.5f * v * v);
 }
 
 /* One element of mprt_unary: f(v). Shared with the fused chains
@@ -4608,20 +4723,20 @@ static float mprt_gelu_grad(float v, float q)
 static inline float mprt_unary_1(int op, float v, float p, float q)
 {
     switch (op) {
-    case MPRT_ERF: return erff(v);
-    case MPRT_TANH: return tanhf(v);
+    case MPRT_ERF: return mprt_erff(v);
+    case MPRT_TANH: return mprt_tanhf(v);
     case MPRT_SQRT: return sqrtf(v);
-    case MPRT_EXP: return expf(v);
+    case MPRT_EXP: return mprt_expf(v);
     case MPRT_LOG: return logf(v);
     case MPRT_NEG: return -v;
-    case MPRT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case MPRT_SIGMOID: return 1.0f / (1.0f + mprt_expf(-v));
     case MPRT_RECIPROCAL: return 1.0f / v;
     case MPRT_HARD_SIGMOID: return mprt_clampf(p * v + q, 0.0f, 1.0f);
     case MPRT_HARD_SWISH: return v * mprt_clampf(v / 6.0f + 0.5f, 0.0f, 1.0f);
     case MPRT_LEAKY_RELU: return v > 0 ? v : p * v;
     case MPRT_ELU: return v > 0 ? v : p * expm1f(v);
     case MPRT_SELU: return q * (v > 0 ? v : p * expm1f(v));
-    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)));
+    case MPRT_SOFTPLUS: return (v > 0 ? v : 0.0f) + log1pf(mprt_expf(-fabsf(v)));
     case MPRT_GELU: return mprt_gelu(v, q);
     case MPRT_CLIP: return mprt_clampf(v, p, q);
     default: return fabsf(v);
@@ -4665,7 +4780,7 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     switch (op) {
-    case MPRT_ERF: return g * two_over_sqrt_pi * expf(-x * x);
+    case MPRT_ERF: return g * two_over_sqrt_pi * mprt_expf(-x * x);
     case MPRT_TANH: return g * (1.0f - y * y);
     case MPRT_SQRT: return g * 0.5f / y;
     case MPRT_EXP: return g * y;
@@ -4680,8 +4795,8 @@ static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p
     case MPRT_HARD_SWISH: return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
     case MPRT_LEAKY_RELU: return x > 0 ? g : g * p;
     case MPRT_ELU: return x > 0 ? g : g * (y + p);
-    case MPRT_SELU: return x > 0 ? g * q : g * q * p * expf(x);
-    case MPRT_SOFTPLUS: return g / (1.0f + expf(-x));
+    case MPRT_SELU: return x > 0 ? g * q : g * q * p * mprt_expf(x);
+    case MPRT_SOFTPLUS: return g / (1.0f + mprt_expf(-x));
     case MPRT_GELU: return g * mprt_gelu_grad(x, q);
     case MPRT_CLIP: return x >= p && x <= q ? g : 0.0f;
     default: return x > 0 ? g : x < 0 ? -g : 0.0f;
@@ -4739,8 +4854,21 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
         for (long j = 0; j < MPRT_EW_TILE; j++)                  \
             v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
         break;
+/* Gelu's q picks its form (tanh or erf): one loop for each, so that
+ * neither branches. */
+#define MPRT_EW_GELU_CASE(E)                                            \
+    case MPRT_GELU:                                                     \
+        if (q != 0.0f)                                                  \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(1.0f);                                         \
+        else                                                            \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(0.0f);                                         \
+        break;
+#define MPRT_EW_GELU(Q) mprt_unary_1(MPRT_GELU, v[j], p, Q)
+#define MPRT_EW_GELU_GRAD(Q) mprt_unary_grad_1(MPRT_GELU, v[j], x[j], y[j], p, Q)
 
-static void mprt_ew_unary(int op, float p, float q, float *v)
+MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v)
 {
     switch (op) {
     MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
@@ -4749,11 +4877,11 @@ static void mprt_ew_unary(int op, float p, float q, float *v)
     MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
     MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
     MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_UNARY_CASE(MPRT_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
     }
 }
 
-static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
                                const float *restrict y, float *v)
 {
     switch (op) {
@@ -4763,7 +4891,7 @@ static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x
     MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
     MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
     MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_GRAD_CASE(MPRT_GELU) MPRT_EW_GRAD_CASE(MPRT_CLIP)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU_GRAD) MPRT_EW_GRAD_CASE(MPRT_CLIP)
     }
 }
 
@@ -4786,7 +4914,7 @@ static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x
             MPRT_EW_FOR(F(u[j], v[j]));   \
         break;
 
-static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
+MPRT_VECTOR static void mprt_ew_binary(int op, int swap, const float *restrict u, float c, float *v)
 {
     switch (op) {
     MPRT_EW_BINARY_CASE(MPRT_ADD, MPRT_EW_ADD) MPRT_EW_BINARY_CASE(MPRT_SUB, MPRT_EW_SUB)
@@ -5234,7 +5362,7 @@ static void mprt_softmax_piece(void *ctx, long lo, long hi)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
             double sum = 0;
             for (long c = 0; c < C; c++) {
-                float e = expf(xs[c * inner] - mx);
+                float e = mprt_expf(xs[c * inner] - mx);
                 ys[c * inner] = e;
                 sum += e;
             }
@@ -5514,7 +5642,7 @@ MPRT_KERNEL void mprt_log_softmax_grad(long outer, long C, long inner, const flo
             for (long c = 0; c < C; c++)
                 sum += dy[base + c * inner];
             for (long c = 0; c < C; c++)
-                dx[base + c * inner] = dy[base + c * inner] - expf(y[base + c * inner]) * (float)sum;
+                dx[base + c * inner] = dy[base + c * inner] - mprt_expf(y[base + c * inner]) * (float)sum;
         }
 }
 
