@@ -4746,9 +4746,9 @@ static inline float mprt_unary_1(int op, float v, float p, float q)
 /* The elementwise kernels run tile by tile through the fused chains'
  * steps (below), whose loops are one per op and vectorise. */
 #define MPRT_EW_TILE 1024
-static void mprt_ew_unary(int op, float p, float q, float *v);
-static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
-                               const float *restrict y, float *v);
+MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v);
+MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+                                           const float *restrict y, float *v);
 
 /* n floats of x into a tile, the rest zero. */
 static void mprt_tile_in(float *tile, const float *x, long n)
