@@ -2875,11 +2875,76 @@ MPRT_KERNEL void mprt_binary(int op, int rank, const long *shape, const float *a
     mprt_par(rows, mprt_grain_rows(shape[rank - 1]), mprt_binary_piece, &t);
 }
 
+/* Sums over the leading dimensions into the trailing ones (a bias's
+ * gradient): column j of an outer x inner matrix summed in the rows'
+ * order, as mprt_sum_to's walk sums it, so the bits are its own. Columns
+ * go in blocks of MPRT_COLS, each loop of a fixed length (it vectorises
+ * across columns), the last short block one at a time; blocks of columns
+ * are split over the device's threads. */
+#define MPRT_COLS 256
+typedef struct MprtColSum {
+    long outer, inner;
+    float alpha;
+    const float *dy;
+    float *out;
+} MprtColSum;
+
+MPRT_VECTOR static void mprt_col_block(const MprtColSum *t, long j0)
+{
+    double acc[MPRT_COLS] = {0};
+    for (long i = 0; i < t->outer; i++) {
+        const float *restrict row = t->dy + i * t->inner + j0;
+        for (long j = 0; j < MPRT_COLS; j++)
+            acc[j] += row[j];
+    }
+    for (long j = 0; j < MPRT_COLS; j++)
+        t->out[j0 + j] = (float)(t->alpha * acc[j]);
+}
+
+static void mprt_col_sum_piece(void *ctx, long lo, long hi)
+{
+    const MprtColSum *t = ctx;
+    for (long b = lo; b < hi; b++) {
+        long j0 = b * MPRT_COLS;
+        if (j0 + MPRT_COLS <= t->inner) {
+            mprt_col_block(t, j0);
+            continue;
+        }
+        for (long j = j0; j < t->inner; j++) {
+            double acc = 0;
+            for (long i = 0; i < t->outer; i++)
+                acc += t->dy[i * t->inner + j];
+            t->out[j] = (float)(t->alpha * acc);
+        }
+    }
+}
+
+/* Whether out keeps exactly the trailing dimensions of dy past some d
+ * (all of them size > 1 or not: what matters is the layout). */
+static int mprt_keeps_trailing(int rank, const int *keep)
+{
+    int d = 0;
+    while (d < rank && !keep[d])
+        d++;
+    while (d < rank && keep[d])
+        d++;
+    return d == rank;
+}
+
 /* out = alpha * dy summed over the dimensions where out has size 1
  * (shape: dy's dims; keep[d]: out keeps dimension d). */
 MPRT_KERNEL void mprt_sum_to(int rank, const long *shape, const int *keep, const float *dy,
                         float alpha, long n_out, float *out)
 {
+    if (mprt_keeps_trailing(rank, keep) && n_out > 1) {
+        long n = 1;
+        for (int d = 0; d < rank; d++)
+            n *= shape[d];
+        MprtColSum t = {n / n_out, n_out, alpha, dy, out};
+        long blocks = (n_out + MPRT_COLS - 1) / MPRT_COLS;
+        mprt_par(blocks, mprt_grain_rows(t.outer * MPRT_COLS), mprt_col_sum_piece, &t);
+        return;
+    }
     double *acc = calloc((size_t)n_out, sizeof *acc);
     long n = 1, idx[8] = {0}, so[8], s = 1;
     for (int d = rank - 1; d >= 0; d--) {
