@@ -725,6 +725,21 @@ typedef struct MprtSoftmax {
     float *y;
 } MprtSoftmax;
 
+/* y[c * s] = e^(x[c * s] - mx) for c < C: contiguous rows (s = 1) in
+ * blocks of 64, each a loop of a fixed length that vectorises, the rest
+ * one at a time (the same operations). */
+MPRT_VECTOR static void mprt_exp_shifted(const float *restrict x, float mx, long C, long s,
+                                         float *restrict y)
+{
+    long c = 0;
+    if (s == 1)
+        for (; c + 64 <= C; c += 64)
+            for (long j = 0; j < 64; j++)
+                y[c + j] = mprt_expf(x[c + j] - mx);
+    for (; c < C; c++)
+        y[c * s] = mprt_expf(x[c * s] - mx);
+}
+
 static void mprt_softmax_piece(void *ctx, long lo, long hi)
 {
     const MprtSoftmax *t = ctx;
@@ -737,12 +752,10 @@ static void mprt_softmax_piece(void *ctx, long lo, long hi)
             float mx = mprt_strided_max(xs, C, inner);
             if (mx == -INFINITY)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
+            mprt_exp_shifted(xs, mx, C, inner, ys);
             double sum = 0;
-            for (long c = 0; c < C; c++) {
-                float e = mprt_expf(xs[c * inner] - mx);
-                ys[c * inner] = e;
-                sum += e;
-            }
+            for (long c = 0; c < C; c++)
+                sum += ys[c * inner];
             float inv = (float)(1.0 / sum);
             for (long c = 0; c < C; c++)
                 ys[c * inner] *= inv;
