@@ -3,7 +3,7 @@
  * selected; the build line's -fno-trapping-math lets the compiler do so on
  * every lane), no calls, no tables. Each is a fixed sequence of IEEE float
  * operations that C may neither contract nor reorder (the trainers are
- * built without -ffast-math, and the vector clones without FMA), so a
+ * built with -ffp-contract=off and without -ffast-math), so a
  * vector loop gives the bits of one call at a time: the CPU kernels'
  * results do not depend on which clone runs, and the host emulation of
  * the CUDA kernels (tests/cuda/emulate_device.h) computes the same bits.
@@ -22,13 +22,14 @@
 #include <stdint.h>
 #include <string.h>
 
-/* A function whose loops gain from wider vectors gets a clone for AVX2,
- * picked once at load time where the CPU has it (GCC's and Clang's
- * target_clones, an ifunc); elsewhere the plain function runs. Not FMA:
- * both clones then round every operation alike. */
+/* A function whose loops gain from wider vectors gets clones for AVX-512
+ * and AVX2, one picked once at load time by what the CPU has (GCC's and
+ * Clang's target_clones, an ifunc); elsewhere the plain function runs.
+ * The build line's -ffp-contract=off keeps AVX-512's fused multiply-adds
+ * out, so every clone rounds every operation alike. */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__CUDACC__) && \
     !defined(__cplusplus)
-#define MPRT_VECTOR __attribute__((target_clones("avx2", "default")))
+#define MPRT_VECTOR __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MPRT_VECTOR
 #endif

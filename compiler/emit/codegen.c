@@ -2271,18 +2271,20 @@ static const char *const act_names[] = {"forward", "backward", "wgrad", "update"
 /* The line that builds the program, as the header and mpcc print it.
  * -fno-trapping-math changes no result: it lets the compiler vectorise
  * the elementwise loops, whose selections it may then compute on every
- * lane (runtime/vmath.h). */
+ * lane; -ffp-contract=off keeps every multiply and add rounded on its
+ * own, so the AVX-512, AVX2 and plain clones of a loop give the same bits
+ * (runtime/vmath.h). */
 static const char *build_line(CG *cg)
 {
     const char *out = comment_text(cg, cg->o->output);
     if (cg->cuda)
-        return arena_printf(cg->g->arena, "cc -O2 -fno-trapping-math %s -o train -I"
+        return arena_printf(cg->g->arena, "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train -I"
                             MPCC_CUDA_HOME "/include -L" MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
                             MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart %s-lm "
                             "-pthread", out, cg->ndnnl ? "-ldnnl -lgomp -lopenblas "
                             : cg->mixed ? "-lopenblas " : "");
     return arena_printf(cg->g->arena,
-                        "cc -O2 -fno-trapping-math %s -o train %s-lopenblas -lm -pthread", out,
+                        "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train %s-lopenblas -lm -pthread", out,
                         cg->ndnnl ? "-ldnnl -lgomp " : "");
 }
 
@@ -2324,7 +2326,7 @@ static void emit_infer_header(CG *cg, const char *hash)
     emit(cg, " * forward only (--infer) on cpu:0; memory plan %zu bytes\n",
          cg->plan->arena_bytes[0]);
     emit_fused_line(cg);
-    emit(cg, " * build:    cc -O2 -fno-trapping-math %s -o %s -lopenblas -lm -pthread\n",
+    emit(cg, " * build:    cc -O2 -fno-trapping-math -ffp-contract=off %s -o %s -lopenblas -lm -pthread\n",
          comment_text(cg, cg->o->output), comment_text(cg, program_name(cg)));
     emit(cg, " * run:      ./%s --input NAME=FILE.npy ... --output NAME=FILE.npy ...\n */\n",
          comment_text(cg, program_name(cg)));

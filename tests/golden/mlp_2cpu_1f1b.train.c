@@ -7,7 +7,7 @@
  * schedule: 1f1b, 2 stage(s) on 2 device(s); predicted step 0.0021524 s, bubble 46.9%
  * cpu:0     stages 0; memory plan 2544640 bytes
  * cpu:1     stages 1; memory plan 81408 bytes
- * build:    cc -O2 -fno-trapping-math train.c -o train -lopenblas -lm -pthread
+ * build:    cc -O2 -fno-trapping-math -ffp-contract=off train.c -o train -lopenblas -lm -pthread
  */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -347,7 +347,7 @@ typedef struct MprtResize {
  * selected; the build line's -fno-trapping-math lets the compiler do so on
  * every lane), no calls, no tables. Each is a fixed sequence of IEEE float
  * operations that C may neither contract nor reorder (the trainers are
- * built without -ffast-math, and the vector clones without FMA), so a
+ * built with -ffp-contract=off and without -ffast-math), so a
  * vector loop gives the bits of one call at a time: the CPU kernels'
  * results do not depend on which clone runs, and the host emulation of
  * the CUDA kernels (tests/cuda/emulate_device.h) computes the same bits.
@@ -364,13 +364,14 @@ typedef struct MprtResize {
 #include <stdint.h>
 #include <string.h>
 
-/* A function whose loops gain from wider vectors gets a clone for AVX2,
- * picked once at load time where the CPU has it (GCC's and Clang's
- * target_clones, an ifunc); elsewhere the plain function runs. Not FMA:
- * both clones then round every operation alike. */
+/* A function whose loops gain from wider vectors gets clones for AVX-512
+ * and AVX2, one picked once at load time by what the CPU has (GCC's and
+ * Clang's target_clones, an ifunc); elsewhere the plain function runs.
+ * The build line's -ffp-contract=off keeps AVX-512's fused multiply-adds
+ * out, so every clone rounds every operation alike. */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__CUDACC__) && \
     !defined(__cplusplus)
-#define MPRT_VECTOR __attribute__((target_clones("avx2", "default")))
+#define MPRT_VECTOR __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MPRT_VECTOR
 #endif
