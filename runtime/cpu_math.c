@@ -68,7 +68,7 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
 
 /* ---- elementwise functions ---- */
 
-static inline float mprt_clampf(float v, float lo, float hi)
+MPRT_INLINE float mprt_clampf(float v, float lo, float hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
 }
@@ -77,14 +77,14 @@ static inline float mprt_clampf(float v, float lo, float hi)
 #define MPRT_GELU_K 0.7978845608028654f
 #define MPRT_GELU_C 0.044715f
 
-static inline float mprt_gelu(float v, float q)
+MPRT_INLINE float mprt_gelu(float v, float q)
 {
     if (q != 0.0f)
         return 0.5f * v * (1.0f + mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
     return 0.5f * v * (1.0f + mprt_erff(v * 0.70710678118654752f));
 }
 
-static inline float mprt_gelu_grad(float v, float q)
+MPRT_INLINE float mprt_gelu_grad(float v, float q)
 {
     if (q != 0.0f) {
         float t = mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
@@ -97,7 +97,7 @@ static inline float mprt_gelu_grad(float v, float q)
 
 /* One element of mprt_unary: f(v). Shared with the fused chains
  * (mprt_ew_chain), so both do the same float operations. */
-static inline float mprt_unary_1(int op, float v, float p, float q)
+MPRT_INLINE float mprt_unary_1(int op, float v, float p, float q)
 {
     switch (op) {
     case MPRT_ERF: return mprt_erff(v);
@@ -153,7 +153,7 @@ MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, fl
 }
 
 /* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
-static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
+MPRT_INLINE float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     switch (op) {

@@ -34,7 +34,17 @@
 #define MPRT_VECTOR
 #endif
 
-static inline float mprt_float_of_bits(uint32_t u)
+/* The functions below, and the per-element functions of the loops that
+ * call them, are inlined into every clone whatever its size (with three
+ * clones of a loop, GCC's inlining limits would otherwise leave the calls
+ * in, and nothing vectorises). */
+#if defined(__GNUC__)
+#define MPRT_INLINE static inline __attribute__((always_inline))
+#else
+#define MPRT_INLINE static inline
+#endif
+
+MPRT_INLINE float mprt_float_of_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -47,7 +57,7 @@ static inline float mprt_float_of_bits(uint32_t u)
  * of two, each a normal float, so that results down to the denormals are
  * rounded once. x is clamped to [-104, 89], where e^x is 0 and infinity in
  * float anyway; a NaN passes through the comparisons and stays NaN. */
-static inline float mprt_expf(float x)
+MPRT_INLINE float mprt_expf(float x)
 {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float lo = x < -104.0f ? -104.0f : x, xc = lo > 89.0f ? 89.0f : lo;
@@ -72,7 +82,7 @@ static inline float mprt_expf(float x)
 
 /* erf(x), with x's sign: |x| P(x^2) for |x| <= 1, else 1 - e^(-x^2) Q(1/|x|),
  * Q fitting erfc(x) e^(x^2) over [1, 4] (past 4, erf is 1 in float). */
-static inline float mprt_erff(float x)
+MPRT_INLINE float mprt_erff(float x)
 {
     float a = fabsf(x), t = a * a;
     float p = 7.8892859e-5f;
@@ -100,7 +110,7 @@ static inline float mprt_erff(float x)
 
 /* tanh(x): x P(x^2) for |x| < 0.625; else 1 - 2 / (e^(2|x|) + 1) with its
  * sign (past 9.1, tanh is 1 in float). */
-static inline float mprt_tanhf(float x)
+MPRT_INLINE float mprt_tanhf(float x)
 {
     float a = fabsf(x), t = a * a;
     float p = 2.1332384e-3f;

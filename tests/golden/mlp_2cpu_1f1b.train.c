@@ -376,7 +376,17 @@ typedef struct MprtResize {
 #define MPRT_VECTOR
 #endif
 
-static inline float mprt_float_of_bits(uint32_t u)
+/* The functions below, and the per-element functions of the loops that
+ * call them, are inlined into every clone whatever its size (with three
+ * clones of a loop, GCC's inlining limits would otherwise leave the calls
+ * in, and nothing vectorises). */
+#if defined(__GNUC__)
+#define MPRT_INLINE static inline __attribute__((always_inline))
+#else
+#define MPRT_INLINE static inline
+#endif
+
+MPRT_INLINE float mprt_float_of_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -389,7 +399,7 @@ static inline float mprt_float_of_bits(uint32_t u)
  * of two, each a normal float, so that results down to the denormals are
  * rounded once. x is clamped to [-104, 89], where e^x is 0 and infinity in
  * float anyway; a NaN passes through the comparisons and stays NaN. */
-static inline float mprt_expf(float x)
+MPRT_INLINE float mprt_expf(float x)
 {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float lo = x < -104.0f ? -104.0f : x, xc = lo > 89.0f ? 89.0f : lo;
@@ -414,7 +424,7 @@ static inline float mprt_expf(float x)
 
 /* erf(x), with x's sign: |x| P(x^2) for |x| <= 1, else 1 - e^(-x^2) Q(1/|x|),
  * Q fitting erfc(x) e^(x^2) over [1, 4] (past 4, erf is 1 in float). */
-static inline float mprt_erff(float x)
+MPRT_INLINE float mprt_erff(float x)
 {
     float a = fabsf(x), t = a * a;
     float p = 7.8892859e-5f;
@@ -442,7 +452,7 @@ static inline float mprt_erff(float x)
 
 /* tanh(x): x P(x^2) for |x| < 0.625; else 1 - 2 / (e^(2|x|) + 1) with its
  * sign (past 9.1, tanh is 1 in float). */
-static inline float mprt_tanhf(float x)
+MPRT_INLINE float mprt_tanhf(float x)
 {
     float a = fabsf(x), t = a * a;
     float p = 2.1332384e-3f;
@@ -4757,7 +4767,7 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
 
 /* ---- elementwise functions ---- */
 
-static inline float mprt_clampf(float v, float lo, float hi)
+MPRT_INLINE float mprt_clampf(float v, float lo, float hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
 }
@@ -4766,14 +4776,14 @@ static inline float mprt_clampf(float v, float lo, float hi)
 #define MPRT_GELU_K 0.7978845608028654f
 #define MPRT_GELU_C 0.044715f
 
-static inline float mprt_gelu(float v, float q)
+MPRT_INLINE float mprt_gelu(float v, float q)
 {
     if (q != 0.0f)
         return 0.5f * v * (1.0f + mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v)));
     return 0.5f * v * (1.0f + mprt_erff(v * 0.70710678118654752f));
 }
 
-static inline float mprt_gelu_grad(float v, float q)
+MPRT_INLINE float mprt_gelu_grad(float v, float q)
 {
     if (q != 0.0f) {
         float t = mprt_tanhf(MPRT_GELU_K * (v + MPRT_GELU_C * v * v * v));
@@ -4786,7 +4796,7 @@ static inline float mprt_gelu_grad(float v, float q)
 
 /* One element of mprt_unary: f(v). Shared with the fused chains
  * (mprt_ew_chain), so both do the same float operations. */
-static inline float mprt_unary_1(int op, float v, float p, float q)
+MPRT_INLINE float mprt_unary_1(int op, float v, float p, float q)
 {
     switch (op) {
     case MPRT_ERF: return mprt_erff(v);
@@ -4842,7 +4852,7 @@ MPRT_KERNEL void mprt_unary(int op, long n, float p, float q, const float *x, fl
 }
 
 /* One element of mprt_unary_grad: g * f'(x), shared with mprt_ew_chain. */
-static inline float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
+MPRT_INLINE float mprt_unary_grad_1(int op, float g, float x, float y, float p, float q)
 {
     const float two_over_sqrt_pi = 1.12837916709551257f;
     switch (op) {
