@@ -77,7 +77,7 @@ class GPT(nn.Module):
 
     def forward(self, tokens):
         T = self.T  # a Python int: arange/full/triu become constant subgraphs
-        x = self.tok(tokens) + self.pos(torch.arange(T))
+        x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))
         # torch.full((T, T), -inf) would be folded to a plain Constant by the
         # TorchScript constant propagation that runs in every export; new_full
         # on an activation is the same tensor but survives as
