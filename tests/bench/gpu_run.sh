@@ -4,8 +4,9 @@
 # (tests/bench/README.md, "A run on a GPU machine"):
 #
 #   gpu_run.sh pack       on the build machine: copy the mpcc binary, the
-#                             libprotobuf-c it needs and OpenBLAS (library and
-#                             headers, for the CPU trainers) into .gpu/
+#                             libprotobuf-c it needs, OpenBLAS and oneDNN
+#                             (libraries and headers, for the CPU trainers)
+#                             into .gpu/, the libraries gzipped
 #   gpu_run.sh check      loss curves over 20 steps of the CNN, ResNet-50
 #                             and a small GPT-style model: the CUDA trainer on
 #                             -gpus 1 and -gpus 2 (and -gpus 2 with every
@@ -26,12 +27,15 @@
 # Environment:
 #   MPCC       the mpcc binary (default build/mpcc)
 #   MPCC_LIBS  a folder put first on LD_LIBRARY_PATH (the libprotobuf-c mpcc
-#              needs); its OpenBLAS (pack) is used when the system has none
+#              needs); its OpenBLAS and oneDNN (pack) are used when the
+#              system has none
 #   PYTHON     default python3 if it imports torch, else /usr/bin/python3
 #   OUT        the results folder (default /tmp/mpcc-gpu): per phase a
 #              Markdown table PHASE.md, the console log PHASE.log and the raw
 #              logs, losses and traces in PHASE-logs.tar.gz
 #   WORK       models, trainers and checkpoints (default /tmp/mpcc-gpu-work)
+#   BENCH_SECONDS  bench: about how many seconds of mpcc's steps each of its
+#              timed runs holds (default 15)
 #   SMALL=1    every size shrunk, so that check and a bench dry run finish in
 #              minutes on a 2-core machine without a GPU
 #   CUDA_DIRS  where to look for the CUDA toolkit (default $CUDA_HOME,
@@ -58,6 +62,11 @@ libs=
 if [ -n "${MPCC_LIBS:-}" ]; then
     libs=$(abspath "$MPCC_LIBS")
     export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # pack compresses the libraries (the tree that travels to a GPU machine
+    # is limited in size): unpacked once, beside the .gz
+    for f in "$libs"/*.gz; do
+        [ -f "$f" ] && [ ! -f "${f%.gz}" ] && gunzip -k "$f"
+    done
 fi
 if [ -n "${PYTHON:-}" ]; then py=$PYTHON
 elif python3 -c 'import torch' >/dev/null 2>&1; then py=python3
@@ -99,6 +108,29 @@ probe_blas() {
         blas=
         echo "no OpenBLAS (cblas.h and -lopenblas), on the system or in MPCC_LIBS: the CPU" \
             "trainers cannot be built (see $t/blas.log; gpu_run.sh pack copies it)"
+    fi
+}
+
+# The CPU trainers' oneDNN (convolutions): the system's, else the one pack
+# copied (whatever its soname there).
+dnnl=
+probe_dnnl() {
+    local t=$work/probe f
+    mkdir -p "$t"
+    printf '%s\n' '#include <dnnl.h>' \
+        'int main(void) { return dnnl_version()->major < 1; }' >"$t/dnnl.c"
+    if $cc "$t/dnnl.c" -o "$t/dnnl" -ldnnl >"$t/dnnl.log" 2>&1 && "$t/dnnl"; then
+        dnnl=-ldnnl
+        return
+    fi
+    f=$(ls "$libs"/libdnnl.so.[0-9]* 2>/dev/null | grep -v "\.gz$" | head -1)
+    if [ -n "$libs" ] && [ -n "$f" ] && $cc "$t/dnnl.c" -o "$t/dnnl" -I"$libs/include" -L"$libs" \
+        -l:"${f##*/}" -Wl,-rpath,"$libs" >>"$t/dnnl.log" 2>&1 && "$t/dnnl"; then
+        dnnl="-I$libs/include -L$libs -l:${f##*/} -Wl,-rpath,$libs"
+    else
+        dnnl=
+        echo "no oneDNN (dnnl.h and -ldnnl), on the system or in MPCC_LIBS: the CPU trainers" \
+            "cannot be built (see $t/dnnl.log; gpu_run.sh pack copies it)"
     fi
 }
 
@@ -164,6 +196,7 @@ print(" ".join(os.path.join(p, d) for p in nvidia.__path__ for d in sorted(os.li
 machine() {
     probe_gpu
     probe_blas
+    probe_dnnl
     probe_cuda
     echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo) GB; GPU: $gpu_name"
     echo "mpcc: $mpcc ($("$mpcc" --version 2>&1 | head -1))"
@@ -171,6 +204,7 @@ machine() {
 torch.cuda.is_available() else "no CUDA")' 2>&1 | tail -1)"
     echo "CUDA toolkit: ${cuda_where:-none}"
     echo "OpenBLAS: ${blas:-none}"
+    echo "oneDNN: ${dnnl:-none}"
 }
 
 # ---- trainers ----
@@ -193,7 +227,11 @@ make_trainer() {
         line=${line/-I\/usr\/local\/cuda\/include -L\/usr\/local\/cuda\/lib64 -Wl,-rpath,\/usr\/local\/cuda\/lib64/$cuda_paths} ;;
     *)
         [ -n "$blas" ] || { echo "no OpenBLAS" >"$dir/status"; return 1; }
-        line=${line/-lopenblas/$blas} ;;
+        line=${line/-lopenblas/$blas}
+        case $line in *-ldnnl*)
+            [ -n "$dnnl" ] || { echo "no oneDNN" >"$dir/status"; return 1; }
+            line=${line/-ldnnl/$dnnl} ;;
+        esac ;;
     esac
     line="$cc${line#cc} ${TRAINER_CFLAGS:-}"
     echo "$line" >"$dir/build.log"
@@ -403,7 +441,7 @@ bench_model() {
         if [ "$(cat "$dir/$prec-warm/status")" = ok ]; then
             ok=1
             t3=$(sed -n 's/^trained 3 steps in \([0-9.]*\) s.*/\1/p' "$dir/$prec-warm/run.log")
-            n=$(calc "int(15 * 3 / $t3)" %d)
+            n=$(calc "int(${BENCH_SECONDS:-15} * 3 / $t3)" %d)
             [ "$n" -le "$nmax" ] || n=$nmax
             [ "$n" -ge 3 ] || n=3
             if [ "$(calc "($t3 > 15)" %d)" = 1 ]; then
@@ -536,6 +574,26 @@ phase_pack() {
         echo '#include <cblas.h>' | $cc -x c -M - 2>/dev/null | tr ' \\' '\n\n' |
             grep -E 'cblas|openblas' | while read -r h; do cp -L "$h" "$dest/include/"; done
     fi
+    f=$(echo 'int main(void){return 0;}' | $cc -x c - -o /dev/null -ldnnl -Wl,--trace 2>/dev/null |
+        grep -m1 'libdnnl' | sed 's/^-ldnnl (\(.*\))$/\1/')
+    if [ -n "$f" ] && [ -f "$f" ]; then
+        # under its soname (libdnnl.so.2 or .3), with the libraries it needs
+        # beyond the C library (libgomp, libstdc++, the OpenCL loader)
+        cp -L "$f" "$dest/$(objdump -p "$f" | awk '/SONAME/ {print $2}')"
+        ldd "$f" | awk '/=> \// && !/libc\.so|libm\.so|libpthread|ld-linux|libgcc_s|libdl/ {print $3}' |
+            while read -r dep; do [ -f "$dest/${dep##*/}" ] || cp -L "$dep" "$dest/"; done
+        # its headers (dnnl.h, dnnl_debug.h, ...: the trainers include
+        # several), each in its folder
+        local inc=$(echo '#include <dnnl.h>' | $cc -x c -M - 2>/dev/null | tr ' \\' '\n\n' |
+            grep -m1 '/dnnl\.h$')
+        inc=${inc%/dnnl.h}
+        (cd "$inc" && find . -maxdepth 1 -name 'dnnl*.h' && find oneapi/dnnl -name '*.h' -o -name '*.hpp') |
+            while read -r h; do
+                mkdir -p "$dest/include/$(dirname "$h")"
+                cp -L "$inc/$h" "$dest/include/$h"
+            done
+    fi
+    gzip -9 "$dest"/lib*.so*
     git -C "$root" check-ignore -q .gpu/mpcc ||
         echo "warning: .gpu/ is not ignored by git here; carried folders must be ignored"
     ls -la "$dest" "$dest/include"
