@@ -184,7 +184,9 @@ static int mprt_infer_main(const MprtInferModel *m, int argc, char **argv)
         params |= m->buffers[i].kind == MPRT_PARAM;
     if (params)
         mprt_load_tensors(m->buffers, m->nbuffers, m->model_file,
-                          weights ? weights : mprt_default_weights(m->weights_file), 0, NULL);
+                          weights ? weights : mprt_default_weights(m->weights_file),
+                          1 << MPRT_PARAM, NULL);
+    mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);
     m->zero_state();
     for (int i = 0; i < m->nbuffers; i++)
         if (m->buffers[i].kind == MPRT_INPUT)

@@ -51,11 +51,11 @@ static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
         snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
-/* The parameters (and with_state, the optimizer state) from a safetensors
- * file, each checked against its buffer; *step from the file's metadata
- * when step is not NULL. */
+/* The buffers of the kinds in the mask `kinds` (1 << MPRT_PARAM, ...)
+ * from a safetensors file, each checked against its buffer; *step from the
+ * file's metadata when step is not NULL. */
 static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *model_file,
-                              const char *path, int with_state, long *step)
+                              const char *path, int kinds, long *step)
 {
     char err[512];
     MprtStFile f;
@@ -63,9 +63,12 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
         mprt_die("%s", err);
     for (int i = 0; i < nbufs; i++) {
         const MprtBuffer *b = &bufs[i];
-        if (b->kind != MPRT_PARAM && !(with_state && b->kind == MPRT_STATE))
+        if (!(kinds & 1 << b->kind))
             continue;
         const MprtStTensor *t = mprt_st_find(&f, b->name);
+        if (!t && b->kind == MPRT_CONST)
+            mprt_die("%s: has no tensor '%s', a constant of the model; the program reads it "
+                     "from the weights file mpcc wrote beside it", path, b->name);
         if (!t)
             mprt_die("%s: has no tensor '%s'; is it a checkpoint of this model (%s)?", path,
                      b->name, model_file);
@@ -101,4 +104,17 @@ static const char *mprt_default_weights(const char *name)
         return name;
     strcpy(slash + 1, name);
     return access(path, R_OK) == 0 ? path : name;
+}
+
+/* The constants too large for the C file, from the program's own weights
+ * file (not --weights, which may be a checkpoint). */
+static void mprt_load_consts(const MprtBuffer *bufs, int nbufs, const char *model_file,
+                             const char *weights_file)
+{
+    for (int i = 0; i < nbufs; i++)
+        if (bufs[i].kind == MPRT_CONST) {
+            mprt_load_tensors(bufs, nbufs, model_file, mprt_default_weights(weights_file),
+                              1 << MPRT_CONST, NULL);
+            return;
+        }
 }

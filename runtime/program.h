@@ -44,8 +44,11 @@ typedef struct MprtDeviceOps {
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
- * predictions, or one graph output of the forward-only program. */
-enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
+ * predictions, or one graph output of the forward-only program. MPRT_CONST
+ * is a constant too large to write into the C file: the program reads it
+ * from its own weights file (under "mpcc.const." and the value's name),
+ * whatever --weights says. */
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT, MPRT_CONST };
 
 /* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
  * `stride` bytes apart. dev is -1 for a graph input nothing reads (the

@@ -517,10 +517,12 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
     long start = 0;
-    mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 0, NULL);
+    mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
+    mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);
     m->zero_state();
     if (a.resume)
-        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume, 1, &start);
+        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume,
+                          1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
     mprt_check_outputs(m, &a, &series, start);

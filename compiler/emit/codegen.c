@@ -2740,6 +2740,19 @@ static void emit_double_literal(CG *cg, double f)
         emit(cg, "%a", f);
 }
 
+/* A constant over this many bytes (and not all zeros) is not written into
+ * the C file as a literal: it goes into the weights file, under
+ * CONST_PREFIX and its name, and the program reads it from there
+ * (MPRT_CONST, runtime/program.c). */
+#define CONST_IN_C_MAX (1 << 20)
+#define CONST_PREFIX "mpcc.const."
+
+static bool const_in_file(const Value *val)
+{
+    return val->kind == VK_CONST && val->data && value_bytes(val) > CONST_IN_C_MAX &&
+           !all_zero(val->data);
+}
+
 /* A constant's bytes, written into its buffer (one per stage reading it). */
 static void emit_const(CG *cg, int b)
 {
@@ -2751,11 +2764,16 @@ static void emit_const(CG *cg, int b)
              value_bytes(val));
         return;
     }
+    if (const_in_file(val)) {
+        emit(cg, "    /* %zu bytes: read from the weights file at start (MPRT_CONST) */\n",
+             value_bytes(val));
+        return;
+    }
     MPCC_ASSERT(val->dtype != DT_F16);   /* float32.c converts float16 constants */
-    if (!ctype(val->dtype) || value_bytes(val) > (1 << 20)) {
+    if (!ctype(val->dtype)) {
         Loc loc = value_loc(cg->g, bf->value);
-        error_at(&loc, "the CPU trainer does not support constants of type %s over 1 MB yet "
-                 "(this one is %zu bytes)", dtype_name(val->dtype), value_bytes(val));
+        error_at(&loc, "the generated programs do not support constants of type %s yet",
+                 dtype_name(val->dtype));
     }
     emit(cg, "    mprt_dev_write(%d, A%d + %zu, (const %s[]){", bf->dev, bf->dev, bf->offset,
          ctype(val->dtype));
@@ -3169,20 +3187,20 @@ static const char *c_string(CG *cg, const char *s)
     return r;
 }
 
-/* The runtime's name for an element type (MprtDType). */
-static const char *mprt_dtype(CG *cg, uint32_t v)
+/* The runtime's element type (MprtDType) of value v. */
+static MprtDType mprt_dtype_id(CG *cg, uint32_t v)
 {
     switch (cg->g->values[v].dtype) {
-    case DT_F32: return "MPRT_F32";
-    case DT_F64: return "MPRT_F64";
-    case DT_I64: return "MPRT_I64";
-    case DT_I32: return "MPRT_I32";
-    case DT_U8: return "MPRT_U8";
-    case DT_BOOL: return "MPRT_BOOL";
-    case DT_F16: return "MPRT_F16";
-    case DT_BF16: return "MPRT_BF16";
-    case DT_I16: return "MPRT_I16";
-    case DT_I8: return "MPRT_I8";
+    case DT_F32: return MPRT_F32;
+    case DT_F64: return MPRT_F64;
+    case DT_I64: return MPRT_I64;
+    case DT_I32: return MPRT_I32;
+    case DT_U8: return MPRT_U8;
+    case DT_BOOL: return MPRT_BOOL;
+    case DT_F16: return MPRT_F16;
+    case DT_BF16: return MPRT_BF16;
+    case DT_I16: return MPRT_I16;
+    case DT_I8: return MPRT_I8;
     default: {
         Loc loc = value_loc(cg->g, v);
         error_at(&loc, "element type %s is not supported by the CPU programs yet",
@@ -3191,20 +3209,50 @@ static const char *mprt_dtype(CG *cg, uint32_t v)
     }
 }
 
+/* ... and its name in the C file. */
+static const char *mprt_dtype(CG *cg, uint32_t v)
+{
+    static const char *const names[MPRT_DTYPE_COUNT] = {
+        [MPRT_F32] = "MPRT_F32", [MPRT_F64] = "MPRT_F64", [MPRT_I64] = "MPRT_I64",
+        [MPRT_I32] = "MPRT_I32", [MPRT_U8] = "MPRT_U8",   [MPRT_BOOL] = "MPRT_BOOL",
+        [MPRT_F16] = "MPRT_F16", [MPRT_BF16] = "MPRT_BF16", [MPRT_I16] = "MPRT_I16",
+        [MPRT_I8] = "MPRT_I8"};
+    return names[mprt_dtype_id(cg, v)];
+}
+
 /* A row of the buffer table; `name` is what the program calls it. A value
  * nothing reads has no buffer (device -1: the forward-only program checks
  * such an input's file and keeps nothing). */
-static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)
+static void emit_buffer_row(CG *cg, uint32_t v, const char *name, const char *kind,
+                            const Buf *bf)
 {
     const Value *val = &cg->g->values[v];
-    int home = cg->plan->st->home[v];
-    const Buf *bf = home >= 0 ? &cg->plan->bufs[plan_buf(cg->plan, v, home)] : NULL;
     emit(cg, "    {%s, %s, %s, %d, {", c_string(cg, name), kind, mprt_dtype(cg, v),
          val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
     emit(cg, "%s}, %d, %zu, %d, %zu, %zu},\n", val->shape.rank ? "" : "0", bf ? bf->dev : -1,
          bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0, value_bytes(val));
+}
+
+static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)
+{
+    int home = cg->plan->st->home[v];
+    emit_buffer_row(cg, v, name, kind,
+                    home >= 0 ? &cg->plan->bufs[plan_buf(cg->plan, v, home)] : NULL);
+}
+
+/* The constants read from the weights file: a row for each copy (one per
+ * stage that reads the constant). */
+static void emit_const_buffers(CG *cg)
+{
+    for (int b = 0; b < cg->plan->nbufs; b++) {
+        const Buf *bf = &cg->plan->bufs[b];
+        const Value *val = &cg->g->values[bf->value];
+        if (const_in_file(val))
+            emit_buffer_row(cg, bf->value, arena_printf(cg->g->arena, CONST_PREFIX "%s", val->name),
+                            "MPRT_CONST", bf);
+    }
 }
 
 static void emit_buffer(CG *cg, uint32_t v, const char *kind)
@@ -3244,6 +3292,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
         else if (val->kind == VK_STATE)
             emit_buffer(cg, v, "MPRT_STATE");
     }
+    emit_const_buffers(cg);
     for (uint32_t i = 0; i < g->ninputs; i++)
         emit_buffer(cg, g->inputs[i], g->inputs[i] == g->labels ? "MPRT_LABELS" : "MPRT_INPUT");
     emit_buffer(cg, g->nodes[g->values[g->loss].producer].in[0], "MPRT_OUTPUT");
@@ -3342,6 +3391,7 @@ static void emit_infer_model(CG *cg, const char *hash, const char *weights)
     for (uint32_t v = 0; v < g->nvalues; v++)
         if (g->values[v].kind == VK_PARAM && p->st->home[v] >= 0)
             emit_buffer(cg, v, "MPRT_PARAM");
+    emit_const_buffers(cg);
     for (uint32_t i = 0; i < g->ninputs; i++)
         emit_buffer(cg, g->inputs[i], "MPRT_INPUT");
     for (uint32_t i = 0; i < g->noutputs; i++)
@@ -3359,7 +3409,8 @@ static void emit_infer_model(CG *cg, const char *hash, const char *weights)
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights));
 }
 
-/* The initial weights: every floating-point initializer, by ONNX name. */
+/* The initial weights: every floating-point initializer, by ONNX name, and
+ * the constants too large for the C file (CONST_PREFIX and their names). */
 static void write_weights(CG *cg, const char *path)
 {
     Graph *g = cg->g;
@@ -3373,6 +3424,17 @@ static void write_weights(CG *cg, const char *path)
             unsupported(cg, &g->nodes[0], "initializers that are not float32");
         e[n++] = (MprtStEntry){val->name, MPRT_F32, val->shape.rank, val->shape.d,
                                val->data->data, val->data->nbytes};
+    }
+    bool *written = arena_array(g->arena, g->nvalues + 1, sizeof(bool));
+    for (int b = 0; b < cg->plan->nbufs; b++) {
+        uint32_t v = cg->plan->bufs[b].value;
+        const Value *val = &g->values[v];
+        if (const_in_file(val) && !written[v]) {
+            written[v] = true;
+            e[n++] = (MprtStEntry){arena_printf(g->arena, CONST_PREFIX "%s", val->name),
+                                   mprt_dtype_id(cg, v), val->shape.rank, val->shape.d,
+                                   val->data->data, val->data->nbytes};
+        }
     }
     char err[512];
     const char *meta[] = {"format", "mpcc-weights", "source", g->file};

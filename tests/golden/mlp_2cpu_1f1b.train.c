@@ -511,8 +511,11 @@ typedef struct MprtDeviceOps {
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
- * predictions, or one graph output of the forward-only program. */
-enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT };
+ * predictions, or one graph output of the forward-only program. MPRT_CONST
+ * is a constant too large to write into the C file: the program reads it
+ * from its own weights file (under "mpcc.const." and the value's name),
+ * whatever --weights says. */
+enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT, MPRT_CONST };
 
 /* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
  * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
@@ -6159,11 +6162,11 @@ static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
         snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
-/* The parameters (and with_state, the optimizer state) from a safetensors
- * file, each checked against its buffer; *step from the file's metadata
- * when step is not NULL. */
+/* The buffers of the kinds in the mask `kinds` (1 << MPRT_PARAM, ...)
+ * from a safetensors file, each checked against its buffer; *step from the
+ * file's metadata when step is not NULL. */
 static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *model_file,
-                              const char *path, int with_state, long *step)
+                              const char *path, int kinds, long *step)
 {
     char err[512];
     MprtStFile f;
@@ -6171,9 +6174,12 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
         mprt_die("%s", err);
     for (int i = 0; i < nbufs; i++) {
         const MprtBuffer *b = &bufs[i];
-        if (b->kind != MPRT_PARAM && !(with_state && b->kind == MPRT_STATE))
+        if (!(kinds & 1 << b->kind))
             continue;
         const MprtStTensor *t = mprt_st_find(&f, b->name);
+        if (!t && b->kind == MPRT_CONST)
+            mprt_die("%s: has no tensor '%s', a constant of the model; the program reads it "
+                     "from the weights file mpcc wrote beside it", path, b->name);
         if (!t)
             mprt_die("%s: has no tensor '%s'; is it a checkpoint of this model (%s)?", path,
                      b->name, model_file);
@@ -6209,6 +6215,19 @@ static const char *mprt_default_weights(const char *name)
         return name;
     strcpy(slash + 1, name);
     return access(path, R_OK) == 0 ? path : name;
+}
+
+/* The constants too large for the C file, from the program's own weights
+ * file (not --weights, which may be a checkpoint). */
+static void mprt_load_consts(const MprtBuffer *bufs, int nbufs, const char *model_file,
+                             const char *weights_file)
+{
+    for (int i = 0; i < nbufs; i++)
+        if (bufs[i].kind == MPRT_CONST) {
+            mprt_load_tensors(bufs, nbufs, model_file, mprt_default_weights(weights_file),
+                              1 << MPRT_CONST, NULL);
+            return;
+        }
 }
 
 /* data.c — the trainer's data: rows of inputs and labels, from .npy files
@@ -7687,10 +7706,12 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
     long start = 0;
-    mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 0, NULL);
+    mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
+    mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);
     m->zero_state();
     if (a.resume)
-        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume, 1, &start);
+        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume,
+                          1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
     mprt_check_outputs(m, &a, &series, start);

@@ -940,6 +940,10 @@ def parse_args():
                          "ignore_index (-100, or the model's)")
     ap.add_argument("--flat-logits", action="store_true",
                     help="gpt: logits flattened to (B*T, V), labels (N,T)")
+    ap.add_argument("--gpt-T", type=int,
+                    help="gpt: the context length (default %d); with "
+                    "--export-batch, torch folds the (T,T) causal mask into "
+                    "one constant of 4*T*T bytes" % GPT_CFG["T"])
     ap.add_argument("--tokens", action="store_true",
                     help="gpt: windows of one token stream (tokens.npy, "
                          "tokens.bin; tokens_eval.npy with --eval-rows)")
@@ -954,6 +958,10 @@ def parse_args():
                          "fp64_check): a bound on what any float32 trainer "
                          "can match")
     args = ap.parse_args()
+    if args.gpt_T is not None:
+        if args.model != "gpt" or args.gpt_T < 1:
+            ap.error("--gpt-T is the gpt model's context length, >= 1")
+        GPT_CFG["T"] = args.gpt_T
 
     steps, batch = DEFAULTS[args.model]
     args.steps = steps if args.steps is None else args.steps
