@@ -855,6 +855,31 @@ static size_t mprt_cu_conv_ws(const MprtCuConv *c, int dir, int algo)
     return s == CUDNN_STATUS_SUCCESS ? ws : (size_t)-1;
 }
 
+/* MPRT_CU_ALGOS=1: one line on stderr per convolution shape and direction,
+ * the algorithm chosen and cuDNN's ranking, to read a run's speed and
+ * reproducibility by. */
+static void mprt_cu_conv_report(const MprtCuConv *c, int dir, int preferred,
+                                const MprtCuAlgo *cand, int n, size_t room)
+{
+    static const char *const dirs[] = {"the forward", "the data gradient", "the weight gradient"};
+    const char *e = getenv("MPRT_CU_ALGOS");
+    if (!e || !*e || strcmp(e, "0") == 0)
+        return;
+    const MprtConv *p = &c->p;
+    fprintf(stderr, "conv N%d C%d %dx%dx%d -> M%d k%dx%dx%d s%d,%d g%d, %s: algo %d (preferred %d), "
+            "workspace %zu of %zu bytes; cuDNN's ranking:", p->N, p->C, p->D, p->H, p->W, p->M,
+            p->KD, p->KH, p->KW, p->sh, p->sw, p->group, dirs[dir], c->algo[dir], preferred,
+            c->ws[dir], room);
+    for (int i = 0; i < n; i++)
+        if (cand[i].status == CUDNN_STATUS_SUCCESS)
+            fprintf(stderr, " %d%s%s(%zu)", cand[i].algo,
+                    cand[i].det == CUDNN_DETERMINISTIC ? "" : "*",
+                    cand[i].math == CUDNN_TENSOR_OP_MATH ||
+                            cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? "+" : "",
+                    cand[i].memory);
+    fprintf(stderr, " (* not deterministic, + tensor cores; workspace bytes)\n");
+}
+
 /* Chooses direction dir's algorithm: the preferred one (deterministic)
  * if it fits the scratch, else the best-ranked deterministic one that
  * fits, else any that fits; 0 if none does (the direct kernels run). */
@@ -903,6 +928,7 @@ static int mprt_cu_conv_choose(MprtCuConv *c, int dir, int preferred)
     c->chosen[dir] = 1;
     c->algo[dir] = pick;
     c->ws[dir] = pick >= 0 ? ws : 0;
+    mprt_cu_conv_report(c, dir, preferred, cand, n, room);
     return pick >= 0;
 }
 

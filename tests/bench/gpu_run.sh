@@ -426,7 +426,8 @@ bench_model() {
         # 15 s of steps from its own figure (which counts the first step, so
         # N comes out low rather than high), between 3 and nmax
         n=$nmax tdir=$dir/$prec note=""
-        if ! run_trainer "$dir/$prec-warm" "$tdir/train" 240 --synthetic --steps 3; then
+        # (MPRT_CU_ALGOS: the cuDNN algorithms chosen, into its run.log)
+        if ! MPRT_CU_ALGOS=1 run_trainer "$dir/$prec-warm" "$tdir/train" 240 --synthetic --steps 3; then
             st=$(cat "$dir/$prec-warm/status")
             echo "$m $prec: the CUDA trainer: $st"
             if [ "$st" = "no GPU" ] && [ -n "$blas" ]; then
