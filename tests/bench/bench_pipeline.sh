@@ -54,7 +54,7 @@ np.save("cy.npy", rng.integers(0, 256, 256 * 20).astype(np.int64))
 PY
 for n in 1 2; do
     $mpcc chain.onnx -batch 256 -cpus $n --schedule=1f1b --microbatches=8 -o chain$n.c 2>chain$n.plan
-    cc -O2 chain$n.c -o chain$n -lopenblas -lm -pthread
+    cc -O2 chain$n.c -o chain$n $(sed -n 's/^ \* build: .* -o train //p' chain$n.c)
     for steps in 5 25; do   # the difference cancels start-up
         s=$(now)
         OPENBLAS_NUM_THREADS=1 ./chain$n --data cx.npy --labels cy.npy --steps $steps >/dev/null 2>&1

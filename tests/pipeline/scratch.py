@@ -21,6 +21,9 @@ import os
 import re
 import subprocess
 import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from build_line import libraries  # noqa: E402
 
 import onnx
 from onnx import shape_inference
@@ -82,7 +85,7 @@ def main():
         arena_ends(code)
         print(f"{n} device(s): scratch {got}, largest patch matrix {want} bytes")
     subprocess.run(["cc", "-O0", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "train2.c", "-o", "train2", "-lopenblas", "-lm", "-pthread"],
+                    "train2.c", "-o", "train2", *libraries(os.path.join(work, "train2.c"))],
                    cwd=work, check=True)
     subprocess.run(["./train2", "--synthetic", "--steps", "2"], cwd=work, env=env, check=True,
                    stderr=subprocess.DEVNULL)

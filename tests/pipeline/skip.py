@@ -16,6 +16,9 @@ import os
 import re
 import subprocess
 import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from build_line import libraries  # noqa: E402
 
 import numpy as np
 import onnx
@@ -46,8 +49,8 @@ def run(cmd, cwd):
 
 def build_and_train(mpcc, work, name, *args):
     run([mpcc, "skip.onnx", "-batch", "8", "--microbatches=2", *args, "-o", f"{name}.c"], work)
-    run(["cc", "-O2", "-Wall", "-Werror", f"{name}.c", "-o", name, "-lopenblas", "-lm",
-         "-pthread"], work)
+    run(["cc", "-O2", "-Wall", "-Werror", f"{name}.c", "-o", name,
+         *libraries(os.path.join(work, f"{name}.c"))], work)
     run([f"./{name}", "--data", "x.npy", "--labels", "y.npy", "--steps", "3",
          "--save", f"{name}.safetensors"], work)
     with open(os.path.join(work, f"{name}.c")) as f:

@@ -15,6 +15,8 @@ Run:  dropout.py MPCC WORKDIR
 import os
 import subprocess
 import sys
+sys.dont_write_bytecode = True
+from build_line import libraries  # noqa: E402
 
 import numpy as np
 import onnx
@@ -85,8 +87,8 @@ def main():
     np.save(os.path.join(work, "y.npy"), np.zeros((B, N), np.float32))
     run([mpcc, "model.onnx", "-cpus", "1", "-batch", str(B), "--loss=mse",
          "--optimizer=sgd", "--lr=%g" % LR, "-o", "train.c"], work)
-    run(["cc", "-O2", "-Wall", "-Werror", "train.c", "-o", "train", "-lopenblas", "-lm", "-pthread"],
-        work)
+    run(["cc", "-O2", "-Wall", "-Werror", "train.c", "-o", "train",
+         *libraries(os.path.join(work, "train.c"))], work)
 
     s = np.float32(1.0) / (np.float32(1.0) - np.float32(RATIO))
     loss, p1, _ = train(work, 0, "a")

@@ -20,6 +20,7 @@ Usage: interrupt.py MPCC WORKDIR
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ def die(msg):
 
 
 def build(mpcc, work):
+    shutil.rmtree(work, ignore_errors=True)   # no reference left from another trainer
     subprocess.run([PY, os.path.join(HERE, "ref_train.py"), "--model", "mlp",
                     "--mlp-sizes", "784,2048,2048,10", "--steps", "2", "--batch", "8",
                     "--lr", "0.01", "--out", work], check=True, stdout=subprocess.DEVNULL)
