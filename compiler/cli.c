@@ -11,7 +11,8 @@
 /* What --cpu-kernels=auto means in this build of mpcc. */
 #ifdef MPCC_HAVE_DNNL
 #define MPCC_KERNELS_AUTO \
-"                           auto (the default): oneDNN where it measured faster\n"
+"                           auto (the default): oneDNN GEMMs, and convolutions\n" \
+"                           where oneDNN measured faster\n"
 #else
 #define MPCC_KERNELS_AUTO \
 "                           auto (the default): builtin, as this mpcc was built\n" \
@@ -43,9 +44,9 @@ static const char help_text[] =
 "  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
 "                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
 "  --cpu-kernels=auto|builtin|onednn\n"
-"                           CPU devices' convolutions: through oneDNN (the trainer\n"
-"                           then links -ldnnl; docs/trainer.md), as im2col +\n"
-"                           OpenBLAS (builtin), or\n"
+"                           CPU devices' GEMMs and convolutions: through oneDNN\n"
+"                           (the trainer then links -ldnnl; docs/trainer.md), or\n"
+"                           OpenBLAS GEMMs and im2col convolutions (builtin), or\n"
 MPCC_KERNELS_AUTO
 "  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
 "                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"

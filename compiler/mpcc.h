@@ -665,6 +665,7 @@ double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profi
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */
+bool gemm_onednn(const Graph *g);   /* CPU devices' GEMMs run through oneDNN */
 #define WORKSPACE_MAX 0x1p62
 
 /* ---------------------------------------------- parallel/measured.c */

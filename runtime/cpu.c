@@ -1,8 +1,8 @@
 /* cpu.c — the CPU device's kernels, forward and backward, float32.
  *
  * The generated step calls these with the model's static shapes as
- * literals. GEMM and convolution go through BLAS (cblas_sgemm; convolution
- * as im2col + GEMM). Reductions accumulate in double where PyTorch's own
+ * literals. GEMMs go through oneDNN's or BLAS's sgemm (mprt_sgemm), the
+ * builtin convolution as im2col + GEMM. Reductions accumulate in double where PyTorch's own
  * results depend on it (losses, normalization statistics).
  */
 #include "mprt.h"
@@ -11,6 +11,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#ifdef MPRT_DNNL_GEMM
+#include <dnnl.h>
+#include <omp.h>
+#endif
 
 /* The mode flag and Dropout's generator are in state.c. Kernels that need
  * scratch memory (the convolutions' patch matrix) are handed it: the
@@ -51,6 +55,31 @@ typedef struct MprtBn {
 
 /* ---- matrix multiply ---- */
 
+/* Every GEMM of the CPU kernels, row-major, C = alpha op(A) op(B) + beta C
+ * (C not read when beta is 0): oneDNN's dnnl_sgemm where mpcc defines
+ * MPRT_DNNL_GEMM (its JIT kernels for the CPU the trainer runs on), else
+ * BLAS's cblas_sgemm (--cpu-kernels=builtin). Either runs on the device's
+ * thread count, OpenBLAS's; at a fixed count, the same call gives the same
+ * bits. */
+static void mprt_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc)
+{
+#ifdef MPRT_DNNL_GEMM
+    static _Thread_local int threads_set;
+    if (!threads_set) {
+        omp_set_num_threads(openblas_get_num_threads());
+        threads_set = 1;
+    }
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
+                   ldc) == dnnl_success)
+        return;
+    /* oneDNN refused the call (its arguments are checked as BLAS's): BLAS's
+     * answer rather than none */
+#endif
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* Y[M,N] = alpha * op(A) op(B) + beta * C, with C broadcast from
  * c_rows x c_cols (1 or M, 1 or N), or absent. */
 MPRT_KERNEL void mprt_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -65,8 +94,7 @@ MPRT_KERNEL void mprt_gemm(int ta, int tb, int M, int N, int K, float alpha, con
                                          (c_cols == 1 ? 0 : j)];
         b = beta;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
+    mprt_sgemm(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
 }
 
 /* Batched Y[b] = A[b] @ B[b] with broadcast batch strides (0 = shared). */
@@ -74,8 +102,8 @@ MPRT_KERNEL void mprt_matmul(int batch, int M, int N, int K, const float *A, lon
                         const float *B, long sb, float *Y)
 {
     for (int i = 0; i < batch; i++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f,
-                    A + i * sa, K, B + i * sb, N, 0.0f, Y + (size_t)i * M * N, N);
+        mprt_sgemm(0, 0, M, N, K, 1.0f, A + i * sa, K, B + i * sb, N, 0.0f, Y + (size_t)i * M * N,
+                   N);
 }
 
 /* ---- elementwise ---- */
@@ -592,8 +620,8 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
     for (int g = 0; g < p->group && batched; g++) {
         float *out = col + (size_t)K * NP;
         mprt_im2col_batch(p, x, g, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, (int)NP, K, 1.0f,
-                    w + (size_t)g * mg * K, K, col, (int)NP, 0.0f, out, (int)NP);
+        mprt_sgemm(0, 0, mg, (int)NP, K, 1.0f, w + (size_t)g * mg * K, K, col, (int)NP, 0.0f, out,
+                   (int)NP);
         mprt_scatter_images(p->N, p->M, mg, g, P, out, y);
     }
     for (int n = 0; n < p->N; n++)
@@ -601,8 +629,7 @@ MPRT_KERNEL void mprt_conv(const MprtConv *p, const float *x, const float *w, co
             float *yg = y + ((size_t)n * p->M + (size_t)g * mg) * P;
             if (!batched) {
                 mprt_im2col(p, x + mprt_conv_group_at(p, n, g), col, P);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mg, P, K, 1.0f,
-                            w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
+                mprt_sgemm(0, 0, mg, P, K, 1.0f, w + (size_t)g * mg * K, K, col, P, 0.0f, yg, P);
             }
             if (b)
                 for (int m = 0; m < mg; m++)
@@ -622,17 +649,16 @@ MPRT_KERNEL void mprt_conv_grad_x(const MprtConv *p, const float *dy, const floa
     for (int g = 0; g < p->group && batched; g++) {
         float *dys = col + (size_t)K * NP;   /* dy of the group, mg x N*P */
         mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)NP, mg, 1.0f,
-                    w + (size_t)g * mg * K, K, dys, (int)NP, 0.0f, col, (int)NP);
+        mprt_sgemm(1, 0, K, (int)NP, mg, 1.0f, w + (size_t)g * mg * K, K, dys, (int)NP, 0.0f, col,
+                   (int)NP);
         for (int n = 0; n < p->N; n++)
             mprt_col2im(p, col + (size_t)n * P, (size_t)NP,
                         dx + mprt_conv_group_at(p, n, g));
     }
     for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, mg, 1.0f,
-                        w + (size_t)g * mg * K, K, dy + ((size_t)n * p->M + (size_t)g * mg) * P,
-                        P, 0.0f, col, P);
+            mprt_sgemm(1, 0, K, P, mg, 1.0f, w + (size_t)g * mg * K, K,
+                       dy + ((size_t)n * p->M + (size_t)g * mg) * P, P, 0.0f, col, P);
             mprt_col2im(p, col, P, dx + mprt_conv_group_at(p, n, g));
         }
 }
@@ -648,15 +674,14 @@ MPRT_KERNEL void mprt_conv_grad_w(const MprtConv *p, const float *dy, const floa
         float *dys = col + (size_t)K * NP;
         mprt_im2col_batch(p, x, g, col);
         mprt_gather_images(p->N, p->M, mg, g, P, dy, dys);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, (int)NP, 1.0f, dys, (int)NP,
-                    col, (int)NP, 0.0f, dw + (size_t)g * mg * K, K);
+        mprt_sgemm(0, 1, mg, K, (int)NP, 1.0f, dys, (int)NP, col, (int)NP, 0.0f,
+                   dw + (size_t)g * mg * K, K);
     }
     for (int n = 0; n < p->N && !batched; n++)
         for (int g = 0; g < p->group; g++) {
             mprt_im2col(p, x + mprt_conv_group_at(p, n, g), col, P);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mg, K, P, 1.0f,
-                        dy + ((size_t)n * p->M + (size_t)g * mg) * P, P, col, P,
-                        n ? 1.0f : 0.0f, dw + (size_t)g * mg * K, K);
+            mprt_sgemm(0, 1, mg, K, P, 1.0f, dy + ((size_t)n * p->M + (size_t)g * mg) * P, P, col,
+                       P, n ? 1.0f : 0.0f, dw + (size_t)g * mg * K, K);
         }
 }
 

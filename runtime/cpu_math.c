@@ -41,14 +41,12 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
         s *= shape[d];
     }
     if (nb > 1 && !ta && full_a && full_y && shared_b) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(nb * M),
-                    N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, Y, N);
+        mprt_sgemm(0, tb, (int)(nb * M), N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, Y, N);
         return;
     }
     if (nb > 1 && ta && !tb && full_a && full_b && shared_y) {
         /* Y[M,N] = sum_b A[b]^T B[b]: A is (nb*K, M) rows, B (nb*K, N) rows */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, (int)(nb * K), 1.0f, A, M,
-                    B, N, 0.0f, Y, N);
+        mprt_sgemm(1, 0, M, N, (int)(nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
         return;
     }
     long idx[8] = {0}, off[3] = {0, 0, 0};
@@ -59,9 +57,8 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
     if (accumulate)
         memset(Y, 0, (size_t)M * N * sizeof *Y);
     for (long i = 0; i < nb; i++) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    M, N, K, 1.0f, A + off[0], ta ? M : K, B + off[1], tb ? K : N,
-                    accumulate ? 1.0f : 0.0f, Y + off[2], N);
+        mprt_sgemm(ta, tb, M, N, K, 1.0f, A + off[0], ta ? M : K, B + off[1], tb ? K : N,
+                   accumulate ? 1.0f : 0.0f, Y + off[2], N);
         mprt_bcast_next(rank, shape, idx, 3, off, st);
     }
 }

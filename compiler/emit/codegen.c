@@ -51,6 +51,7 @@ typedef struct CG {
      * table (dnnl_convs), each with its device; a node's row, -1 if none */
     uint32_t *dnnl_node;
     int *dnnl_dev, ndnnl, *dnnl_row;
+    bool dnnl_gemm;   /* the CPU devices' GEMMs run through oneDNN (MPRT_DNNL_GEMM) */
     /* the function being written: the buffers it uses, as named locals */
     struct Local *locals;
     int nlocals, cap_locals;
@@ -2277,15 +2278,16 @@ static const char *const act_names[] = {"forward", "backward", "wgrad", "update"
 static const char *build_line(CG *cg)
 {
     const char *out = comment_text(cg, cg->o->output);
+    bool dnnl = cg->ndnnl || cg->dnnl_gemm;
     if (cg->cuda)
         return arena_printf(cg->g->arena, "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train -I"
                             MPCC_CUDA_HOME "/include -L" MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
                             MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart %s-lm "
-                            "-pthread", out, cg->ndnnl ? "-ldnnl -lgomp -lopenblas "
+                            "-pthread", out, dnnl ? "-ldnnl -lgomp -lopenblas "
                             : cg->mixed ? "-lopenblas " : "");
     return arena_printf(cg->g->arena,
                         "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train %s-lopenblas -lm -pthread", out,
-                        cg->ndnnl ? "-ldnnl -lgomp " : "");
+                        dnnl ? "-ldnnl -lgomp " : "");
 }
 
 /* The program's name: the output file's, without folder and ".c". */
@@ -2308,12 +2310,19 @@ static void emit_fused_line(CG *cg)
              cg->fu->nfused - cg->fu->nchains);
 }
 
-/* How many convolutions run through oneDNN, and so what the build links. */
+/* What runs through oneDNN (the GEMMs, how many convolutions), and so
+ * what the build links. */
 static void emit_dnnl_line(CG *cg)
 {
     static const char *const mode[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                         [KERNELS_ONEDNN] = "onednn"};
-    if (cg->ndnnl)
+    if (cg->dnnl_gemm && cg->ndnnl)
+        emit(cg, " * oneDNN:   the GEMMs and %d convolution kernel(s) (dnnl_convs; "
+             "--cpu-kernels=%s), so -ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
+    else if (cg->dnnl_gemm)
+        emit(cg, " * oneDNN:   the GEMMs (--cpu-kernels=%s), so -ldnnl -lgomp\n",
+             mode[cg->o->cpu_kernels]);
+    else if (cg->ndnnl)
         emit(cg, " * oneDNN:   %d convolution kernel(s) (dnnl_convs; --cpu-kernels=%s), so "
              "-ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
 }
@@ -2383,6 +2392,8 @@ static void emit_header(CG *cg, const char *hash)
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
     if (cg->mixed)
         emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
+    if (cg->dnnl_gemm)
+        emit(cg, "#define MPRT_DNNL_GEMM 1   /* the CPU kernels' GEMMs: oneDNN's (cpu.c) */\n");
 }
 
 static const EmbeddedFile *embedded(const char *name)
@@ -3501,7 +3512,8 @@ static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *f
 {
     int ncuda = cuda_devices(plan);
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
-             .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu};
+             .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu,
+             .dnnl_gemm = ncuda < plan->ds->n && !o->infer && gemm_onednn(g)};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
     for (int b = 0; b < plan->nbufs; b++)

@@ -176,6 +176,21 @@ bool conv_onednn(const Graph *g, const Node *n)
 #endif
 }
 
+/* Whether a CPU device's GEMMs (Gemm, MatMul and their gradients, and the
+ * builtin convolutions' im2col products) run through oneDNN's dnnl_sgemm
+ * rather than OpenBLAS: its JIT kernels are made for the CPU the trainer
+ * runs on, where an OpenBLAS may run generic ones (docs/trainer.md). */
+bool gemm_onednn(const Graph *g)
+{
+    if (g->cpu_kernels != KERNELS_AUTO)
+        return g->cpu_kernels == KERNELS_ONEDNN;
+#ifdef MPCC_HAVE_DNNL
+    return true;
+#else
+    return false;
+#endif
+}
+
 static double round16(int64_t n)
 {
     return (double)((n + 15) / 16 * 16);

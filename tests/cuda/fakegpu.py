@@ -172,6 +172,11 @@ def main_run(args):
     src, mpcc, cc, cuda, lib, work, model = args[:7]
     sep = args.index("--")
     gpu_opts, cpu_opts = args[7:sep], args[sep + 1:]
+    # The fake cuBLAS and cuDNN compute with OpenBLAS and the builtin
+    # convolutions: the CPU trainer (and a mixed trainer's CPU stages) too
+    for opts in (gpu_opts, cpu_opts):
+        if not any(o.startswith("--cpu-kernels") for o in opts):
+            opts.append("--cpu-kernels=builtin")
     os.makedirs(work, exist_ok=True)
     gpu_c, cpu_c = os.path.join(work, "gpu.c"), os.path.join(work, "cpu.c")
     fake = fake_build(generate(mpcc, model, gpu_opts, gpu_c), cc, lib, gpu_opts)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # --cpu-kernels on the CNN sample: with onednn every convolution of the
-# trainer calls oneDNN (runtime/cpu_dnnl.c) and its build line, in the
+# trainer calls oneDNN (runtime/cpu_dnnl.c), its GEMMs are oneDNN's
+# (MPRT_DNNL_GEMM: the program calls dnnl_sgemm) and its build line, in the
 # head, links -ldnnl; with builtin none does and the line does not, so it
 # builds without oneDNN. Both build with -Wall -Werror and train 3 steps to
 # the same losses within 1e-5 of the first; oneDNN on 2 devices gives its
@@ -26,7 +27,11 @@ dnnl=$(grep -c '^    mprt_dnnl_conv\(_grad_[xw]\)*([0-9]' onednn.c)
     { echo "onednn.c calls oneDNN $dnnl times for builtin.c's $convs convolutions"; exit 1; }
 ! grep -q '^    mprt_conv\(_grad_[xw]\)*(&(MprtConv)' onednn.c
 ! grep -q 'mprt_dnnl\|ldnnl\|oneDNN: ' builtin.c
+grep -q '^#define MPRT_DNNL_GEMM 1' onednn.c
+! grep -q '^#define MPRT_DNNL_GEMM' builtin.c
 for t in onednn onednn2 builtin; do build $t; done
+nm -D --undefined-only onednn | grep -q ' dnnl_sgemm$'
+! nm -D --undefined-only builtin | grep -q dnnl
 cmp onednn.losses onednn2.losses
 /usr/bin/python3 - <<'PY'
 from safetensors.numpy import load_file
