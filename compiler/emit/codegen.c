@@ -2394,6 +2394,9 @@ static void emit_header(CG *cg, const char *hash)
         emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
     if (cg->dnnl_gemm)
         emit(cg, "#define MPRT_DNNL_GEMM 1   /* the CPU kernels' GEMMs: oneDNN's (cpu.c) */\n");
+    if (cg->dnnl_gemm || cg->ndnnl)
+        emit(cg, "#define MPRT_GOMP 1   /* the CPU devices' pools: oneDNN's OpenMP threads "
+             "(pool.c) */\n");
 }
 
 static const EmbeddedFile *embedded(const char *name)

@@ -13,6 +13,7 @@
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #define MPRT_DNNL_GEMM 1   /* the CPU kernels' GEMMs: oneDNN's (cpu.c) */
+#define MPRT_GOMP 1   /* the CPU devices' pools: oneDNN's OpenMP threads (pool.c) */
 
 /* ==== the runtime's declarations (its definitions follow the model) ==== */
 
@@ -2539,6 +2540,53 @@ static int mprt_pool_threads(void)
     return mprt_threads;
 }
 
+/* This thread is worker k (from 1) of its device's pool: a call it makes
+ * runs on it alone. */
+static _Thread_local int mprt_pool_worker;
+
+#ifdef MPRT_GOMP
+/* Where the trainer links libgomp (oneDNN's OpenMP runtime: its GEMMs or
+ * convolutions run through oneDNN), the device's OpenMP threads are its
+ * pool: a call is one parallel region of libgomp's (GOMP_parallel, what
+ * `#pragma omp parallel` compiles to, called directly so that the trainer
+ * needs no -fopenmp), so mpcc's kernels and oneDNN's take turns on the
+ * same threads instead of two sets of threads spinning for the same cores.
+ * Thread k takes piece k, then any piece no one has started, as below. */
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+int omp_get_thread_num(void);
+
+typedef struct MprtOmpCall {
+    MprtParFn fn;
+    void *ctx;
+    long n, pieces;
+    atomic_ullong left;   /* a bit per piece not taken */
+} MprtOmpCall;
+
+static void mprt_omp_take(MprtOmpCall *c, int k)
+{
+    unsigned long long bit = 1ull << k;
+    if (atomic_fetch_and(&c->left, ~bit) & bit)
+        c->fn(c->ctx, c->n * k / c->pieces, c->n * (k + 1) / c->pieces);
+}
+
+static void mprt_omp_piece(void *arg)
+{
+    MprtOmpCall *c = arg;
+    int was = mprt_pool_worker, me = omp_get_thread_num();
+    mprt_pool_worker = 1 + me;   /* a call from inside runs on this thread */
+    if (me < c->pieces)
+        mprt_omp_take(c, me);
+    for (int k = 0; k < c->pieces; k++)
+        mprt_omp_take(c, k);
+    mprt_pool_worker = was;
+}
+
+static void mprt_par_omp(long n, long pieces, MprtParFn fn, void *ctx)
+{
+    MprtOmpCall c = {fn, ctx, n, pieces, (1ull << pieces) - 1};
+    GOMP_parallel(mprt_omp_piece, &c, (unsigned)pieces, 0);
+}
+#else
 typedef struct MprtTeam {
     int workers;
     pthread_mutex_t mu;
@@ -2552,7 +2600,6 @@ typedef struct MprtTeam {
 } MprtTeam;
 
 static _Thread_local MprtTeam *mprt_pool_mine;    /* the calling stream's */
-static _Thread_local int mprt_pool_worker;        /* this thread is worker k (from 1) */
 
 enum { MPRT_POOL_SPIN = 20000 };   /* polls before a worker sleeps (tens of µs) */
 
@@ -2653,10 +2700,19 @@ static MprtTeam *mprt_pool_get(void)
     return mprt_pool_mine;
 }
 
+#endif
+
 MPRT_KERNEL void mprt_par(long n, long grain, MprtParFn fn, void *ctx)
 {
     if (n <= 0)
         return;
+#ifdef MPRT_GOMP
+    long most = mprt_pool_threads(), pieces = n / grain < most ? n / grain : most;
+    if (mprt_pool_worker || pieces < 2)
+        fn(ctx, 0, n);
+    else
+        mprt_par_omp(n, pieces, fn, ctx);
+#else
     MprtTeam *p = mprt_pool_worker || n < 2 * grain ? NULL : mprt_pool_get();
     if (!p) {
         fn(ctx, 0, n);
@@ -2676,6 +2732,7 @@ MPRT_KERNEL void mprt_par(long n, long grain, MprtParFn fn, void *ctx)
     for (long i = 0; atomic_load(&p->done) < p->pieces; i++)   /* pieces workers took */
         if (i % 64 == 63)
             sched_yield();
+#endif
 }
 
 /* cpu.c — the CPU device's kernels, forward and backward, float32.
