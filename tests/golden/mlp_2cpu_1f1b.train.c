@@ -2499,7 +2499,9 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file, lon
  *
  * mprt_par(n, grain, fn, ctx) runs fn(ctx, lo, hi) over pieces [lo, hi)
  * that cover [0, n), on the calling thread and the workers of its pool.
- * The pool belongs to the thread that first asks for one, a device's
+ * Where the trainer links oneDNN, the pool is the calling thread's OpenMP
+ * team (MPRT_GOMP, below). Otherwise it is threads of its own: the pool
+ * belongs to the thread that first asks for one, a device's
  * stream, and has mprt_threads - 1 workers: one pool per device, each
  * with the thread count OpenBLAS and oneDNN use (OPENBLAS_NUM_THREADS,
  * else every core). A call with fewer than two pieces' worth of items
