@@ -62,8 +62,8 @@ libs=
 if [ -n "${MPCC_LIBS:-}" ]; then
     libs=$(abspath "$MPCC_LIBS")
     export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    # pack compresses the libraries (the tree that travels to a GPU machine
-    # is limited in size): unpacked once, beside the .gz
+    # pack compresses the libraries (a third of the bytes to copy to a GPU
+    # machine): unpacked once, beside the .gz
     for f in "$libs"/*.gz; do
         [ -f "$f" ] && [ ! -f "${f%.gz}" ] && gunzip -k "$f"
     done
