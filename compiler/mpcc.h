@@ -610,8 +610,10 @@ typedef struct Profile {
     double tf32_flops, bf16_flops;   /* the same in TF32 and bf16 */
     bool per_call;                   /* CPU: price the work call by call, as runtime/
                                         does it (cost.c); GPU: a roofline per node */
-    double call_overhead;            /* seconds per BLAS call */
-    double gemm_bw;                  /* bytes/s of a BLAS call's operands (calibrate.c) */
+    double call_overhead;            /* seconds per GEMM call */
+    double gemm_bw;                  /* bytes/s of a GEMM call's operands (calibrate.c) */
+    double blas_flops, blas_bw, blas_call;   /* CPU: the three above for OpenBLAS's GEMM
+                                                (--cpu-kernels=builtin); 0: the same */
     double patch_bw, patch_row;      /* im2col: bytes/s, and seconds per row of patches */
     double transpose_bw;             /* bytes/s of a transpose (read and written) */
     double window_rate;              /* pooling: window elements per second */
@@ -666,6 +668,7 @@ int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch by
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */
 bool gemm_onednn(const Graph *g);   /* CPU devices' GEMMs run through oneDNN */
+bool kernels_gemm_onednn(int cpu_kernels);   /* the same, by --cpu-kernels in effect */
 #define WORKSPACE_MAX 0x1p62
 
 /* ---------------------------------------------- parallel/measured.c */

@@ -5,13 +5,16 @@
  * as the best of several runs, alone (one CPU device) and on two threads at
  * once (CPU devices running side by side share caches and the memory bus):
  *
- *   matrix_flops   cblas_sgemm, one BLAS thread (the system's OpenBLAS,
- *   gemm_bw        opened with dlopen: mpcc does not link it), timed on a
- *                  convolution's product (256 x 512 x 2304) and a skinny
- *                  one (512 x 4 x 4608),
+ *   matrix_flops   the GEMM a trainer calls by default, on one thread:
+ *   gemm_bw        oneDNN's dnnl_sgemm where mpcc was built with oneDNN,
+ *                  else OpenBLAS's cblas_sgemm (each opened with dlopen:
+ *                  mpcc links neither), timed on a convolution's product
+ *                  (256 x 512 x 2304) and a skinny one (512 x 4 x 4608),
  *                  fitted as 2mnk / matrix_flops + operand bytes / gemm_bw;
- *                  without OpenBLAS, a multiply-add loop's rate
- *   call_overhead  a BLAS call too small to cost anything else
+ *                  without either, a multiply-add loop's rate
+ *   call_overhead  a GEMM call too small to cost anything else
+ *   blas_*         the same three of OpenBLAS's cblas_sgemm, the GEMM of
+ *                  --cpu-kernels=builtin (the oneDNN ones where it is absent)
  *   patch_bw,      im2col as runtime/cpu.c does it, one row of a patch
  *   patch_row      matrix per memcpy: fitted on rows of 64 and of 8 floats
  *   flops          a multiply-add loop, vectorised four wide
@@ -146,34 +149,69 @@ done:
 
 typedef void (*SgemmFn)(int, int, int, int, int, int, float, const float *, int, const float *,
                         int, float, float *, int);
+typedef int (*DnnlSgemmFn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                           const float *, int64_t, float, float *, int64_t);
 typedef void (*ThreadsFn)(int);
 
+/* The GEMM being timed: OpenBLAS's, or oneDNN's with its OpenMP thread
+ * count setter (per calling thread, so set on each probe's own). */
 static SgemmFn sgemm;
+static DnnlSgemmFn dnnl_sgemm_fn;
+static ThreadsFn omp_threads;
+
+/* The first of `names` that dlopen finds and that has `symbol`: its handle,
+ * the symbol at *fn. */
+static void *open_library(const char *const *names, size_t n, const char *symbol, void **fn)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        if ((*fn = dlsym(h, symbol)))
+            return h;
+        dlclose(h);
+    }
+    return NULL;
+}
 
 /* The system's cblas_sgemm, one thread; NULL without OpenBLAS. */
 static SgemmFn open_blas(void)
 {
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            continue;
-        SgemmFn f = (SgemmFn)(uintptr_t)dlsym(h, "cblas_sgemm");
-        ThreadsFn threads = (ThreadsFn)(uintptr_t)dlsym(h, "openblas_set_num_threads");
-        if (f) {
-            if (threads)
-                threads(1);
-            return f;
-        }
-        dlclose(h);
-    }
+    void *fn, *h = open_library(names, sizeof names / sizeof names[0], "cblas_sgemm", &fn);
+    if (!h)
+        return NULL;
+    ThreadsFn threads = (ThreadsFn)(uintptr_t)dlsym(h, "openblas_set_num_threads");
+    if (threads)
+        threads(1);
+    return (SgemmFn)(uintptr_t)fn;
+}
+
+/* oneDNN's dnnl_sgemm, and the OpenMP it runs on (a dependency of libdnnl,
+ * which dlsym searches); NULL where mpcc was built without oneDNN, or the
+ * library is gone. */
+static DnnlSgemmFn open_onednn(void)
+{
+#ifdef MPCC_HAVE_DNNL
+    static const char *const names[] = {"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"};
+    void *fn, *h = open_library(names, sizeof names / sizeof names[0], "dnnl_sgemm", &fn);
+    if (!h || !(omp_threads = (ThreadsFn)(uintptr_t)dlsym(h, "omp_set_num_threads")))
+        return NULL;
+    return (DnnlSgemmFn)(uintptr_t)fn;
+#else
     return NULL;
+#endif
 }
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111 };
 
 static void run_gemm(Probe *p)
 {
+    if (dnnl_sgemm_fn) {
+        omp_threads(1);   /* this thread's OpenMP team: itself */
+        dnnl_sgemm_fn('N', 'N', p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f, p->c, p->n);
+        return;
+    }
     sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, p->m, p->n, p->k, 1.0f, p->a, p->k, p->b, p->n, 0.0f,
           p->c, p->n);
 }
@@ -293,15 +331,10 @@ static double gemm_seconds(int m, int n, int k, bool shared)
     return measure((Probe){.run = run_gemm, .m = m, .n = n, .k = k, .floats = floats}, shared);
 }
 
-/* Fits t = flops / F + bytes / B to a wide and a skinny product. */
-static void blas_rates(Profile *p, bool shared)
+/* Fits t = flops / F + bytes / B to a wide and a skinny product, of the
+ * GEMM run_gemm calls: F, B and a tiny call's time. */
+static void gemm_fit(bool shared, double *flops, double *bw, double *call)
 {
-    if (!sgemm) {
-        double t = measure((Probe){.run = run_loop, .floats = 64 * 64}, shared);
-        p->matrix_flops = p->flops = t > 0 ? 4 * 2.0 * 64 * 64 * 64 / t : 1e9;
-        p->gemm_bw = p->bandwidth;
-        return;
-    }
     double f1 = 2.0 * 256 * 512 * 2304, b1 = 4.0 * (256 * 2304 + 2304 * 512 + 256 * 512);
     double f2 = 2.0 * 512 * 4 * 4608, b2 = 4.0 * (512 * 4608 + 4608 * 4 + 512 * 4);
     double t1 = gemm_seconds(256, 512, 2304, shared), t2 = gemm_seconds(512, 4, 4608, shared);
@@ -309,11 +342,30 @@ static void blas_rates(Profile *p, bool shared)
     double x = (t1 - b1 * y) / f1;                             /* 1 / F */
     if (!(x > 0) || !(y > 0))   /* noise: the square product's rate, no bytes term */
         x = t1 / f1, y = 1e-12;
-    p->matrix_flops = 1 / x;
-    p->gemm_bw = 1 / y;
-    p->call_overhead = gemm_seconds(1, 4, 4, shared);
+    *flops = 1 / x;
+    *bw = 1 / y;
+    *call = gemm_seconds(1, 4, 4, shared);
+}
+
+/* The default GEMM's rates (oneDNN's where there is one), OpenBLAS's as
+ * blas_*, and the vectorised loop's. */
+static void blas_rates(Profile *p, bool shared)
+{
     double loop = measure((Probe){.run = run_loop, .floats = 64 * 64}, shared);
-    p->flops = loop > 0 ? 4 * 2.0 * 64 * 64 * 64 / loop : p->matrix_flops;   /* vectorised */
+    double loop_flops = loop > 0 ? 4 * 2.0 * 64 * 64 * 64 / loop : 1e9;
+    p->flops = p->matrix_flops = loop_flops;
+    p->gemm_bw = p->bandwidth;
+    DnnlSgemmFn onednn = dnnl_sgemm_fn;
+    if (sgemm) {
+        dnnl_sgemm_fn = NULL;
+        gemm_fit(shared, &p->blas_flops, &p->blas_bw, &p->blas_call);
+        p->matrix_flops = p->blas_flops, p->gemm_bw = p->blas_bw, p->call_overhead = p->blas_call;
+    }
+    if ((dnnl_sgemm_fn = onednn)) {
+        gemm_fit(shared, &p->matrix_flops, &p->gemm_bw, &p->call_overhead);
+    }
+    if (!sgemm)   /* builtin's GEMM unmeasured: priced as the default's */
+        p->blas_flops = p->matrix_flops, p->blas_bw = p->gemm_bw, p->blas_call = p->call_overhead;
 }
 
 /* t = rows * patch_row + bytes / patch_bw, from rows of 64 and 8 floats
@@ -440,8 +492,8 @@ static Profile measured(bool shared, double handoff)
 static const char *const keys[] = {
     "flops", "matrix_flops", "bandwidth", "copy_bandwidth", "norm_bandwidth",
     "gemm_bandwidth", "patch_bandwidth", "patch_row", "call_overhead", "peer_latency",
-    "transpose_bandwidth", "window_rate", "norm_row",
-    "bw64k", "bw512k", "bw4m", "bw16m", "bw64m",
+    "transpose_bandwidth", "window_rate", "norm_row", "blas_matrix_flops",
+    "blas_gemm_bandwidth", "blas_call_overhead", "bw64k", "bw512k", "bw4m", "bw16m", "bw64m",
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 
@@ -449,7 +501,8 @@ static double *fields(Profile *p, int k)
 {
     double *f[NKEYS] = {&p->flops, &p->matrix_flops, &p->bandwidth, &p->copy_bw, &p->norm_bw,
                         &p->gemm_bw, &p->patch_bw, &p->patch_row, &p->call_overhead,
-                        &p->peer_latency, &p->transpose_bw, &p->window_rate, &p->norm_row, &p->bw_at[0], &p->bw_at[1], &p->bw_at[2],
+                        &p->peer_latency, &p->transpose_bw, &p->window_rate, &p->norm_row, &p->blas_flops, &p->blas_bw, &p->blas_call,
+                        &p->bw_at[0], &p->bw_at[1], &p->bw_at[2],
                         &p->bw_at[3], &p->bw_at[4]};
     return f[k];
 }
@@ -486,7 +539,7 @@ static char *cache_path(void)
     if (f)
         fclose(f);
     char key[700];
-    snprintf(key, sizeof key, "%s|%ld|%s|%s|cal10", model, sysconf(_SC_NPROCESSORS_ONLN),
+    snprintf(key, sizeof key, "%s|%ld|%s|%s|cal11", model, sysconf(_SC_NPROCESSORS_ONLN),
              MPCC_VERSION, BUILD_FLAVOUR);
     uint64_t h = 1469598103934665603ull;
     for (const char *c = key; *c; c++)
@@ -571,6 +624,7 @@ Profile cpu_profile(bool shared)
     solo = both = pinned(1e9, 1e9);
     if (!cache_read(path, &solo, &both)) {
         sgemm = open_blas();
+        dnnl_sgemm_fn = open_onednn();
         double handoff = handoff_seconds();
         solo = measured(false, handoff);
         both = measured(true, handoff);

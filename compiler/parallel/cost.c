@@ -180,15 +180,20 @@ bool conv_onednn(const Graph *g, const Node *n)
  * builtin convolutions' im2col products) run through oneDNN's dnnl_sgemm
  * rather than OpenBLAS: its JIT kernels are made for the CPU the trainer
  * runs on, where an OpenBLAS may run generic ones (docs/trainer.md). */
-bool gemm_onednn(const Graph *g)
+bool kernels_gemm_onednn(int cpu_kernels)
 {
-    if (g->cpu_kernels != KERNELS_AUTO)
-        return g->cpu_kernels == KERNELS_ONEDNN;
+    if (cpu_kernels != KERNELS_AUTO)
+        return cpu_kernels == KERNELS_ONEDNN;
 #ifdef MPCC_HAVE_DNNL
     return true;
 #else
     return false;
 #endif
+}
+
+bool gemm_onednn(const Graph *g)
+{
+    return kernels_gemm_onednn(g->cpu_kernels);
 }
 
 static double round16(int64_t n)

@@ -64,7 +64,8 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         {"shared_bandwidth", &p->shared_bw}, {"gemm_bandwidth", &p->gemm_bw},
         {"patch_bandwidth", &p->patch_bw}, {"patch_row", &p->patch_row},
         {"transpose_bandwidth", &p->transpose_bw}, {"window_rate", &p->window_rate},
-        {"norm_row", &p->norm_row},
+        {"norm_row", &p->norm_row}, {"blas_matrix_flops", &p->blas_flops},
+        {"blas_gemm_bandwidth", &p->blas_bw}, {"blas_call_overhead", &p->blas_call},
         {"bw64k", &p->bw_at[0]}, {"bw512k", &p->bw_at[1]}, {"bw4m", &p->bw_at[2]},
         {"bw16m", &p->bw_at[3]}, {"bw64m", &p->bw_at[4]},
     };
@@ -88,7 +89,7 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         }
     error_file(path, "line %d: unknown key '%s' (known: flops, matrix_flops, tf32_flops, "
                "bf16_flops, bandwidth, copy_bandwidth, norm_bandwidth, shared_bandwidth, "
-               "gemm_bandwidth, patch_bandwidth, patch_row, transpose_bandwidth, window_rate, norm_row, bw64k..bw64m, overhead, call_overhead, memory, peer_bandwidth, peer_latency, peer_access, "
+               "gemm_bandwidth, patch_bandwidth, patch_row, transpose_bandwidth, window_rate, norm_row, blas_matrix_flops, blas_gemm_bandwidth, blas_call_overhead, bw64k..bw64m, overhead, call_overhead, memory, peer_bandwidth, peer_latency, peer_access, "
                "host_bandwidth, host_latency)", line, key);
 }
 
@@ -101,7 +102,7 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
     Profile p = base;
     p.name = arena_strdup(a, path);
     p.flops = p.matrix_flops = p.bandwidth = p.copy_bw = p.norm_bw = p.shared_bw = -1;
-    p.gemm_bw = p.patch_bw = p.transpose_bw = p.bw_at[0] = -1;
+    p.gemm_bw = p.patch_bw = p.transpose_bw = p.bw_at[0] = p.blas_flops = -1;
     char line[512], key[64];
     for (int no = 1; fgets(line, sizeof line, f); no++) {
         char *hash = strchr(line, '#');
@@ -119,8 +120,13 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
     bool flops_given = p.flops >= 0, bw_given = p.bandwidth >= 0;
     p.flops = flops_given ? p.flops : base.flops;
     p.bandwidth = bw_given ? p.bandwidth : base.bandwidth;
-    if (p.matrix_flops < 0)
+    bool matrix_given = p.matrix_flops >= 0;
+    if (!matrix_given)
         p.matrix_flops = flops_given ? p.flops : base.matrix_flops;
+    if (p.blas_flops < 0)   /* OpenBLAS's GEMM: as the file's GEMM, else the base's */
+        p.blas_flops = matrix_given || flops_given ? 0 : base.blas_flops;
+    if (p.gemm_bw < 0 && bw_given)
+        p.blas_bw = 0;
     double *bws[] = {&p.copy_bw, &p.norm_bw, &p.shared_bw, &p.gemm_bw, &p.patch_bw,
                      &p.transpose_bw};
     double base_bws[] = {base.copy_bw, base.norm_bw, base.shared_bw, base.gemm_bw, base.patch_bw,
@@ -140,7 +146,21 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
     return p;
 }
 
-static Profile profile_for(Arena *a, const Options *o, DevKind kind)
+/* A CPU profile priced for the GEMM the trainer will call: OpenBLAS's
+ * rates where the kernels are builtin (--cpu-kernels=builtin, --infer). */
+static Profile cpu_gemm(Profile p, const Options *o)
+{
+    int kernels = o->infer ? KERNELS_BUILTIN : (int)o->cpu_kernels;   /* as bind.c */
+    if (!kernels_gemm_onednn(kernels) && p.blas_flops > 0) {
+        p.matrix_flops = p.blas_flops;
+        p.gemm_bw = p.blas_bw > 0 ? p.blas_bw : p.gemm_bw;
+        p.call_overhead = p.blas_call > 0 ? p.blas_call : p.call_overhead;
+    }
+    p.blas_flops = p.blas_bw = p.blas_call = 0;   /* applied: the GEMM in effect */
+    return p;
+}
+
+static Profile profile_named(Arena *a, const Options *o, DevKind kind)
 {
     const char *name = o->pipe.profile;
     bool tf32 = o->tf32 && kind == DEV_CUDA;
@@ -153,6 +173,12 @@ static Profile profile_for(Arena *a, const Options *o, DevKind kind)
             return gpu_profile(&builtin[i], tf32);
     return read_profile(a, name, kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], false),
                         tf32);
+}
+
+static Profile profile_for(Arena *a, const Options *o, DevKind kind)
+{
+    Profile p = profile_named(a, o, kind);
+    return kind == DEV_CPU ? cpu_gemm(p, o) : p;
 }
 
 /* ---- the device list ---- */
@@ -193,14 +219,14 @@ static void parse_device_list(Arena *a, const Options *o, Devices *ds)
 /* CPU devices running side by side share caches and the memory bus: with
  * two or more, the built-in cpu profile's rates are those measured on two
  * threads at once (calibrate.c). */
-static void side_by_side(Devices *ds)
+static void side_by_side(Devices *ds, const Options *o)
 {
     int cpus = 0;
     for (int i = 0; i < ds->n; i++)
         cpus += ds->d[i].kind == DEV_CPU;
     for (int i = 0; i < ds->n && cpus > 1; i++)
         if (ds->d[i].kind == DEV_CPU && strcmp(ds->d[i].prof.name, "cpu") == 0)
-            ds->d[i].prof = cpu_profile(true);
+            ds->d[i].prof = cpu_gemm(cpu_profile(true), o);
 }
 
 Devices devices_resolve(Arena *a, const Options *o)
@@ -216,7 +242,7 @@ Devices devices_resolve(Arena *a, const Options *o)
         add_device(a, &ds, DEV_CPU, i, o);
     if (ds.n == 0)
         add_device(a, &ds, DEV_CPU, 0, o);
-    side_by_side(&ds);
+    side_by_side(&ds, o);
     return ds;
 }
 
