@@ -13,7 +13,6 @@
 #include <math.h>
 #ifdef MPRT_DNNL_GEMM
 #include <dnnl.h>
-#include <omp.h>
 #endif
 
 /* The mode flag and Dropout's generator are in state.c. Kernels that need
@@ -59,17 +58,13 @@ typedef struct MprtBn {
  * (C not read when beta is 0): oneDNN's dnnl_sgemm where mpcc defines
  * MPRT_DNNL_GEMM (its JIT kernels for the CPU the trainer runs on), else
  * BLAS's cblas_sgemm (--cpu-kernels=builtin). Either runs on the device's
- * thread count, OpenBLAS's; at a fixed count, the same call gives the same
- * bits. */
+ * thread count, OpenBLAS's (pool.c's mprt_omp_threads); at a fixed count,
+ * the same call gives the same bits. */
 static void mprt_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc)
 {
 #ifdef MPRT_DNNL_GEMM
-    static _Thread_local int threads_set;
-    if (!threads_set) {
-        omp_set_num_threads(openblas_get_num_threads());
-        threads_set = 1;
-    }
+    mprt_omp_threads();
     if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                    ldc) == dnnl_success)
         return;

@@ -15,7 +15,8 @@
  *
  * Threads: oneDNN runs on OpenMP; each device's thread gives it as many
  * threads as OpenBLAS has (OPENBLAS_NUM_THREADS, else every core), the
- * count the primitives were made for. At a fixed count the results do not
+ * count the primitives were made for (pool.c's mprt_omp_threads: the
+ * trainer is built with MPRT_GOMP). At a fixed count the results do not
  * depend on the call's order or on other devices. */
 #include "mprt.h"
 #include "kernel.h"
@@ -23,7 +24,6 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <dnnl_debug.h>
-#include <omp.h>
 
 /* An operand of a primitive: the model's plain layout, the one the
  * primitive runs in, and the reorder between them when they differ (into
@@ -242,19 +242,12 @@ static size_t mprt_dnnl_prepare(MprtDnnlPrim *q, const MprtDnnlConv *c,
     return used;
 }
 
-/* The calling thread's oneDNN threads: OpenBLAS's count. */
-static void mprt_dnnl_set_threads(void)
-{
-    if (omp_get_max_threads() != mprt_dnnl_threads)
-        omp_set_num_threads(mprt_dnnl_threads);
-}
-
 /* Before the arenas: the primitives of the model's n convolutions (on
  * ndev devices), and scratch[d] raised to what device d's need. */
 MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, int ndev, size_t *scratch)
 {
     mprt_dnnl_threads = openblas_get_num_threads();
-    mprt_dnnl_set_threads();
+    mprt_omp_threads();
     mprt_dnnl_prims = calloc((size_t)n, sizeof *mprt_dnnl_prims);
     mprt_dnnl_streams = calloc((size_t)ndev, sizeof *mprt_dnnl_streams);
     if (!mprt_dnnl_prims || !mprt_dnnl_streams) {
@@ -302,7 +295,7 @@ static void mprt_dnnl_run(int id, const void *a, const void *b, const float *bia
     const MprtDnnlConv *c = q->spec;
     dnnl_stream_t s = mprt_dnnl_streams[c->dev];
     char *w = (char *)scratch;
-    mprt_dnnl_set_threads();
+    mprt_omp_threads();
     mprt_dnnl_bind(c, &q->in[0], a, w);
     mprt_dnnl_bind(c, &q->in[1], b, w);
     mprt_dnnl_bind(c, &q->out, out, w);

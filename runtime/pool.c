@@ -69,6 +69,19 @@ static _Thread_local int mprt_pool_worker;
  * Thread k takes piece k, then any piece no one has started, as below. */
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 int omp_get_thread_num(void);
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+/* Before a oneDNN call (a GEMM or a convolution): the calling thread's
+ * OpenMP team is OpenBLAS's thread count, the count oneDNN's primitives
+ * were made for (checked each time: a thread's count is its own, and
+ * cheap to read). */
+static void mprt_omp_threads(void)
+{
+    int want = openblas_get_num_threads();
+    if (omp_get_max_threads() != want)
+        omp_set_num_threads(want);
+}
 
 typedef struct MprtOmpCall {
     MprtParFn fn;

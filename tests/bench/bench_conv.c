@@ -7,6 +7,7 @@
  *   cc -O2 -I runtime tests/bench/bench_conv.c -o bench_conv -ldnnl -lgomp -lopenblas -lm
  *   OPENBLAS_NUM_THREADS=1 ./bench_conv [ROUNDS] */
 #define _POSIX_C_SOURCE 200809L
+#define MPRT_GOMP 1   /* as a trainer that links oneDNN: pool.c on its OpenMP threads */
 #include "program.h"
 #include "kernel.h"
 #include "state.c"

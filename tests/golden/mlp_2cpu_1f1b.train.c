@@ -2556,6 +2556,19 @@ static _Thread_local int mprt_pool_worker;
  * Thread k takes piece k, then any piece no one has started, as below. */
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 int omp_get_thread_num(void);
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+/* Before a oneDNN call (a GEMM or a convolution): the calling thread's
+ * OpenMP team is OpenBLAS's thread count, the count oneDNN's primitives
+ * were made for (checked each time: a thread's count is its own, and
+ * cheap to read). */
+static void mprt_omp_threads(void)
+{
+    int want = openblas_get_num_threads();
+    if (omp_get_max_threads() != want)
+        omp_set_num_threads(want);
+}
 
 typedef struct MprtOmpCall {
     MprtParFn fn;
@@ -2747,7 +2760,6 @@ MPRT_KERNEL void mprt_par(long n, long grain, MprtParFn fn, void *ctx)
 
 #ifdef MPRT_DNNL_GEMM
 #include <dnnl.h>
-#include <omp.h>
 #endif
 
 /* The mode flag and Dropout's generator are in state.c. Kernels that need
@@ -2793,17 +2805,13 @@ typedef struct MprtBn {
  * (C not read when beta is 0): oneDNN's dnnl_sgemm where mpcc defines
  * MPRT_DNNL_GEMM (its JIT kernels for the CPU the trainer runs on), else
  * BLAS's cblas_sgemm (--cpu-kernels=builtin). Either runs on the device's
- * thread count, OpenBLAS's; at a fixed count, the same call gives the same
- * bits. */
+ * thread count, OpenBLAS's (pool.c's mprt_omp_threads); at a fixed count,
+ * the same call gives the same bits. */
 static void mprt_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc)
 {
 #ifdef MPRT_DNNL_GEMM
-    static _Thread_local int threads_set;
-    if (!threads_set) {
-        omp_set_num_threads(openblas_get_num_threads());
-        threads_set = 1;
-    }
+    mprt_omp_threads();
     if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                    ldc) == dnnl_success)
         return;
