@@ -3,7 +3,10 @@
  * data gradient and filter gradient, on the convolutions of the CNN of
  * tests/bench/bench_train.sh, ResNet-50 at 64x64 batch 32 and a depthwise
  * one. Each shape runs the two kernels alternately, R rounds; it prints
- * each side's minimum and median and the ratios oneDNN/builtin.
+ * each side's minimum and median and the ratios oneDNN/builtin, then the
+ * least time oneDNN's side spent in reorders between the model's plain
+ * layouts and the primitive's, and its share of that side's minimum: what
+ * keeping oneDNN's layouts from one operation to the next could save.
  *   cc -O2 -I runtime tests/bench/bench_conv.c -o bench_conv -ldnnl -lgomp -lopenblas -lm
  *   OPENBLAS_NUM_THREADS=1 ./bench_conv [ROUNDS] */
 #define _POSIX_C_SOURCE 200809L
@@ -85,6 +88,32 @@ static void run(int kind, int builtin, int id, const MprtConv *p, float *x, floa
         builtin ? mprt_conv_grad_w(p, y, x, w, ws) : mprt_dnnl_conv_grad_w(id, y, x, w, ws);
 }
 
+/* The least time, in ms over R rounds, of convolution id's reorders alone
+ * (its operands into the primitive's layouts, its result out). */
+static double reorder_ms(int id, float *x, float *w, float *y, float *ws, int rounds)
+{
+    MprtDnnlPrim *q = &mprt_dnnl_prims[id];
+    const void *data[3][3] = {{x, w, y}, {y, w, x}, {y, x, w}};
+    const void *const *d = data[q->spec->kind];
+    mprt_dnnl_bind(q->spec, &q->in[0], d[0], (char *)ws);
+    mprt_dnnl_bind(q->spec, &q->in[1], d[1], (char *)ws);
+    mprt_dnnl_bind(q->spec, &q->out, d[2], (char *)ws);
+    dnnl_stream_t s = mprt_dnnl_streams[0];
+    double best = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now();
+        for (int k = 0; k < 2; k++)
+            if (q->in[k].reorder)
+                mprt_dnnl_reorder(q->spec, s, &q->in[k], 1);
+        if (q->out.reorder)
+            mprt_dnnl_reorder(q->spec, s, &q->out, 0);
+        mprt_dnnl_check(dnnl_stream_wait(s), q->spec, "stream");
+        double t = (now() - t0) * 1e3;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 7, ns = (int)(sizeof shapes / sizeof shapes[0]);
@@ -100,7 +129,8 @@ int main(int argc, char **argv)
     size_t dnnl_scratch = 0;
     mprt_dnnl_start(convs, 3 * ns, 1, &dnnl_scratch);
     printf("threads %d; rounds %d; times in ms: builtin min/median, oneDNN min/median, "
-           "ratio oneDNN/builtin of the minima and of the medians\n", mprt_dnnl_threads, rounds);
+           "ratio oneDNN/builtin of the minima and of the medians; oneDNN's reorders "
+           "(min) and their share of its minimum\n", mprt_dnnl_threads, rounds);
     static const char *kinds[] = {"fwd", "bwd-data", "bwd-weights"};
     for (int i = 0; i < ns; i++)
         for (int k = 0; k < 3; k++) {
@@ -121,8 +151,10 @@ int main(int argc, char **argv)
             qsort(t[0], (size_t)rounds, sizeof(double), cmp);
             qsort(t[1], (size_t)rounds, sizeof(double), cmp);
             double m0 = t[0][rounds / 2], m1 = t[1][rounds / 2];
-            printf("%-30s %-11s %8.3f %8.3f  %8.3f %8.3f  %5.2f %5.2f\n", shapes[i].name, kinds[k],
-                   t[0][0], m0, t[1][0], m1, t[1][0] / t[0][0], m1 / m0);
+            double re = reorder_ms(3 * i + k, x, w, y, ws, rounds);
+            printf("%-30s %-11s %8.3f %8.3f  %8.3f %8.3f  %5.2f %5.2f  %7.3f %4.0f%%\n",
+                   shapes[i].name, kinds[k], t[0][0], m0, t[1][0], m1, t[1][0] / t[0][0],
+                   m1 / m0, re, 100 * re / t[1][0]);
             fflush(stdout);
             free(x), free(w), free(b), free(y), free(ws);
         }
