@@ -667,6 +667,7 @@ double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profi
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */
+bool pool_onednn(const Graph *g, const Node *n);   /* MaxPool's forward through oneDNN (CPU) */
 bool gemm_onednn(const Graph *g);   /* CPU devices' GEMMs run through oneDNN */
 bool kernels_gemm_onednn(int cpu_kernels);   /* the same, by --cpu-kernels in effect */
 #define WORKSPACE_MAX 0x1p62

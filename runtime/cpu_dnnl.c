@@ -1,8 +1,9 @@
 /* cpu_dnnl.c — convolutions on CPU devices through oneDNN (libdnnl), in
  * place of cpu.c's im2col + GEMM where mpcc chose it (--cpu-kernels): the
  * forward, the data gradient and the filter gradient, 1-D to 3-D, with
- * groups, strides, dilations and pads. Pasted only into programs that use
- * it (their build line then has -ldnnl).
+ * groups, strides, dilations and pads; and max pooling's forward (at the
+ * end). Pasted only into programs that use it (their build line then has
+ * -ldnnl).
  *
  * The model's tensors stay in their plain layouts (NCDHW, filters
  * (G)OIDHW). At start-up, mprt_dnnl_start makes one primitive per
@@ -53,15 +54,21 @@ static int mprt_dnnl_threads;
 
 static const char *const mprt_dnnl_kind[] = {"Conv", "ConvGradX", "ConvGradW"};
 
-/* A failed oneDNN call: one line naming the node, and what to try. */
-static void mprt_dnnl_check(dnnl_status_t s, const MprtDnnlConv *c, const char *what)
+/* A failed oneDNN call: one line naming the node (of kind `kind`), and
+ * what to try. */
+static void mprt_dnnl_fail(dnnl_status_t s, const char *node, const char *kind, const char *what)
 {
     if (s == dnnl_success)
         return;
     fprintf(stderr, "train: error: node '%s' (%s): oneDNN's %s failed (%s); compile with "
-            "mpcc --cpu-kernels=builtin to run it without oneDNN\n", c->node,
-            mprt_dnnl_kind[c->kind], what, dnnl_status2str(s));
+            "mpcc --cpu-kernels=builtin to run it without oneDNN\n", node, kind, what,
+            dnnl_status2str(s));
     exit(1);
+}
+
+static void mprt_dnnl_check(dnnl_status_t s, const MprtDnnlConv *c, const char *what)
+{
+    mprt_dnnl_fail(s, c->node, mprt_dnnl_kind[c->kind], what);
 }
 
 /* The spatial dimensions a convolution has: 3 with a depth, 1 without a
@@ -242,32 +249,38 @@ static size_t mprt_dnnl_prepare(MprtDnnlPrim *q, const MprtDnnlConv *c,
     return used;
 }
 
-/* Before the arenas: the primitives of the model's n convolutions (on
- * ndev devices), and scratch[d] raised to what device d's need. */
-MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, int ndev, size_t *scratch)
+static void mprt_dnnl_pools_start(const MprtDnnlPool *pools, int n, size_t *scratch);
+
+/* Before the arenas: the primitives of the model's n convolutions and
+ * npools max poolings (on ndev devices), and scratch[d] raised to what
+ * device d's need. */
+MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnnlPool *pools,
+                                 int npools, int ndev, size_t *scratch)
 {
+    const char *first = n ? convs[0].node : pools[0].node, *kind = n ? "Conv" : "MaxPool";
     mprt_dnnl_threads = openblas_get_num_threads();
     mprt_omp_threads();
-    mprt_dnnl_prims = calloc((size_t)n, sizeof *mprt_dnnl_prims);
+    mprt_dnnl_prims = calloc((size_t)n + 1, sizeof *mprt_dnnl_prims);
     mprt_dnnl_streams = calloc((size_t)ndev, sizeof *mprt_dnnl_streams);
     if (!mprt_dnnl_prims || !mprt_dnnl_streams) {
         fprintf(stderr, "train: error: out of memory\n");
         exit(1);
     }
-    mprt_dnnl_check(dnnl_engine_create(&mprt_dnnl_engine, dnnl_cpu, 0), &convs[0], "engine");
+    mprt_dnnl_fail(dnnl_engine_create(&mprt_dnnl_engine, dnnl_cpu, 0), first, kind, "engine");
     dnnl_primitive_attr_t attr;
-    mprt_dnnl_check(dnnl_primitive_attr_create(&attr), &convs[0], "attributes");
-    mprt_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
-                    &convs[0], "scratchpad mode");
+    mprt_dnnl_fail(dnnl_primitive_attr_create(&attr), first, kind, "attributes");
+    mprt_dnnl_fail(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
+                   first, kind, "scratchpad mode");
     for (int d = 0; d < ndev; d++)
-        mprt_dnnl_check(dnnl_stream_create(&mprt_dnnl_streams[d], mprt_dnnl_engine,
-                                           dnnl_stream_default_flags), &convs[0], "stream");
+        mprt_dnnl_fail(dnnl_stream_create(&mprt_dnnl_streams[d], mprt_dnnl_engine,
+                                          dnnl_stream_default_flags), first, kind, "stream");
     for (int i = 0; i < n; i++) {
         size_t need = mprt_dnnl_prepare(&mprt_dnnl_prims[i], &convs[i], attr);
         if (need > scratch[convs[i].dev])
             scratch[convs[i].dev] = need;
     }
     dnnl_primitive_attr_destroy(attr);
+    mprt_dnnl_pools_start(pools, npools, scratch);
 }
 
 /* Points operand a at the model's buffer and its copy in the scratch. */
@@ -337,4 +350,202 @@ MPRT_KERNEL void mprt_dnnl_conv_grad_w(int id, const float *dy, const float *x, 
                                        float *scratch)
 {
     mprt_dnnl_run(id, dy, x, NULL, dw, scratch);
+}
+
+/* ---- max pooling ----
+ *
+ * oneDNN's forward (measured 2.7 to 4.5 times cpu.c's: tests/bench/
+ * bench_norm.c) writes Y and, in its workspace in the device's scratch,
+ * which tap of each window held the maximum (the first of equal ones, as
+ * cpu.c). The kernel turns that into ONNX's Indices, which cpu.c's
+ * gradient reads (faster than oneDNN's). oneDNN's max passes over NaN
+ * where cpu.c's, as PyTorch's, keeps it: an input with a NaN runs cpu.c's
+ * kernel instead, so that the result is cpu.c's in every case. */
+
+typedef struct MprtDnnlPoolPrim {
+    const MprtDnnlPool *spec;
+    dnnl_primitive_t prim;   /* NULL: oneDNN's workspace is not one plain tap per output */
+    dnnl_memory_t x, y, ws;
+    int ws_s32;              /* the workspace's taps: int32 (else uint8) */
+    long *tap_at;            /* each tap's offset in the plane from its window's corner */
+} MprtDnnlPoolPrim;
+
+static MprtDnnlPoolPrim *mprt_dnnl_pool_prims;
+
+static int mprt_dnnl_pool_spatial(const MprtPool *p)
+{
+    if (p->D > 1 || p->KD > 1 || p->OD > 1 || p->pd || p->sd > 1 || p->dd > 1)
+        return 3;
+    return p->H == 1 && p->KH == 1 && p->OH == 1 && !p->ph && p->sh == 1 && p->dh == 1 ? 1 : 2;
+}
+
+/* The description of pooling c's forward, in plain layouts; *x and *y the
+ * input's and output's. */
+static dnnl_pooling_v2_desc_t mprt_dnnl_pool_desc(const MprtDnnlPool *c, dnnl_memory_desc_t *x,
+                                                 dnnl_memory_desc_t *y)
+{
+    static const dnnl_format_tag_t data[] = {dnnl_ncw, dnnl_nchw, dnnl_ncdhw};
+    const MprtPool *p = &c->p;
+    int sp = mprt_dnnl_pool_spatial(p);
+    int s[3] = {p->sd, p->sh, p->sw}, di[3] = {p->dd, p->dh, p->dw}, pa[3] = {p->pd, p->ph, p->pw};
+    int in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW}, k[3] = {p->KD, p->KH, p->KW};
+    dnnl_dims_t xd = {p->N, p->C}, yd = {p->N, p->C}, st, kd, dl, pl, pr;
+    for (int i = 0; i < sp; i++) {
+        int j = 3 - sp + i;
+        long r = (long)(out[j] - 1) * s[j] + (long)(k[j] - 1) * di[j] + 1 - in[j] - pa[j];
+        xd[2 + i] = in[j], yd[2 + i] = out[j];
+        st[i] = s[j], kd[i] = k[j], dl[i] = di[j] - 1, pl[i] = pa[j];
+        pr[i] = r < 0 && r > -s[j] ? 0 : r;
+    }
+    mprt_dnnl_fail(dnnl_memory_desc_init_by_tag(x, 2 + sp, xd, dnnl_f32, data[sp - 1]), c->node,
+                   "MaxPool", "input");
+    mprt_dnnl_fail(dnnl_memory_desc_init_by_tag(y, 2 + sp, yd, dnnl_f32, data[sp - 1]), c->node,
+                   "MaxPool", "output");
+    dnnl_pooling_v2_desc_t d;
+    mprt_dnnl_fail(dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_training, dnnl_pooling_max,
+                                                     x, y, st, kd, dl, pl, pr),
+                   c->node, "MaxPool", "pooling description");
+    return d;
+}
+
+/* Whether the workspace pd asks for is one tap per output, in the output's
+ * plain order (what the kernel reads), and which type. */
+static int mprt_dnnl_pool_plain_ws(const MprtDnnlPool *c, const_dnnl_primitive_desc_t pd,
+                                   const dnnl_memory_desc_t *y, int *s32)
+{
+    const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
+    if (!ws || (ws->data_type != dnnl_u8 && ws->data_type != dnnl_s32))
+        return 0;
+    static const dnnl_format_tag_t data[] = {dnnl_ncw, dnnl_nchw, dnnl_ncdhw};
+    dnnl_memory_desc_t want;
+    mprt_dnnl_fail(dnnl_memory_desc_init_by_tag(&want, y->ndims, y->dims, ws->data_type,
+                                                data[y->ndims - 3]), c->node, "MaxPool",
+                   "workspace");
+    *s32 = ws->data_type == dnnl_s32;
+    return dnnl_memory_desc_equal(ws, &want);
+}
+
+/* Pooling c's primitive and its taps' offsets; returns the scratch it
+ * needs (its workspace). */
+static size_t mprt_dnnl_pool_prepare(MprtDnnlPoolPrim *q, const MprtDnnlPool *c)
+{
+    const MprtPool *p = &c->p;
+    dnnl_memory_desc_t x, y;
+    dnnl_pooling_v2_desc_t d = mprt_dnnl_pool_desc(c, &x, &y);
+    dnnl_primitive_desc_t pd;
+    *q = (MprtDnnlPoolPrim){.spec = c};
+    mprt_dnnl_fail(dnnl_primitive_desc_create(&pd, &d, NULL, mprt_dnnl_engine, NULL), c->node,
+                   "MaxPool", "primitive description");
+    size_t need = 0;
+    if (mprt_dnnl_pool_plain_ws(c, pd, &y, &q->ws_s32)) {
+        const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
+        mprt_dnnl_fail(dnnl_primitive_create(&q->prim, pd), c->node, "MaxPool", "primitive");
+        mprt_dnnl_fail(dnnl_memory_create(&q->x, &x, mprt_dnnl_engine, DNNL_MEMORY_NONE), c->node,
+                       "MaxPool", "memory");
+        mprt_dnnl_fail(dnnl_memory_create(&q->y, &y, mprt_dnnl_engine, DNNL_MEMORY_NONE), c->node,
+                       "MaxPool", "memory");
+        mprt_dnnl_fail(dnnl_memory_create(&q->ws, ws, mprt_dnnl_engine, DNNL_MEMORY_NONE),
+                       c->node, "MaxPool", "memory");
+        need = mprt_dnnl_round(dnnl_memory_desc_get_size(ws));
+    }
+    dnnl_primitive_desc_destroy(pd);
+    long taps = (long)p->KD * p->KH * p->KW;
+    q->tap_at = malloc((size_t)taps * sizeof *q->tap_at);
+    if (!q->tap_at) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+    for (long t = 0; t < taps; t++) {
+        long kd = t / ((long)p->KH * p->KW), kh = t / p->KW % p->KH, kw = t % p->KW;
+        q->tap_at[t] = (kd * p->dd * p->H + kh * p->dh) * p->W + kw * p->dw;
+    }
+    return need;
+}
+
+static void mprt_dnnl_pools_start(const MprtDnnlPool *pools, int n, size_t *scratch)
+{
+    mprt_dnnl_pool_prims = calloc((size_t)n + 1, sizeof *mprt_dnnl_pool_prims);
+    if (!mprt_dnnl_pool_prims) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < n; i++) {
+        size_t need = mprt_dnnl_pool_prepare(&mprt_dnnl_pool_prims[i], &pools[i]);
+        if (need > scratch[pools[i].dev])
+            scratch[pools[i].dev] = need;
+    }
+}
+
+/* Elements [lo, hi) of x: does any hold a NaN? */
+typedef struct MprtNanScan {
+    const float *x;
+    atomic_int found;
+} MprtNanScan;
+
+static void mprt_nan_piece(void *ctx, long lo, long hi)
+{
+    MprtNanScan *t = ctx;
+    int nan = 0;
+    for (long i = lo; i < hi; i++)
+        nan |= t->x[i] != t->x[i];
+    if (nan)
+        atomic_store(&t->found, 1);
+}
+
+/* Planes [lo, hi) of ONNX's Indices from oneDNN's taps. */
+typedef struct MprtTapsToIdx {
+    const MprtDnnlPoolPrim *q;
+    const void *ws;
+    int64_t *idx;
+} MprtTapsToIdx;
+
+static void mprt_taps_piece(void *ctx, long lo, long hi)
+{
+    const MprtTapsToIdx *t = ctx;
+    const MprtPool *p = &t->q->spec->p;
+    const long *at = t->q->tap_at;
+    long plane = (long)p->D * p->H * p->W;
+    for (long nc = lo; nc < hi; nc++)
+        for (int od = 0; od < p->OD; od++)
+            for (int oh = 0; oh < p->OH; oh++) {
+                long o = ((nc * p->OD + od) * p->OH + oh) * p->OW;
+                long row = nc * plane + ((long)(od * p->sd - p->pd) * p->H + oh * p->sh - p->ph) *
+                                            p->W - p->pw;
+                for (int ow = 0; ow < p->OW; ow++) {
+                    long tap = t->q->ws_s32 ? ((const int32_t *)t->ws)[o + ow]
+                                            : ((const uint8_t *)t->ws)[o + ow];
+                    t->idx[o + ow] = row + (long)ow * p->sw + at[tap];
+                }
+            }
+}
+
+/* Max pooling `id` of the model's table: cpu.c's mprt_maxpool's result
+ * (idx may be NULL), through oneDNN where it can. */
+MPRT_KERNEL void mprt_dnnl_maxpool(int id, const float *x, float *y, int64_t *idx, float *scratch)
+{
+    MprtDnnlPoolPrim *q = &mprt_dnnl_pool_prims[id];
+    const MprtDnnlPool *c = q->spec;
+    const MprtPool *p = &c->p;
+    long n = (long)p->N * p->C * p->D * p->H * p->W;
+    MprtNanScan scan = {x, 0};
+    if (q->prim)
+        mprt_par(n, MPRT_GRAIN, mprt_nan_piece, &scan);
+    if (!q->prim || atomic_load(&scan.found)) {
+        mprt_maxpool(p, x, y, idx);
+        return;
+    }
+    mprt_omp_threads();
+    dnnl_stream_t s = mprt_dnnl_streams[c->dev];
+    mprt_dnnl_fail(dnnl_memory_set_data_handle(q->x, (void *)x), c->node, "MaxPool", "memory");
+    mprt_dnnl_fail(dnnl_memory_set_data_handle(q->y, y), c->node, "MaxPool", "memory");
+    mprt_dnnl_fail(dnnl_memory_set_data_handle(q->ws, scratch), c->node, "MaxPool", "memory");
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_DST, q->y},
+                              {DNNL_ARG_WORKSPACE, q->ws}};
+    mprt_dnnl_fail(dnnl_primitive_execute(q->prim, s, 3, args), c->node, "MaxPool", "pooling");
+    mprt_dnnl_fail(dnnl_stream_wait(s), c->node, "MaxPool", "stream");
+    if (!idx)
+        return;
+    MprtTapsToIdx t = {q, scratch, idx};
+    long planes = (long)p->N * p->C;
+    mprt_par(planes, mprt_grain_rows((long)p->OD * p->OH * p->OW), mprt_taps_piece, &t);
 }

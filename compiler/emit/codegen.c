@@ -51,6 +51,8 @@ typedef struct CG {
      * table (dnnl_convs), each with its device; a node's row, -1 if none */
     uint32_t *dnnl_node;
     int *dnnl_dev, ndnnl, *dnnl_row;
+    uint32_t *pool_node;   /* the same for the max poolings through oneDNN (dnnl_pools) */
+    int *pool_dev, npool;
     bool dnnl_gemm;   /* the CPU devices' GEMMs run through oneDNN (MPRT_DNNL_GEMM) */
     /* the function being written: the buffers it uses, as named locals */
     struct Local *locals;
@@ -986,6 +988,25 @@ static int dnnl_row(CG *cg, const Node *n)
     return cg->dnnl_row[id];
 }
 
+/* Max pooling n's row in the table of those that run through oneDNN. */
+static int pool_row(CG *cg, const Node *n)
+{
+    uint32_t id = (uint32_t)(n - cg->g->nodes);
+    if (cg->dnnl_row[id] < 0) {
+        cg->pool_node[cg->npool] = id;
+        cg->pool_dev[cg->npool] = cg->plan->st->dev[cg->stage];
+        cg->dnnl_row[id] = cg->npool++;
+    }
+    return cg->dnnl_row[id];
+}
+
+/* Whether cpu_dnnl.c is pasted: some convolution or max pooling runs
+ * through oneDNN. */
+static bool dnnl_kernels(const CG *cg)
+{
+    return cg->ndnnl || cg->npool;
+}
+
 /* A convolution through oneDNN (runtime/cpu_dnnl.c): cpu.c's operands, the
  * parameters in the table's row. */
 static void emit_conv_dnnl(CG *cg, const Node *n)
@@ -1073,7 +1094,8 @@ static void emit_instance_norm(CG *cg, const Node *n)
              buf(cg, n->out[2]));
 }
 
-static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
+/* A pooling's MprtPool fields, {...}. */
+static void pool_fields(CG *cg, const Node *n, uint32_t x, uint32_t y)
 {
     int64_t xd[5], yd[5], k[3] = {1, 1, 1}, st[3], dl[3], pd[6];
     int sp = window_rank(cg, n, x);
@@ -1089,7 +1111,7 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
     bool avg = n->op == OP_AVERAGE_POOL || n->op == OP_AVG_POOL_GRAD;
     if (avg && (dl[0] != 1 || dl[1] != 1 || dl[2] != 1))
         unsupported(cg, n, "AveragePool with dilations");
-    emit(cg, "&(MprtPool){%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+    emit(cg, "{%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
          "%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d}",
          (long long)xd[0], (long long)xd[1], (long long)xd[2], (long long)xd[3],
          (long long)xd[4], (long long)yd[2], (long long)yd[3], (long long)yd[4],
@@ -1100,11 +1122,22 @@ static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
          avg && attr_int(n, "count_include_pad", 0) != 0);
 }
 
+static void pool_params(CG *cg, const Node *n, uint32_t x, uint32_t y)
+{
+    emit(cg, "&(MprtPool)");
+    pool_fields(cg, n, x, y);
+}
+
 static void emit_pool(CG *cg, const Node *n)
 {
     if (n->op == OP_MAX_POOL) {
         if (attr_int(n, "storage_order", 0) != 0)
             unsupported(cg, n, "MaxPool with storage_order 1");
+        if (!cg->o->infer && !cuda_stage(cg) && pool_onednn(cg->g, n)) {
+            emit(cg, "    mprt_dnnl_maxpool(%d, %s, %s, %s, %s);\n", pool_row(cg, n),
+                 buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true), workspace(cg));
+            return;
+        }
         emit(cg, "    %s(", kernel(cg, "maxpool"));
         pool_params(cg, n, n->in[0], n->out[0]);
         emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
@@ -2278,7 +2311,7 @@ static const char *const act_names[] = {"forward", "backward", "wgrad", "update"
 static const char *build_line(CG *cg)
 {
     const char *out = comment_text(cg, cg->o->output);
-    bool dnnl = cg->ndnnl || cg->dnnl_gemm;
+    bool dnnl = dnnl_kernels(cg) || cg->dnnl_gemm;
     if (cg->cuda)
         return arena_printf(cg->g->arena, "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train -I"
                             MPCC_CUDA_HOME "/include -L" MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
@@ -2310,21 +2343,29 @@ static void emit_fused_line(CG *cg)
              cg->fu->nfused - cg->fu->nchains);
 }
 
-/* What runs through oneDNN (the GEMMs, how many convolutions), and so
- * what the build links. */
+/* What runs through oneDNN (the GEMMs, how many convolutions and max
+ * poolings), and so what the build links. */
 static void emit_dnnl_line(CG *cg)
 {
     static const char *const mode[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                         [KERNELS_ONEDNN] = "onednn"};
-    if (cg->dnnl_gemm && cg->ndnnl)
-        emit(cg, " * oneDNN:   the GEMMs and %d convolution kernel(s) (dnnl_convs; "
-             "--cpu-kernels=%s), so -ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
-    else if (cg->dnnl_gemm)
-        emit(cg, " * oneDNN:   the GEMMs (--cpu-kernels=%s), so -ldnnl -lgomp\n",
-             mode[cg->o->cpu_kernels]);
-    else if (cg->ndnnl)
-        emit(cg, " * oneDNN:   %d convolution kernel(s) (dnnl_convs; --cpu-kernels=%s), so "
-             "-ldnnl -lgomp\n", cg->ndnnl, mode[cg->o->cpu_kernels]);
+    if (!cg->dnnl_gemm && !dnnl_kernels(cg))
+        return;
+    char convs[64], pools[64];
+    snprintf(convs, sizeof convs, "%d convolution kernel(s) (dnnl_convs)", cg->ndnnl);
+    snprintf(pools, sizeof pools, "%d max pooling(s) (dnnl_pools)", cg->npool);
+    const char *part[3];
+    int n = 0;
+    if (cg->dnnl_gemm)
+        part[n++] = "the GEMMs";
+    if (cg->ndnnl)
+        part[n++] = convs;
+    if (cg->npool)
+        part[n++] = pools;
+    emit(cg, " * oneDNN:   ");
+    for (int i = 0; i < n; i++)
+        emit(cg, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", part[i]);
+    emit(cg, " (--cpu-kernels=%s), so -ldnnl -lgomp\n", mode[cg->o->cpu_kernels]);
 }
 
 static void emit_infer_header(CG *cg, const char *hash)
@@ -2394,7 +2435,7 @@ static void emit_header(CG *cg, const char *hash)
         emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
     if (cg->dnnl_gemm)
         emit(cg, "#define MPRT_DNNL_GEMM 1   /* the CPU kernels' GEMMs: oneDNN's (cpu.c) */\n");
-    if (cg->dnnl_gemm || cg->ndnnl)
+    if (cg->dnnl_gemm || dnnl_kernels(cg))
         emit(cg, "#define MPRT_GOMP 1   /* the CPU devices' pools: oneDNN's OpenMP threads "
              "(pool.c) */\n");
 }
@@ -2482,7 +2523,7 @@ static const char *const *runtime_sources(CG *cg)
                                   "pool_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "program_c",
                                   "infer_c", NULL};
     const char *const *files = cg->o->infer ? infer : cg->mixed ? mixed : cg->cuda ? cuda : cpu;
-    return cg->ndnnl ? with_dnnl(cg, files) : files;
+    return dnnl_kernels(cg) ? with_dnnl(cg, files) : files;
 }
 
 /* The #if nesting after line p (of length len) at depth. */
@@ -3337,7 +3378,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
-    if (cg->ndnnl)
+    if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
          "};\n");
@@ -3364,8 +3405,20 @@ static void emit_dnnl_table(CG *cg)
             conv_fields(cg, n, n->in[1], n->out[0], n->in[0]);
         emit(cg, "},\n");
     }
+    if (!cg->ndnnl)
+        emit(cg, "    {0},   /* none: C has no empty arrays */\n");
+    emit(cg, "};\n\nstatic const MprtDnnlPool dnnl_pools[] = {\n");
+    if (!cg->npool)
+        emit(cg, "    {0},   /* none */\n");
+    for (int i = 0; i < cg->npool; i++) {
+        const Node *n = &cg->g->nodes[cg->pool_node[i]];
+        emit(cg, "    {%d, %s, ", cg->pool_dev[i], c_string(cg, n->name));
+        pool_fields(cg, n, n->in[0], n->out[0]);
+        emit(cg, "},\n");
+    }
     emit(cg, "};\n\nstatic void kernels_start(size_t *scratch)\n{\n"
-         "    mprt_dnnl_start(dnnl_convs, %d, %d, scratch);\n}\n", cg->ndnnl, cg->plan->sc->ndev);
+         "    mprt_dnnl_start(dnnl_convs, %d, dnnl_pools, %d, %d, scratch);\n}\n", cg->ndnnl,
+         cg->npool, cg->plan->sc->ndev);
 }
 
 /* main, after the runtime: the runtime's trainer (or forward-only program)
@@ -3505,7 +3558,7 @@ static void emit_model_part(CG *cg, const char *hash, const char *weights)
         emit_prof_table(cg);
         emit_op_table(cg);
         emit_eval(cg);
-        if (cg->ndnnl)
+        if (dnnl_kernels(cg))
             emit_dnnl_table(cg);
         emit_model(cg, hash, weights);
     }
@@ -3524,6 +3577,8 @@ static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *f
     cg.dnnl_node = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
     cg.dnnl_dev = arena_array(g->arena, g->nnodes + 1, sizeof(int));
     cg.dnnl_row = arena_array(g->arena, g->nnodes + 1, sizeof(int));
+    cg.pool_node = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
+    cg.pool_dev = arena_array(g->arena, g->nnodes + 1, sizeof(int));
     for (uint32_t i = 0; i < g->nnodes; i++)
         cg.dnnl_row[i] = -1;
     return cg;

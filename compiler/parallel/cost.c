@@ -196,6 +196,16 @@ bool gemm_onednn(const Graph *g)
     return kernels_gemm_onednn(g->cpu_kernels);
 }
 
+/* Whether max pooling n runs through oneDNN on a CPU device
+ * (runtime/cpu_dnnl.c's forward, cpu.c's gradient): where the
+ * convolutions may (--cpu-kernels auto with oneDNN, or onednn). Its
+ * forward measured 2.7 to 4.5 times cpu.c's (tests/bench/bench_norm.c);
+ * its results are cpu.c's. */
+bool pool_onednn(const Graph *g, const Node *n)
+{
+    return n->op == OP_MAX_POOL && gemm_onednn(g);
+}
+
 static double round16(int64_t n)
 {
     return (double)((n + 15) / 16 * 16);
@@ -231,6 +241,9 @@ int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
     case OP_CONV: case OP_CONV_GRAD_X: w = n->in[1], y = n->op == OP_CONV ? n->out[0] : n->in[0]; break;
     case OP_CONV_GRAD_W: w = n->out[0], y = n->in[0]; break;
     case OP_CONV_TRANSPOSE: w = n->in[1], y = n->in[0]; break;   /* a convolution's backward */
+    case OP_MAX_POOL:   /* oneDNN's workspace: a tap per output, at most 4 bytes */
+        return cpu && pool_onednn(g, n) ? (int64_t)shape_numel(&g->values[n->out[0]].shape) * 4
+                                        : 0;
     case OP_SOFTMAX_CE:   /* the log-probabilities, when no output keeps them */
         if (n->nout > 1 && n->out[1] != NONE)
             return 0;

@@ -127,7 +127,7 @@ int main(int argc, char **argv)
             convs[3 * i + k] = (MprtDnnlConv){k, 0, k == 0, s->name, p};
     }
     size_t dnnl_scratch = 0;
-    mprt_dnnl_start(convs, 3 * ns, 1, &dnnl_scratch);
+    mprt_dnnl_start(convs, 3 * ns, NULL, 0, 1, &dnnl_scratch);
     printf("threads %d; rounds %d; times in ms: builtin min/median, oneDNN min/median, "
            "ratio oneDNN/builtin of the minima and of the medians; oneDNN's reorders "
            "(min) and their share of its minimum\n", mprt_dnnl_threads, rounds);

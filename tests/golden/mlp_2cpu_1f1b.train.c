@@ -331,6 +331,14 @@ typedef struct MprtPool {
     int count_include_pad;   /* average pooling: divide by the padded window */
 } MprtPool;
 
+/* A max pooling that runs through oneDNN (cpu_dnnl.c): its row of the
+ * model's table, as MprtDnnlConv's. */
+typedef struct MprtDnnlPool {
+    int dev;             /* the device that runs it */
+    const char *node;    /* the ONNX node, for errors */
+    MprtPool p;
+} MprtDnnlPool;
+
 /* Resize over the last two dimensions (opcodes.h: coord, mode). */
 typedef struct MprtResize {
     long NC;

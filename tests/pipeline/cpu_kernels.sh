@@ -1,6 +1,6 @@
 #!/bin/sh
-# --cpu-kernels on the CNN sample: with onednn every convolution of the
-# trainer calls oneDNN (runtime/cpu_dnnl.c), its GEMMs are oneDNN's
+# --cpu-kernels on the CNN sample: with onednn every convolution and max
+# pooling of the trainer calls oneDNN (runtime/cpu_dnnl.c), its GEMMs are oneDNN's
 # (MPRT_DNNL_GEMM: the program calls dnnl_sgemm) and its build line, in the
 # head, links -ldnnl; with builtin none does and the line does not, so it
 # builds without oneDNN. Both build with -Wall -Werror and train 3 steps to
@@ -26,6 +26,11 @@ dnnl=$(grep -c '^    mprt_dnnl_conv\(_grad_[xw]\)*([0-9]' onednn.c)
 [ "$dnnl" -eq "$convs" ] && [ "$convs" -gt 0 ] ||
     { echo "onednn.c calls oneDNN $dnnl times for builtin.c's $convs convolutions"; exit 1; }
 ! grep -q '^    mprt_conv\(_grad_[xw]\)*(&(MprtConv)' onednn.c
+pools=$(grep -c '^    mprt_maxpool(&(MprtPool)' builtin.c)
+dnnl_pools=$(grep -c '^    mprt_dnnl_maxpool([0-9]' onednn.c)
+[ "$dnnl_pools" -eq "$pools" ] && [ "$pools" -gt 0 ] ||
+    { echo "onednn.c pools through oneDNN $dnnl_pools times for builtin.c's $pools"; exit 1; }
+! grep -q '^    mprt_maxpool(&(MprtPool)' onednn.c
 ! grep -q 'mprt_dnnl\|ldnnl\|oneDNN: ' builtin.c
 grep -q '^#define MPRT_DNNL_GEMM 1' onednn.c
 ! grep -q '^#define MPRT_DNNL_GEMM' builtin.c
