@@ -975,29 +975,29 @@ static void emit_conv_transpose(CG *cg, const Node *n)
          opt_buf(cg, n, 2, false), buf(cg, n->out[0]), workspace(cg));
 }
 
-/* Node n's row in the table of convolutions that run through oneDNN, added
- * the first time the node is written. */
-static int dnnl_row(CG *cg, const Node *n)
+/* Node n's row in a table of oneDNN kernels (its nodes, their devices,
+ * *rows of them), added the first time the node is written. */
+static int table_row(CG *cg, const Node *n, uint32_t *nodes, int *devs, int *rows)
 {
     uint32_t id = (uint32_t)(n - cg->g->nodes);
     if (cg->dnnl_row[id] < 0) {
-        cg->dnnl_node[cg->ndnnl] = id;
-        cg->dnnl_dev[cg->ndnnl] = cg->plan->st->dev[cg->stage];
-        cg->dnnl_row[id] = cg->ndnnl++;
+        nodes[*rows] = id;
+        devs[*rows] = cg->plan->st->dev[cg->stage];
+        cg->dnnl_row[id] = (*rows)++;
     }
     return cg->dnnl_row[id];
 }
 
-/* Max pooling n's row in the table of those that run through oneDNN. */
+/* Convolution n's row in dnnl_convs. */
+static int dnnl_row(CG *cg, const Node *n)
+{
+    return table_row(cg, n, cg->dnnl_node, cg->dnnl_dev, &cg->ndnnl);
+}
+
+/* Max pooling n's row in dnnl_pools. */
 static int pool_row(CG *cg, const Node *n)
 {
-    uint32_t id = (uint32_t)(n - cg->g->nodes);
-    if (cg->dnnl_row[id] < 0) {
-        cg->pool_node[cg->npool] = id;
-        cg->pool_dev[cg->npool] = cg->plan->st->dev[cg->stage];
-        cg->dnnl_row[id] = cg->npool++;
-    }
-    return cg->dnnl_row[id];
+    return table_row(cg, n, cg->pool_node, cg->pool_dev, &cg->npool);
 }
 
 /* Whether cpu_dnnl.c is pasted: some convolution or max pooling runs
