@@ -11,8 +11,8 @@
 /* What --cpu-kernels=auto means in this build of mpcc. */
 #ifdef MPCC_HAVE_DNNL
 #define MPCC_KERNELS_AUTO \
-"                           auto (the default): oneDNN GEMMs, and convolutions\n" \
-"                           where oneDNN measured faster\n"
+"                           auto (the default): oneDNN GEMMs and max pooling,\n" \
+"                           and convolutions where oneDNN measured faster\n"
 #else
 #define MPCC_KERNELS_AUTO \
 "                           auto (the default): builtin, as this mpcc was built\n" \
@@ -44,8 +44,9 @@ static const char help_text[] =
 "  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
 "                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
 "  --cpu-kernels=auto|builtin|onednn\n"
-"                           CPU devices' GEMMs and convolutions: through oneDNN\n"
-"                           (the trainer then links -ldnnl; docs/trainer.md), or\n"
+"                           CPU devices' GEMMs, convolutions and max pooling's\n"
+"                           forward: through oneDNN (the trainer then links\n"
+"                           -ldnnl; docs/trainer.md), or\n"
 "                           OpenBLAS GEMMs and im2col convolutions (builtin), or\n"
 MPCC_KERNELS_AUTO
 "  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
