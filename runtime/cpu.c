@@ -393,21 +393,47 @@ static float mprt_strided_max(const float *x, long C, long stride)
     return mx;
 }
 
-/* Log-softmax over one axis: x is outer x C x inner; log-sum-exp in double. */
+/* A kernel over the lines of an outer x C x inner tensor (the C elements
+ * `inner` apart at each outer and inner position), each line whole on one
+ * thread: operands, and for the cross-entropy's gradient the labels. */
+typedef struct MprtLines {
+    long C, inner;
+    const float *a, *b;
+    float *y;
+    const int64_t *labels;
+    int64_t ignore;
+    float scale;
+} MprtLines;
+
+/* The first element of line l. */
+static inline size_t mprt_line_at(const MprtLines *t, long l)
+{
+    return (size_t)(l / t->inner) * t->C * t->inner + (size_t)(l % t->inner);
+}
+
+/* Lines [lo, hi) of y = log_softmax(a); log-sum-exp in double. */
+static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    long C = t->C, inner = t->inner;
+    for (long l = lo; l < hi; l++) {
+        const float *xs = t->a + mprt_line_at(t, l);
+        float *ys = t->y + mprt_line_at(t, l);
+        float mx = mprt_strided_max(xs, C, inner);
+        double sum = 0;
+        for (long c = 0; c < C; c++)
+            sum += exp((double)xs[c * inner] - mx);
+        float lse = (float)(mx + log(sum));   /* as PyTorch: x - (max + log sum) */
+        for (long c = 0; c < C; c++)
+            ys[c * inner] = xs[c * inner] - lse;
+    }
+}
+
+/* Log-softmax over one axis: x is outer x C x inner. */
 MPRT_KERNEL void mprt_log_softmax(long outer, long C, long inner, const float *x, float *y)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
-            const float *xs = x + (size_t)o * C * inner + j;
-            float *ys = y + (size_t)o * C * inner + j;
-            float mx = mprt_strided_max(xs, C, inner);
-            double sum = 0;
-            for (long c = 0; c < C; c++)
-                sum += exp((double)xs[c * inner] - mx);
-            float lse = (float)(mx + log(sum));   /* as PyTorch: x - (max + log sum) */
-            for (long c = 0; c < C; c++)
-                ys[c * inner] = xs[c * inner] - lse;
-        }
+    MprtLines t = {.C = C, .inner = inner, .a = x, .y = y};
+    mprt_par(outer * inner, mprt_grain_rows(C * 8), mprt_log_softmax_piece, &t);
 }
 
 /* Softmax cross-entropy, mean over the labels that are not ignore_index.
@@ -429,6 +455,21 @@ MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *l
     *loss = count ? (float)(total / count) : 0.0f;
 }
 
+/* Lines [lo, hi) of the cross-entropy's gradient: (softmax - one-hot) *
+ * scale, 0 where the label is ignored. Line l is label l's. */
+static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    for (long l = lo; l < hi; l++) {
+        int64_t label = t->labels[l];
+        size_t at = mprt_line_at(t, l);
+        for (long c = 0; c < t->C; c++) {
+            size_t i = at + (size_t)c * t->inner;
+            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(t->a[i]) - (c == label)) * t->scale;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
                           const int64_t *labels, int64_t ignore, float *dx)
 {
@@ -436,14 +477,9 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
     for (long i = 0; i < (long)N * D; i++)
         count += labels[i] != ignore;
     float scale = count ? dloss[0] / (float)count : 0.0f;
-    for (int n = 0; n < N; n++)
-        for (long d = 0; d < D; d++) {
-            int64_t t = labels[(size_t)n * D + d];
-            for (int c = 0; c < C; c++) {
-                size_t i = (size_t)n * C * D + (size_t)c * D + d;
-                dx[i] = t == ignore ? 0.0f : (mprt_expf(logp[i]) - (c == t)) * scale;
-            }
-        }
+    MprtLines t = {.C = C, .inner = D, .a = logp, .y = dx, .labels = labels, .ignore = ignore,
+                   .scale = scale};
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
 }
 
 MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)

@@ -1018,19 +1018,28 @@ MPRT_KERNEL void mprt_dropout_grad(long n, uint64_t node, float ratio, const flo
 /* ---- log-softmax's gradient and the negative log-likelihood loss
  * (log-softmax itself is in cpu.c, with the cross-entropy that uses it) ---- */
 
-/* dx = dy - softmax(x) * sum_c dy, with softmax(x) = exp(y) */
+/* Lines [lo, hi) of dx = dy - softmax(x) * sum_c dy, with softmax(x) =
+ * exp(y) and the sum in double. */
+static void mprt_log_softmax_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    long C = t->C, inner = t->inner;
+    for (long l = lo; l < hi; l++) {
+        size_t base = mprt_line_at(t, l);
+        const float *dy = t->a, *y = t->b;
+        double sum = 0;
+        for (long c = 0; c < C; c++)
+            sum += dy[base + c * inner];
+        for (long c = 0; c < C; c++)
+            t->y[base + c * inner] = dy[base + c * inner] - mprt_expf(y[base + c * inner]) * (float)sum;
+    }
+}
+
 MPRT_KERNEL void mprt_log_softmax_grad(long outer, long C, long inner, const float *dy,
                                        const float *y, float *dx)
 {
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < inner; j++) {
-            size_t base = (size_t)o * C * inner + j;
-            double sum = 0;
-            for (long c = 0; c < C; c++)
-                sum += dy[base + c * inner];
-            for (long c = 0; c < C; c++)
-                dx[base + c * inner] = dy[base + c * inner] - mprt_expf(y[base + c * inner]) * (float)sum;
-        }
+    MprtLines t = {.C = C, .inner = inner, .a = dy, .b = y, .y = dx};
+    mprt_par(outer * inner, mprt_grain_rows(C * 4), mprt_log_softmax_grad_piece, &t);
 }
 
 /* Mean of -x[n, label, d] over the labels that are not ignore_index;
