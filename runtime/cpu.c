@@ -490,11 +490,17 @@ MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)
     *loss = (float)(s / n);
 }
 
+static void mprt_mse_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *t = ctx;
+    for (long i = lo; i < hi; i++)
+        t->y[i] = (t->a[i] - t->b[i]) * t->p;
+}
+
 MPRT_KERNEL void mprt_mse_grad(long n, const float *dloss, const float *x, const float *t, float *dx)
 {
-    float scale = 2.0f * dloss[0] / (float)n;
-    for (long i = 0; i < n; i++)
-        dx[i] = (x[i] - t[i]) * scale;
+    MprtEw e = {.a = x, .b = t, .y = dx, .p = 2.0f * dloss[0] / (float)n};
+    mprt_par(n, MPRT_GRAIN, mprt_mse_grad_piece, &e);
 }
 
 /* ---- convolution (1-D, 2-D and 3-D) as im2col + GEMM ---- */

@@ -2,8 +2,9 @@
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
  * embedding and its scatter-add gradient, Where, comparisons, OneHot,
  * Trilu, Mod, GatherElements/ScatterElements and GatherND/ScatterND, Cast
- * and 2-D Resize. Strided copies run on the device's threads (pool.c),
- * a row of the output each.
+ * and 2-D Resize. Strided copies, Concat, Gather and its gradient, Where,
+ * comparisons, Pad's forward and Cast run on the device's threads
+ * (pool.c), each output row or element written whole by one thread.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -28,6 +29,20 @@ static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k
         for (int j = 0; j < k; j++)
             off[j] -= strides[j][d] * shape[d];
         idx[d] = 0;
+    }
+}
+
+/* idx and the k offsets at flat output element i (as i calls of
+ * mprt_bcast_next from zero would leave them). */
+static inline void mprt_bcast_at(int rank, const long *shape, long i, long *idx, int k,
+                                 long *off, const long *const *strides)
+{
+    for (int j = 0; j < k; j++)
+        off[j] = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        idx[d] = i % shape[d], i /= shape[d];
+        for (int j = 0; j < k; j++)
+            off[j] += idx[d] * strides[j][d];
     }
 }
 
@@ -145,23 +160,37 @@ MPRT_KERNEL void mprt_broadcast_bytes(size_t size, int rank, const long *shape,
 /* Concat along an axis: the tensors are `outer` rows of len[j] * inner
  * elements each; y's rows are the inputs' rows one after another. Split
  * (back != 0) copies y's rows out; a NULL part is an unused output. */
+typedef struct MprtConcat {
+    int back, k;
+    long inner, row;
+    const long *len;
+    float *const *part;
+    float *y;
+} MprtConcat;
+
+static void mprt_concat_piece(void *ctx, long lo, long hi)
+{
+    const MprtConcat *t = ctx;
+    for (long o = lo; o < hi; o++) {
+        float *yr = t->y + (size_t)o * t->row;
+        for (int j = 0; j < t->k; j++) {
+            long n = t->len[j] * t->inner;
+            if (t->part[j] && t->back)
+                memcpy(t->part[j] + (size_t)o * n, yr, (size_t)n * sizeof *yr);
+            else if (t->part[j])
+                memcpy(yr, t->part[j] + (size_t)o * n, (size_t)n * sizeof *yr);
+            yr += n;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_concat(int back, long outer, long inner, int k, const long *len,
                              float *const *part, float *y)
 {
-    long row = 0;
+    MprtConcat t = {back, k, inner, 0, len, part, y};
     for (int j = 0; j < k; j++)
-        row += len[j] * inner;
-    for (long o = 0; o < outer; o++) {
-        float *yr = y + (size_t)o * row;
-        for (int j = 0; j < k; j++) {
-            size_t bytes = (size_t)(len[j] * inner) * sizeof *y;
-            if (part[j] && back)
-                memcpy(part[j] + (size_t)o * len[j] * inner, yr, bytes);
-            else if (part[j])
-                memcpy(yr, part[j] + (size_t)o * len[j] * inner, bytes);
-            yr += len[j] * inner;
-        }
-    }
+        t.row += len[j] * inner;
+    mprt_par(outer, mprt_grain_rows(t.row), mprt_concat_piece, &t);
 }
 
 /* The index of Gather node `node`, checked against the dimension. */
@@ -177,47 +206,101 @@ static long mprt_gather_index(int64_t v, long dim, const char *node)
 }
 
 /* Gather on an axis: x is outer x dim x inner, y is outer x nidx x inner. */
+typedef struct MprtGather {
+    long outer, dim, inner, nidx;
+    const int64_t *idx;
+    const float *x;
+    float *y;
+    const char *node;
+} MprtGather;
+
+/* Rows [lo, hi) of y, row o * nidx + i taking x's row idx[i] of outer o. */
+static void mprt_gather_piece(void *ctx, long lo, long hi)
+{
+    const MprtGather *t = ctx;
+    for (long r = lo; r < hi; r++) {
+        long o = r / t->nidx, k = mprt_gather_index(t->idx[r % t->nidx], t->dim, t->node);
+        memcpy(t->y + (size_t)r * t->inner, t->x + ((size_t)o * t->dim + k) * t->inner,
+               (size_t)t->inner * sizeof *t->y);
+    }
+}
+
 MPRT_KERNEL void mprt_gather(long outer, long dim, long inner, long nidx, const int64_t *idx,
                              const float *x, float *y, const char *node)
 {
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < nidx; i++) {
-            long k = mprt_gather_index(idx[i], dim, node);
-            memcpy(y + ((size_t)o * nidx + i) * inner, x + ((size_t)o * dim + k) * inner,
-                   (size_t)inner * sizeof *y);
-        }
+    MprtGather t = {outer, dim, inner, nidx, idx, x, y, node};
+    mprt_par(outer * nidx, mprt_grain_rows(inner), mprt_gather_piece, &t);
 }
 
 /* The gradient of Gather: dx = 0, then dx[o, idx[i], :] += dy[o, i, :]
  * (repeated indices, such as one token twice, add up). */
+/* Columns [lo, hi) of the rows (the inner positions): each thread adds
+ * its columns over every index in order, so a repeated index sums the same
+ * way on any thread count. */
+static void mprt_gather_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtGather *t = ctx;
+    const float *dy = t->x;
+    for (long o = 0; o < t->outer; o++) {
+        for (long k = 0; k < t->dim; k++)
+            memset(t->y + ((size_t)o * t->dim + k) * t->inner + lo, 0,
+                   (size_t)(hi - lo) * sizeof *t->y);
+        for (long i = 0; i < t->nidx; i++) {
+            long k = mprt_gather_index(t->idx[i], t->dim, t->node);
+            float *d = t->y + ((size_t)o * t->dim + k) * t->inner;
+            const float *s = dy + ((size_t)o * t->nidx + i) * t->inner;
+            for (long j = lo; j < hi; j++)
+                d[j] += s[j];
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_gather_grad(long outer, long dim, long inner, long nidx,
                                   const int64_t *idx, const float *dy, float *dx,
                                   const char *node)
 {
-    memset(dx, 0, (size_t)(outer * dim * inner) * sizeof *dx);
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < nidx; i++) {
-            long k = mprt_gather_index(idx[i], dim, node);
-            float *d = dx + ((size_t)o * dim + k) * inner;
-            const float *s = dy + ((size_t)o * nidx + i) * inner;
-            for (long j = 0; j < inner; j++)
-                d[j] += s[j];
-        }
+    MprtGather t = {outer, dim, inner, nidx, idx, dy, dx, node};
+    mprt_par(inner, mprt_grain_rows(outer * (nidx + dim)), mprt_gather_grad_piece, &t);
 }
 
 /* y = cond ? a : b with broadcasting (strides per output dimension). */
+/* A broadcasting kernel's operands (up to three inputs, their strides per
+ * output dimension) and its output. */
+typedef struct MprtBcast {
+    int op, type, rank;
+    const long *shape, *s[3];
+    const void *in[3];
+    void *y;
+} MprtBcast;
+
+static void mprt_where_piece(void *ctx, long lo, long hi)
+{
+    const MprtBcast *t = ctx;
+    long idx[8], off[3];
+    const uint8_t *cond = t->in[0];
+    const float *a = t->in[1], *b = t->in[2];
+    float *y = t->y;
+    mprt_bcast_at(t->rank, t->shape, lo, idx, 3, off, t->s);
+    for (long i = lo; i < hi; i++) {
+        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+        mprt_bcast_next(t->rank, t->shape, idx, 3, off, t->s);
+    }
+}
+
+static long mprt_numel(int rank, const long *shape)
+{
+    long n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
 MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, const long *sc,
                             const float *a, const long *sa, const float *b, const long *sb,
                             float *y)
 {
-    long n = 1, idx[8] = {0}, off[3] = {0, 0, 0};
-    const long *s[3] = {sc, sa, sb};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
-        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
-        mprt_bcast_next(rank, shape, idx, 3, off, s);
-    }
+    MprtBcast t = {.rank = rank, .shape = shape, .s = {sc, sa, sb}, .in = {cond, a, b}, .y = y};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN, mprt_where_piece, &t);
 }
 
 /* ---- Pad ---- */
@@ -242,6 +325,34 @@ static long mprt_pad_src(int mode, long o, long begin, long n)
 /* y = x padded (ONNX Pad: constant, reflect, edge). With back != 0 the
  * gradient: dx = 0, then every output that read an input adds its dy to
  * it. */
+typedef struct MprtPad {
+    int mode, rank;
+    const long *xs, *ys, *begin;
+    long st[8];
+    float value;
+    const float *x;
+    float *y;
+} MprtPad;
+
+/* Outputs [lo, hi) of the forward: each reads one input or the value. */
+static void mprt_pad_piece(void *ctx, long lo, long hi)
+{
+    const MprtPad *t = ctx;
+    long idx[8], rest = lo;
+    for (int d = t->rank - 1; d >= 0; d--)
+        idx[d] = rest % t->ys[d], rest /= t->ys[d];
+    for (long o = lo; o < hi; o++) {
+        long off = 0;
+        for (int d = 0; d < t->rank && off >= 0; d++) {
+            long i = mprt_pad_src(t->mode, idx[d], t->begin[d], t->xs[d]);
+            off = i < 0 ? -1 : off + i * t->st[d];
+        }
+        t->y[o] = off >= 0 ? t->x[off] : t->value;
+        for (int d = t->rank - 1; d >= 0 && ++idx[d] == t->ys[d]; d--)
+            idx[d] = 0;
+    }
+}
+
 MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const long *ys,
                           const long *begin, float value, float *x, float *y)
 {
@@ -251,18 +362,21 @@ MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const lo
         nx *= xs[d];
         n *= ys[d];
     }
-    if (back)
-        memset(x, 0, (size_t)nx * sizeof *x);
+    if (!back) {
+        MprtPad t = {mode, rank, xs, ys, begin, {0}, value, x, y};
+        memcpy(t.st, st, sizeof st);
+        mprt_par(n, MPRT_GRAIN / 2, mprt_pad_piece, &t);
+        return;
+    }
+    memset(x, 0, (size_t)nx * sizeof *x);   /* reflected outputs may add to one input */
     for (long o = 0; o < n; o++) {
         long off = 0;
         for (int d = 0; d < rank && off >= 0; d++) {
             long i = mprt_pad_src(mode, idx[d], begin[d], xs[d]);
             off = i < 0 ? -1 : off + i * st[d];
         }
-        if (back && off >= 0)
+        if (off >= 0)
             x[off] += y[o];
-        else if (!back)
-            y[o] = off >= 0 ? x[off] : value;
         for (int d = rank - 1; d >= 0 && ++idx[d] == ys[d]; d--)
             idx[d] = 0;
     }
@@ -280,14 +394,16 @@ static double mprt_elem(int type, const void *p, long i)
 }
 
 /* y = a op b with broadcasting; int64 operands compare exactly. */
-MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, const void *a,
-                              const long *sa, const void *b, const long *sb, uint8_t *y)
+static void mprt_compare_piece(void *ctx, long lo, long hi)
 {
-    long n = 1, idx[8] = {0}, off[2] = {0, 0};
-    const long *s[2] = {sa, sb};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
+    const MprtBcast *t = ctx;
+    int op = t->op, type = t->type, rank = t->rank;
+    const long *shape = t->shape, *const *s = t->s;
+    const void *a = t->in[0], *b = t->in[1];
+    uint8_t *y = t->y;
+    long idx[8], off[2];
+    mprt_bcast_at(rank, shape, lo, idx, 2, off, s);
+    for (long i = lo; i < hi; i++) {
         int r;
         if (type == MPRT_ELEM_I64) {
             int64_t u = ((const int64_t *)a)[off[0]], v = ((const int64_t *)b)[off[1]];
@@ -309,6 +425,14 @@ MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, con
         y[i] = (uint8_t)r;
         mprt_bcast_next(rank, shape, idx, 2, off, s);
     }
+}
+
+MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, const void *a,
+                              const long *sa, const void *b, const long *sb, uint8_t *y)
+{
+    MprtBcast t = {.op = op, .type = type, .rank = rank, .shape = shape, .s = {sa, sb},
+                   .in = {a, b}, .y = y};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN / 2, mprt_compare_piece, &t);
 }
 
 MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
@@ -570,14 +694,6 @@ static long mprt_elements_at(int itype, int rank, int axis, const long *xs, cons
     return off;
 }
 
-static long mprt_numel(int rank, const long *s)
-{
-    long n = 1;
-    for (int d = 0; d < rank; d++)
-        n *= s[d];
-    return n;
-}
-
 /* The next coordinates of a row-major walk over shape s. */
 static void mprt_coords_next(int rank, const long *s, long *c)
 {
@@ -781,9 +897,13 @@ static double mprt_cast_read(int t, const void *x, long i)
 
 /* Cast as ONNX defines it: float to integer truncates toward zero; to bool
  * is "not zero". float16 rounds through float32. */
-MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
+static void mprt_cast_piece(void *ctx, long lo, long hi)
 {
-    for (long i = 0; i < n; i++) {
+    const MprtBcast *t = ctx;
+    int from = t->op, to = t->type;
+    const void *x = t->in[0];
+    void *y = t->y;
+    for (long i = lo; i < hi; i++) {
         double v = mprt_cast_read(from, x, i);
         switch (to) {
         case MPRT_CAST_F32: ((float *)y)[i] = (float)v; break;
@@ -795,6 +915,12 @@ MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
         default: ((uint8_t *)y)[i] = v != 0; break;
         }
     }
+}
+
+MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
+{
+    MprtBcast t = {.op = from, .type = to, .in = {x}, .y = y};
+    mprt_par(n, MPRT_GRAIN / 2, mprt_cast_piece, &t);
 }
 
 /* ---- Resize (2-D, over the last two dimensions) ---- */

@@ -3245,11 +3245,17 @@ MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)
     *loss = (float)(s / n);
 }
 
+static void mprt_mse_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtEw *t = ctx;
+    for (long i = lo; i < hi; i++)
+        t->y[i] = (t->a[i] - t->b[i]) * t->p;
+}
+
 MPRT_KERNEL void mprt_mse_grad(long n, const float *dloss, const float *x, const float *t, float *dx)
 {
-    float scale = 2.0f * dloss[0] / (float)n;
-    for (long i = 0; i < n; i++)
-        dx[i] = (x[i] - t[i]) * scale;
+    MprtEw e = {.a = x, .b = t, .y = dx, .p = 2.0f * dloss[0] / (float)n};
+    mprt_par(n, MPRT_GRAIN, mprt_mse_grad_piece, &e);
 }
 
 /* ---- convolution (1-D, 2-D and 3-D) as im2col + GEMM ---- */
@@ -3986,8 +3992,9 @@ MPRT_KERNEL void mprt_sq_norm(long n, const float *g, float scale, double *out)
  * backward: strided copies (Transpose, Slice), Concat/Split, Gather as an
  * embedding and its scatter-add gradient, Where, comparisons, OneHot,
  * Trilu, Mod, GatherElements/ScatterElements and GatherND/ScatterND, Cast
- * and 2-D Resize. Strided copies run on the device's threads (pool.c),
- * a row of the output each.
+ * and 2-D Resize. Strided copies, Concat, Gather and its gradient, Where,
+ * comparisons, Pad's forward and Cast run on the device's threads
+ * (pool.c), each output row or element written whole by one thread.
  *
  * Shapes come in as literals from the generated step. Broadcasting ops take
  * per-output-dimension strides (0 where an input is broadcast) and walk the
@@ -4007,6 +4014,20 @@ static inline void mprt_bcast_next(int rank, const long *shape, long *idx, int k
         for (int j = 0; j < k; j++)
             off[j] -= strides[j][d] * shape[d];
         idx[d] = 0;
+    }
+}
+
+/* idx and the k offsets at flat output element i (as i calls of
+ * mprt_bcast_next from zero would leave them). */
+static inline void mprt_bcast_at(int rank, const long *shape, long i, long *idx, int k,
+                                 long *off, const long *const *strides)
+{
+    for (int j = 0; j < k; j++)
+        off[j] = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        idx[d] = i % shape[d], i /= shape[d];
+        for (int j = 0; j < k; j++)
+            off[j] += idx[d] * strides[j][d];
     }
 }
 
@@ -4124,23 +4145,37 @@ MPRT_KERNEL void mprt_broadcast_bytes(size_t size, int rank, const long *shape,
 /* Concat along an axis: the tensors are `outer` rows of len[j] * inner
  * elements each; y's rows are the inputs' rows one after another. Split
  * (back != 0) copies y's rows out; a NULL part is an unused output. */
+typedef struct MprtConcat {
+    int back, k;
+    long inner, row;
+    const long *len;
+    float *const *part;
+    float *y;
+} MprtConcat;
+
+static void mprt_concat_piece(void *ctx, long lo, long hi)
+{
+    const MprtConcat *t = ctx;
+    for (long o = lo; o < hi; o++) {
+        float *yr = t->y + (size_t)o * t->row;
+        for (int j = 0; j < t->k; j++) {
+            long n = t->len[j] * t->inner;
+            if (t->part[j] && t->back)
+                memcpy(t->part[j] + (size_t)o * n, yr, (size_t)n * sizeof *yr);
+            else if (t->part[j])
+                memcpy(yr, t->part[j] + (size_t)o * n, (size_t)n * sizeof *yr);
+            yr += n;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_concat(int back, long outer, long inner, int k, const long *len,
                              float *const *part, float *y)
 {
-    long row = 0;
+    MprtConcat t = {back, k, inner, 0, len, part, y};
     for (int j = 0; j < k; j++)
-        row += len[j] * inner;
-    for (long o = 0; o < outer; o++) {
-        float *yr = y + (size_t)o * row;
-        for (int j = 0; j < k; j++) {
-            size_t bytes = (size_t)(len[j] * inner) * sizeof *y;
-            if (part[j] && back)
-                memcpy(part[j] + (size_t)o * len[j] * inner, yr, bytes);
-            else if (part[j])
-                memcpy(yr, part[j] + (size_t)o * len[j] * inner, bytes);
-            yr += len[j] * inner;
-        }
-    }
+        t.row += len[j] * inner;
+    mprt_par(outer, mprt_grain_rows(t.row), mprt_concat_piece, &t);
 }
 
 /* The index of Gather node `node`, checked against the dimension. */
@@ -4156,47 +4191,101 @@ static long mprt_gather_index(int64_t v, long dim, const char *node)
 }
 
 /* Gather on an axis: x is outer x dim x inner, y is outer x nidx x inner. */
+typedef struct MprtGather {
+    long outer, dim, inner, nidx;
+    const int64_t *idx;
+    const float *x;
+    float *y;
+    const char *node;
+} MprtGather;
+
+/* Rows [lo, hi) of y, row o * nidx + i taking x's row idx[i] of outer o. */
+static void mprt_gather_piece(void *ctx, long lo, long hi)
+{
+    const MprtGather *t = ctx;
+    for (long r = lo; r < hi; r++) {
+        long o = r / t->nidx, k = mprt_gather_index(t->idx[r % t->nidx], t->dim, t->node);
+        memcpy(t->y + (size_t)r * t->inner, t->x + ((size_t)o * t->dim + k) * t->inner,
+               (size_t)t->inner * sizeof *t->y);
+    }
+}
+
 MPRT_KERNEL void mprt_gather(long outer, long dim, long inner, long nidx, const int64_t *idx,
                              const float *x, float *y, const char *node)
 {
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < nidx; i++) {
-            long k = mprt_gather_index(idx[i], dim, node);
-            memcpy(y + ((size_t)o * nidx + i) * inner, x + ((size_t)o * dim + k) * inner,
-                   (size_t)inner * sizeof *y);
-        }
+    MprtGather t = {outer, dim, inner, nidx, idx, x, y, node};
+    mprt_par(outer * nidx, mprt_grain_rows(inner), mprt_gather_piece, &t);
 }
 
 /* The gradient of Gather: dx = 0, then dx[o, idx[i], :] += dy[o, i, :]
  * (repeated indices, such as one token twice, add up). */
+/* Columns [lo, hi) of the rows (the inner positions): each thread adds
+ * its columns over every index in order, so a repeated index sums the same
+ * way on any thread count. */
+static void mprt_gather_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtGather *t = ctx;
+    const float *dy = t->x;
+    for (long o = 0; o < t->outer; o++) {
+        for (long k = 0; k < t->dim; k++)
+            memset(t->y + ((size_t)o * t->dim + k) * t->inner + lo, 0,
+                   (size_t)(hi - lo) * sizeof *t->y);
+        for (long i = 0; i < t->nidx; i++) {
+            long k = mprt_gather_index(t->idx[i], t->dim, t->node);
+            float *d = t->y + ((size_t)o * t->dim + k) * t->inner;
+            const float *s = dy + ((size_t)o * t->nidx + i) * t->inner;
+            for (long j = lo; j < hi; j++)
+                d[j] += s[j];
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_gather_grad(long outer, long dim, long inner, long nidx,
                                   const int64_t *idx, const float *dy, float *dx,
                                   const char *node)
 {
-    memset(dx, 0, (size_t)(outer * dim * inner) * sizeof *dx);
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < nidx; i++) {
-            long k = mprt_gather_index(idx[i], dim, node);
-            float *d = dx + ((size_t)o * dim + k) * inner;
-            const float *s = dy + ((size_t)o * nidx + i) * inner;
-            for (long j = 0; j < inner; j++)
-                d[j] += s[j];
-        }
+    MprtGather t = {outer, dim, inner, nidx, idx, dy, dx, node};
+    mprt_par(inner, mprt_grain_rows(outer * (nidx + dim)), mprt_gather_grad_piece, &t);
 }
 
 /* y = cond ? a : b with broadcasting (strides per output dimension). */
+/* A broadcasting kernel's operands (up to three inputs, their strides per
+ * output dimension) and its output. */
+typedef struct MprtBcast {
+    int op, type, rank;
+    const long *shape, *s[3];
+    const void *in[3];
+    void *y;
+} MprtBcast;
+
+static void mprt_where_piece(void *ctx, long lo, long hi)
+{
+    const MprtBcast *t = ctx;
+    long idx[8], off[3];
+    const uint8_t *cond = t->in[0];
+    const float *a = t->in[1], *b = t->in[2];
+    float *y = t->y;
+    mprt_bcast_at(t->rank, t->shape, lo, idx, 3, off, t->s);
+    for (long i = lo; i < hi; i++) {
+        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+        mprt_bcast_next(t->rank, t->shape, idx, 3, off, t->s);
+    }
+}
+
+static long mprt_numel(int rank, const long *shape)
+{
+    long n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
 MPRT_KERNEL void mprt_where(int rank, const long *shape, const uint8_t *cond, const long *sc,
                             const float *a, const long *sa, const float *b, const long *sb,
                             float *y)
 {
-    long n = 1, idx[8] = {0}, off[3] = {0, 0, 0};
-    const long *s[3] = {sc, sa, sb};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
-        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
-        mprt_bcast_next(rank, shape, idx, 3, off, s);
-    }
+    MprtBcast t = {.rank = rank, .shape = shape, .s = {sc, sa, sb}, .in = {cond, a, b}, .y = y};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN, mprt_where_piece, &t);
 }
 
 /* ---- Pad ---- */
@@ -4221,6 +4310,34 @@ static long mprt_pad_src(int mode, long o, long begin, long n)
 /* y = x padded (ONNX Pad: constant, reflect, edge). With back != 0 the
  * gradient: dx = 0, then every output that read an input adds its dy to
  * it. */
+typedef struct MprtPad {
+    int mode, rank;
+    const long *xs, *ys, *begin;
+    long st[8];
+    float value;
+    const float *x;
+    float *y;
+} MprtPad;
+
+/* Outputs [lo, hi) of the forward: each reads one input or the value. */
+static void mprt_pad_piece(void *ctx, long lo, long hi)
+{
+    const MprtPad *t = ctx;
+    long idx[8], rest = lo;
+    for (int d = t->rank - 1; d >= 0; d--)
+        idx[d] = rest % t->ys[d], rest /= t->ys[d];
+    for (long o = lo; o < hi; o++) {
+        long off = 0;
+        for (int d = 0; d < t->rank && off >= 0; d++) {
+            long i = mprt_pad_src(t->mode, idx[d], t->begin[d], t->xs[d]);
+            off = i < 0 ? -1 : off + i * t->st[d];
+        }
+        t->y[o] = off >= 0 ? t->x[off] : t->value;
+        for (int d = t->rank - 1; d >= 0 && ++idx[d] == t->ys[d]; d--)
+            idx[d] = 0;
+    }
+}
+
 MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const long *ys,
                           const long *begin, float value, float *x, float *y)
 {
@@ -4230,18 +4347,21 @@ MPRT_KERNEL void mprt_pad(int back, int mode, int rank, const long *xs, const lo
         nx *= xs[d];
         n *= ys[d];
     }
-    if (back)
-        memset(x, 0, (size_t)nx * sizeof *x);
+    if (!back) {
+        MprtPad t = {mode, rank, xs, ys, begin, {0}, value, x, y};
+        memcpy(t.st, st, sizeof st);
+        mprt_par(n, MPRT_GRAIN / 2, mprt_pad_piece, &t);
+        return;
+    }
+    memset(x, 0, (size_t)nx * sizeof *x);   /* reflected outputs may add to one input */
     for (long o = 0; o < n; o++) {
         long off = 0;
         for (int d = 0; d < rank && off >= 0; d++) {
             long i = mprt_pad_src(mode, idx[d], begin[d], xs[d]);
             off = i < 0 ? -1 : off + i * st[d];
         }
-        if (back && off >= 0)
+        if (off >= 0)
             x[off] += y[o];
-        else if (!back)
-            y[o] = off >= 0 ? x[off] : value;
         for (int d = rank - 1; d >= 0 && ++idx[d] == ys[d]; d--)
             idx[d] = 0;
     }
@@ -4259,14 +4379,16 @@ static double mprt_elem(int type, const void *p, long i)
 }
 
 /* y = a op b with broadcasting; int64 operands compare exactly. */
-MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, const void *a,
-                              const long *sa, const void *b, const long *sb, uint8_t *y)
+static void mprt_compare_piece(void *ctx, long lo, long hi)
 {
-    long n = 1, idx[8] = {0}, off[2] = {0, 0};
-    const long *s[2] = {sa, sb};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
+    const MprtBcast *t = ctx;
+    int op = t->op, type = t->type, rank = t->rank;
+    const long *shape = t->shape, *const *s = t->s;
+    const void *a = t->in[0], *b = t->in[1];
+    uint8_t *y = t->y;
+    long idx[8], off[2];
+    mprt_bcast_at(rank, shape, lo, idx, 2, off, s);
+    for (long i = lo; i < hi; i++) {
         int r;
         if (type == MPRT_ELEM_I64) {
             int64_t u = ((const int64_t *)a)[off[0]], v = ((const int64_t *)b)[off[1]];
@@ -4288,6 +4410,14 @@ MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, con
         y[i] = (uint8_t)r;
         mprt_bcast_next(rank, shape, idx, 2, off, s);
     }
+}
+
+MPRT_KERNEL void mprt_compare(int op, int type, int rank, const long *shape, const void *a,
+                              const long *sa, const void *b, const long *sb, uint8_t *y)
+{
+    MprtBcast t = {.op = op, .type = type, .rank = rank, .shape = shape, .s = {sa, sb},
+                   .in = {a, b}, .y = y};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN / 2, mprt_compare_piece, &t);
 }
 
 MPRT_KERNEL void mprt_not(long n, const uint8_t *x, uint8_t *y)
@@ -4549,14 +4679,6 @@ static long mprt_elements_at(int itype, int rank, int axis, const long *xs, cons
     return off;
 }
 
-static long mprt_numel(int rank, const long *s)
-{
-    long n = 1;
-    for (int d = 0; d < rank; d++)
-        n *= s[d];
-    return n;
-}
-
 /* The next coordinates of a row-major walk over shape s. */
 static void mprt_coords_next(int rank, const long *s, long *c)
 {
@@ -4760,9 +4882,13 @@ static double mprt_cast_read(int t, const void *x, long i)
 
 /* Cast as ONNX defines it: float to integer truncates toward zero; to bool
  * is "not zero". float16 rounds through float32. */
-MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
+static void mprt_cast_piece(void *ctx, long lo, long hi)
 {
-    for (long i = 0; i < n; i++) {
+    const MprtBcast *t = ctx;
+    int from = t->op, to = t->type;
+    const void *x = t->in[0];
+    void *y = t->y;
+    for (long i = lo; i < hi; i++) {
         double v = mprt_cast_read(from, x, i);
         switch (to) {
         case MPRT_CAST_F32: ((float *)y)[i] = (float)v; break;
@@ -4774,6 +4900,12 @@ MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
         default: ((uint8_t *)y)[i] = v != 0; break;
         }
     }
+}
+
+MPRT_KERNEL void mprt_cast(long n, int from, int to, const void *x, void *y)
+{
+    MprtBcast t = {.op = from, .type = to, .in = {x}, .y = y};
+    mprt_par(n, MPRT_GRAIN / 2, mprt_cast_piece, &t);
 }
 
 /* ---- Resize (2-D, over the last two dimensions) ---- */
@@ -4857,6 +4989,10 @@ MPRT_KERNEL void mprt_resize(int back, const MprtResize *p, float *x, float *y)
  * mprt_relu's ops as one kernel, each step with its unfused kernel's float
  * operations. Statistics (softmax sums, layer-norm moments) accumulate in
  * double.
+ *
+ * The kernels run on the device's threads (pool.c's mprt_par), each output
+ * element, line or row computed whole on one thread, as in cpu.c; the
+ * losses' sums over the batch stay on one.
  */
 
 /* ---- batched matrix multiply ---- */
@@ -5264,13 +5400,26 @@ MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, floa
 /* y = scale * (x[0] op x[1] op ... x[k-1]), each x[j] read at its strides
  * per output dimension (0 where broadcast); op is MPRT_ADD, MPRT_MIN or
  * MPRT_MAX (a NaN operand gives NaN, as in PyTorch). */
-MPRT_KERNEL void mprt_nary(int op, int k, int rank, const long *shape,
-                           const float *const *x, const long *const *sx, float scale, float *y)
+/* A broadcasting kernel of up to 8 operands, for the elements a thread
+ * takes: operand j's strides per output dimension in s[j]. */
+typedef struct MprtNary {
+    int op, k, rank;
+    const long *shape, *const *s;
+    const float *const *x, *dy, *y, *a, *b;
+    float scale;
+    float *out;
+} MprtNary;
+
+static void mprt_nary_piece(void *ctx, long lo, long hi)
 {
-    long n = 1, idx[8] = {0}, off[8] = {0};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
+    const MprtNary *t = ctx;
+    int op = t->op, k = t->k, rank = t->rank;
+    const long *shape = t->shape, *const *sx = t->s;
+    const float *const *x = t->x;
+    float scale = t->scale, *y = t->out;
+    long idx[8], off[8];
+    mprt_bcast_at(rank, shape, lo, idx, k, off, sx);
+    for (long i = lo; i < hi; i++) {
         float v = x[0][off[0]];
         for (int j = 1; j < k; j++) {
             float u = x[j][off[j]];
@@ -5280,6 +5429,14 @@ MPRT_KERNEL void mprt_nary(int op, int k, int rank, const long *shape,
         y[i] = v * scale;
         mprt_bcast_next(rank, shape, idx, k, off, sx);
     }
+}
+
+MPRT_KERNEL void mprt_nary(int op, int k, int rank, const long *shape,
+                           const float *const *x, const long *const *sx, float scale, float *y)
+{
+    MprtNary t = {.op = op, .k = k, .rank = rank, .shape = shape, .s = sx, .x = x,
+                  .scale = scale, .out = y};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN / 2, mprt_nary_piece, &t);
 }
 
 /* The gradient of Min or Max for operand `wrt`, in y's shape (the caller
@@ -5304,30 +5461,78 @@ MPRT_KERNEL void mprt_minmax_grad(int wrt, int k, int rank, const long *shape,
 
 /* ---- ReduceMax and ReduceMin (ReduceSum and ReduceMean are mprt_sum_to) ---- */
 
-/* Offsets into the reduced output of every element of x (shape: x's dims;
- * keep[d]: the output keeps dimension d), walked in x's order. */
-static inline void mprt_reduce_next(int rank, const long *shape, const long *so, long *idx,
-                                    long *io)
+/* x's dimensions (keep[d]: the output keeps dimension d) seen from the
+ * output: output element o reduces the elements at o's kept indices,
+ * walked over the reduced dimensions in x's order. Each output element is
+ * computed whole on one thread, in that order, so the results do not
+ * depend on the thread count. */
+typedef struct MprtReduce {
+    int nk, nr;                  /* kept and reduced dimensions */
+    long kn[8], ks[8], rn[8], rs[8];   /* their extents, and strides in x */
+    long per;                    /* elements per output element */
+    int is_min;
+    const float *x, *dy, *y;
+    float *out;
+} MprtReduce;
+
+static void mprt_reduce_dims(MprtReduce *t, int rank, const long *shape, const int *keep)
 {
-    for (int d = rank - 1; d >= 0; d--) {
-        *io += so[d];
-        if (++idx[d] < shape[d])
-            return;
-        *io -= so[d] * shape[d];
-        idx[d] = 0;
+    long s = 1, kn[8], ks[8], rn[8], rs[8];
+    int nk = 0, nr = 0;
+    t->per = 1;
+    for (int d = rank - 1; d >= 0; d--) {   /* innermost first, reversed below */
+        if (keep[d])
+            kn[nk] = shape[d], ks[nk++] = s;
+        else
+            rn[nr] = shape[d], rs[nr++] = s, t->per *= shape[d];
+        s *= shape[d];
     }
+    for (int i = 0; i < nk; i++)
+        t->kn[i] = kn[nk - 1 - i], t->ks[i] = ks[nk - 1 - i];
+    for (int i = 0; i < nr; i++)
+        t->rn[i] = rn[nr - 1 - i], t->rs[i] = rs[nr - 1 - i];
+    t->nk = nk, t->nr = nr;
 }
 
-static long mprt_reduce_strides(int rank, const long *shape, const int *keep, long *so)
+/* Where output element o's elements start in x. */
+static long mprt_reduce_base(const MprtReduce *t, long o)
 {
-    long n = 1, s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        so[d] = keep[d] ? s : 0;
-        if (keep[d])
-            s *= shape[d];
-        n *= shape[d];
+    long off = 0;
+    for (int i = t->nk - 1; i >= 0; i--) {
+        off += (o % t->kn[i]) * t->ks[i];
+        o /= t->kn[i];
     }
-    return n;
+    return off;
+}
+
+/* The offset of the next reduced element after `off` (idx: the reduced
+ * dimensions' indices, all 0 at the start). */
+static inline long mprt_reduce_step(const MprtReduce *t, long *idx, long off)
+{
+    for (int i = t->nr - 1; i >= 0; i--) {
+        off += t->rs[i];
+        if (++idx[i] < t->rn[i])
+            return off;
+        off -= t->rs[i] * t->rn[i];
+        idx[i] = 0;
+    }
+    return off;
+}
+
+static void mprt_reduce_max_piece(void *ctx, long lo, long hi)
+{
+    const MprtReduce *t = ctx;
+    for (long o = lo; o < hi; o++) {
+        long idx[8] = {0}, off = mprt_reduce_base(t, o);
+        float m = t->is_min ? INFINITY : -INFINITY;
+        for (long k = 0; k < t->per; k++) {
+            float v = t->x[off];
+            if (v != v || (t->is_min ? v < m : v > m))
+                m = v;
+            off = mprt_reduce_step(t, idx, off);
+        }
+        t->out[o] = m;
+    }
 }
 
 /* y = the largest (is_min: smallest) x over the dimensions not kept; NaN
@@ -5335,14 +5540,26 @@ static long mprt_reduce_strides(int rank, const long *shape, const int *keep, lo
 MPRT_KERNEL void mprt_reduce_max(int is_min, int rank, const long *shape, const int *keep,
                                  const float *x, long n_out, float *y)
 {
-    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
-    for (long i = 0; i < n_out; i++)
-        y[i] = is_min ? INFINITY : -INFINITY;
-    for (long i = 0; i < n; i++) {
-        float v = x[i], m = y[io];
-        if (v != v || (is_min ? v < m : v > m))
-            y[io] = v;
-        mprt_reduce_next(rank, shape, so, idx, &io);
+    MprtReduce t = {.is_min = is_min, .x = x, .out = y};
+    mprt_reduce_dims(&t, rank, shape, keep);
+    mprt_par(n_out, mprt_grain_rows(t.per), mprt_reduce_max_piece, &t);
+}
+
+static void mprt_reduce_max_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtReduce *t = ctx;
+    for (long o = lo; o < hi; o++) {
+        long idx[8] = {0}, base = mprt_reduce_base(t, o), off = base;
+        float count = 0, m = t->y[o];
+        for (long k = 0; k < t->per; k++) {
+            count += t->x[off] == m;
+            off = mprt_reduce_step(t, idx, off);
+        }
+        off = base;
+        for (long k = 0; k < t->per; k++) {
+            t->out[off] = t->x[off] == m ? t->dy[o] / count : 0.0f;
+            off = mprt_reduce_step(t, idx, off);
+        }
     }
 }
 
@@ -5352,21 +5569,9 @@ MPRT_KERNEL void mprt_reduce_max_grad(int rank, const long *shape, const int *ke
                                       const float *dy, const float *x, const float *y,
                                       long n_out, float *dx)
 {
-    long so[8], idx[8] = {0}, io = 0, n = mprt_reduce_strides(rank, shape, keep, so);
-    float *count = calloc((size_t)n_out, sizeof *count);
-    if (!count) {
-        fprintf(stderr, "train: error: out of memory in a ReduceMax gradient\n");
-        exit(1);
-    }
-    for (long i = 0; i < n; i++) {
-        count[io] += x[i] == y[io];
-        mprt_reduce_next(rank, shape, so, idx, &io);
-    }
-    for (long i = 0; i < n; i++) {
-        dx[i] = x[i] == y[io] ? dy[io] / count[io] : 0.0f;
-        mprt_reduce_next(rank, shape, so, idx, &io);
-    }
-    free(count);
+    MprtReduce t = {.x = x, .dy = dy, .y = y, .out = dx};
+    mprt_reduce_dims(&t, rank, shape, keep);
+    mprt_par(n_out, mprt_grain_rows(2 * t.per), mprt_reduce_max_grad_piece, &t);
 }
 
 /* ---- ArgMax and ArgMin, CumSum: along the middle of (outer, n, inner) ---- */
@@ -5413,35 +5618,62 @@ static int64_t mprt_arg_line(int is_min, int last, int type, long n, long inner,
 
 /* y[o, i] = the index along the axis of x[o, :, i]'s largest (is_min:
  * smallest) element; x of element type `type` (MPRT_ELEM_*). */
+/* A kernel over the lines along the middle of (outer, n, inner), line l
+ * (at outer l / inner, inner l % inner) whole on one thread. */
+typedef struct MprtAxis {
+    int is_min, last, type, flag, reverse;
+    long n, k, inner;
+    const void *x;
+    void *y;
+    int64_t *idx;          /* TopK's indices, written */
+    const int64_t *at;     /* and read by its gradient */
+} MprtAxis;
+
+static void mprt_argmax_piece(void *ctx, long lo, long hi)
+{
+    const MprtAxis *t = ctx;
+    for (long l = lo; l < hi; l++)
+        ((int64_t *)t->y)[l] = mprt_arg_line(t->is_min, t->last, t->type, t->n, t->inner, t->x,
+                                             l / t->inner * t->n * t->inner + l % t->inner);
+}
+
 MPRT_KERNEL void mprt_argmax(int is_min, int last, int type, long outer, long n, long inner,
                              const void *x, int64_t *y)
 {
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < inner; i++)
-            y[o * inner + i] = mprt_arg_line(is_min, last, type, n, inner, x, o * n * inner + i);
+    MprtAxis t = {.is_min = is_min, .last = last, .type = type, .n = n, .inner = inner,
+                  .x = x, .y = y};
+    mprt_par(outer * inner, mprt_grain_rows(n), mprt_argmax_piece, &t);
 }
 
 /* y = the running sums of x along the axis, in double, each line from its
  * start (reverse: from its end); exclusive leaves each element out of its
  * own sum. y may be x. */
+static void mprt_cumsum_piece(void *ctx, long lo, long hi)
+{
+    const MprtAxis *t = ctx;
+    long n = t->n, inner = t->inner;
+    for (long l = lo; l < hi; l++) {
+        size_t at = (size_t)(l / inner * n * inner + l % inner);
+        const float *xl = (const float *)t->x + at;
+        float *yl = (float *)t->y + at;
+        double acc = 0.0;
+        for (long k = 0; k < n; k++) {
+            long j = (t->reverse ? n - 1 - k : k) * inner;
+            double v = xl[j];
+            if (!t->flag)
+                acc += v;
+            yl[j] = (float)acc;
+            if (t->flag)
+                acc += v;
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_cumsum(int exclusive, int reverse, long outer, long n, long inner,
                              const float *x, float *y)
 {
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < inner; i++) {
-            const float *xl = x + o * n * inner + i;
-            float *yl = y + o * n * inner + i;
-            double acc = 0.0;
-            for (long k = 0; k < n; k++) {
-                long j = (reverse ? n - 1 - k : k) * inner;
-                double v = xl[j];
-                if (!exclusive)
-                    acc += v;
-                yl[j] = (float)acc;
-                if (exclusive)
-                    acc += v;
-            }
-        }
+    MprtAxis t = {.flag = exclusive, .reverse = reverse, .n = n, .inner = inner, .x = x, .y = y};
+    mprt_par(outer * inner, mprt_grain_rows(n), mprt_cumsum_piece, &t);
 }
 
 /* ---- TopK: along the middle of (outer, n, inner), k of each line ---- */
@@ -5486,72 +5718,108 @@ static void mprt_topk_line(int largest, int type, long n, long k, long inner, co
 /* values[o, j, i] = x[o, idx[o, j, i], i]: the k largest (largest = 0: the
  * smallest) of each line of x along the axis, sorted, a tie to the lower
  * index; x and values of element type `type` (MPRT_ELEM_*). */
+static void mprt_topk_piece(void *ctx, long lo, long hi)
+{
+    const MprtAxis *t = ctx;
+    long n = t->n, k = t->k, inner = t->inner;
+    size_t es = mprt_elem_size(t->type);
+    for (long l = lo; l < hi; l++) {
+        long o = l / inner, i = l % inner, xb = o * n * inner + i, yb = o * k * inner + i;
+        mprt_topk_line(t->flag, t->type, n, k, inner, t->x, xb, t->idx + yb);
+        for (long j = 0; j < k; j++) {
+            long from = xb + (long)t->idx[yb + j * inner] * inner, to = yb + j * inner;
+            memcpy((char *)t->y + (size_t)to * es, (const char *)t->x + (size_t)from * es, es);
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_topk(int largest, int type, long outer, long n, long k, long inner,
                            const void *x, void *values, int64_t *idx)
 {
-    size_t es = mprt_elem_size(type);
-    for (long o = 0; o < outer; o++)
-        for (long i = 0; i < inner; i++) {
-            long xb = o * n * inner + i, yb = o * k * inner + i;
-            mprt_topk_line(largest, type, n, k, inner, x, xb, idx + yb);
-            for (long j = 0; j < k; j++) {
-                long from = xb + (long)idx[yb + j * inner] * inner, to = yb + j * inner;
-                memcpy((char *)values + (size_t)to * es, (const char *)x + (size_t)from * es,
-                       es);
-            }
-        }
+    MprtAxis t = {.flag = largest, .type = type, .n = n, .k = k, .inner = inner, .x = x,
+                  .y = values, .idx = idx};
+    mprt_par(outer * inner, mprt_grain_rows(n * (k < 8 ? k : 8)), mprt_topk_piece, &t);
 }
 
 /* TopK's gradient: dx is zero but at the positions idx names along the
  * axis, which get dy (a line's positions are distinct). */
+static void mprt_topk_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtAxis *t = ctx;
+    long n = t->n, k = t->k, inner = t->inner;
+    const float *dy = t->x;
+    float *dx = t->y;
+    for (long l = lo; l < hi; l++) {
+        long o = l / inner, i = l % inner;
+        for (long j = 0; j < n; j++)
+            dx[(o * n + j) * inner + i] = 0.0f;
+        for (long j = 0; j < k; j++) {
+            long e = (o * k + j) * inner + i;
+            dx[(o * n + (long)t->at[e]) * inner + i] = dy[e];
+        }
+    }
+}
+
 MPRT_KERNEL void mprt_topk_grad(long outer, long n, long k, long inner, const float *dy,
                                 const int64_t *idx, float *dx)
 {
-    memset(dx, 0, (size_t)(outer * n * inner) * sizeof *dx);
-    for (long o = 0; o < outer; o++)
-        for (long j = 0; j < k; j++)
-            for (long i = 0; i < inner; i++) {
-                long e = (o * k + j) * inner + i;
-                dx[(o * n + (long)idx[e]) * inner + i] = dy[e];
-            }
+    MprtAxis t = {.n = n, .k = k, .inner = inner, .x = dy, .y = dx, .at = idx};
+    mprt_par(outer * inner, mprt_grain_rows(n + k), mprt_topk_grad_piece, &t);
 }
 
 /* The gradient of PRelu y = x > 0 ? x : slope * x, in y's (= x's) shape:
  * wrt 0 gives dy * (x > 0 ? 1 : slope), wrt 1 gives dy * (x > 0 ? 0 : x). */
+static void mprt_prelu_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtNary *t = ctx;
+    const float *dy = t->dy, *x = t->a, *slope = t->b;
+    long idx[8], off[1];
+    mprt_bcast_at(t->rank, t->shape, lo, idx, 1, off, t->s);
+    for (long i = lo; i < hi; i++) {
+        float v = x[i];
+        t->out[i] = t->op == 0 ? (v > 0 ? dy[i] : dy[i] * slope[off[0]])
+                               : (v > 0 ? 0.0f : dy[i] * v);
+        mprt_bcast_next(t->rank, t->shape, idx, 1, off, t->s);
+    }
+}
+
 MPRT_KERNEL void mprt_prelu_grad(int wrt, int rank, const long *shape, const float *dy,
                                  const float *x, const float *slope, const long *ss,
                                  float *out)
 {
-    long n = 1, idx[8] = {0}, off[1] = {0};
     const long *s[1] = {ss};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
-        float v = x[i];
-        out[i] = wrt == 0 ? (v > 0 ? dy[i] : dy[i] * slope[off[0]]) : (v > 0 ? 0.0f : dy[i] * v);
-        mprt_bcast_next(rank, shape, idx, 1, off, s);
-    }
+    MprtNary t = {.op = wrt, .rank = rank, .shape = shape, .s = s, .dy = dy, .a = x,
+                  .b = slope, .out = out};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN / 2, mprt_prelu_grad_piece, &t);
 }
 
 /* The gradient of y = a^b with broadcasting, in y's shape (the caller
  * sums it down to the operand): wrt 0 gives dy * b * a^(b-1), wrt 1 gives
  * dy * y * ln(a). */
+static void mprt_pow_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtNary *t = ctx;
+    const float *dy = t->dy, *a = t->a, *b = t->b, *y = t->y;
+    long idx[8], off[2];
+    mprt_bcast_at(t->rank, t->shape, lo, idx, 2, off, t->s);
+    for (long i = lo; i < hi; i++) {
+        float u = a[off[0]], v = b[off[1]];
+        if (t->op == 0)
+            t->out[i] = v == 0.0f ? 0.0f : dy[i] * v * powf(u, v - 1.0f);
+        else
+            t->out[i] = u > 0.0f ? dy[i] * y[i] * logf(u) : 0.0f;
+        mprt_bcast_next(t->rank, t->shape, idx, 2, off, t->s);
+    }
+}
+
 MPRT_KERNEL void mprt_pow_grad(int wrt, int rank, const long *shape, const float *dy,
                                const float *a, const long *sa, const float *b, const long *sb,
                                const float *y, float *out)
 {
-    long n = 1, idx[8] = {0}, off[2] = {0, 0};
     const long *s[2] = {sa, sb};
-    for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    for (long i = 0; i < n; i++) {
-        float u = a[off[0]], v = b[off[1]];
-        if (wrt == 0)
-            out[i] = v == 0.0f ? 0.0f : dy[i] * v * powf(u, v - 1.0f);
-        else
-            out[i] = u > 0.0f ? dy[i] * y[i] * logf(u) : 0.0f;
-        mprt_bcast_next(rank, shape, idx, 2, off, s);
-    }
+    MprtNary t = {.op = wrt, .rank = rank, .shape = shape, .s = s, .dy = dy, .a = a, .b = b,
+                  .y = y, .out = out};
+    mprt_par(mprt_numel(rank, shape), MPRT_GRAIN / 8, mprt_pow_grad_piece, &t);
 }
 
 /* ---- softmax over one axis: x is outer x C x inner ---- */
@@ -5762,62 +6030,108 @@ static void mprt_group_moments(const float *x, long D, double eps, float *mean, 
     *rstd = (float)(1.0 / sqrt(ss / D + eps));
 }
 
-MPRT_KERNEL void mprt_group_norm(int N, int C, int G, long P, const float *x,
-                                 const float *scale, const float *bias, float eps, float *y)
+/* A group normalisation's operands: N x G rows of D = C/G * P elements,
+ * and each row's mean and 1/std (rstd) where the gradient keeps them. */
+typedef struct MprtGroups {
+    int C, G;
+    long P, D, rows;
+    float eps;
+    const float *x, *dy, *scale, *bias;
+    float *y, *dscale, *dbias, *moments;
+} MprtGroups;
+
+/* Rows [lo, hi) of y (scaled and shifted per channel). */
+static void mprt_group_norm_piece(void *ctx, long lo, long hi)
 {
-    int cg = C / G;
-    long D = (long)cg * P;
-    for (long r = 0; r < (long)N * G; r++) {
-        const float *xs = x + (size_t)r * D;
+    const MprtGroups *t = ctx;
+    int cg = t->C / t->G;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * t->D;
         float m, inv;
-        mprt_group_moments(xs, D, eps, &m, &inv);
+        mprt_group_moments(xs, t->D, t->eps, &m, &inv);
         for (int j = 0; j < cg; j++) {
-            int c = (int)(r % G) * cg + j;
-            float a = inv * scale[c], b = bias[c];
-            for (long i = (long)j * P; i < (long)(j + 1) * P; i++)
-                y[(size_t)r * D + i] = (xs[i] - m) * a + b;
+            int c = (int)(r % t->G) * cg + j;
+            float a = inv * t->scale[c], b = t->bias[c];
+            for (long i = (long)j * t->P; i < (long)(j + 1) * t->P; i++)
+                t->y[(size_t)r * t->D + i] = (xs[i] - m) * a + b;
         }
     }
 }
 
-/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale
- * over each group; dscale = sum dy * xhat, dbias = sum dy per channel. */
+MPRT_KERNEL void mprt_group_norm(int N, int C, int G, long P, const float *x,
+                                 const float *scale, const float *bias, float eps, float *y)
+{
+    MprtGroups t = {.C = C, .G = G, .P = P, .D = (long)(C / G) * P, .eps = eps, .x = x,
+                    .scale = scale, .bias = bias, .y = y};
+    mprt_par((long)N * G, mprt_grain_rows(3 * t.D), mprt_group_norm_piece, &t);
+}
+
+/* Rows [lo, hi) of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+ * g = dy * scale over each group; each row's moments kept. */
+static void mprt_group_norm_dx_piece(void *ctx, long lo, long hi)
+{
+    const MprtGroups *t = ctx;
+    int cg = t->C / t->G;
+    long D = t->D, P = t->P;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * D, *d = t->dy + (size_t)r * D;
+        float m, inv;
+        mprt_group_moments(xs, D, t->eps, &m, &inv);
+        t->moments[2 * r] = m, t->moments[2 * r + 1] = inv;
+        double sg = 0, sgx = 0;
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % t->G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            sg += (double)d[i] * t->scale[c];
+            sgx += (double)d[i] * t->scale[c] * xhat;
+        }
+        float mg = (float)(sg / D), mgx = (float)(sgx / D);
+        for (long i = 0; i < D; i++) {
+            int c = (int)(r % t->G) * cg + (int)(i / P);
+            float xhat = (xs[i] - m) * inv;
+            t->y[(size_t)r * D + i] = inv * (d[i] * t->scale[c] - mg - xhat * mgx);
+        }
+    }
+}
+
+/* Channels [lo, hi) of dscale = sum dy * xhat and dbias = sum dy, over
+ * the rows in order (N of them, the channel's group in each). */
+static void mprt_group_norm_params_piece(void *ctx, long lo, long hi)
+{
+    const MprtGroups *t = ctx;
+    int cg = t->C / t->G;
+    long P = t->P;
+    for (long c = lo; c < hi; c++) {
+        double sx = 0, s = 0;
+        for (long r = c / cg; r < t->rows; r += t->G) {
+            const float *xs = t->x + (size_t)r * t->D + (c % cg) * P;
+            const float *d = t->dy + (size_t)r * t->D + (c % cg) * P;
+            float m = t->moments[2 * r], inv = t->moments[2 * r + 1];
+            for (long i = 0; i < P; i++) {
+                sx += (double)d[i] * ((xs[i] - m) * inv);
+                s += d[i];
+            }
+        }
+        t->dscale[c] = (float)sx;
+        t->dbias[c] = (float)s;
+    }
+}
+
 MPRT_KERNEL void mprt_group_norm_grad(int N, int C, int G, long P, const float *dy,
                                       const float *x, const float *scale, float eps,
                                       float *dx, float *dscale, float *dbias)
 {
-    int cg = C / G;
-    long D = (long)cg * P;
-    double *acc = calloc((size_t)C * 2, sizeof *acc);
-    if (!acc) {
+    float *moments = malloc((size_t)N * G * 2 * sizeof *moments);
+    if (!moments) {
         fprintf(stderr, "train: error: out of memory in a normalization gradient\n");
         exit(1);
     }
-    for (long r = 0; r < (long)N * G; r++) {
-        const float *xs = x + (size_t)r * D, *d = dy + (size_t)r * D;
-        float m, inv;
-        mprt_group_moments(xs, D, eps, &m, &inv);
-        double sg = 0, sgx = 0;
-        for (long i = 0; i < D; i++) {
-            int c = (int)(r % G) * cg + (int)(i / P);
-            float xhat = (xs[i] - m) * inv;
-            sg += (double)d[i] * scale[c];
-            sgx += (double)d[i] * scale[c] * xhat;
-            acc[c] += (double)d[i] * xhat;
-            acc[C + c] += d[i];
-        }
-        float mg = (float)(sg / D), mgx = (float)(sgx / D);
-        for (long i = 0; i < D; i++) {
-            int c = (int)(r % G) * cg + (int)(i / P);
-            float xhat = (xs[i] - m) * inv;
-            dx[(size_t)r * D + i] = inv * (d[i] * scale[c] - mg - xhat * mgx);
-        }
-    }
-    for (int c = 0; c < C; c++) {
-        dscale[c] = (float)acc[c];
-        dbias[c] = (float)acc[C + c];
-    }
-    free(acc);
+    MprtGroups t = {.C = C, .G = G, .P = P, .D = (long)(C / G) * P, .rows = (long)N * G,
+                    .eps = eps, .x = x, .dy = dy, .scale = scale, .y = dx, .dscale = dscale,
+                    .dbias = dbias, .moments = moments};
+    mprt_par(t.rows, mprt_grain_rows(4 * t.D), mprt_group_norm_dx_piece, &t);
+    mprt_par(C, mprt_grain_rows(2L * N * P), mprt_group_norm_params_piece, &t);
+    free(moments);
 }
 
 /* ---- dropout (the mask generator is in state.c) ---- */
@@ -5827,6 +6141,26 @@ static inline int mprt_dropout_keep(uint64_t key, long i, float ratio)
 {
     uint64_t r = mprt_mix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ULL);
     return (float)(r >> 40) * (1.0f / 16777216.0f) >= ratio;
+}
+
+typedef struct MprtDropout {
+    uint64_t key;
+    float ratio, scale;
+    const float *x;
+    float *y;
+    uint8_t *mask;
+} MprtDropout;
+
+/* Elements [lo, hi): each one's draw depends on its index alone. */
+static void mprt_dropout_piece(void *ctx, long lo, long hi)
+{
+    const MprtDropout *t = ctx;
+    for (long i = lo; i < hi; i++) {
+        int keep = mprt_dropout_keep(t->key, i, t->ratio);
+        t->y[i] = keep ? t->x[i] * t->scale : 0.0f;
+        if (t->mask)
+            t->mask[i] = (uint8_t)keep;
+    }
 }
 
 /* Training: y = x * keep / (1 - ratio), mask = keep (mask may be NULL).
@@ -5841,14 +6175,9 @@ MPRT_KERNEL void mprt_dropout(long n, uint64_t node, float ratio, int training,
             memset(mask, 1, (size_t)n);
         return;
     }
-    uint64_t key = mprt_dropout_key(node);
-    float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
-    for (long i = 0; i < n; i++) {
-        int keep = mprt_dropout_keep(key, i, ratio);
-        y[i] = keep ? x[i] * scale : 0.0f;
-        if (mask)
-            mask[i] = (uint8_t)keep;
-    }
+    MprtDropout t = {mprt_dropout_key(node), ratio, ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f,
+                     x, y, mask};
+    mprt_par(n, MPRT_GRAIN / 4, mprt_dropout_piece, &t);
 }
 
 MPRT_KERNEL void mprt_dropout_grad(long n, uint64_t node, float ratio, const float *dy,
