@@ -14,11 +14,12 @@
  * (user mode): the call allocates nothing. Each device's scratch is raised
  * to what its convolutions need before the arenas are allocated.
  *
- * Threads: oneDNN runs on OpenMP; each device's thread gives it as many
- * threads as OpenBLAS has (OPENBLAS_NUM_THREADS, else every core), the
- * count the primitives were made for (pool.c's mprt_omp_threads: the
- * trainer is built with MPRT_GOMP). At a fixed count the results do not
- * depend on the call's order or on other devices. */
+ * Threads: oneDNN runs on OpenMP; each device's thread gives it the
+ * device's thread count (pool.c's mprt_dev_threads: OPENBLAS_NUM_THREADS,
+ * else the device's share of the cores), the count its primitives were
+ * made for (pool.c's mprt_omp_threads: the trainer is built with
+ * MPRT_GOMP). At a fixed count the results do not depend on the call's
+ * order or on other devices. */
 #include "mprt.h"
 #include "kernel.h"
 
@@ -50,7 +51,6 @@ typedef struct MprtDnnlPrim {
 static dnnl_engine_t mprt_dnnl_engine;
 static dnnl_stream_t *mprt_dnnl_streams;   /* one per device */
 static MprtDnnlPrim *mprt_dnnl_prims;
-static int mprt_dnnl_threads;
 
 static const char *const mprt_dnnl_kind[] = {"Conv", "ConvGradX", "ConvGradW"};
 
@@ -258,8 +258,6 @@ MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnn
                                  int npools, int ndev, size_t *scratch)
 {
     const char *first = n ? convs[0].node : pools[0].node, *kind = n ? "Conv" : "MaxPool";
-    mprt_dnnl_threads = openblas_get_num_threads();
-    mprt_omp_threads();
     mprt_dnnl_prims = calloc((size_t)n + 1, sizeof *mprt_dnnl_prims);
     mprt_dnnl_streams = calloc((size_t)ndev, sizeof *mprt_dnnl_streams);
     if (!mprt_dnnl_prims || !mprt_dnnl_streams) {
@@ -275,6 +273,7 @@ MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnn
         mprt_dnnl_fail(dnnl_stream_create(&mprt_dnnl_streams[d], mprt_dnnl_engine,
                                           dnnl_stream_default_flags), first, kind, "stream");
     for (int i = 0; i < n; i++) {
+        omp_set_num_threads(mprt_dev_threads(convs[i].dev));   /* the count it runs on */
         size_t need = mprt_dnnl_prepare(&mprt_dnnl_prims[i], &convs[i], attr);
         if (need > scratch[convs[i].dev])
             scratch[convs[i].dev] = need;
@@ -470,6 +469,7 @@ static void mprt_dnnl_pools_start(const MprtDnnlPool *pools, int n, size_t *scra
         exit(1);
     }
     for (int i = 0; i < n; i++) {
+        omp_set_num_threads(mprt_dev_threads(pools[i].dev));
         size_t need = mprt_dnnl_pool_prepare(&mprt_dnnl_pool_prims[i], &pools[i]);
         if (need > scratch[pools[i].dev])
             scratch[pools[i].dev] = need;

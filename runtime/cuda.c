@@ -341,8 +341,9 @@ static void staged_note(int ndev, const char *const *names)
 
 /* Logical device d (names[d] = "cuda:K") onto the GPUs present; a mixed
  * trainer's CPU devices ("cpu:K") get none. */
-static void mprt_gpu_devices_open(int ndev, const char *const *names)
+static void mprt_gpu_devices_open(int ndev, const char *const *names, const double *shares)
 {
+    (void)shares;   /* the CPU devices' (stream.c) */
     int gpus = mprt_cu_count();
     mprt_cu_ndev = ndev;
     mprt_cu_devs = calloc((size_t)ndev, sizeof *mprt_cu_devs);

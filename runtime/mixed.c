@@ -64,10 +64,10 @@ static int mprt_mx_dev_threads(int dev)
     return mprt_mx_gpu(dev) ? 0 : mprt_cpu_ops.dev_threads(dev);
 }
 
-static void mprt_mx_devices_open(int ndev, const char *const *names)
+static void mprt_mx_devices_open(int ndev, const char *const *names, const double *shares)
 {
-    mprt_gpu_ops.devices_open(ndev, names);
-    mprt_cpu_ops.devices_open(ndev, names);
+    mprt_gpu_ops.devices_open(ndev, names, shares);
+    mprt_cpu_ops.devices_open(ndev, names, shares);
     mprt_stream_copy = mprt_mx_copy_bytes;
 }
 

@@ -8,9 +8,10 @@
  * Where the trainer links oneDNN, the pool is the calling thread's OpenMP
  * team (MPRT_GOMP, below). Otherwise it is threads of its own: the pool
  * belongs to the thread that first asks for one, a device's
- * stream, and has mprt_threads - 1 workers: one pool per device, each
- * with the thread count OpenBLAS and oneDNN use (OPENBLAS_NUM_THREADS,
- * else every core). A call with fewer than two pieces' worth of items
+ * stream, and has one worker fewer than the device has threads: one pool
+ * per device, each with the count oneDNN uses there (OPENBLAS_NUM_THREADS,
+ * else the device's share of the cores: stream.c's mprt_cpu_devices_open).
+ * A call with fewer than two pieces' worth of items
  * (grain each), or from a worker, runs on the calling thread alone.
  *
  * The numbers do not depend on the thread count. A kernel splits only
@@ -39,20 +40,43 @@ typedef void (*MprtParFn)(void *ctx, long lo, long hi);
 
 enum { MPRT_POOL_MAX = 32 };   /* pieces of a call, and threads of a device */
 
-MPRT_GLOBAL int mprt_threads;  /* per device; 0: not yet known */
+/* $MPRT_POOL_THREADS: the pool's count on every device, for mpcc's own
+ * kernels alone (tests/train/threads.sh varies it with OpenBLAS's held: on
+ * some CPUs OpenBLAS splits a GEMM's inner dimension at another thread
+ * count, and rounds differently); 0 where unset: each device's own. */
+MPRT_GLOBAL int mprt_threads;
 
-/* The thread count of every CPU device: OpenBLAS's, as oneDNN's; or
- * $MPRT_POOL_THREADS for mpcc's own kernels alone (tests/train/threads.sh
- * varies it with OpenBLAS's held: on some CPUs OpenBLAS splits a GEMM's
- * inner dimension at another thread count, and rounds differently). */
+/* Each CPU device's thread count, for its pool and oneDNN: the cores
+ * shared out by the plan (stream.c's mprt_cpu_devices_open); NULL, and for
+ * a thread that is no device's, OpenBLAS's count. */
+MPRT_GLOBAL int *mprt_dev_threads_of;
+
+/* The device whose stream this thread is; -1: the host's thread. */
+static _Thread_local int mprt_thread_dev = -1;
+
+static int mprt_clamp_threads(int t)
+{
+    return t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+}
+
+static int mprt_dev_threads(int dev)
+{
+    if (mprt_dev_threads_of && dev >= 0)
+        return mprt_dev_threads_of[dev];
+    return mprt_clamp_threads(openblas_get_num_threads());
+}
+
+/* The calling thread's pool: $MPRT_POOL_THREADS, else its device's count. */
 static int mprt_pool_threads(void)
 {
-    if (!mprt_threads) {
+    static int read;
+    if (!read) {
         const char *own = getenv("MPRT_POOL_THREADS");
-        int t = own && *own ? atoi(own) : openblas_get_num_threads();
-        mprt_threads = t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+        if (own && *own && !mprt_threads)
+            mprt_threads = mprt_clamp_threads(atoi(own));
+        read = 1;
     }
-    return mprt_threads;
+    return mprt_threads ? mprt_threads : mprt_dev_threads(mprt_thread_dev);
 }
 
 /* This thread is worker k (from 1) of its device's pool: a call it makes
@@ -73,12 +97,12 @@ int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
 /* Before a oneDNN call (a GEMM or a convolution): the calling thread's
- * OpenMP team is OpenBLAS's thread count, the count oneDNN's primitives
+ * OpenMP team is its device's thread count, the count oneDNN's primitives
  * were made for (checked each time: a thread's count is its own, and
  * cheap to read). */
 static void mprt_omp_threads(void)
 {
-    int want = openblas_get_num_threads();
+    int want = mprt_dev_threads(mprt_thread_dev);
     if (omp_get_max_threads() != want)
         omp_set_num_threads(want);
 }
@@ -203,7 +227,8 @@ static void *mprt_pool_main(void *arg)
 static MprtTeam *mprt_pool_get(void)
 {
     static _Thread_local int tried;
-    if (mprt_pool_mine || tried || mprt_pool_threads() < 2)
+    int threads = mprt_pool_threads();
+    if (mprt_pool_mine || tried || threads < 2)
         return mprt_pool_mine;
     tried = 1;
     MprtTeam *p = calloc(1, sizeof *p);
@@ -211,7 +236,7 @@ static MprtTeam *mprt_pool_get(void)
         return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    for (int i = 0; i < mprt_threads - 1; i++) {
+    for (int i = 0; i < threads - 1; i++) {
         pthread_t t;
         MprtWorker *w = malloc(sizeof *w);
         if (!w)

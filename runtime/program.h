@@ -37,7 +37,7 @@ typedef struct MprtDeviceOps {
     void (*dev_unhold)(const void *host, const void *src);
     void *(*dev_stage)(int dev, void *dst, size_t n);
     void (*dev_commit)(int dev, void *dst, const void *staged, size_t n);
-    void (*devices_open)(int ndev, const char *const *names);
+    void (*devices_open)(int ndev, const char *const *names, const double *shares);
     int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
     void (*dev_copy)(void *dst, const void *src, size_t n);
     int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */

@@ -80,6 +80,7 @@ static void mprt_recorded(int ev)
 MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
+    mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
     pthread_mutex_lock(&mprt_mu);
     for (;;) {
         while (s->head == s->tail)
@@ -195,26 +196,61 @@ static void mprt_cpu_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-/* Each CPU device's thread count (pool.c's, OpenBLAS's and oneDNN's):
- * OPENBLAS_NUM_THREADS when set, else the cores shared out between the CPU
- * devices (at least one each), so that devices working at once do not
- * oversubscribe the cores. */
-static void mprt_cpu_devices_open(int ndev, const char *const *names)
+/* The cores CPU devices share: $MPRT_CORES, else the machine's. */
+static long mprt_cores(void)
+{
+    const char *env = getenv("MPRT_CORES");
+    long n = env && *env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* Each CPU device's thread count (its pool's and oneDNN's), so that
+ * devices working at once do not oversubscribe the cores: with
+ * OPENBLAS_NUM_THREADS set, that many each; else one each and the rest of
+ * the cores in proportion to the plan's shares (each device's predicted
+ * busy seconds a step; NULL: even), the largest remainders rounded up.
+ * OpenBLAS's count is the process's, so its GEMMs (--cpu-kernels=builtin)
+ * take an even share. */
+static void mprt_cpu_devices_open(int ndev, const char *const *names, const double *shares)
 {
     int cpus = 0;
+    double total = 0;
     for (int d = 0; d < ndev; d++)
-        cpus += strncmp(names[d], "cpu", 3) == 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (getenv("OPENBLAS_NUM_THREADS") || cpus < 2 || cores < 2)
+        if (strncmp(names[d], "cpu", 3) == 0)
+            cpus++, total += shares ? shares[d] : 1;
+    if (getenv("OPENBLAS_NUM_THREADS") || cpus == 0)
         return;
-    int t = (int)(cores / cpus);
-    openblas_set_num_threads(t > 0 ? t : 1);
+    long cores = mprt_cores(), rest = cores > cpus ? cores - cpus : 0;
+    if (cpus > 1 || getenv("MPRT_CORES"))
+        openblas_set_num_threads((int)(cores > cpus ? cores / cpus : 1));
+    int *t = calloc((size_t)ndev, sizeof *t);
+    double *left = calloc((size_t)ndev, sizeof *left);
+    if (!t || !left) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+    long given = 0;
+    for (int d = 0; d < ndev; d++) {
+        if (strncmp(names[d], "cpu", 3) != 0)
+            continue;
+        double w = !shares || total <= 0 ? 1.0 / cpus : shares[d] / total;
+        long k = (long)(rest * w);
+        t[d] = 1 + (int)k, left[d] = rest * w - (double)k, given += k;
+    }
+    for (; given < rest; given++) {   /* the largest remainders, the first on a tie */
+        int best = -1;
+        for (int d = 0; d < ndev; d++)
+            if (strncmp(names[d], "cpu", 3) == 0 && (best < 0 || left[d] > left[best]))
+                best = d;
+        t[best]++, left[best] = -1;
+    }
+    free(left);
+    mprt_dev_threads_of = t;
 }
 
 static int mprt_cpu_dev_threads(int dev)
 {
-    (void)dev;
-    return mprt_pool_threads();
+    return mprt_threads ? mprt_threads : mprt_dev_threads(dev);
 }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */

@@ -108,7 +108,13 @@ static void mprt_usage(const MprtModel *m)
            "                     mean per call and the micro-batch's rows as JSON; mpcc\n"
            "                     --measured=FILE then plans with these times instead of\n"
            "                     its estimates\n"
-           "  --help             this text\n",
+           "  --help             this text\n"
+           "\n"
+           "Threads of the CPU devices:\n"
+           "  OPENBLAS_NUM_THREADS=N  N threads for every CPU device\n"
+           "  MPRT_CORES=N       else N cores shared out (default: the machine's), one\n"
+           "                     thread per device and the rest in proportion to each\n"
+           "                     device's predicted busy time in the plan\n",
            m->batch / m->microbatches, m->weights_file, m->program);
 }
 
@@ -350,7 +356,7 @@ static void mprt_start_devices(const MprtModel *m)
     if (!mprt_arenas)
         mprt_die("out of memory");
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
-    mprt_ops->devices_open(m->ndev, m->device_names);
+    mprt_ops->devices_open(m->ndev, m->device_names, m->cpu_shares);
     mprt_ops->losses_alloc(m->microbatches);
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);

@@ -17,6 +17,9 @@ typedef struct MprtModel {
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
     const char *const *device_names;    /* [ndev] */
+    const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
+                                           step, by which the CPU devices share the cores
+                                           (stream.c); NULL: evenly */
     int nstreams, nevents, nops;
     const MprtOpInfo *ops;              /* [nops]: for --trace */
     const MprtProfNode *prof_nodes;     /* for --profile */

@@ -3363,12 +3363,18 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "};\nstatic const char *const device_names[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%s", d ? ", " : "", c_string(cg, p->ds->d[d].name));
+    emit(cg, "};\n/* Each CPU device's predicted busy seconds a step: the CPU devices share the\n"
+         " * cores in this proportion (one each, the rest by share), unless\n"
+         " * OPENBLAS_NUM_THREADS gives every one that many. */\n"
+         "static const double cpu_shares[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%.6g", d ? ", " : "", p->ds->d[d].kind == DEV_CPU ? p->busy[d] : 0.0);
     emit(cg, "};\n\nstatic const MprtModel model = {\n"
          "    .program = \"train\", .mpcc_version = \"%s\",\n"
          "    .model_file = %s, .model_hash = \"%s\",\n    .weights_file = %s,\n"
          "    .batch = %lld, .microbatches = %d, .schedule = \"%s\", .lr = %.9g,\n"
          "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
-         "    .work_offset = work_offset, .work_bytes = work_bytes,\n"
+         "    .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,\n"
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),

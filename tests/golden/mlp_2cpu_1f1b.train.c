@@ -515,7 +515,7 @@ typedef struct MprtDeviceOps {
     void (*dev_unhold)(const void *host, const void *src);
     void *(*dev_stage)(int dev, void *dst, size_t n);
     void (*dev_commit)(int dev, void *dst, const void *staged, size_t n);
-    void (*devices_open)(int ndev, const char *const *names);
+    void (*devices_open)(int ndev, const char *const *names, const double *shares);
     int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
     void (*dev_copy)(void *dst, const void *src, size_t n);
     int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */
@@ -579,6 +579,9 @@ typedef struct MprtModel {
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
     const char *const *device_names;    /* [ndev] */
+    const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
+                                           step, by which the CPU devices share the cores
+                                           (stream.c); NULL: evenly */
     int nstreams, nevents, nops;
     const MprtOpInfo *ops;              /* [nops]: for --trace */
     const MprtProfNode *prof_nodes;     /* for --profile */
@@ -913,6 +916,10 @@ static const size_t arena_bytes[] = {2544640, 81408};
 static const size_t work_offset[] = {2544640, 81408};
 static const size_t work_bytes[] = {0, 0};
 static const char *const device_names[] = {"cpu:0", "cpu:1"};
+/* Each CPU device's predicted busy seconds a step: the CPU devices share the
+ * cores in this proportion (one each, the rest by share), unless
+ * OPENBLAS_NUM_THREADS gives every one that many. */
+static const double cpu_shares[] = {0.0021524, 0.000134567};
 
 static const MprtModel model = {
     .program = "train", .mpcc_version = "0.1.0",
@@ -920,7 +927,7 @@ static const MprtModel model = {
     .weights_file = "train.weights.safetensors",
     .batch = 32, .microbatches = 4, .schedule = "1f1b", .lr = 0.01,
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
-    .work_offset = work_offset, .work_bytes = work_bytes,
+    .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,
     .nstreams = 6, .nevents = 20, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
@@ -2510,9 +2517,10 @@ MPRT_KERNEL int mprt_write_profile(const char *path, const char *model_file, lon
  * Where the trainer links oneDNN, the pool is the calling thread's OpenMP
  * team (MPRT_GOMP, below). Otherwise it is threads of its own: the pool
  * belongs to the thread that first asks for one, a device's
- * stream, and has mprt_threads - 1 workers: one pool per device, each
- * with the thread count OpenBLAS and oneDNN use (OPENBLAS_NUM_THREADS,
- * else every core). A call with fewer than two pieces' worth of items
+ * stream, and has one worker fewer than the device has threads: one pool
+ * per device, each with the count oneDNN uses there (OPENBLAS_NUM_THREADS,
+ * else the device's share of the cores: stream.c's mprt_cpu_devices_open).
+ * A call with fewer than two pieces' worth of items
  * (grain each), or from a worker, runs on the calling thread alone.
  *
  * The numbers do not depend on the thread count. A kernel splits only
@@ -2534,20 +2542,43 @@ typedef void (*MprtParFn)(void *ctx, long lo, long hi);
 
 enum { MPRT_POOL_MAX = 32 };   /* pieces of a call, and threads of a device */
 
-MPRT_GLOBAL int mprt_threads;  /* per device; 0: not yet known */
+/* $MPRT_POOL_THREADS: the pool's count on every device, for mpcc's own
+ * kernels alone (tests/train/threads.sh varies it with OpenBLAS's held: on
+ * some CPUs OpenBLAS splits a GEMM's inner dimension at another thread
+ * count, and rounds differently); 0 where unset: each device's own. */
+MPRT_GLOBAL int mprt_threads;
 
-/* The thread count of every CPU device: OpenBLAS's, as oneDNN's; or
- * $MPRT_POOL_THREADS for mpcc's own kernels alone (tests/train/threads.sh
- * varies it with OpenBLAS's held: on some CPUs OpenBLAS splits a GEMM's
- * inner dimension at another thread count, and rounds differently). */
+/* Each CPU device's thread count, for its pool and oneDNN: the cores
+ * shared out by the plan (stream.c's mprt_cpu_devices_open); NULL, and for
+ * a thread that is no device's, OpenBLAS's count. */
+MPRT_GLOBAL int *mprt_dev_threads_of;
+
+/* The device whose stream this thread is; -1: the host's thread. */
+static _Thread_local int mprt_thread_dev = -1;
+
+static int mprt_clamp_threads(int t)
+{
+    return t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+}
+
+static int mprt_dev_threads(int dev)
+{
+    if (mprt_dev_threads_of && dev >= 0)
+        return mprt_dev_threads_of[dev];
+    return mprt_clamp_threads(openblas_get_num_threads());
+}
+
+/* The calling thread's pool: $MPRT_POOL_THREADS, else its device's count. */
 static int mprt_pool_threads(void)
 {
-    if (!mprt_threads) {
+    static int read;
+    if (!read) {
         const char *own = getenv("MPRT_POOL_THREADS");
-        int t = own && *own ? atoi(own) : openblas_get_num_threads();
-        mprt_threads = t < 1 ? 1 : t > MPRT_POOL_MAX ? MPRT_POOL_MAX : t;
+        if (own && *own && !mprt_threads)
+            mprt_threads = mprt_clamp_threads(atoi(own));
+        read = 1;
     }
-    return mprt_threads;
+    return mprt_threads ? mprt_threads : mprt_dev_threads(mprt_thread_dev);
 }
 
 /* This thread is worker k (from 1) of its device's pool: a call it makes
@@ -2568,12 +2599,12 @@ int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
 /* Before a oneDNN call (a GEMM or a convolution): the calling thread's
- * OpenMP team is OpenBLAS's thread count, the count oneDNN's primitives
+ * OpenMP team is its device's thread count, the count oneDNN's primitives
  * were made for (checked each time: a thread's count is its own, and
  * cheap to read). */
 static void mprt_omp_threads(void)
 {
-    int want = openblas_get_num_threads();
+    int want = mprt_dev_threads(mprt_thread_dev);
     if (omp_get_max_threads() != want)
         omp_set_num_threads(want);
 }
@@ -2698,7 +2729,8 @@ static void *mprt_pool_main(void *arg)
 static MprtTeam *mprt_pool_get(void)
 {
     static _Thread_local int tried;
-    if (mprt_pool_mine || tried || mprt_pool_threads() < 2)
+    int threads = mprt_pool_threads();
+    if (mprt_pool_mine || tried || threads < 2)
         return mprt_pool_mine;
     tried = 1;
     MprtTeam *p = calloc(1, sizeof *p);
@@ -2706,7 +2738,7 @@ static MprtTeam *mprt_pool_get(void)
         return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    for (int i = 0; i < mprt_threads - 1; i++) {
+    for (int i = 0; i < threads - 1; i++) {
         pthread_t t;
         MprtWorker *w = malloc(sizeof *w);
         if (!w)
@@ -6363,6 +6395,7 @@ static void mprt_recorded(int ev)
 MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
+    mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
     pthread_mutex_lock(&mprt_mu);
     for (;;) {
         while (s->head == s->tail)
@@ -6478,26 +6511,61 @@ static void mprt_cpu_sync(void)
 
 /* ---- device memory: a CPU device's is the host's ---- */
 
-/* Each CPU device's thread count (pool.c's, OpenBLAS's and oneDNN's):
- * OPENBLAS_NUM_THREADS when set, else the cores shared out between the CPU
- * devices (at least one each), so that devices working at once do not
- * oversubscribe the cores. */
-static void mprt_cpu_devices_open(int ndev, const char *const *names)
+/* The cores CPU devices share: $MPRT_CORES, else the machine's. */
+static long mprt_cores(void)
+{
+    const char *env = getenv("MPRT_CORES");
+    long n = env && *env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* Each CPU device's thread count (its pool's and oneDNN's), so that
+ * devices working at once do not oversubscribe the cores: with
+ * OPENBLAS_NUM_THREADS set, that many each; else one each and the rest of
+ * the cores in proportion to the plan's shares (each device's predicted
+ * busy seconds a step; NULL: even), the largest remainders rounded up.
+ * OpenBLAS's count is the process's, so its GEMMs (--cpu-kernels=builtin)
+ * take an even share. */
+static void mprt_cpu_devices_open(int ndev, const char *const *names, const double *shares)
 {
     int cpus = 0;
+    double total = 0;
     for (int d = 0; d < ndev; d++)
-        cpus += strncmp(names[d], "cpu", 3) == 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (getenv("OPENBLAS_NUM_THREADS") || cpus < 2 || cores < 2)
+        if (strncmp(names[d], "cpu", 3) == 0)
+            cpus++, total += shares ? shares[d] : 1;
+    if (getenv("OPENBLAS_NUM_THREADS") || cpus == 0)
         return;
-    int t = (int)(cores / cpus);
-    openblas_set_num_threads(t > 0 ? t : 1);
+    long cores = mprt_cores(), rest = cores > cpus ? cores - cpus : 0;
+    if (cpus > 1 || getenv("MPRT_CORES"))
+        openblas_set_num_threads((int)(cores > cpus ? cores / cpus : 1));
+    int *t = calloc((size_t)ndev, sizeof *t);
+    double *left = calloc((size_t)ndev, sizeof *left);
+    if (!t || !left) {
+        fprintf(stderr, "train: error: out of memory\n");
+        exit(1);
+    }
+    long given = 0;
+    for (int d = 0; d < ndev; d++) {
+        if (strncmp(names[d], "cpu", 3) != 0)
+            continue;
+        double w = !shares || total <= 0 ? 1.0 / cpus : shares[d] / total;
+        long k = (long)(rest * w);
+        t[d] = 1 + (int)k, left[d] = rest * w - (double)k, given += k;
+    }
+    for (; given < rest; given++) {   /* the largest remainders, the first on a tie */
+        int best = -1;
+        for (int d = 0; d < ndev; d++)
+            if (strncmp(names[d], "cpu", 3) == 0 && (best < 0 || left[d] > left[best]))
+                best = d;
+        t[best]++, left[best] = -1;
+    }
+    free(left);
+    mprt_dev_threads_of = t;
 }
 
 static int mprt_cpu_dev_threads(int dev)
 {
-    (void)dev;
-    return mprt_pool_threads();
+    return mprt_threads ? mprt_threads : mprt_dev_threads(dev);
 }
 
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
@@ -7771,7 +7839,13 @@ static void mprt_usage(const MprtModel *m)
            "                     mean per call and the micro-batch's rows as JSON; mpcc\n"
            "                     --measured=FILE then plans with these times instead of\n"
            "                     its estimates\n"
-           "  --help             this text\n",
+           "  --help             this text\n"
+           "\n"
+           "Threads of the CPU devices:\n"
+           "  OPENBLAS_NUM_THREADS=N  N threads for every CPU device\n"
+           "  MPRT_CORES=N       else N cores shared out (default: the machine's), one\n"
+           "                     thread per device and the rest in proportion to each\n"
+           "                     device's predicted busy time in the plan\n",
            m->batch / m->microbatches, m->weights_file, m->program);
 }
 
@@ -8013,7 +8087,7 @@ static void mprt_start_devices(const MprtModel *m)
     if (!mprt_arenas)
         mprt_die("out of memory");
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
-    mprt_ops->devices_open(m->ndev, m->device_names);
+    mprt_ops->devices_open(m->ndev, m->device_names, m->cpu_shares);
     mprt_ops->losses_alloc(m->microbatches);
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);
