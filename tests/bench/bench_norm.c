@@ -7,8 +7,16 @@
  * and median and the ratios oneDNN/builtin. oneDNN's max pooling keeps its
  * own workspace for the backward pass where mpcc keeps ONNX's int64
  * indices; its times are what that pass would cost with it.
+ *
+ * LAYOUT "blocked" gives oneDNN's side the layout its convolutions choose
+ * on AVX-512 (nChw16c, every shape here has C % 16 == 0; "blocked8":
+ * nChw8c, AVX2's): what batch norm and pooling would cost if tensors stayed
+ * in the convolutions' layout, the reorders gone. "relu" adds the ReLU
+ * that follows most of ResNet-50's batch norms to both sides: fused into
+ * oneDNN's (dnnl_fuse_norm_relu), runtime/cpu.c's mprt_relu and its
+ * gradient after and before mpcc's.
  *   cc -O2 -I runtime tests/bench/bench_norm.c -o bench_norm -ldnnl -lgomp -lopenblas -lm
- *   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./bench_norm [ROUNDS] */
+ *   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./bench_norm [ROUNDS [LAYOUT [relu]]] */
 #define _POSIX_C_SOURCE 200809L
 #include "program.h"
 #include "kernel.h"
@@ -80,6 +88,8 @@ static void ok(dnnl_status_t s, const char *what)
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
+static dnnl_format_tag_t layout = dnnl_nchw;   /* oneDNN's side */
+static int with_relu;
 
 static dnnl_memory_t memory(const dnnl_memory_desc_t *md, void *data)
 {
@@ -123,9 +133,9 @@ static void bench_bn(const Shape *s, int rounds, Times *t)
     float *rm = zalloc(4 * (size_t)s->C), *rv = fill((size_t)s->C);
     dnnl_dims_t d = {s->N, s->C, s->H, s->W};
     dnnl_memory_desc_t md;
-    ok(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_nchw), "layout");
+    ok(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, layout), "layout");
     dnnl_batch_normalization_desc_t fd, bd;
-    unsigned flags = dnnl_use_scaleshift;
+    unsigned flags = dnnl_use_scaleshift | (with_relu ? dnnl_fuse_norm_relu : 0);
     ok(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &md, 1e-5f, flags),
        "description");
     dnnl_primitive_desc_t fpd, bpd;
@@ -136,27 +146,39 @@ static void bench_bn(const Shape *s, int rounds, Times *t)
     dnnl_memory_t mx = memory(&md, x), my = memory(&md, y), mdy = memory(&md, dy),
                   mdx = memory(&md, dx), mean = queried(fpd, DNNL_ARG_MEAN),
                   var = queried(fpd, DNNL_ARG_VARIANCE), sc = queried(fpd, DNNL_ARG_SCALE_SHIFT),
-                  dsc = queried(bpd, DNNL_ARG_DIFF_SCALE_SHIFT);
+                  dsc = queried(bpd, DNNL_ARG_DIFF_SCALE_SHIFT),
+                  ws = with_relu ? queried(fpd, DNNL_ARG_WORKSPACE) : NULL;
     dnnl_exec_arg_t fa[] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DST, my}, {DNNL_ARG_MEAN, mean},
-                            {DNNL_ARG_VARIANCE, var}, {DNNL_ARG_SCALE_SHIFT, sc}};
+                            {DNNL_ARG_VARIANCE, var}, {DNNL_ARG_SCALE_SHIFT, sc},
+                            {DNNL_ARG_WORKSPACE, ws}};
     dnnl_exec_arg_t ba[] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_MEAN, mean},
                             {DNNL_ARG_VARIANCE, var}, {DNNL_ARG_SCALE_SHIFT, sc},
-                            {DNNL_ARG_DIFF_SRC, mdx}, {DNNL_ARG_DIFF_SCALE_SHIFT, dsc}};
+                            {DNNL_ARG_DIFF_SRC, mdx}, {DNNL_ARG_DIFF_SCALE_SHIFT, dsc},
+                            {DNNL_ARG_WORKSPACE, ws}};
+    float *g = with_relu ? zalloc(n * 4) : dy;   /* the ReLU's input gradient */
     for (int r = -1; r < rounds; r++)
         for (int side = 0; side < 2; side++) {
             double t0 = now();
-            if (side == 0)
+            if (side == 0) {
                 mprt_bn_train(s->N, s->C, P, x, ss, ss + s->C, rm, rv, 0.9f, 1e-5f, y);
-            else
-                execute(fwd, 5, fa);
+                if (with_relu)
+                    mprt_relu((long)n, y, y);
+            } else {
+                execute(fwd, 5 + with_relu, fa);
+            }
             double t1 = now();
-            if (side == 0)
-                mprt_bn_grad(s->N, s->C, P, dy, x, ss, 1e-5f, dx, dss, dss + s->C);
-            else
-                execute(bwd, 7, ba);
+            if (side == 0) {
+                if (with_relu)
+                    mprt_relu_grad((long)n, dy, y, g);
+                mprt_bn_grad(s->N, s->C, P, g, x, ss, 1e-5f, dx, dss, dss + s->C);
+            } else {
+                execute(bwd, 7 + with_relu, ba);
+            }
             if (r >= 0)
                 t->fwd[side][r] = (t1 - t0) * 1e3, t->bwd[side][r] = (now() - t1) * 1e3;
         }
+    if (with_relu)
+        free(g);
     free(x), free(dy), free(y), free(dx), free(ss), free(dss), free(rm), free(rv);
 }
 
@@ -173,8 +195,8 @@ static void bench_pool(const Shape *s, int rounds, Times *t)
     long rpad = (long)(o - 1) * s->s + s->K - s->H - s->pad;
     dnnl_dims_t pr = {rpad, rpad};
     dnnl_memory_desc_t xd, yd;
-    ok(dnnl_memory_desc_init_by_tag(&xd, 4, di, dnnl_f32, dnnl_nchw), "layout");
-    ok(dnnl_memory_desc_init_by_tag(&yd, 4, dout, dnnl_f32, dnnl_nchw), "layout");
+    ok(dnnl_memory_desc_init_by_tag(&xd, 4, di, dnnl_f32, layout), "layout");
+    ok(dnnl_memory_desc_init_by_tag(&yd, 4, dout, dnnl_f32, layout), "layout");
     dnnl_pooling_v2_desc_t fd, bd;
     ok(dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &xd, &yd,
                                          st, k, dl, pl, pr), "description");
@@ -219,10 +241,21 @@ int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 7;
     rounds = rounds < 1 ? 1 : rounds > 64 ? 64 : rounds;
+    const char *lay = argc > 2 ? argv[2] : "plain";
+    if (strcmp(lay, "blocked") == 0)
+        layout = dnnl_aBcd16b;
+    else if (strcmp(lay, "blocked8") == 0)
+        layout = dnnl_aBcd8b;
+    else if (strcmp(lay, "plain") != 0) {
+        fprintf(stderr, "bench_norm: layout '%s' is not plain, blocked or blocked8\n", lay);
+        return 2;
+    }
+    with_relu = argc > 3 && strcmp(argv[3], "relu") == 0;
     ok(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine");
     ok(dnnl_stream_create(&stream, engine, dnnl_stream_default_flags), "stream");
-    printf("threads %d; rounds %d; times in ms: builtin min/median, oneDNN min/median, "
-           "ratio oneDNN/builtin of the minima and of the medians\n", mprt_pool_threads(), rounds);
+    printf("threads %d; rounds %d; oneDNN's layout %s%s; times in ms: builtin min/median, "
+           "oneDNN min/median, ratio oneDNN/builtin of the minima and of the medians\n",
+           mprt_pool_threads(), rounds, lay, with_relu ? ", batch norms with a ReLU" : "");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         static Times t;
         (shapes[i].K ? bench_pool : bench_bn)(&shapes[i], rounds, &t);
