@@ -248,6 +248,13 @@ static void mprt_cpu_devices_open(int ndev, const char *const *names, const doub
     mprt_dev_threads_of = t;
 }
 
+/* The host's thread runs CPU device dev's kernels (evaluation's forward)
+ * with that device's thread count (pool.c); -1: its own again. */
+MPRT_KERNEL void mprt_run_as(int dev)
+{
+    mprt_thread_dev = dev;
+}
+
 static int mprt_cpu_dev_threads(int dev)
 {
     return mprt_threads ? mprt_threads : mprt_dev_threads(dev);

@@ -3200,14 +3200,16 @@ static void emit_op_table(CG *cg)
 static void emit_eval(CG *cg)
 {
     const Plan *p = cg->plan;
+    bool on_cpu = false;
     emit(cg, "\nstatic void eval_forward(void)\n{\n");
     for (int s = 0; s < p->st->n; s++) {
         cg->stage = s;
         if (cuda_stage(cg))   /* issued on the stage's device, finished before the copies */
             emit(cg, "    mprt_cu_use(%d);\n    s%d_forward(0);\n    mprt_sync();\n",
                  p->st->dev[s], s);
-        else
-            emit(cg, "    s%d_forward(0);\n", s);
+        else   /* on the host's thread, with the device's thread count (pool.c) */
+            emit(cg, "    mprt_run_as(%d);\n    s%d_forward(0);\n", p->st->dev[s], s);
+        on_cpu |= !cuda_stage(cg);
         for (int r = 0; r < p->nbufs; r++) {
             const Buf *bf = &p->bufs[r];
             uint32_t v = bf->value, pn = cg->g->values[v].producer;
@@ -3219,6 +3221,8 @@ static void emit_eval(CG *cg)
                  comment_text(cg, cg->g->values[v].name), bf->stage);
         }
     }
+    if (on_cpu)
+        emit(cg, "    mprt_run_as(-1);\n");
     emit(cg, "}\n");
 }
 

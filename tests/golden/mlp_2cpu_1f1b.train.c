@@ -620,6 +620,7 @@ MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *l
 MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp, const int64_t *labels, int64_t ignore, float *dx);
 MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr, float momentum, float wd, int nesterov, int first);
 MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first);
+MPRT_KERNEL void mprt_run_as(int dev);
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label);
 MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label);
 MPRT_KERNEL void mprt_wait_event(int stream, int ev);
@@ -897,9 +898,12 @@ static const MprtOpInfo op_info[] = {
 
 static void eval_forward(void)
 {
+    mprt_run_as(0);
     s0_forward(0);
     mprt_dev_copy(A1 + 0, A0 + 904192, 8192);   /* '/0/Gemm_output_0' to stage 1 */
+    mprt_run_as(1);
     s1_forward(0);
+    mprt_run_as(-1);
 }
 
 static const MprtBuffer buffers[] = {
@@ -6561,6 +6565,13 @@ static void mprt_cpu_devices_open(int ndev, const char *const *names, const doub
     }
     free(left);
     mprt_dev_threads_of = t;
+}
+
+/* The host's thread runs CPU device dev's kernels (evaluation's forward)
+ * with that device's thread count (pool.c); -1: its own again. */
+MPRT_KERNEL void mprt_run_as(int dev)
+{
+    mprt_thread_dev = dev;
 }
 
 static int mprt_cpu_dev_threads(int dev)
