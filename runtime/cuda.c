@@ -43,6 +43,8 @@ typedef struct MprtCuDevice {
     cudnnHandle_t dnn;           /* bound to compute */
     void *scratch;               /* the memory plan's kernel scratch on this device */
     size_t scratch_bytes;
+    void *workspace;             /* cuDNN's, where an algorithm wants more than the scratch */
+    size_t workspace_bytes;
     double *norm_part;           /* --clip-norm: a gradient's group sums (MPRT_SQ_GROUPS) */
     cudaEvent_t norm_done;       /* --clip-norm: recorded after its last squared norm */
 } MprtCuDevice;
@@ -740,6 +742,12 @@ static void mprt_gpu_dev_scratch(int dev, void *p, size_t n)
     mprt_cu_devs[dev].scratch_bytes = n;
 }
 
+/* What a device took beyond its arena: cuDNN's workspace (cuda_ops.c). */
+static size_t mprt_gpu_dev_extra(int dev)
+{
+    return mprt_cu_devs[dev].workspace_bytes;
+}
+
 static void mprt_gpu_arena_free(int dev, unsigned char *p)
 {
     mprt_cu_use(dev);
@@ -868,6 +876,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .launch = mprt_gpu_launch, .memcpy_async = mprt_gpu_memcpy_async,
     .wait_event = mprt_gpu_wait_event, .record_event = mprt_gpu_record_event,
     .dev_scratch = mprt_gpu_dev_scratch, .dev_zero = mprt_gpu_dev_zero,
+    .dev_extra = mprt_gpu_dev_extra,
     .arena_alloc = mprt_gpu_arena_alloc, .arena_free = mprt_gpu_arena_free,
     .dev_write = mprt_gpu_dev_write, .dev_read = mprt_gpu_dev_read, .dev_hold = mprt_gpu_dev_hold,
     .dev_unhold = mprt_gpu_dev_unhold, .dev_stage = mprt_gpu_dev_stage,

@@ -669,6 +669,10 @@ MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
         mprt_cu_each("maxpool_grad", n_in, args);
         return;
     }
+    const char *e = getenv("MPRT_CU_ALGOS");
+    if (e && *e && strcmp(e, "0") != 0)
+        fprintf(stderr, "maxpool gradient %s: by scattering with atomics (where windows "
+                "overlap, not the same bits run to run)\n", mprt_cu_node ? mprt_cu_node : "?");
     if (n_in > 0)
         MPRT_CUDA(cudaMemsetAsync(dx, 0, (size_t)n_in * sizeof *dx, mprt_cu->compute));
     void *args[] = {&n_out, &dy, &idx, &dx};
@@ -858,17 +862,17 @@ static size_t mprt_cu_conv_ws(const MprtCuConv *c, int dir, int algo)
 /* MPRT_CU_ALGOS=1: one line on stderr per convolution shape and direction,
  * the algorithm chosen and cuDNN's ranking, to read a run's speed and
  * reproducibility by. */
-static void mprt_cu_conv_report(const MprtCuConv *c, int dir, int preferred,
-                                const MprtCuAlgo *cand, int n, size_t room)
+static void mprt_cu_conv_report(const MprtCuConv *c, int dir, const MprtCuAlgo *cand, int n,
+                                size_t room)
 {
     static const char *const dirs[] = {"the forward", "the data gradient", "the weight gradient"};
     const char *e = getenv("MPRT_CU_ALGOS");
     if (!e || !*e || strcmp(e, "0") == 0)
         return;
     const MprtConv *p = &c->p;
-    fprintf(stderr, "conv N%d C%d %dx%dx%d -> M%d k%dx%dx%d s%d,%d g%d, %s: algo %d (preferred %d), "
-            "workspace %zu of %zu bytes; cuDNN's ranking:", p->N, p->C, p->D, p->H, p->W, p->M,
-            p->KD, p->KH, p->KW, p->sh, p->sw, p->group, dirs[dir], c->algo[dir], preferred,
+    fprintf(stderr, "conv N%d C%d %dx%dx%d -> M%d k%dx%dx%d s%d,%d g%d, %s: algo %d, "
+            "workspace %zu of at most %zu bytes; cuDNN's ranking:", p->N, p->C, p->D, p->H, p->W,
+            p->M, p->KD, p->KH, p->KW, p->sh, p->sw, p->group, dirs[dir], c->algo[dir],
             c->ws[dir], room);
     for (int i = 0; i < n; i++)
         if (cand[i].status == CUDNN_STATUS_SUCCESS)
@@ -880,14 +884,53 @@ static void mprt_cu_conv_report(const MprtCuConv *c, int dir, int preferred,
     fprintf(stderr, " (* not deterministic, + tensor cores; workspace bytes)\n");
 }
 
-/* Chooses direction dir's algorithm: the preferred one (deterministic)
- * if it fits the scratch, else the best-ranked deterministic one that
- * fits, else any that fits; 0 if none does (the direct kernels run). */
-static int mprt_cu_conv_choose(MprtCuConv *c, int dir, int preferred)
+/* The most workspace a convolution may take: the memory plan's scratch, or
+ * MPRT_CU_WORKSPACE_MB (default 1024) MiB of cuDNN's own if that is more. */
+static size_t mprt_cu_conv_room(void)
 {
-    MprtCuAlgo cand[16];
+    size_t scratch = mprt_cu->scratch ? mprt_cu->scratch_bytes : 0, mb = 1024;
+    const char *e = getenv("MPRT_CU_WORKSPACE_MB");
+    if (e && *e) {
+        char *end;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (*end || v > ((size_t)-1 >> 20))
+            mprt_cu_refuse("MPRT_CU_WORKSPACE_MB=%s is not a number of MiB", e);
+        mb = (size_t)v;
+    }
+    return scratch > (mb << 20) ? scratch : mb << 20;
+}
+
+/* Grows the device's cuDNN workspace to n bytes; 0 if cudaMalloc cannot
+ * (the choice then falls back to what fits). cudaFree waits for the work
+ * that may still use the old one. */
+static int mprt_cu_grow_workspace(size_t n)
+{
+    if (n <= mprt_cu->scratch_bytes || n <= mprt_cu->workspace_bytes)
+        return 1;
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (mprt_cu->workspace)
+        MPRT_CUDA(cudaFree(mprt_cu->workspace));
+    mprt_cu->workspace = p;
+    mprt_cu->workspace_bytes = n;
+    return 1;
+}
+
+/* The area direction dir's algorithm runs in: the scratch if it fits,
+ * else the device's cuDNN workspace. */
+static void *mprt_cu_conv_area(const MprtCuConv *c, int dir)
+{
+    return c->ws[dir] <= mprt_cu->scratch_bytes ? mprt_cu->scratch : mprt_cu->workspace;
+}
+
+/* cuDNN's ranking of direction dir's algorithms (its heuristics: fastest
+ * expected first) into cand[16]; returns how many. */
+static int mprt_cu_conv_rank(const MprtCuConv *c, int dir, MprtCuAlgo *cand)
+{
     int n = 0;
-    size_t room = mprt_cu->scratch ? mprt_cu->scratch_bytes : 0;
     if (dir == 0) {
         cudnnConvolutionFwdAlgoPerf_t perf[16];
         MPRT_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(mprt_cu->dnn, c->x, c->w, c->conv,
@@ -910,46 +953,69 @@ static int mprt_cu_conv_choose(MprtCuConv *c, int dir, int preferred)
             cand[i] = (MprtCuAlgo){perf[i].algo, perf[i].status, perf[i].memory,
                                    perf[i].determinism, perf[i].mathType};
     }
-    size_t ws = preferred >= 0 ? mprt_cu_conv_ws(c, dir, preferred) : (size_t)-1;
-    int pick = -1;
-    if (ws != (size_t)-1 && ws <= room)
-        pick = preferred;
-    for (int pass = 0; pass < 2 && pick < 0; pass++)
-        for (int i = 0; i < n && pick < 0; i++) {
+    return n;
+}
+
+/* The first of cand[n] that can run within room bytes: deterministic
+ * ones first, tensor-core ones only under --tf32; -1 if none. */
+static int mprt_cu_conv_pick(const MprtCuConv *c, int dir, const MprtCuAlgo *cand, int n,
+                             size_t room, size_t *ws)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
             if (cand[i].status != CUDNN_STATUS_SUCCESS || cand[i].memory > room ||
                 (!mprt_cu_tf32 && (cand[i].math == CUDNN_TENSOR_OP_MATH ||
                                    cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) ||
                 (pass == 0 && cand[i].det != CUDNN_DETERMINISTIC))
                 continue;
-            ws = mprt_cu_conv_ws(c, dir, cand[i].algo);
-            if (ws != (size_t)-1 && ws <= room)
-                pick = cand[i].algo;
+            *ws = mprt_cu_conv_ws(c, dir, cand[i].algo);
+            if (*ws != (size_t)-1 && *ws <= room)
+                return cand[i].algo;
         }
+    return -1;
+}
+
+/* Chooses direction dir's algorithm as cuDNN's heuristics rank them: the
+ * first deterministic one within the room (mprt_cu_conv_room), else the
+ * first that fits; the workspace grows to what it needs, and where
+ * cudaMalloc cannot, the choice is made again within what there is. None
+ * fits: the direct kernels run. */
+static int mprt_cu_conv_choose(MprtCuConv *c, int dir)
+{
+    MprtCuAlgo cand[16];
+    int n = mprt_cu_conv_rank(c, dir, cand);
+    size_t room = mprt_cu_conv_room(), ws = 0;
+    int pick = mprt_cu_conv_pick(c, dir, cand, n, room, &ws);
+    if (pick >= 0 && !mprt_cu_grow_workspace(ws)) {
+        room = mprt_cu->scratch_bytes > mprt_cu->workspace_bytes ? mprt_cu->scratch_bytes
+                                                                 : mprt_cu->workspace_bytes;
+        pick = mprt_cu_conv_pick(c, dir, cand, n, room, &ws);
+    }
     c->chosen[dir] = 1;
     c->algo[dir] = pick;
     c->ws[dir] = pick >= 0 ? ws : 0;
-    mprt_cu_conv_report(c, dir, preferred, cand, n, room);
+    mprt_cu_conv_report(c, dir, cand, n, room);
     return pick >= 0;
 }
 
-static int mprt_cu_conv_ready(MprtCuConv *c, int dir, int preferred)
+static int mprt_cu_conv_ready(MprtCuConv *c, int dir)
 {
     if (c->direct)
         return 0;
     if (!c->chosen[dir])
-        mprt_cu_conv_choose(c, dir, preferred);
+        mprt_cu_conv_choose(c, dir);
     return c->algo[dir] >= 0;
 }
 
 MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float *w,
                                  const float *b, float *y, float *col)
 {
-    (void)col;   /* the workspace is mprt_cu->scratch, the same area */
+    (void)col;   /* the workspace is the scratch, the same area, or cuDNN's own */
     MprtCuConv *c = mprt_cu_conv_of(p);
-    if (mprt_cu_conv_ready(c, 0, -1)) {
+    if (mprt_cu_conv_ready(c, 0)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
-                                           (cudnnConvolutionFwdAlgo_t)c->algo[0], mprt_cu->scratch,
+                                           (cudnnConvolutionFwdAlgo_t)c->algo[0], mprt_cu_conv_area(c, 0),
                                            c->ws[0], &zero, c->y, y));
     } else {
         void *args[] = {(void *)p, &x, &w, &y};
@@ -968,11 +1034,11 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, cons
 {
     (void)col;
     MprtCuConv *c = mprt_cu_conv_of(p);
-    if (mprt_cu_conv_ready(c, 1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1)) {
+    if (mprt_cu_conv_ready(c, 1)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)c->algo[1],
-                                                mprt_cu->scratch, c->ws[1], &zero, c->x, dx));
+                                                mprt_cu_conv_area(c, 1), c->ws[1], &zero, c->x, dx));
     } else {
         void *args[] = {(void *)p, &dy, &w, &dx};
         mprt_cu_each("conv_grad_x", (long)p->N * p->C * mprt_conv_in_plane(p), args);
@@ -999,11 +1065,11 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
 {
     (void)col;
     MprtCuConv *c = mprt_cu_conv_of(p);
-    if (mprt_cu_conv_ready(c, 2, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1)) {
+    if (mprt_cu_conv_ready(c, 2)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardFilter(mprt_cu->dnn, &one, c->x, x, c->y, dy, c->conv,
                                                   (cudnnConvolutionBwdFilterAlgo_t)c->algo[2],
-                                                  mprt_cu->scratch, c->ws[2], &zero, c->w, dw));
+                                                  mprt_cu_conv_area(c, 2), c->ws[2], &zero, c->w, dw));
     } else {
         void *args[] = {(void *)p, &dy, &x, &dw};
         mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * mprt_conv_taps(p), args);

@@ -122,6 +122,11 @@ static void mprt_mx_sync(void)
 
 /* ---- device memory ---- */
 
+static size_t mprt_mx_dev_extra(int dev)
+{
+    return mprt_mx_gpu(dev) ? mprt_gpu_ops.dev_extra(dev) : 0;
+}
+
 static void mprt_mx_dev_scratch(int dev, void *p, size_t n)
 {
     mprt_mx_dev(dev)->dev_scratch(dev, p, n);
@@ -206,7 +211,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_mixed_ops = {
     .devices_open = mprt_mx_devices_open, .streams_start = mprt_mx_streams_start,
     .sync = mprt_mx_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
     .dev_copy = mprt_gpu_dev_copy,
-    .dev_threads = mprt_mx_dev_threads,
+    .dev_threads = mprt_mx_dev_threads, .dev_extra = mprt_mx_dev_extra,
 };
 
 MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_mixed_ops;

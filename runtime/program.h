@@ -41,6 +41,7 @@ typedef struct MprtDeviceOps {
     int (*streams_start)(int nstreams, int nevents, int nops, char *err, size_t errlen);
     void (*dev_copy)(void *dst, const void *src, size_t n);
     int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */
+    size_t (*dev_extra)(int dev);  /* memory taken beyond the arena (cuDNN's workspace); NULL: none */
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or

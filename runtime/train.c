@@ -114,7 +114,14 @@ static void mprt_usage(const MprtModel *m)
            "  OPENBLAS_NUM_THREADS=N  N threads for every CPU device\n"
            "  MPRT_CORES=N       else N cores shared out (default: the machine's), one\n"
            "                     thread per device and the rest in proportion to each\n"
-           "                     device's predicted busy time in the plan\n",
+           "                     device's predicted busy time in the plan\n"
+           "\n"
+           "CUDA devices:\n"
+           "  MPRT_CU_WORKSPACE_MB=N  cuDNN's convolutions may take up to N MiB of\n"
+           "                     workspace of their own per device, beyond the memory\n"
+           "                     plan (default 1024; 0: the plan's scratch only)\n"
+           "  MPRT_CU_ALGOS=1    print each convolution's cuDNN algorithm, its\n"
+           "                     workspace and cuDNN's ranking\n",
            m->batch / m->microbatches, m->weights_file, m->program);
 }
 
@@ -440,9 +447,13 @@ static void mprt_summary(const MprtModel *m, long steps, double busy, double los
             "loss %.6f\n", steps, busy, steps ? busy / steps * 1e3 : 0.0,
             busy > 0 ? (double)steps * m->batch / busy : 0.0, loss);
     fprintf(stderr, "peak memory:");
-    for (int d = 0; d < m->ndev; d++)
-        fprintf(stderr, " %s %.1f MB%s", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6,
-                d + 1 < m->ndev ? "," : "");
+    for (int d = 0; d < m->ndev; d++) {
+        size_t extra = mprt_ops->dev_extra ? mprt_ops->dev_extra(d) : 0;
+        fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
+        if (extra)
+            fprintf(stderr, " + %.1f MB cuDNN workspace", (double)extra / 1e6);
+        fprintf(stderr, "%s", d + 1 < m->ndev ? "," : "");
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         fprintf(stderr, " (each device's arena, allocated once); host process %.1f MB resident",

@@ -18,6 +18,8 @@ typedef struct MprtCuDevice {
     cudnnHandle_t dnn;
     void *scratch;
     size_t scratch_bytes;
+    void *workspace;
+    size_t workspace_bytes;
     double *norm_part;
 } MprtCuDevice;
 

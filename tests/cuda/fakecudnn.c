@@ -16,8 +16,8 @@
  * - Convolution: one algorithm per direction, deterministic, whose
  *   workspace is the im2col buffer (C/group x KD x KH x KW x OD x OH x OW
  *   floats, or
- *   the batch's, runtime/kernel.h's mprt_conv_batched); a
- *   smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
+ *   the batch's, runtime/kernel.h's mprt_conv_batched; plus
+ *   FAKECUDNN_EXTRA_BYTES); a smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
  *   that does not match the tensors is an error.
  * - Batch norm (spatial): the running statistics move as cuDNN says,
  *   running = factor * batch + (1 - factor) * running, which is the CPU's
@@ -239,6 +239,16 @@ static size_t col_bytes(const MprtConv *p)
     return (k + (size_t)(p->M / p->group)) * p->N * plane * sizeof(float);
 }
 
+/* FAKECUDNN_EXTRA_BYTES=N: every algorithm asks for N bytes beyond the
+ * im2col buffer, more than the memory plan's scratch holds, as cuDNN's
+ * fast algorithms do: the trainer must then give its own workspace. */
+static size_t extra_bytes(void)
+{
+    const char *e = getenv("FAKECUDNN_EXTRA_BYTES");
+    return e && *e ? (size_t)strtoull(e, NULL, 10) : 0;
+}
+
+/* The workspace an algorithm asks for. */
 static cudnnStatus_t workspace(const cudnnTensorDescriptor_t x,
                                const cudnnFilterDescriptor_t w,
                                const cudnnConvolutionDescriptor_t c,
@@ -247,7 +257,7 @@ static cudnnStatus_t workspace(const cudnnTensorDescriptor_t x,
     MprtConv p;
     cudnnStatus_t s = conv_of(x, w, c, y, &p);
     if (s == CUDNN_STATUS_SUCCESS)
-        *bytes = col_bytes(&p);
+        *bytes = col_bytes(&p) + extra_bytes();
     return s;
 }
 
@@ -385,7 +395,7 @@ static cudnnStatus_t conv_call(cudnnHandle_t h, int kind, const void *alpha, con
         return s;
     if (!is(alpha, 1.0f) || !is(beta, 0.0f))
         return bad("a convolution with alpha != 1 or beta != 0");
-    if (!ws || ws_bytes < col_bytes(&k.p))
+    if (!ws || ws_bytes < col_bytes(&k.p) + extra_bytes())
         return bad("a convolution with less workspace than its algorithm asked for");
     return enqueue(h, &k);
 }

@@ -213,6 +213,12 @@ def main_run(args):
         if bad:
             sys.exit("FAIL: stream order %d: %d of %d tensors differ from the CPU trainer's, "
                      "e.g. %s" % (seed, len(bad), len(w), bad[0]))
+    extra = int(env.get("FAKECUDNN_EXTRA_BYTES", "0"))
+    if extra:   # the convolutions wanted more than the scratch: the trainer's own workspace
+        got = [float(x) for x in re.findall(r"\+ ([0-9.]+) MB cuDNN workspace", log)]
+        if not got or min(got) < extra / 1e6:
+            sys.exit("FAIL: algorithms asking for %d bytes beyond the scratch, but the summary "
+                     "names cuDNN workspaces of %s MB:\n%s" % (extra, got, log))
     with open(prof) as f:
         if not any(n["calls"] > 0 for n in json.load(f)["nodes"]):
             sys.exit("FAIL: --profile timed no node")
