@@ -69,6 +69,14 @@ static void mprt_cu_rows(const char *kernel, long rows, long len, void **args)
         mprt_cu_launch(kernel, mprt_cu_blocks(rows * (long)block, block), block, 0, args);
 }
 
+/* A column kernel (kernels.cu's mprt_k_col_sum): 32 columns of C a block,
+ * its 16 warps splitting the rows. */
+static void mprt_cu_cols(const char *kernel, long C, void **args)
+{
+    if (C > 0)
+        mprt_cu_launch(kernel, mprt_cu_blocks(C, 32), 512, 0, args);
+}
+
 /* One block reducing everything (the losses). */
 static void mprt_cu_one(const char *kernel, void **args)
 {
@@ -425,6 +433,20 @@ static void mprt_cu_reduce(const char *each, const char *rows, long n_out,
 MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
                                    float alpha, long n_out, float *out)
 {
+    int lead = 0;   /* reduced leading dims, then only kept ones: columns */
+    while (lead < rank && !keep[lead])
+        lead++;
+    int cols = lead > 0;
+    for (int d = lead; d < rank; d++)
+        cols &= keep[d] != 0;
+    if (cols) {
+        long R = 1;
+        for (int d = 0; d < lead; d++)
+            R *= shape[d];
+        void *args[] = {&R, &n_out, &dy, &alpha, &out};
+        mprt_cu_cols("col_sum", n_out, args);
+        return;
+    }
     MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
     void *args[] = {&p, &dy, &alpha, &n_out, &out};
     mprt_cu_reduce("sum_to", "sum_to_rows", n_out, &p, args);
@@ -564,7 +586,7 @@ MPRT_CU_KERNEL void mprt_cu_layernorm_grad(long rows, long D, const float *dy, c
     void *gx[] = {&rows, &D, &dy, &x, &scale, &mean, &rstd, &dx};
     mprt_cu_rows("layernorm_grad_x", rows, D, gx);
     void *gw[] = {&rows, &D, &dy, &x, &mean, &rstd, &dscale, &dbias};
-    mprt_cu_each("layernorm_grad_w", D, gw);
+    mprt_cu_cols("layernorm_grad_w", D, gw);
 }
 
 /* Instance normalization (G = C) and group normalization: one block per
@@ -1175,7 +1197,7 @@ MPRT_CU_KERNEL void mprt_cu_gather(long outer, long dim, long inner, long nidx,
 }
 
 /* dx = 0, then each row an index names gets the sum of its gradients, in
- * the indices' order (kernels.cu: one block per first occurrence). */
+ * the indices' order (kernels.cu: per first occurrence, blocks of elements). */
 MPRT_CU_KERNEL void mprt_cu_gather_grad(long outer, long dim, long inner, long nidx,
                                         const int64_t *idx, const float *dy, float *dx,
                                         const char *node)
@@ -1185,8 +1207,9 @@ MPRT_CU_KERNEL void mprt_cu_gather_grad(long outer, long dim, long inner, long n
         MPRT_CUDA(cudaMemsetAsync(dx, 0, (size_t)(outer * dim * inner) * sizeof *dx,
                                   mprt_cu->compute));
     void *args[] = {&outer, &dim, &inner, &nidx, &idx, &dy, &dx};
+    long chunks = (outer * inner + MPRT_CU_BLOCK - 1) / MPRT_CU_BLOCK;
     if (nidx > 0 && outer * inner > 0)
-        mprt_cu_launch("gather_grad", mprt_cu_blocks(nidx * (long)MPRT_CU_BLOCK, MPRT_CU_BLOCK),
+        mprt_cu_launch("gather_grad", mprt_cu_blocks(nidx * chunks * MPRT_CU_BLOCK, MPRT_CU_BLOCK),
                        MPRT_CU_BLOCK, 0, args);
 }
 

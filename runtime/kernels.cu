@@ -500,6 +500,37 @@ extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float al
     }
 }
 
+/* out[c] = alpha * the sum over r of y[r * C + c], for a sum over leading
+ * dims (bias gradients): a block takes 32 adjacent columns (a warp's
+ * lanes, so that each row's read is one coalesced line), its warps split
+ * the rows (warp w takes r = w, w + nw, ...), each in double, and the
+ * warps' partials add in the warps' order: the same bits on every run for
+ * a given block size. With one thread a block (runtime/cuda_ops.c never
+ * launches that; tests/cuda's emulation does) it is the CPU's loop. */
+extern "C" __global__ void mprt_k_col_sum(i64 R, i64 C, const float *y, float alpha, float *out)
+{
+    __shared__ double part[32][33];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    int width = blockDim.x < 32 ? blockDim.x : 32;
+    for (i64 c0 = (i64)blockIdx.x * width; c0 < C; c0 += (i64)gridDim.x * width) {
+        i64 c = c0 + lane;
+        double acc = 0;
+        if (c < C)
+#pragma unroll 4
+            for (i64 r = w; r < R; r += nw)
+                acc += y[r * C + c];
+        part[w][lane] = acc;
+        __syncthreads();
+        if (w == 0 && c < C) {
+            double total = 0;
+            for (int q = 0; q < nw; q++)
+                total += part[q][lane];
+            out[c] = (float)(alpha * total);
+        }
+        __syncthreads();
+    }
+}
+
 /* ---- ReduceMax and ReduceMin over the dims SumTo reduces ---- */
 
 /* Whether candidate (v, iv) replaces (m, im) as the CPU's running extreme
@@ -1185,22 +1216,38 @@ extern "C" __global__ void mprt_k_layernorm_grad_x(i64 rows, i64 D, const float 
 }
 
 /* dscale[i] = sum over rows of dy * xhat, dbias[i] = sum of dy (may be
- * NULL): one thread per column, rows in order, in double. */
+ * NULL), in double, as mprt_k_col_sum splits its sums: 32 columns a block,
+ * the rows split among its warps, the warps' partials added in order. */
 extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float *dy,
                                                    const float *x, const float *mean,
                                                    const float *rstd, float *dscale,
                                                    float *dbias)
 {
-    FOR_EACH(i, D) {
+    __shared__ double ps[32][33], pb[32][33];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    int width = blockDim.x < 32 ? blockDim.x : 32;
+    for (i64 c0 = (i64)blockIdx.x * width; c0 < D; c0 += (i64)gridDim.x * width) {
+        i64 i = c0 + lane;
         double as = 0, ab = 0;
-        for (i64 r = 0; r < rows; r++) {
-            float g = dy[r * D + i], xhat = FMUL(FSUB(x[r * D + i], mean[r]), rstd[r]);
-            as += (double)g * xhat;
-            ab += g;
+        if (i < D)
+#pragma unroll 4
+            for (i64 r = w; r < rows; r += nw) {
+                float g = dy[r * D + i], xhat = FMUL(FSUB(x[r * D + i], mean[r]), rstd[r]);
+                as += (double)g * xhat;
+                ab += g;
+            }
+        ps[w][lane] = as;
+        pb[w][lane] = ab;
+        __syncthreads();
+        if (w == 0 && i < D) {
+            double ts = 0, tb = 0;
+            for (int q = 0; q < nw; q++)
+                ts += ps[q][lane], tb += pb[q][lane];
+            dscale[i] = (float)ts;
+            if (dbias)
+                dbias[i] = (float)tb;
         }
-        dscale[i] = (float)as;
-        if (dbias)
-            dbias[i] = (float)ab;
+        __syncthreads();
     }
 }
 
@@ -1465,52 +1512,34 @@ extern "C" __global__ void mprt_k_gather(i64 outer, i64 dim, i64 inner, i64 nidx
     }
 }
 
-/* The gradient of Gather, deterministic: the block of index i does the
- * work only when i is the first occurrence of its row k; it then sums
- * dy[o, i', :] over every i' >= i with the same row, in order (as the
- * CPU's scatter does), and writes dx[o, k, :]. The host zeroes dx for the
- * rows no index names. blockDim must be a multiple of 32, at most 1024. */
+/* The gradient of Gather, deterministic: blocks walk the pairs (index i,
+ * chunk of blockDim elements of dx's outer x inner); a pair does the work
+ * only when i is the first occurrence of its row k, and each of its threads
+ * then sums dy[o, i', j] over every i' >= i with the same row, in order (as
+ * the CPU's scatter does), and writes dx[o, k, j]. The host zeroes dx for
+ * the rows no index names. So an index alone (a Gather that picks one
+ * slice, as exporters split attention's q, k and v) spreads over the grid
+ * rather than one block. */
 extern "C" __global__ void mprt_k_gather_grad(i64 outer, i64 dim, i64 inner, i64 nidx,
                                               const i64 *idx, const float *dy, float *dx)
 {
-    __shared__ i64 hits[1024];
-    __shared__ int wcount[32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    FOR_ROWS(i, nidx) {
+    i64 n = outer * inner, chunks = (n + blockDim.x - 1) / blockDim.x;
+    for (i64 t = blockIdx.x; t < nidx * chunks; t += gridDim.x) {
+        i64 i = t / chunks, e = (t - i * chunks) * blockDim.x + threadIdx.x;
         i64 k = gather_index(idx[i], dim);
         if (k < 0)
             continue;   /* the forward pass reported it */
         int earlier = 0;
         for (i64 j = threadIdx.x; j < i && !earlier; j += blockDim.x)
             earlier = gather_index(idx[j], dim) == k;
-        if (__syncthreads_or(earlier))
+        if (__syncthreads_or(earlier) || e >= n)
             continue;
-        for (i64 c0 = 0; c0 < outer * inner; c0 += blockDim.x) {
-            i64 e = c0 + threadIdx.x, o = e / inner, jj = e - o * inner;
-            float acc = 0.0f;
-            for (i64 b = i; b < nidx; b += blockDim.x) {
-                i64 cand = b + threadIdx.x;
-                int hit = cand < nidx && gather_index(idx[cand], dim) == k;
-                unsigned bits = __ballot_sync(0xffffffffu, hit);
-                if (lane == 0)
-                    wcount[w] = __popc(bits);
-                __syncthreads();
-                int before = 0, total = 0;
-                for (int q = 0; q < nw; q++) {
-                    before += q < w ? wcount[q] : 0;
-                    total += wcount[q];
-                }
-                if (hit)
-                    hits[before + __popc(bits & ((1u << lane) - 1u))] = cand;
-                __syncthreads();
-                if (e < outer * inner)
-                    for (int q = 0; q < total; q++)
-                        acc = FADD(acc, dy[(o * nidx + hits[q]) * inner + jj]);
-                __syncthreads();
-            }
-            if (e < outer * inner)
-                dx[(o * dim + k) * inner + jj] = acc;
-        }
+        i64 o = e / inner, jj = e - o * inner;
+        float acc = 0.0f;
+        for (i64 b = i; b < nidx; b++)
+            if (gather_index(idx[b], dim) == k)
+                acc = FADD(acc, dy[(o * nidx + b) * inner + jj]);
+        dx[(o * dim + k) * inner + jj] = acc;
     }
 }
 

@@ -788,10 +788,12 @@ static void reduce_case(int rank, const long *shape, const int *keep)
 static void test_reduce(void)
 {
     long s1[] = {4, 5, 6}, s2[] = {8, 3, 16};
-    int k1[] = {1, 0, 1}, k2[] = {0, 1, 0}, k3[] = {0, 0, 0};
+    int k1[] = {1, 0, 1}, k2[] = {0, 1, 0}, k3[] = {0, 0, 0}, k4[] = {0, 0, 1}, k5[] = {0, 1, 1};
     reduce_case(3, s1, k1);   /* a thread per output */
     reduce_case(3, s2, k2);   /* a block per output */
-    reduce_case(3, s2, k3);
+    reduce_case(3, s2, k3);   /* columns (kernels.cu's col_sum), the rest from here on */
+    reduce_case(3, s2, k4);
+    reduce_case(3, s1, k5);
     report("sum_to");
     report("reduce_max");
     report("reduce_max_grad");
