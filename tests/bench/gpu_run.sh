@@ -22,6 +22,12 @@
 #   gpu_run.sh timeline   a 2-device 1F1B step of ResNet-50 on -gpus 2:
 #                             the measured timeline (./train --trace) next to
 #                             mpcc's predicted one (mpcc --trace)
+#   gpu_run.sh probe      ResNet-50 trained twice on -gpus 1 (the check's
+#                             settings), its checkpoints compared tensor by
+#                             tensor after each of 2 steps; bench's ResNet-50
+#                             and GPT-2-small timed node by node (./train
+#                             --profile), summed by kind of node. PROBE
+#                             picks the parts (default "gpt repro resnet50")
 #
 # Several phases may follow one another: `gpu_run.sh check timeline`.
 # Environment:
@@ -556,6 +562,99 @@ phase_timeline() {
     cat "$res/timeline.md"
 }
 
+# ---- probe: whether two runs give the same bits, and where a step goes ----
+
+# probe_repro: ResNet-50 as check trains it (batch 8, 2 micro-batches, 1F1B)
+# on -gpus 1, twice, 2 steps, a checkpoint after each; the tensors whose
+# bits differ between the two runs (tests/bench/ckpt_diff.py) after step 1
+# point at the backward node that is not reproducible. MPRT_CU_ALGOS=1
+# writes the cuDNN algorithms chosen into each run.log.
+probe_repro() {
+    local d=$w/repro size=224 dev="-gpus 1" r s
+    [ "$small" = 1 ] && size=32
+    mkdir -p "$d"
+    echo "== probe: ResNet-50 ${size}x$size, batch 8, run twice"
+    "$py" "$here/gpu_models.py" resnet50 --out "$d" --batch 8 --lr 0.001 --size $size --classes 10 \
+        --zero-init-residual --microbatches 2 --rows 32 >"$d/export.log" 2>&1 ||
+        { echo "export failed: $(tail -1 "$d/export.log")"; return; }
+    [ $gpu = 1 ] || dev="-cpus 1"   # no GPU: the same on a CPU device, to exercise the script
+    make_trainer "$d/trainer" "$d/model.onnx" $dev -batch 8 --microbatches=2 --schedule=1f1b \
+        --lr=0.001 --momentum=0.9
+    for r in a b; do
+        MPRT_CU_ALGOS=1 run_trainer "$d/run-$r" "$d/trainer/train" 120 --data "$d/x.npy" \
+            --labels "$d/y.npy" --steps 2 --save-every 1 --save ckpt.safetensors
+        echo "run $r ($dev): $(cat "$d/run-$r/status")"
+    done
+    {
+        echo "#### Two runs of ResNet-50 ($dev, batch 8, 2 micro-batches): checkpoints compared"
+        for s in 1 2; do
+            echo
+            echo "After step $s:"
+            echo
+            echo '```'
+            "$py" "$here/ckpt_diff.py" "$d/run-a/ckpt.step$s.safetensors" \
+                "$d/run-b/ckpt.step$s.safetensors" 2>&1 | tail -40
+            echo '```'
+        done
+        echo
+        echo "Convolution algorithms (MPRT_CU_ALGOS=1) and atomics:"
+        echo
+        echo '```'
+        grep -E '^(conv|maxpool)' "$d/run-a/run.log" | sort | uniq | head -80
+        echo '```'
+    } >>"$res/probe.md"
+}
+
+# probe_profile MODEL: ./train --profile of bench's ResNet-50 or GPT on
+# -gpus 1, fp32, one micro-batch, summed by kind of node
+# (tests/bench/profile_summary.py).
+probe_profile() {
+    local m=$1 d=$w/$1 b opts flags="" dev="-gpus 1"
+    if [ $m = resnet50 ]; then
+        b=128 opts="--size 224 --classes 1000"
+        [ "$small" = 1 ] && b=4 opts="--size 32 --classes 10"
+    else
+        b=4 opts="--vocab 50304 --d 768 --heads 12 --layers 12 --T 1024" flags=--class-axis=-1
+        [ "$small" = 1 ] && opts="--vocab 512 --d 64 --heads 4 --layers 2 --T 32"
+    fi
+    mkdir -p "$d"
+    echo "== probe: per-node profile of $m, batch $b, $opts"
+    "$py" "$here/gpu_models.py" $m --out "$d" $opts >"$d/export.log" 2>&1 ||
+        { echo "export failed: $(tail -1 "$d/export.log")"; return; }
+    [ $gpu = 1 ] || dev="-cpus 1"
+    make_trainer "$d/trainer" "$d/model.onnx" $dev -batch $b --microbatches=1 --lr=0.01 \
+        --momentum=0.9 $flags
+    MPRT_CU_ALGOS=1 run_trainer "$d/prof" "$d/trainer/train" 240 --synthetic --steps 3 \
+        --profile prof.json
+    echo "$m, ./train --profile ($dev): $(cat "$d/prof/status")"
+    {
+        echo
+        echo "#### Per-node profile: $m ($dev, batch $b, $opts, one micro-batch, fp32)"
+        echo
+        grep -m1 'trained 3 steps' "$d/prof/run.log"
+        echo
+        if [ -f "$d/prof/prof.json" ]; then "$py" "$here/profile_summary.py" "$d/prof/prof.json"
+        else echo "no profile: $(cat "$d/prof/status")"
+        fi
+    } >>"$res/probe.md"
+}
+
+phase_probe() {
+    local w=$work/probe m
+    rm -rf "$w" && mkdir -p "$w"
+    {
+        echo "### Probe: reproducibility and per-node times"
+        echo
+        echo "$(date -u +%Y-%m-%d), GPU: $gpu_name; $("$mpcc" --version 2>&1 | head -1)."
+        echo
+    } >"$res/probe.md"
+    for m in ${PROBE:-gpt repro resnet50}; do
+        case $m in repro) probe_repro ;; *) probe_profile $m ;; esac
+    done
+    pack_logs probe probe
+    cat "$res/probe.md"
+}
+
 # ---- pack: what a GPU machine needs from this one ----
 
 phase_pack() {
@@ -612,7 +711,7 @@ while [ $# -gt 0 ]; do
     fi
     case $phase in
     pack) phase_pack ;;
-    check | bench | timeline)
+    check | bench | timeline | probe)
         "$mpcc" --version >/dev/null 2>&1 || {
             echo "gpu_run.sh: cannot run $mpcc: $("$mpcc" --version 2>&1 | head -1)" \
                 "(set MPCC, and MPCC_LIBS to the folder with its libprotobuf-c)" >&2
@@ -626,11 +725,12 @@ while [ $# -gt 0 ]; do
             check) phase_check ;;
             bench) phase_bench "$arg" ;;
             timeline) phase_timeline ;;
+            probe) phase_probe ;;
             esac
             echo "=== $name done in $(($(date +%s) - start)) s; results in $res"
         } 2>&1 | tee "$res/$name.log"
         ;;
-    *) echo "gpu_run.sh: unknown phase '$phase' (pack, check, bench [resnet50|gpt], timeline)" >&2
+    *) echo "gpu_run.sh: unknown phase '$phase' (pack, check, bench [resnet50|gpt], timeline, probe)" >&2
        exit 2 ;;
     esac
 done
