@@ -49,6 +49,11 @@ static const char help_text[] =
 "                           -ldnnl; docs/trainer.md), or\n"
 "                           OpenBLAS GEMMs and im2col convolutions (builtin), or\n"
 MPCC_KERNELS_AUTO
+"  --cpu-layout=blocked|plain\n"
+"                           activations between oneDNN's convolutions: in its\n"
+"                           blocked layout where every op around them can take it\n"
+"                           (default; no reorders, the same bits), or always in\n"
+"                           the plain NCHW\n"
 "  --profile=NAME|FILE      the cost model's device profile: cpu (this machine,\n"
 "                           calibrated at start-up), h100-sxm, h100-pcie, a100, or a\n"
 "                           profile file (docs/pipeline.md); default: cpu for CPU\n"
@@ -248,7 +253,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
-               OPT_CPU_KERNELS, OPT_GANTT_FROM, OPT_COUNT } OptId;
+               OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -258,6 +263,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
     {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
     {"no-fuse", OPT_NO_FUSE, false},    {"cpu-kernels", OPT_CPU_KERNELS, true},
+    {"cpu-layout", OPT_CPU_LAYOUT, true},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -349,6 +355,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const objective[] = {"time", "memory"};
     static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                                [KERNELS_ONEDNN] = "onednn"};
+    static const char *const cpu_layout[] = {[LAYOUT_BLOCKED] = "blocked", [LAYOUT_PLAIN] = "plain"};
     PipeOptions *p = &o->pipe;
     switch (id) {
     case OPT_DEVICES: p->devices = val; break;
@@ -361,6 +368,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_OBJECTIVE: p->objective = (Objective)pick(opt, val, objective, 2); break;
     case OPT_TRACE: p->trace = val; break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
+    case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;
     default: apply_training(id, opt, val, o); break;
     }
 }

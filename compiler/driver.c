@@ -135,6 +135,7 @@ Plan *driver_plan(Graph *g, const Stages *st, const Schedule *sc, const Devices 
     for (int own_slots = 0; own_slots < 2; own_slots++) {
         Plan *p = plan_buffers(g, st, sc, ds, o, own_slots);
         p->fu = fuse(g, p, o);
+        p->blocked = layout_blocked(p, o, g->arena);
         plan_slots(p);
         plan_place(p, g->arena);
         plan_workspace(p);

@@ -389,6 +389,7 @@ typedef struct PipeOptions {
 
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */
 typedef enum { KERNELS_AUTO, KERNELS_BUILTIN, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* auto the default */
+typedef enum { LAYOUT_BLOCKED, LAYOUT_PLAIN, LAYOUT_COUNT } CpuLayout;   /* --cpu-layout */
 
 typedef struct Options {
     const char *input;
@@ -408,6 +409,7 @@ typedef struct Options {
     const char *gantt_from;    /* --gantt-from=TRACE.json[,..]: draw traces, no model */
     bool no_fuse;              /* --no-fuse: one kernel call per node */
     CpuKernels cpu_kernels;    /* --cpu-kernels */
+    CpuLayout cpu_layout;      /* --cpu-layout: blocked (the default) or plain */
     PipeOptions pipe;
     bool check;
     bool infer;                /* --infer: a forward-only program, no training graph */
@@ -878,6 +880,7 @@ typedef struct Plan {
     uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
     int *nnodes;
     const struct Fusion *fu;   /* the chains that run as one kernel (fuse.c) */
+    const bool *blocked;       /* [nvalues]: kept in oneDNN's blocked layout (layout.c) */
     size_t *arena_bytes;       /* [ndev]: the memory plan's peak per device */
     size_t *shared_bytes;      /* [ndev]: of which buffers that take turns (share.c) */
     size_t *shared_apart;      /* [ndev]: what those buffers would take apart */
@@ -942,6 +945,13 @@ struct Fusion {
 Fusion *fuse(Graph *g, const Plan *p, const Options *o);   /* none with --no-fuse */
 bool fuse_constant(const Graph *g, uint32_t v, float *f);  /* a scalar float32 constant */
 void dump_fusion(const Graph *g, const Plan *p, const Fusion *f, FILE *out);  /* --dump=fuse */
+
+/* ------------------------------------------------ parallel/layout.c */
+
+/* [nvalues]: the activations of CPU devices that stay in oneDNN's blocked
+ * layout (nChw16c or nChw8c) between the ops that can read and write it:
+ * none under --infer or --cpu-layout=plain. */
+bool *layout_blocked(const Plan *p, const Options *o, Arena *a);
 
 /* --------------------------------------------------- parallel/sim.c */
 

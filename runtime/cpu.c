@@ -846,18 +846,33 @@ static void mprt_bn_sums(int N, int C, long P, const float *x, const float *dy, 
     mprt_par(C, mprt_grain_rows((long)N * P), mprt_bn_sums_piece, &t);
 }
 
-static void mprt_bn_moments(int N, int C, long P, const float *x, double *mean, double *var)
+/* Training's per-channel factors from the sums of x and x^2 (acc, width
+ * 2): y = (x - m[c]) * a[c] + bias[c]; the running statistics move (see
+ * mprt_bn_train). Any layout's sums, taken in the same order, give the
+ * same factors. */
+static void mprt_bn_train_factors(int C, long cnt, const double *acc, const float *scale,
+                                  float *running_mean, float *running_var, float momentum,
+                                  float eps, float *a, float *m)
 {
-    double cnt = (double)N * P, *acc = mprt_bn_scratch(C, sizeof(double), 2);
-    mprt_bn_sums(N, C, P, x, NULL, acc);
+    double *mean = mprt_bn_scratch(C, sizeof(double), 2), *var = mean + C;
     for (int c = 0; c < C; c++)
         mean[c] = acc[2 * c], var[c] = acc[2 * c + 1];
-    free(acc);
     for (int c = 0; c < C; c++) {
-        mean[c] /= cnt;
-        var[c] = var[c] / cnt - mean[c] * mean[c];
+        mean[c] /= (double)cnt;
+        var[c] = var[c] / (double)cnt - mean[c] * mean[c];
         var[c] = var[c] > 0 ? var[c] : 0;
     }
+    for (int c = 0; c < C; c++) {
+        float inv = (float)(1.0 / sqrt(var[c] + eps));
+        a[c] = inv * scale[c];
+        m[c] = (float)mean[c];
+        if (!running_mean)   /* recomputing: the statistics were updated already */
+            continue;
+        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m[c];
+        running_var[c] = momentum * running_var[c] +
+                         (1 - momentum) * (float)(cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c]);
+    }
+    free(mean);
 }
 
 /* Training: Y = (X - mean) / sqrt(var + eps) * scale + bias with the
@@ -872,22 +887,13 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
         mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, y);
         return;
     }
-    long cnt = (long)N * P;
-    double *mean = mprt_bn_scratch(C, sizeof(double), 2), *var = mean + C;
+    double *acc = mprt_bn_scratch(C, sizeof(double), 2);
     float *a = mprt_bn_scratch(C, sizeof(float), 2), *m = a + C;
-    mprt_bn_moments(N, C, P, x, mean, var);
-    for (int c = 0; c < C; c++) {
-        float inv = (float)(1.0 / sqrt(var[c] + eps));
-        a[c] = inv * scale[c];
-        m[c] = (float)mean[c];
-        if (!running_mean)   /* recomputing: the statistics were updated already */
-            continue;
-        running_mean[c] = momentum * running_mean[c] + (1 - momentum) * m[c];
-        running_var[c] = momentum * running_var[c] +
-                         (1 - momentum) * (float)(cnt > 1 ? var[c] * cnt / (cnt - 1) : var[c]);
-    }
+    mprt_bn_sums(N, C, P, x, NULL, acc);
+    mprt_bn_train_factors(C, (long)N * P, acc, scale, running_mean, running_var, momentum, eps,
+                          a, m);
     mprt_bn_apply(N, C, P, x, m, a, bias, y);
-    free(mean);
+    free(acc);
     free(a);
 }
 
@@ -909,13 +915,12 @@ static void mprt_bn_grad_piece(void *ctx, long lo, long hi)
     }
 }
 
-MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
-                         const float *scale, float eps, float *dx, float *dscale, float *dbias)
+/* The gradient's per-channel factors k (4 a channel: see
+ * mprt_bn_grad_piece) and dscale, dbias from the sums of x, x^2, dy and
+ * dy * x (acc, width 4). */
+static void mprt_bn_grad_factors(int C, long cnt, const double *acc, const float *scale,
+                                 float eps, float *k, float *dscale, float *dbias)
 {
-    long cnt = (long)N * P;
-    double *acc = mprt_bn_scratch(C, sizeof(double), 4);
-    float *k = mprt_bn_scratch(C, sizeof(float), 4);
-    mprt_bn_sums(N, C, P, x, dy, acc);
     for (int c = 0; c < C; c++) {
         const double *s = acc + 4 * (size_t)c;
         double mean = s[0] / cnt, var = s[1] / cnt - mean * mean;
@@ -927,6 +932,15 @@ MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float
         kc[0] = (float)(scale[c] * inv), kc[1] = (float)(sdy / cnt);
         kc[2] = (float)(inv * inv * sdyx / cnt), kc[3] = (float)mean;
     }
+}
+
+MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
+                         const float *scale, float eps, float *dx, float *dscale, float *dbias)
+{
+    double *acc = mprt_bn_scratch(C, sizeof(double), 4);
+    float *k = mprt_bn_scratch(C, sizeof(float), 4);
+    mprt_bn_sums(N, C, P, x, dy, acc);
+    mprt_bn_grad_factors(C, (long)N * P, acc, scale, eps, k, dscale, dbias);
     MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .k = k, .y = dx};
     mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_grad_piece, &t);
     free(acc);

@@ -5,8 +5,13 @@
  * end). Pasted only into programs that use it (their build line then has
  * -ldnnl).
  *
- * The model's tensors stay in their plain layouts (NCDHW, filters
- * (G)OIDHW). At start-up, mprt_dnnl_start makes one primitive per
+ * The model's tensors are in their plain layouts (NCDHW, filters
+ * (G)OIDHW), except the activations mpcc keeps in oneDNN's blocked layout
+ * between the operations that can take it (compiler/parallel/layout.c):
+ * nChw16c on machines with AVX-512, else nChw8c (mprt_dnnl_block), the
+ * layout the convolutions run in there; the blocked twins of cpu.c's batch
+ * normalisation and global average pooling at the end give cpu.c's bits.
+ * At start-up, mprt_dnnl_start makes one primitive per
  * convolution of the table the model hands it, letting oneDNN pick the
  * layouts it runs fastest in; an operand whose picked layout is not the
  * plain one is reordered into the device's scratch before the call (a
@@ -49,6 +54,7 @@ typedef struct MprtDnnlPrim {
 } MprtDnnlPrim;
 
 static dnnl_engine_t mprt_dnnl_engine;
+static int mprt_dnnl_block = 16;   /* the blocked layout's channels a block: 16 or 8 */
 static dnnl_stream_t *mprt_dnnl_streams;   /* one per device */
 static MprtDnnlPrim *mprt_dnnl_prims;
 
@@ -90,19 +96,27 @@ static int mprt_dnnl_dims(dnnl_dims_t d, int sp, long a, long b, long dd, long h
     return 2 + sp;
 }
 
-/* The plain descriptions of a convolution's input, output and filter. */
+/* The model's descriptions of a convolution's input, output and filter:
+ * plain, or blocked where c->blocked says (2-D and 1-D data only). */
 static void mprt_dnnl_plain(const MprtDnnlConv *c, int sp, dnnl_memory_desc_t *x,
                             dnnl_memory_desc_t *y, dnnl_memory_desc_t *w)
 {
     static const dnnl_format_tag_t data[] = {dnnl_ncw, dnnl_nchw, dnnl_ncdhw};
+    static const dnnl_format_tag_t b16[] = {dnnl_nCw16c, dnnl_nChw16c, dnnl_nCdhw16c};
+    static const dnnl_format_tag_t b8[] = {dnnl_nCw8c, dnnl_nChw8c, dnnl_nCdhw8c};
+    const dnnl_format_tag_t *blocked = mprt_dnnl_block == 16 ? b16 : b8;
     static const dnnl_format_tag_t filt[] = {dnnl_oiw, dnnl_oihw, dnnl_oidhw};
     static const dnnl_format_tag_t gfilt[] = {dnnl_goiw, dnnl_goihw, dnnl_goidhw};
     const MprtConv *p = &c->p;
     dnnl_dims_t d;
     int n = mprt_dnnl_dims(d, sp, p->N, p->C, p->D, p->H, p->W);
-    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(x, n, d, dnnl_f32, data[sp - 1]), c, "input");
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(x, n, d, dnnl_f32, (c->blocked & MPRT_DNNL_X ?
+                                                                     blocked : data)[sp - 1]),
+                    c, "input");
     n = mprt_dnnl_dims(d, sp, p->N, p->M, p->OD, p->OH, p->OW);
-    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(y, n, d, dnnl_f32, data[sp - 1]), c, "output");
+    mprt_dnnl_check(dnnl_memory_desc_init_by_tag(y, n, d, dnnl_f32, (c->blocked & MPRT_DNNL_Y ?
+                                                                     blocked : data)[sp - 1]),
+                    c, "output");
     n = mprt_dnnl_dims(d, sp, p->M / p->group, p->C / p->group, p->KD, p->KH, p->KW);
     if (p->group == 1) {
         mprt_dnnl_check(dnnl_memory_desc_init_by_tag(w, n, d, dnnl_f32, filt[sp - 1]), c, "filter");
@@ -265,6 +279,8 @@ MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnn
         exit(1);
     }
     mprt_dnnl_fail(dnnl_engine_create(&mprt_dnnl_engine, dnnl_cpu, 0), first, kind, "engine");
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    mprt_dnnl_block = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 16 : 8;
     dnnl_primitive_attr_t attr;
     mprt_dnnl_fail(dnnl_primitive_attr_create(&attr), first, kind, "attributes");
     mprt_dnnl_fail(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
@@ -548,4 +564,269 @@ MPRT_KERNEL void mprt_dnnl_maxpool(int id, const float *x, float *y, int64_t *id
     MprtTapsToIdx t = {q, scratch, idx};
     long planes = (long)p->N * p->C;
     mprt_par(planes, mprt_grain_rows((long)p->OD * p->OH * p->OW), mprt_taps_piece, &t);
+}
+
+/* ---- the blocked layout: batch normalisation, bias gradients, global average pooling ----
+ *
+ * Element (n, c, p) of an N x C x P tensor (P the spatial positions) lies
+ * at ((n * C / B + c / B) * P + p) * B + c % B, B = mprt_dnnl_block; C is
+ * a multiple of 16. Each kernel does cpu.c's float operations in cpu.c's
+ * order per channel (the sums over a row in two interleaved halves, the
+ * images in order), so it gives cpu.c's bits on the same values; the B
+ * channels of a block go side by side, which vectorises. */
+
+/* One image's block of b channels (P positions, b side by side): per
+ * channel the sums of x and x^2 added to a[0..1] (width 2), or with dy
+ * also of dy and dy * x to a[2..3] (width 4), as cpu.c's mprt_row_sums and
+ * mprt_row_moments_dots: even and odd positions apart, then together. */
+MPRT_INLINE void mprt_bnb_sums_block(const float *x, const float *dy, long P, const int b,
+                                     double *acc, int width)
+{
+    double s0[16] = {0}, s1[16] = {0}, q0[16] = {0}, q1[16] = {0};
+    double d0[16] = {0}, d1[16] = {0}, p0[16] = {0}, p1[16] = {0};
+    long m = P & ~1L;
+    if (dy) {
+        for (long i = 0; i < m; i += 2)
+            for (int j = 0; j < b; j++) {
+                double u = x[i * b + j], v = x[(i + 1) * b + j];
+                double du = dy[i * b + j], dv = dy[(i + 1) * b + j];
+                s0[j] += u, s1[j] += v, q0[j] += u * u, q1[j] += v * v;
+                d0[j] += du, d1[j] += dv, p0[j] += du * u, p1[j] += dv * v;
+            }
+        for (int j = 0; j < b && m < P; j++) {
+            double u = x[m * b + j], du = dy[m * b + j];
+            s0[j] += u, q0[j] += u * u, d0[j] += du, p0[j] += du * u;
+        }
+    } else {
+        for (long i = 0; i < m; i += 2)
+            for (int j = 0; j < b; j++) {
+                double u = x[i * b + j], v = x[(i + 1) * b + j];
+                s0[j] += u, s1[j] += v, q0[j] += u * u, q1[j] += v * v;
+            }
+        for (int j = 0; j < b && m < P; j++) {
+            double u = x[m * b + j];
+            s0[j] += u, q0[j] += u * u;
+        }
+    }
+    for (int j = 0; j < b; j++) {
+        double *a = acc + (size_t)width * j;
+        a[0] += s0[j] + s1[j], a[1] += q0[j] + q1[j];
+        if (dy)
+            a[2] += d0[j] + d1[j], a[3] += p0[j] + p1[j];
+    }
+}
+
+/* Channel blocks [lo, hi): their sums over every image in order. */
+MPRT_VECTOR static void mprt_bnb_sums_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    int b = mprt_dnnl_block, CB = t->C / b;
+    for (long cb = lo; cb < hi; cb++)
+        for (int n = 0; n < t->N; n++) {
+            size_t o = ((size_t)n * CB + cb) * t->P * b;
+            const float *dy = t->dy ? t->dy + o : NULL;
+            double *acc = t->acc + (size_t)t->width * cb * b;
+            if (b == 16)
+                mprt_bnb_sums_block(t->x + o, dy, t->P, 16, acc, t->width);
+            else
+                mprt_bnb_sums_block(t->x + o, dy, t->P, 8, acc, t->width);
+        }
+}
+
+static void mprt_bnb_sums(int N, int C, long P, const float *x, const float *dy, double *acc)
+{
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .acc = acc, .width = dy ? 4 : 2};
+    mprt_par(C / mprt_dnnl_block, mprt_grain_rows((long)N * P * mprt_dnnl_block),
+             mprt_bnb_sums_piece, &t);
+}
+
+/* One image's block of b channels from channel c0: training's y = (x -
+ * m[c]) * a[c] + b[c]; with dy, the gradient's dx from the factors k (4 a
+ * channel); with inference set, y = (x - m[c]) * a[c] * k[c] + b[c] (a: 1
+ * / sqrt(var + eps), k: the scale). cpu.c's operations, in its order. */
+MPRT_INLINE void mprt_bnb_apply_block(const MprtBn *t, size_t o, int c0, const int b,
+                                      int inference)
+{
+    const float *x = t->x + o;
+    float *y = t->y + o;
+    float k0[16], k1[16], k2[16], k3[16];
+    for (int j = 0; j < b; j++) {
+        int c = c0 + j;
+        if (t->dy)
+            k0[j] = t->k[4 * c], k1[j] = t->k[4 * c + 1], k2[j] = t->k[4 * c + 2],
+            k3[j] = t->k[4 * c + 3];
+        else
+            k0[j] = t->m[c], k1[j] = t->a[c], k2[j] = t->b[c], k3[j] = inference ? t->k[c] : 0;
+    }
+    if (t->dy) {
+        const float *dy = t->dy + o;
+        for (long i = 0; i < t->P; i++)
+            for (int j = 0; j < b; j++)
+                y[i * b + j] = k0[j] * (dy[i * b + j] - k1[j] - (x[i * b + j] - k3[j]) * k2[j]);
+    } else if (inference) {
+        for (long i = 0; i < t->P; i++)
+            for (int j = 0; j < b; j++)
+                y[i * b + j] = (x[i * b + j] - k0[j]) * k1[j] * k3[j] + k2[j];
+    } else {
+        for (long i = 0; i < t->P; i++)
+            for (int j = 0; j < b; j++)
+                y[i * b + j] = (x[i * b + j] - k0[j]) * k1[j] + k2[j];
+    }
+}
+
+/* Blocks [lo, hi) of (image, channel block); .width 1 marks inference. */
+MPRT_VECTOR static void mprt_bnb_apply_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    int b = mprt_dnnl_block, CB = t->C / b;
+    for (long nb = lo; nb < hi; nb++) {
+        size_t o = (size_t)nb * t->P * b;
+        int c0 = (int)(nb % CB) * b;
+        if (b == 16)
+            mprt_bnb_apply_block(t, o, c0, 16, t->width == 1);
+        else
+            mprt_bnb_apply_block(t, o, c0, 8, t->width == 1);
+    }
+}
+
+static void mprt_bnb_apply(MprtBn *t)
+{
+    mprt_par((long)t->N * (t->C / mprt_dnnl_block), mprt_grain_rows(t->P * mprt_dnnl_block),
+             mprt_bnb_apply_piece, t);
+}
+
+/* cpu.c's mprt_bn_train (and, in inference mode, mprt_bn_infer) on
+ * blocked x and y. */
+MPRT_KERNEL void mprt_dnnl_bn_train(int N, int C, long P, const float *x, const float *scale,
+                                    const float *bias, float *running_mean, float *running_var,
+                                    float momentum, float eps, float *y)
+{
+    float *a = mprt_bn_scratch(C, sizeof(float), 2), *m = a + C;
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias, .y = y};
+    if (!mprt_training) {
+        for (int c = 0; c < C; c++)
+            a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)), m[c] = running_mean[c];
+        t.k = scale, t.width = 1;
+    } else {
+        double *acc = mprt_bn_scratch(C, sizeof(double), 2);
+        mprt_bnb_sums(N, C, P, x, NULL, acc);
+        mprt_bn_train_factors(C, (long)N * P, acc, scale, running_mean, running_var, momentum,
+                              eps, a, m);
+        free(acc);
+    }
+    mprt_bnb_apply(&t);
+    free(a);
+}
+
+/* cpu.c's mprt_bn_grad on blocked dy, x and dx. */
+MPRT_KERNEL void mprt_dnnl_bn_grad(int N, int C, long P, const float *dy, const float *x,
+                                   const float *scale, float eps, float *dx, float *dscale,
+                                   float *dbias)
+{
+    double *acc = mprt_bn_scratch(C, sizeof(double), 4);
+    float *k = mprt_bn_scratch(C, sizeof(float), 4);
+    mprt_bnb_sums(N, C, P, x, dy, acc);
+    mprt_bn_grad_factors(C, (long)N * P, acc, scale, eps, k, dscale, dbias);
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .dy = dy, .k = k, .y = dx};
+    mprt_bnb_apply(&t);
+    free(acc);
+    free(k);
+}
+
+/* One image's block of b channels: each channel's sum over the positions
+ * (cpu.c's mprt_row_sum: four interleaved partial sums) added to s[j]. */
+MPRT_INLINE void mprt_csb_block(const float *dy, long P, const int b, double *s)
+{
+    double a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
+    long m = P & ~3L;
+    for (long i = 0; i < m; i += 4)
+        for (int j = 0; j < b; j++)
+            a0[j] += dy[i * b + j], a1[j] += dy[(i + 1) * b + j], a2[j] += dy[(i + 2) * b + j],
+                a3[j] += dy[(i + 3) * b + j];
+    for (long i = m; i < P; i++)
+        for (int j = 0; j < b; j++)
+            a0[j] += dy[i * b + j];
+    for (int j = 0; j < b; j++)
+        s[j] += (a0[j] + a1[j]) + (a2[j] + a3[j]);
+}
+
+/* Channel blocks [lo, hi) of a convolution's bias gradient: each channel's
+ * sum over the images in order (cpu.c's mprt_channel_sum). */
+MPRT_VECTOR static void mprt_csb_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    int b = mprt_dnnl_block, CB = t->C / b;
+    for (long cb = lo; cb < hi; cb++) {
+        double s[16] = {0};
+        for (int n = 0; n < t->N; n++) {
+            const float *dy = t->dy + ((size_t)n * CB + cb) * t->P * b;
+            if (b == 16)
+                mprt_csb_block(dy, t->P, 16, s);
+            else
+                mprt_csb_block(dy, t->P, 8, s);
+        }
+        for (int j = 0; j < b; j++)
+            t->y[cb * b + j] = (float)s[j];
+    }
+}
+
+/* cpu.c's mprt_channel_sum on a blocked dy. */
+MPRT_KERNEL void mprt_dnnl_channel_sum(int N, int M, long P, const float *dy, float *db)
+{
+    MprtBn t = {.N = N, .C = M, .P = P, .dy = dy, .y = db};
+    mprt_par(M / mprt_dnnl_block, mprt_grain_rows((long)N * P * mprt_dnnl_block), mprt_csb_piece,
+             &t);
+}
+
+/* One image's block of b channels: the mean of each channel's positions
+ * (cpu.c's mprt_gap: in double, in order) into y[0..b), or, with dy, the
+ * gradient: every position gets dy[j] / P. */
+MPRT_INLINE void mprt_gapb_block(const float *x, const float *dy, long P, const int b, float *y)
+{
+    if (dy) {
+        for (long i = 0; i < P; i++)
+            for (int j = 0; j < b; j++)
+                y[i * b + j] = dy[j] / (float)P;
+        return;
+    }
+    double s[16] = {0};
+    for (long i = 0; i < P; i++)
+        for (int j = 0; j < b; j++)
+            s[j] += x[i * b + j];
+    for (int j = 0; j < b; j++)
+        y[j] = (float)(s[j] / P);
+}
+
+/* Blocks [lo, hi) of (image, channel block): the mean, or (.b: dy) the
+ * gradient. */
+MPRT_VECTOR static void mprt_gapb_piece(void *ctx, long lo, long hi)
+{
+    const MprtBn *t = ctx;
+    int b = mprt_dnnl_block;
+    for (long nb = lo; nb < hi; nb++) {
+        size_t o = (size_t)nb * t->P * b;
+        const float *dy = t->b ? t->b + nb * b : NULL;
+        const float *x = dy ? NULL : t->x + o;
+        float *y = dy ? t->y + o : t->y + nb * b;
+        if (b == 16)
+            mprt_gapb_block(x, dy, t->P, 16, y);
+        else
+            mprt_gapb_block(x, dy, t->P, 8, y);
+    }
+}
+
+/* cpu.c's mprt_gap on a blocked x (y, N x C, is plain). */
+MPRT_KERNEL void mprt_dnnl_gap(int N, int C, long P, const float *x, float *y)
+{
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .y = y};
+    mprt_par((long)N * (C / mprt_dnnl_block), mprt_grain_rows(P * mprt_dnnl_block),
+             mprt_gapb_piece, &t);
+}
+
+/* cpu.c's mprt_gap_grad into a blocked dx (dy, N x C, is plain). */
+MPRT_KERNEL void mprt_dnnl_gap_grad(int N, int C, long P, const float *dy, float *dx)
+{
+    MprtBn t = {.N = N, .C = C, .P = P, .b = dy, .y = dx};
+    mprt_par((long)N * (C / mprt_dnnl_block), mprt_grain_rows(P * mprt_dnnl_block),
+             mprt_gapb_piece, &t);
 }

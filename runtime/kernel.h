@@ -83,7 +83,11 @@ typedef struct MprtDnnlConv {
     int dev, bias;       /* the device that runs it; a forward with a bias */
     const char *node;    /* the ONNX node, for errors */
     MprtConv p;
+    int blocked;         /* MPRT_DNNL_X: the input side (x, dx) is in the blocked layout
+                            (cpu_dnnl.c); MPRT_DNNL_Y: the output side (y, dy) */
 } MprtDnnlConv;
+
+enum { MPRT_DNNL_X = 1, MPRT_DNNL_Y = 2 };
 
 /* Pooling over up to three spatial dimensions (as MprtConv: 2-D has D = OD
  * = KD = 1, sd = dd = 1, pd = ed = 0). */

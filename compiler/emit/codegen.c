@@ -1000,6 +1000,13 @@ static int pool_row(CG *cg, const Node *n)
     return table_row(cg, n, cg->pool_node, cg->pool_dev, &cg->npool);
 }
 
+/* Whether value v is kept in oneDNN's blocked layout (layout.c): its
+ * kernels are cpu_dnnl.c's blocked twins. */
+static bool blocked(const CG *cg, uint32_t v)
+{
+    return v != NONE && cg->plan->blocked && cg->plan->blocked[v];
+}
+
 /* Whether cpu_dnnl.c is pasted: some convolution or max pooling runs
  * through oneDNN. */
 static bool dnnl_kernels(const CG *cg)
@@ -1072,7 +1079,8 @@ static void emit_batch_norm(CG *cg, const Node *n)
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
-    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", kernel(cg, "bn_train"), N, C,
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n",
+         blocked(cg, n->in[0]) ? "mprt_dnnl_bn_train" : kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
          bn_momentum(n), norm_epsilon(n), buf(cg, n->out[0]));
@@ -2219,7 +2227,9 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_CONV_GRAD_B: {
         long N, C, P;
         channel_dims(cg, n->in[0], &N, &C, &P);
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n", kernel(cg, "channel_sum"), N, C, P, buf(cg, n->in[0]),
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n",
+             blocked(cg, n->in[0]) ? "mprt_dnnl_channel_sum" : kernel(cg, "channel_sum"), N, C, P,
+             buf(cg, n->in[0]),
              buf(cg, n->out[0]));
         break;
     }
@@ -2228,7 +2238,8 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_BN_GRAD: {
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "bn_grad"), N, C, P,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n",
+             blocked(cg, n->in[1]) ? "mprt_dnnl_bn_grad" : kernel(cg, "bn_grad"), N, C, P,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
              norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));
@@ -2276,7 +2287,11 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD: {
         long N, C, P;
         channel_dims(cg, n->op == OP_GAP_GRAD ? n->in[1] : n->in[0], &N, &C, &P);
-        if (n->op == OP_GLOBAL_AVG_POOL)
+        if (blocked(cg, n->op == OP_GAP_GRAD ? n->out[0] : n->in[0]))
+            emit(cg, "    mprt_dnnl_%s(%ld, %ld, %ld, %s, %s);\n",
+                 n->op == OP_GAP_GRAD ? "gap_grad" : "gap", N, C, P, buf(cg, n->in[0]),
+                 buf(cg, n->out[0]));
+        else if (n->op == OP_GLOBAL_AVG_POOL)
             emit(cg, "    %s(%ld, %ld, %s, %s);\n", kernel(cg, "gap"), N * C, P, buf(cg, n->in[0]),
                  buf(cg, n->out[0]));
         else
@@ -2366,6 +2381,12 @@ static void emit_dnnl_line(CG *cg)
     for (int i = 0; i < n; i++)
         emit(cg, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", part[i]);
     emit(cg, " (--cpu-kernels=%s), so -ldnnl -lgomp\n", mode[cg->o->cpu_kernels]);
+    int nb = 0;
+    for (uint32_t v = 0; v < cg->g->nvalues; v++)
+        nb += blocked(cg, v);
+    if (nb)
+        emit(cg, " * layout:   %d activations in oneDNN's blocked layout between the ops that "
+             "take it (--cpu-layout=blocked)\n", nb);
 }
 
 static void emit_infer_header(CG *cg, const char *hash)
@@ -3407,13 +3428,11 @@ static void emit_dnnl_table(CG *cg)
         int k = n->op == OP_CONV ? 0 : n->op == OP_CONV_GRAD_X ? 1 : 2;
         emit(cg, "    {%s, %d, %d, %s, ", kind[k], cg->dnnl_dev[i],
              n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE, c_string(cg, n->name));
-        if (k == 0)
-            conv_fields(cg, n, n->in[0], n->in[1], n->out[0]);
-        else if (k == 1)
-            conv_fields(cg, n, n->out[0], n->in[1], n->in[0]);
-        else
-            conv_fields(cg, n, n->in[1], n->out[0], n->in[0]);
-        emit(cg, "},\n");
+        /* the data operands: x (dx) and y (dy) */
+        uint32_t x = k == 0 ? n->in[0] : k == 1 ? n->out[0] : n->in[1];
+        uint32_t y = k == 0 ? n->out[0] : n->in[0];
+        conv_fields(cg, n, x, k == 2 ? n->out[0] : n->in[1], y);
+        emit(cg, ", %d},\n", (blocked(cg, x) ? 1 : 0) | (blocked(cg, y) ? 2 : 0));
     }
     if (!cg->ndnnl)
         emit(cg, "    {0},   /* none: C has no empty arrays */\n");
