@@ -49,6 +49,14 @@ static _Noreturn MPRT_PRINTF(1, 2) void mprt_cu_refuse(const char *fmt, ...)
     exit(1);
 }
 
+/* MPRT_CU_ALGOS set (and not 0): report which algorithms and paths the
+ * kernels take, on stderr. */
+static int mprt_cu_algos_on(void)
+{
+    const char *e = getenv("MPRT_CU_ALGOS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 /* ---- launching the NVRTC kernels ---- */
 
 /* An elementwise kernel over n elements (a grid-stride loop). */
@@ -691,8 +699,7 @@ MPRT_CU_KERNEL void mprt_cu_maxpool_grad(long n_out, long n_in, const float *dy,
         mprt_cu_each("maxpool_grad", n_in, args);
         return;
     }
-    const char *e = getenv("MPRT_CU_ALGOS");
-    if (e && *e && strcmp(e, "0") != 0)
+    if (mprt_cu_algos_on())
         fprintf(stderr, "maxpool gradient %s: by scattering with atomics (where windows "
                 "overlap, not the same bits run to run)\n", mprt_cu_node ? mprt_cu_node : "?");
     if (n_in > 0)
@@ -888,8 +895,7 @@ static void mprt_cu_conv_report(const MprtCuConv *c, int dir, const MprtCuAlgo *
                                 size_t room)
 {
     static const char *const dirs[] = {"the forward", "the data gradient", "the weight gradient"};
-    const char *e = getenv("MPRT_CU_ALGOS");
-    if (!e || !*e || strcmp(e, "0") == 0)
+    if (!mprt_cu_algos_on())
         return;
     const MprtConv *p = &c->p;
     fprintf(stderr, "conv N%d C%d %dx%dx%d -> M%d k%dx%dx%d s%d,%d g%d, %s: algo %d, "
