@@ -71,6 +71,15 @@ MPCC_KERNELS_AUTO
 "  --recompute=none|auto|all  recompute stage forwards in the backward pass to\n"
 "                           save activation memory (auto: only stages that would\n"
 "                           not fit otherwise; default none)\n"
+"  --offload=auto|activations|none\n"
+"                           activations: what a stage keeps for its backward pass\n"
+"                           waits in host memory between its forward and its\n"
+"                           backward, copied out and back on the copy streams\n"
+"                           while other actions of the device run; it saves\n"
+"                           device memory when a device runs other actions in\n"
+"                           between: several stages per device, or several\n"
+"                           micro-batches in flight (docs/pipeline.md); auto\n"
+"                           (default): only when no plan fits without it\n"
 "  --objective=time|memory  what the plan minimises: the step time (default), or\n"
 "                           the largest device's memory, spreading weights and\n"
 "                           activations evenly (for models that do not fit)\n"
@@ -253,7 +262,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
-               OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_COUNT } OptId;
+               OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -275,6 +284,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"measured", OPT_MEASURED, true},   {"schedule", OPT_SCHEDULE, true},
     {"virtual-stages", OPT_VIRT, true}, {"split", OPT_SPLIT, true},
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
+    {"offload", OPT_OFFLOAD, true},
     {"objective", OPT_OBJECTIVE, true}, {"gantt-from", OPT_GANTT_FROM, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
@@ -353,6 +363,9 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const sched[] = {"auto", "gpipe", "1f1b", "interleaved", "zb"};
     static const char *const recompute[] = {"none", "auto", "all"};
     static const char *const objective[] = {"time", "memory"};
+    static const char *const offload[] = {[OFFLOAD_NONE] = "none",
+                                          [OFFLOAD_ACTIVATIONS] = "activations",
+                                          [OFFLOAD_AUTO] = "auto"};
     static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                                [KERNELS_ONEDNN] = "onednn"};
     static const char *const cpu_layout[] = {[LAYOUT_BLOCKED] = "blocked", [LAYOUT_PLAIN] = "plain"};
@@ -365,6 +378,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_VIRT: p->virt = (int)parse_count(opt, val, 64); break;
     case OPT_SPLIT: p->split = val; break;
     case OPT_RECOMPUTE: p->recompute = (RecomputeKind)pick(opt, val, recompute, 3); break;
+    case OPT_OFFLOAD: p->offload = (OffloadKind)pick(opt, val, offload, OFFLOAD_COUNT); break;
     case OPT_OBJECTIVE: p->objective = (Objective)pick(opt, val, objective, 2); break;
     case OPT_TRACE: p->trace = val; break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
@@ -472,6 +486,8 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
     o->pipe.micro_given = given[OPT_MICRO];
     if (!given[OPT_VIRT])
         o->pipe.virt = 2;
+    if (!given[OPT_OFFLOAD])
+        o->pipe.offload = OFFLOAD_AUTO;
     if (o->pipe.virt < 1)
         usage_error("--virtual-stages must be at least 1%s", "");
     if (o->tf32 && !o->gpus && !(o->pipe.devices && strstr(o->pipe.devices, "cuda")))

@@ -371,6 +371,8 @@ typedef struct TrainOptions {
 typedef enum { SCHED_AUTO, SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } SchedKind;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_AUTO, RECOMPUTE_ALL } RecomputeKind;
 typedef enum { OBJECTIVE_TIME, OBJECTIVE_MEMORY } Objective;
+/* --offload; auto (the default): activations, only when nothing fits without */
+typedef enum { OFFLOAD_NONE, OFFLOAD_ACTIVATIONS, OFFLOAD_AUTO, OFFLOAD_COUNT } OffloadKind;
 
 /* How the step is spread over devices (see docs/pipeline.md). */
 typedef struct PipeOptions {
@@ -382,6 +384,8 @@ typedef struct PipeOptions {
     const char *split;         /* --split=node,node: cut after these nodes */
     const int *cuts;           /* pipeline.c's refinement: the stages' first units, [S+1] */
     RecomputeKind recompute;
+    OffloadKind offload;       /* --offload: activations kept for the backward pass wait
+                                  in host memory (plan.c) */
     Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
     bool micro_given;          /* --microbatches was given (else auto may choose) */
@@ -849,7 +853,20 @@ typedef struct Buf {
     bool received;             /* written by copies from the home stage */
     bool acc;                  /* a parameter's gradient summed over micro-batches */
     bool turns;                /* takes turns with other buffers for its memory (share.c) */
+    bool host;                 /* in the device's host arena: an offloaded value */
+    int from;                  /* the buffer copies fill this one from, -1 if none */
 } Buf;
+
+/* An activation offloaded (--offload): its stage's forward writes it to
+ * `dev` on the device; a copy takes each micro-batch to `host` while the
+ * device's next action runs, and another brings it to `fetched` while the
+ * action before its backward runs; the backward reads `fetched`. */
+typedef struct Offload {
+    uint32_t value;
+    int stage, dev, host, fetched;    /* buffers */
+    int *out_during, *in_during;      /* [M]: the action of the device's sequence that
+                                         each micro-batch's copy out, and back, overlaps */
+} Offload;
 
 typedef enum { OPK_RUN, OPK_COPY } OpKind;
 
@@ -877,6 +894,11 @@ typedef struct Plan {
     int nbufs;
     int *buf_of;               /* [nvalues * nstages]: buffer index, -1 if none */
     int *acc_of;               /* [nvalues]: gradient accumulator of a parameter, -1 */
+    Offload *offl;             /* the offloaded activations (--offload) */
+    int noffl;
+    int *fetch_of;             /* [nvalues * nstages]: the fetched buffer a backward
+                                  reads, -1 if the value is not offloaded */
+    size_t *host_bytes;        /* [ndev]: each device's host arena */
     uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
     int *nnodes;
     const struct Fusion *fu;   /* the chains that run as one kernel (fuse.c) */
@@ -909,6 +931,11 @@ void plan_workspace(Plan *p);
 void plan_ops(Plan *p);
 void plan_order(Plan *p);
 int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has none */
+/* The buffer an action of kind `kind` of the stage reads v from: the
+ * fetched copy of an offloaded value in the backward pass, else plan_buf. */
+int plan_read(const Plan *p, uint32_t v, int stage, int kind);
+/* The copy ops of buffer b are offload copies (to or from a host buffer). */
+bool plan_offload_copy(const Plan *p, int b);
 
 /* share.c: what a device's compute stream reads and writes, in order: fn
  * gets each buffer, micro-batch and position, and the node. */
@@ -952,6 +979,13 @@ void dump_fusion(const Graph *g, const Plan *p, const Fusion *f, FILE *out);  /*
  * layout (nChw16c or nChw8c) between the ops that can read and write it:
  * none under --infer or --cpu-layout=plain. */
 bool *layout_blocked(const Plan *p, const Options *o, Arena *a);
+
+/* ----------------------------------------------- parallel/offload.c */
+
+/* The activations --offload=activations sends to host memory, with the
+ * windows of their copies (buffers host and fetched still -1: plan.c
+ * makes them); NULL and *n = 0 when none. */
+Offload *offload_choose(const Plan *p, const Options *o, Arena *a, int *n);
 
 /* --------------------------------------------------- parallel/sim.c */
 

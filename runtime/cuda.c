@@ -618,6 +618,8 @@ static void mprt_gpu_memcpy_async(int stream, void *dst, const void *src, size_t
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
     if (to < 0)
         MPRT_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, mprt_cu_streams[stream]));
+    else if (mprt_cu_owner(src) < 0)   /* back from the host arena (--offload) */
+        MPRT_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, mprt_cu_streams[stream]));
     else if (mprt_cu_direct[from * mprt_cu_ndev + to])
         MPRT_CUDA(cudaMemcpyPeerAsync(dst, mprt_cu_devs[to].ordinal, src,
                                       mprt_cu_devs[from].ordinal, n, mprt_cu_streams[stream]));
@@ -724,7 +726,8 @@ static unsigned char *mprt_gpu_arena_alloc(int dev, const char *name, size_t n)
         cudaMemGetInfo(&free_b, &total);
         fprintf(stderr, "train: error: out of memory on %s (GPU %d): its arena, every buffer "
                 "of its stages, needs %.1f MB (the memory plan's peak) and %.1f MB of %.1f MB "
-                "are free; try mpcc --recompute=auto, more devices (-gpus N) or a smaller "
+                "are free; try mpcc --recompute=auto, --offload=activations, more devices "
+                "(-gpus N) or a smaller "
                 "-batch (mpcc --dump=memory shows what the arena holds)\n", name, mprt_cu->ordinal, (double)n / 1e6, (double)free_b / 1e6,
                 (double)total / 1e6);
         exit(1);
@@ -752,6 +755,27 @@ static void mprt_gpu_arena_free(int dev, unsigned char *p)
 {
     mprt_cu_use(dev);
     cudaFree(p);
+}
+
+/* A GPU's host arena is pinned, so its copies run asynchronously. */
+static unsigned char *mprt_gpu_host_alloc(int dev, const char *name, size_t n)
+{
+    void *p = NULL;
+    mprt_cu_use(dev);
+    if (cudaHostAlloc(&p, n ? n : 1, cudaHostAllocPortable) != cudaSuccess) {
+        fprintf(stderr, "train: error: out of pinned host memory: %s's host arena for "
+                "offloaded activations needs %.1f MB; try mpcc --offload=none or a smaller "
+                "-batch\n", name, (double)n / 1e6);
+        exit(1);
+    }
+    memset(p, 0, n ? n : 1);
+    return p;
+}
+
+static void mprt_gpu_host_free(int dev, unsigned char *p)
+{
+    (void)dev;
+    cudaFreeHost(p);
 }
 
 static void mprt_gpu_dev_write(int dev, void *dst, const void *src, size_t n)
@@ -878,6 +902,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .dev_scratch = mprt_gpu_dev_scratch, .dev_zero = mprt_gpu_dev_zero,
     .dev_extra = mprt_gpu_dev_extra,
     .arena_alloc = mprt_gpu_arena_alloc, .arena_free = mprt_gpu_arena_free,
+    .host_alloc = mprt_gpu_host_alloc, .host_free = mprt_gpu_host_free,
     .dev_write = mprt_gpu_dev_write, .dev_read = mprt_gpu_dev_read, .dev_hold = mprt_gpu_dev_hold,
     .dev_unhold = mprt_gpu_dev_unhold, .dev_stage = mprt_gpu_dev_stage,
     .dev_commit = mprt_gpu_dev_commit, .keep_loss = mprt_gpu_keep_loss,

@@ -156,6 +156,16 @@ static void mprt_mx_arena_free(int dev, unsigned char *p)
         cudaFreeHost(p);
 }
 
+static unsigned char *mprt_mx_host_alloc(int dev, const char *name, size_t n)
+{
+    return mprt_mx_dev(dev)->host_alloc(dev, name, n);
+}
+
+static void mprt_mx_host_free(int dev, unsigned char *p)
+{
+    mprt_mx_dev(dev)->host_free(dev, p);
+}
+
 static void mprt_mx_dev_write(int dev, void *dst, const void *src, size_t n)
 {
     mprt_mx_dev(dev)->dev_write(dev, dst, src, n);
@@ -205,6 +215,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_mixed_ops = {
     .wait_event = mprt_mx_wait_event, .record_event = mprt_mx_record_event,
     .dev_scratch = mprt_mx_dev_scratch, .dev_zero = mprt_mx_dev_zero,
     .arena_alloc = mprt_mx_arena_alloc, .arena_free = mprt_mx_arena_free,
+    .host_alloc = mprt_mx_host_alloc, .host_free = mprt_mx_host_free,
     .dev_write = mprt_mx_dev_write, .dev_read = mprt_mx_dev_read, .dev_hold = mprt_mx_dev_hold,
     .dev_unhold = mprt_mx_dev_unhold, .dev_stage = mprt_mx_dev_stage,
     .dev_commit = mprt_mx_dev_commit, .keep_loss = mprt_mx_keep_loss,

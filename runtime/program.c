@@ -22,6 +22,7 @@ MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops-
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
+MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: offloaded activations */
 static const char *mprt_program = "train";   /* the program's name in errors */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)

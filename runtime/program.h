@@ -31,6 +31,9 @@ typedef struct MprtDeviceOps {
     void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
     unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
     void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
+    /* a device's host arena (--offload): where its copies reach it fastest */
+    unsigned char *(*host_alloc)(int dev, const char *name, size_t n);
+    void (*host_free)(int dev, unsigned char *p);
     void (*dev_write)(int dev, void *dst, const void *src, size_t n);
     const void *(*dev_read)(int dev, const void *src, size_t n, int k);
     const void *(*dev_hold)(int dev, const void *src, size_t n);

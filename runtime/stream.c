@@ -277,6 +277,20 @@ static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
 
 static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p); }
 
+/* A CPU device's host arena is more of the host's memory. */
+static unsigned char *mprt_cpu_host_alloc(int dev, const char *name, size_t n)
+{
+    (void)dev;
+    unsigned char *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "train: error: out of memory: %s's host arena for offloaded "
+                "activations needs %zu bytes; try mpcc --offload=none or a smaller -batch\n",
+                name, n);
+        exit(1);
+    }
+    return p;
+}
+
 /* Host data into a device buffer, and back; a device's bytes to zero. */
 static void mprt_cpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
@@ -333,6 +347,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
     .wait_event = mprt_cpu_wait_event, .record_event = mprt_cpu_record_event,
     .dev_scratch = mprt_cpu_dev_scratch, .dev_zero = mprt_cpu_dev_zero,
     .arena_alloc = mprt_cpu_arena_alloc, .arena_free = mprt_cpu_arena_free,
+    .host_alloc = mprt_cpu_host_alloc, .host_free = mprt_cpu_arena_free,
     .dev_write = mprt_cpu_dev_write, .dev_read = mprt_cpu_dev_read, .dev_hold = mprt_cpu_dev_hold,
     .dev_unhold = mprt_cpu_dev_unhold, .dev_stage = mprt_cpu_dev_stage,
     .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,

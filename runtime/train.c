@@ -368,9 +368,14 @@ static void mprt_start_devices(const MprtModel *m)
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);
     mprt_size_arenas(m);
+    mprt_host_arenas = calloc((size_t)m->ndev, sizeof *mprt_host_arenas);
+    if (!mprt_host_arenas)
+        mprt_die("out of memory");
     for (int d = 0; d < m->ndev; d++) {
         mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], mprt_arena_bytes[d]);
         mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], mprt_work_bytes[d]);
+        if (m->host_bytes[d])
+            mprt_host_arenas[d] = mprt_ops->host_alloc(d, m->device_names[d], m->host_bytes[d]);
     }
     if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
@@ -383,6 +388,8 @@ static void mprt_report_devices(const MprtModel *m)
     for (int d = 0; d < m->ndev; d++) {
         int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
+        if (m->host_bytes[d])
+            fprintf(stderr, " + %.1f MB host (offloaded)", (double)m->host_bytes[d] / 1e6);
         if (t > 0)
             fprintf(stderr, " (%d thread%s)", t, t > 1 ? "s" : "");
     }
@@ -607,9 +614,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(plot.train);
     free(plot.eval);
     free(rows);
-    for (int d = 0; d < m->ndev; d++)
+    for (int d = 0; d < m->ndev; d++) {
         mprt_ops->arena_free(d, mprt_arenas[d]);
+        if (mprt_host_arenas[d])
+            mprt_ops->host_free(d, mprt_host_arenas[d]);
+    }
     free(mprt_arenas);
+    free(mprt_host_arenas);
     free(mprt_arena_bytes);
     free(mprt_work_bytes);
     return 0;

@@ -16,6 +16,7 @@ typedef struct MprtModel {
     const size_t *arena_bytes;          /* [ndev] */
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
+    const size_t *host_bytes;           /* [ndev]: host arenas, offloaded activations */
     const char *const *device_names;    /* [ndev] */
     const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
                                            step, by which the CPU devices share the cores

@@ -41,6 +41,7 @@ typedef struct CG {
     const Plan *plan;
     FILE *out;
     int stage;            /* the stage whose function is being written */
+    int kind;             /* and its ActKind: a backward reads offloaded values' fetched copies */
     uint32_t *profiled;   /* the nodes in the order of their --profile slots */
     int nprofiled;
     bool recomputing;     /* writing a forward node again inside a backward */
@@ -194,13 +195,15 @@ static const char *ctype(DType t)
 }
 
 /* A buffer's address in a function of the micro-batch mb: A1 + 4096, or
- * A1 + 4096 + (size_t)(mb % 3) * 8192 with a slot per micro-batch. */
+ * A1 + 4096 + (size_t)(mb % 3) * 8192 with a slot per micro-batch; H1 for
+ * device 1's host arena. */
 static const char *addr(CG *cg, int b)
 {
     const Buf *bf = &cg->plan->bufs[b];
+    char arena = bf->host ? 'H' : 'A';
     if (bf->slots == 1)
-        return arena_printf(cg->g->arena, "A%d + %zu", bf->dev, bf->offset);
-    return arena_printf(cg->g->arena, "A%d + %zu + (size_t)(mb %% %d) * %zu", bf->dev,
+        return arena_printf(cg->g->arena, "%c%d + %zu", arena, bf->dev, bf->offset);
+    return arena_printf(cg->g->arena, "%c%d + %zu + (size_t)(mb %% %d) * %zu", arena, bf->dev,
                         bf->offset, bf->slots, bf->bytes);
 }
 
@@ -208,7 +211,7 @@ static const char *addr(CG *cg, int b)
 static const char *slot_addr(CG *cg, int b, int mb)
 {
     const Buf *bf = &cg->plan->bufs[b];
-    return arena_printf(cg->g->arena, "A%d + %zu", bf->dev,
+    return arena_printf(cg->g->arena, "%c%d + %zu", bf->host ? 'H' : 'A', bf->dev,
                         bf->offset + (size_t)(mb % bf->slots) * bf->bytes);
 }
 
@@ -231,7 +234,8 @@ static const char *const reserved_names[] = {
     "struct", "switch", "thread_local", "true", "typedef", "typeof", "typeof_unqual", "union",
     "unsigned", "void", "volatile", "while",
     "mb", "chain", "logp", "scale", "lr", "step", "main", "model", "buffers", "prof_nodes",
-    "op_info", "arena_bytes", "work_offset", "work_bytes", "device_names", "zero_state",
+    "op_info", "arena_bytes", "host_bytes", "work_offset", "work_bytes", "device_names",
+    "zero_state",
     "run_step", "eval_forward",
     "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
     "offsetof", "math_errhandling", "st_atime", "st_mtime", "st_ctime", "sa_handler",
@@ -381,7 +385,7 @@ static int local_mark(const char *p, const char **next)
 /* A buffer of the current stage, by its local's name. */
 static const char *buf(CG *cg, uint32_t v)
 {
-    int b = plan_buf(cg->plan, v, cg->stage);
+    int b = plan_read(cg->plan, v, cg->stage, cg->kind);
     MPCC_ASSERT(b >= 0);
     return local_buf(cg, b);
 }
@@ -410,6 +414,8 @@ static const char *local_note(CG *cg, const Buf *bf)
         s = arena_printf(a, "%s, the sum over the micro-batches", s);
     else if (bf->received)
         s = arena_printf(a, "%s, from stage %d", s, cg->plan->st->home[bf->value]);
+    else if (bf->from >= 0)
+        s = arena_printf(a, "%s, back from host memory", s);
     if (bf->slots > 1)
         s = arena_printf(a, "%s, slot mb %% %d", s, bf->slots);
     return s;
@@ -2448,6 +2454,8 @@ static void emit_header(CG *cg, const char *hash)
         emit(cg, "; memory plan %zu bytes", p->arena_bytes[d]);
         if (p->work_bytes[d])
             emit(cg, " (%zu of them kernel scratch)", p->work_bytes[d]);
+        if (p->host_bytes[d])
+            emit(cg, "; host arena %zu bytes (offloaded activations)", p->host_bytes[d]);
         emit(cg, "\n");
     }
     emit(cg, " * build:    %s\n */\n", build_line(cg));
@@ -2874,6 +2882,9 @@ static void emit_devices(CG *cg)
         if (p->work_bytes[d])
             emit(cg, "#define W%d ((float *)(A%d + %zu))   /* scratch, %zu bytes */\n", d, d,
                  p->work_offset[d], p->work_bytes[d]);
+        if (p->host_bytes[d])
+            emit(cg, "#define H%d (mprt_host_arenas[%d])   /* %s's host arena: offloaded "
+                 "activations */\n", d, d, p->ds->d[d].name);
     }
 }
 
@@ -3054,6 +3065,7 @@ static void emit_action(CG *cg, int stage, int kind)
 {
     const Plan *p = cg->plan;
     cg->stage = stage;
+    cg->kind = kind;
     Function f = begin_function(cg);
     emit_action_body(cg, kind);
     end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- stage %d on %s: %s --- */\n"
@@ -3114,6 +3126,10 @@ static const char *event_ident(CG *cg, const PlanOp *op, const char *const *take
     else if (op->kind == OPK_RUN)
         base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
                             op->act.mb);
+    else if (plan_offload_copy(p, op->dst))
+        base = arena_printf(cg->g->arena, "EV_%s_S%d_MB%d",
+                            p->bufs[op->dst].host ? "OFFLOAD" : "FETCH", p->bufs[op->dst].stage,
+                            op->mb);
     else
         base = arena_printf(cg->g->arena, "EV_COPY_S%d_S%d_MB%d", p->bufs[op->src].stage,
                             p->bufs[op->dst].stage, op->mb);
@@ -3167,10 +3183,13 @@ static void emit_op(CG *cg, int i, const char *const *ev)
              act_names[op->act.kind], op->act.mb, i);
     } else {
         const Buf *dst = &p->bufs[op->dst];
-        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' mb %d to stage %d */\n",
+        const char *to = plan_offload_copy(p, op->dst)
+                             ? (dst->host ? "to host memory" : "back from host memory")
+                             : arena_printf(cg->g->arena, "to stage %d", dst->stage);
+        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' mb %d %s */\n",
              stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb), dst->bytes, i,
              stream_name(cg, op->stream),
-             comment_text(cg, cg->g->values[dst->value].name), op->mb, dst->stage);
+             comment_text(cg, cg->g->values[dst->value].name), op->mb, to);
     }
     if (op->event >= 0)
         emit(cg, "    mprt_record_event(%s, %s);\n", stream, ev[op->event]);
@@ -3210,6 +3229,10 @@ static void emit_op_table(CG *cg)
         if (op->kind == OPK_RUN)
             emit(cg, "    {%d, \"%s s%d mb%d\", -1},\n", op->stream, act_names[op->act.kind],
                  op->act.stage, op->act.mb);
+        else if (plan_offload_copy(p, op->dst))
+            emit(cg, "    {%d, \"%s mb%d s%d\", %d},\n", op->stream,
+                 p->bufs[op->dst].host ? "offload" : "fetch", op->mb, p->bufs[op->dst].stage,
+                 p->bufs[op->dst].dev);
         else
             emit(cg, "    {%d, \"copy mb%d s%d to s%d\", %d},\n", op->stream, op->mb,
                  p->bufs[op->src].stage, p->bufs[op->dst].stage, p->bufs[op->dst].dev);
@@ -3379,6 +3402,9 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "};\n\nstatic const size_t arena_bytes[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%zu", d ? ", " : "", p->arena_bytes[d]);
+    emit(cg, "};\nstatic const size_t host_bytes[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%zu", d ? ", " : "", p->host_bytes[d]);
     emit(cg, "};\nstatic const size_t work_offset[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%zu", d ? ", " : "", p->work_offset[d]);
@@ -3400,6 +3426,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          "    .batch = %lld, .microbatches = %d, .schedule = \"%s\", .lr = %.9g,\n"
          "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
          "    .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,\n"
+         "    .host_bytes = host_bytes,\n"
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
          MPCC_VERSION, c_string(cg, g->file), hash, c_string(cg, weights),

@@ -6,18 +6,20 @@
  * host reads (outputs, the loss), and the buffers that take turns (their
  * shared stretch; what they would take apart is said beside it); then the
  * kernels' scratch. The rows add up to the arena, the figure the trainer
- * allocates. The largest buffers of each device follow.
+ * allocates. With --offload, the device's host arena follows: the
+ * offloaded activations, a slot per micro-batch. The largest buffers of
+ * each device follow.
  */
 #include "mpcc.h"
 
 #include <stdlib.h>
 
-enum { M_PARAM, M_GRAD, M_GRAD_SUM, M_STATE, M_CONST, M_INPUT, M_COPY, M_HOST, M_TURNS,
-       M_SCRATCH, M_ROWS };
+enum { M_PARAM, M_GRAD, M_GRAD_SUM, M_STATE, M_CONST, M_INPUT, M_COPY, M_FETCHED, M_HOST,
+       M_TURNS, M_SCRATCH, M_ROWS };
 
 static const char *const row_names[M_ROWS] = {
     "parameters", "gradients", "gradient sums", "optimizer state", "constants", "inputs",
-    "copies in and out", "read by the host", "taking turns", "kernel scratch",
+    "copies in and out", "back from host", "read by the host", "taking turns", "kernel scratch",
 };
 
 static bool is_gradient(const Graph *g, uint32_t v)
@@ -49,6 +51,8 @@ static int row_of(const Plan *p, const Buf *bf)
     }
     if (bf->received || plan_sent(p, bf))
         return M_COPY;
+    if (bf->from >= 0)
+        return M_FETCHED;
     return is_gradient(p->g, bf->value) ? M_GRAD : M_HOST;
 }
 
@@ -66,7 +70,7 @@ static void device_rows(const Plan *p, int d, FILE *out)
 {
     size_t rows[M_ROWS] = {0}, total = 0;
     for (int b = 0; b < p->nbufs; b++)
-        if (p->bufs[b].dev == d && !p->bufs[b].turns)
+        if (p->bufs[b].dev == d && !p->bufs[b].turns && !p->bufs[b].host)
             rows[row_of(p, &p->bufs[b])] += block(&p->bufs[b]);
     rows[M_TURNS] = p->shared_bytes[d];
     rows[M_SCRATCH] = p->work_bytes[d];
@@ -82,6 +86,9 @@ static void device_rows(const Plan *p, int d, FILE *out)
     }
     MPCC_ASSERT(total == p->arena_bytes[d]);
     fprintf(out, "  %-18s %12.2f MB\n", "arena", mb(total));
+    if (p->host_bytes[d])
+        fprintf(out, "  %-18s %12.2f MB   (offloaded activations, a slot per micro-batch)\n",
+                "host arena", mb(p->host_bytes[d]));
 }
 
 /* The device's n largest buffers, by what each takes apart. */
@@ -90,7 +97,7 @@ static void largest(const Plan *p, int d, int n, FILE *out)
     Sized *big = arena_array(p->g->arena, (size_t)p->nbufs + 1, sizeof(Sized));
     int k = 0;
     for (int b = 0; b < p->nbufs; b++)
-        if (p->bufs[b].dev == d)
+        if (p->bufs[b].dev == d && !p->bufs[b].host)
             big[k++] = (Sized){block(&p->bufs[b]), b};
     qsort(big, (size_t)k, sizeof(Sized), sized_largest_first);
     fprintf(out, "  largest buffers:\n");

@@ -39,8 +39,8 @@ static void set_recompute(Stages *st, int s)
 static const char *over_memory(Arena *a, const Plan *p, const Devices *ds, int d)
 {
     return arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
-                        "devices, lower -batch or raise --microbatches (--dump=memory shows what "
-                        "it holds)", (double)p->arena_bytes[d] / 1e6, ds->d[d].name,
+                        "devices, lower -batch, raise --microbatches or try --recompute=auto or "
+                        "--offload=activations (--dump=memory shows what it holds)", (double)p->arena_bytes[d] / 1e6, ds->d[d].name,
                         (double)ds->d[d].prof.memory / 1e6);
 }
 
@@ -280,6 +280,29 @@ static void idle_devices(const Pipeline *pl, const Options *o, double most, doub
         explain_idle(pl, o, who, count);
 }
 
+/* --offload: per device, what goes to host memory and what its copies
+ * cost a step on the host link. */
+static void report_offload(const Plan *p)
+{
+    for (int d = 0; d < p->sc->ndev; d++) {
+        int n = 0;
+        double bytes = 0, secs = 0;
+        for (int i = 0; i < p->noffl; i++)
+            if (p->bufs[p->offl[i].dev].dev == d) {
+                n++;
+                bytes += (double)p->bufs[p->offl[i].dev].bytes;
+            }
+        for (int i = 0; i < p->nops; i++)
+            if (p->ops[i].kind == OPK_COPY && p->ops[i].dev == d &&
+                plan_offload_copy(p, p->ops[i].dst))
+                secs += p->ops[i].time;
+        if (n)
+            fprintf(stderr, "mpcc:   %-8s offload: %d activation(s), %.1f MB a micro-batch, "
+                    "wait in a %.1f MB host arena; copies out and back take %.4g s a step\n",
+                    p->ds->d[d].name, n, bytes / 1e6, (double)p->host_bytes[d] / 1e6, secs);
+    }
+}
+
 static void report(const Pipeline *pl, const Options *o)
 {
     const Plan *p = pl->plan;
@@ -293,6 +316,12 @@ static void report(const Pipeline *pl, const Options *o)
         most = p->busy[d] > most ? p->busy[d] : most;
         total += p->busy[d];
     }
+    report_offload(p);
+    if (o->pipe.offload == OFFLOAD_ACTIVATIONS && !p->noffl)
+        fprintf(stderr, "mpcc: note: --offload=activations: the plan chosen offloads nothing: "
+                "no device runs an action between a stage's forward and the action before "
+                "its backward (try --schedule=interleaved with --virtual-stages=3 or more, or more "
+                "micro-batches)\n");
     if (most > 0 && o->pipe.objective == OBJECTIVE_TIME && !o->pipe.split)
         idle_devices(pl, o, most, total);
 }
@@ -358,16 +387,16 @@ static Pipeline *refine(Arena *a, const Passes *ps, const Devices *ds, const Mea
 /* Plans every candidate; one that cannot run says why, and when none can,
  * the reason of the last one planned (the most micro-batches; 1F1B under
  * --schedule=auto) is the error. */
-Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
+/* Every candidate schedule and micro-batch count: the best that fits, or
+ * NULL with the last one's reason in *last. */
+static Pipeline *search(Arena *a, const Options *o, const Passes *ps, const Devices *dsp,
+                        const Measured *measured, Reject *last)
 {
-    Devices ds = devices_resolve(a, o);
-    check_options(o);
-    const Measured *measured = measured_load(a, o->pipe.measured);
+    Devices ds = *dsp;
     SchedKind kinds[4];
     int counts[16];
     int nk = candidate_kinds(o, ds.n, kinds), nm = candidate_counts(o, ds.n, measured, counts);
     Pipeline *best = NULL;
-    Reject last = {0};
     Tried *tried = arena_array(a, (size_t)(nm * nk), sizeof *tried);
     int ntried = 0;
     for (int j = 0; j < nm; j++) {
@@ -379,16 +408,39 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
                                     &rej);
             tried[ntried++] = (Tried){kinds[i], counts[j], pl ? pl->plan->step_time : 0};
             if (!pl && j == nm - 1 && i == (nk > 1))
-                last = rej;
+                *last = rej;
             if (pl && (!best || better(pl, best, o->pipe.objective)))
                 best = pl;
         }
     }
     if (!best)
-        error_reject(&last);
+        return NULL;
     if (!o->pipe.split && best->st->n > 1 && o->pipe.objective == OBJECTIVE_TIME)
         best = refine(a, ps, &ds, measured, best);
     best->tried = tried, best->ntried = ntried;
+    return best;
+}
+
+Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
+{
+    Devices ds = devices_resolve(a, o);
+    check_options(o);
+    const Measured *measured = measured_load(a, o->pipe.measured);
+    Reject last = {0};
+    Pipeline *best = search(a, o, ps, &ds, measured, &last);
+    Options off = *o;
+    if (!best && o->pipe.offload == OFFLOAD_AUTO && !o->infer) {
+        off.pipe.offload = OFFLOAD_ACTIVATIONS;   /* nothing fits: try host memory */
+        Reject first = last;
+        best = search(a, &off, ps, &ds, measured, &last);
+        if (!best)
+            error_reject(&first);
+        fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps "
+                "activations in host memory (--offload=none to refuse)\n");
+        o = &off;
+    }
+    if (!best)
+        error_reject(&last);
     report(best, o);
     return best;
 }

@@ -35,6 +35,7 @@ typedef struct PlanBuild {
     int *run_op;                 /* [act_key]: its op */
     int *copy_op;                /* [nbufs * M] */
     bool *sent;                  /* [nbufs]: a home buffer some stage receives */
+    int *host_of;                /* [nbufs]: the host buffer an offloaded one goes to, -1 */
     bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
     int cap_bufs, cap_ops;
 } PB;   /* what the entry points below share, kept in Plan.build */
@@ -85,7 +86,7 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
     size_t bytes = (size_t)shape_numel(&val->shape) * dtype_size(val->dtype);
     p->bufs[p->nbufs] = (Buf){.value = v, .stage = stage, .dev = b->st->dev[stage],
                              .slots = 1, .bytes = round64(bytes ? bytes : 1),
-                             .received = received};
+                             .received = received, .from = -1};
     return p->nbufs++;
 }
 
@@ -118,8 +119,9 @@ static int ensure_buf(PB *b, uint32_t v, int stage)
         *slot = new_buf(b, v, stage, false);
         return *slot;
     }
-    ensure_buf(b, v, home);
+    int src = ensure_buf(b, v, home);
     *slot = new_buf(b, v, stage, true);
+    p->bufs[*slot].from = src;
     return *slot;
 }
 
@@ -151,6 +153,34 @@ static void make_bufs(PB *b)
             p->bufs[p->acc_of[v]].acc = true;
         }
     }
+}
+
+/* --offload: each chosen activation's host buffer and the fetched copy
+ * its stage's backward reads (offload.c chose them). */
+static void make_offload(PB *b, const Options *o)
+{
+    Plan *p = b->p;
+    p->fetch_of = arena_array(b->a, (size_t)b->g->nvalues * b->S, sizeof(int));
+    memset(p->fetch_of, 0xff, (size_t)b->g->nvalues * b->S * sizeof(int));
+    p->offl = offload_choose(p, o, b->a, &p->noffl);
+    for (int i = 0; i < p->noffl; i++) {
+        Offload *f = &p->offl[i];
+        f->host = new_buf(b, f->value, f->stage, false);
+        p->bufs[f->host].host = true;
+        p->bufs[f->host].from = f->dev;
+        f->fetched = new_buf(b, f->value, f->stage, false);
+        p->bufs[f->fetched].from = f->host;
+        p->fetch_of[(size_t)f->value * b->S + f->stage] = f->fetched;
+    }
+    b->host_of = arena_array(b->a, (size_t)p->nbufs, sizeof(int));
+    memset(b->host_of, 0xff, (size_t)p->nbufs * sizeof(int));
+    for (int i = 0; i < p->noffl; i++)
+        b->host_of[p->offl[i].dev] = p->offl[i].host;
+}
+
+static void mark_sent(PB *b)
+{
+    Plan *p = b->p;
     b->sent = arena_array(b->a, (size_t)p->nbufs, sizeof(bool));
     for (int i = 0; i < p->nbufs; i++)
         if (p->bufs[i].received)
@@ -160,6 +190,18 @@ static void make_bufs(PB *b)
 int plan_buf(const Plan *p, uint32_t v, int stage)
 {
     return p->buf_of[(size_t)v * p->st->n + stage];
+}
+
+int plan_read(const Plan *p, uint32_t v, int stage, int kind)
+{
+    int f = kind == ACT_BWD || kind == ACT_WGRAD ? p->fetch_of[(size_t)v * p->st->n + stage] : -1;
+    return f >= 0 ? f : plan_buf(p, v, stage);
+}
+
+bool plan_offload_copy(const Plan *p, int b)
+{
+    const Buf *bf = &p->bufs[b];
+    return bf->host || (bf->from >= 0 && p->bufs[bf->from].host);
 }
 
 /* ---- micro-batch lifetimes and slots ---- */
@@ -200,7 +242,7 @@ static void touch_action(PB *b, Act a, int kind, int i)
         for (uint32_t q = 0; q < nd->nin; q++)
             if (nd->in[q] != NONE && !reads_gradient_sum(b, nd, q) &&
                 !(a.kind == ACT_FWD && rewritten(b, nd->in[q], a.stage)))
-                touch(b, plan_buf(p, nd->in[q], a.stage), a.mb, i);
+                touch(b, plan_read(p, nd->in[q], a.stage, kind), a.mb, i);
         for (uint32_t q = 0; q < nd->nout; q++)
             if (nd->out[q] != NONE && !(a.kind == ACT_FWD && rewritten(b, nd->out[q], a.stage)))
                 touch(b, plan_buf(p, nd->out[q], a.stage), a.mb, i);
@@ -223,6 +265,11 @@ static void lifetimes(PB *b)
             touch_action(b, a, a.kind, i);
             if (a.kind == ACT_BWD && b->st->recompute[a.stage])
                 touch_action(b, a, ACT_FWD, i);   /* the forward it reruns */
+        }
+    for (int i = 0; i < p->noffl; i++)   /* an offloaded value lives on through its copies */
+        for (int mb = 0; mb < b->M; mb++) {
+            touch(b, p->offl[i].dev, mb, p->offl[i].out_during[mb]);
+            touch(b, p->offl[i].fetched, mb, p->offl[i].in_during[mb]);
         }
 }
 
@@ -253,6 +300,10 @@ static void choose_slots(PB *b)
         Buf *buf = &p->bufs[i];
         if (buf->acc || !slotted(b->g, buf->value))
             continue;
+        if (buf->host) {   /* every micro-batch its own: nothing waits for a host slot */
+            buf->slots = b->M;
+            continue;
+        }
         int k = live_at_once(b, i) + (buf->received || b->sent[i]);
         if ((b->g->values[buf->value].kind == VK_INPUT && !buf->received) ||
             (b->own_slots && (buf->received || b->sent[i])))
@@ -364,10 +415,36 @@ static double copy_time(const PB *b, const Buf *src, const Buf *dst)
 {
     const Devices *ds = b->p->ds;
     double bytes = (double)dst->bytes;
+    if (src->host || dst->host) {   /* between a device and its host memory */
+        const Profile *pr = &ds->d[src->dev].prof;
+        return pr->host_latency + bytes / pr->host_bw + 1e-9;
+    }
     if (src->dev == dst->dev)
         return bytes / ds->d[src->dev].prof.bandwidth + 1e-9;
     return link_latency(ds, src->dev, dst->dev) + bytes / link_bandwidth(ds, src->dev, dst->dev) +
            1e-9;
+}
+
+/* An offloaded value's copies, out on the device's forward copy stream
+ * after its forward, and back on the backward one after the action before
+ * the window it runs in. */
+static int offload_copies(PB *b, const Offload *f, CopyKey *keys, int nk)
+{
+    Plan *p = b->p;
+    int dev = p->bufs[f->dev].dev;
+    for (int mb = 0; mb < b->M; mb++)
+        for (int back = 0; back < 2; back++) {
+            int src = back ? f->host : f->dev, dst = back ? f->fetched : f->host;
+            PlanOp op = {.kind = OPK_COPY, .dev = dev,
+                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_BWD : STREAM_SEND_FWD),
+                         .src = src, .dst = dst, .mb = mb,
+                         .time = copy_time(b, &p->bufs[src], &p->bufs[dst])};
+            int id = new_op(b, op);
+            b->copy_op[(size_t)dst * b->M + mb] = id;
+            double key = back ? f->in_during[mb] - 1 : copy_key(b, f->value, f->stage, mb);
+            keys[nk++] = (CopyKey){key, id};
+        }
+    return nk;
 }
 
 static void copy_ops(PB *b)
@@ -376,6 +453,8 @@ static void copy_ops(PB *b)
     b->copy_op = arena_array(b->a, (size_t)p->nbufs * b->M, sizeof(int));
     CopyKey *keys = arena_array(b->a, (size_t)p->nbufs * b->M + 1, sizeof(CopyKey));
     int nk = 0;
+    for (int i = 0; i < p->noffl; i++)
+        nk = offload_copies(b, &p->offl[i], keys, nk);
     for (int r = 0; r < p->nbufs; r++) {
         if (!p->bufs[r].received)
             continue;
@@ -424,12 +503,37 @@ static void copy_deps(PB *b, int r)
     }
 }
 
+/* An offloaded value's copy out waits for its forward; its copy back for
+ * the copy out and for the action before its window; the action after the
+ * copy out's window waits for it. */
+static void offload_deps(PB *b, const Offload *f)
+{
+    const Plan *p = b->p;
+    int dev = p->bufs[f->dev].dev;
+    for (int mb = 0; mb < b->M; mb++) {
+        int out = b->copy_op[(size_t)f->host * b->M + mb];
+        int in = b->copy_op[(size_t)f->fetched * b->M + mb];
+        add_dep(b, out, b->run_op[act_key(b, ACT_FWD, f->stage, mb)]);
+        add_dep(b, in, out);
+        if (f->in_during[mb] > 0) {
+            Act a = b->sc->seq[dev][f->in_during[mb] - 1];
+            add_dep(b, in, b->run_op[act_key(b, a.kind, a.stage, a.mb)]);
+        }
+        if (f->out_during[mb] + 1 < b->sc->nseq[dev]) {
+            Act a = b->sc->seq[dev][f->out_during[mb] + 1];
+            add_dep(b, b->run_op[act_key(b, a.kind, a.stage, a.mb)], out);
+        }
+    }
+}
+
 /* Before an action writes a slot, the copies reading the slot's previous
  * micro-batch must be done. */
 static void overwrite_deps(PB *b, int op, int buf, int mb)
 {
     Plan *p = b->p;
     int prev = mb - p->bufs[buf].slots;
+    if (prev >= 0 && b->host_of[buf] >= 0)
+        add_dep(b, op, b->copy_op[(size_t)b->host_of[buf] * b->M + prev]);
     if (!b->sent[buf] || prev < 0)
         return;
     uint32_t v = p->bufs[buf].value;
@@ -471,8 +575,8 @@ static void run_deps(PB *b, int op)
     for (int j = 0; j < p->nnodes[k]; j++) {
         const Node *n = &b->g->nodes[p->nodes[k][j]];
         for (uint32_t q = 0; q < n->nin; q++) {
-            int r = n->in[q] == NONE ? -1 : plan_buf(p, n->in[q], a.stage);
-            if (r >= 0 && p->bufs[r].received)
+            int r = n->in[q] == NONE ? -1 : plan_read(p, n->in[q], a.stage, a.kind);
+            if (r >= 0 && p->bufs[r].from >= 0)
                 add_dep(b, op, b->copy_op[(size_t)r * b->M + a.mb]);
         }
         for (uint32_t q = 0; q < n->nout; q++)
@@ -496,8 +600,10 @@ static void add_deps(PB *b)
 {
     Plan *p = b->p;
     for (int r = 0; r < p->nbufs; r++)
-        if (p->bufs[r].received)
+        if (p->bufs[r].received || (p->bufs[r].from >= 0 && !p->bufs[r].host))
             copy_deps(b, r);
+    for (int i = 0; i < p->noffl; i++)
+        offload_deps(b, &p->offl[i]);
     for (int i = 0; i < p->nops; i++) {
         if (p->ops[i].kind != OPK_RUN)
             continue;
@@ -593,6 +699,8 @@ Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices
     p->build = b;
     collect_nodes(b);
     make_bufs(b);
+    make_offload(b, o);
+    mark_sent(b);
     return p;
 }
 

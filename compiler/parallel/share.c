@@ -27,19 +27,21 @@
 
 /* ---- the touches of a step, in the order a device's compute stream makes them ---- */
 
-/* The buffer input k of node n reads on stage s: an update reads the sum
- * of the micro-batches' gradients when there is one (plan.c). */
-static int read_buf(const Plan *p, const Node *n, uint32_t k, int s)
+/* The buffer input k of node n reads on stage s in an action of `kind`:
+ * an update reads the sum of the micro-batches' gradients when there is
+ * one, a backward the fetched copy of an offloaded value (plan.c). */
+static int read_buf(const Plan *p, const Node *n, uint32_t k, int s, int kind)
 {
     if (n->phase == PH_UPDATE && k == 1 && p->acc_of[n->in[0]] >= 0)
         return p->acc_of[n->in[0]];
-    return plan_buf(p, n->in[k], s);
+    return plan_read(p, n->in[k], s, kind);
 }
 
 /* Node id runs (alone, or as the last node of a chain): its reads, then
  * its writes. A chain reads the inputs of all its nodes but the values
  * its own nodes compute, which are never written. */
-static void walk_node(const Plan *p, uint32_t id, Act a, int pos, TouchFn fn, void *ctx)
+static void walk_node(const Plan *p, uint32_t id, Act a, int kind, int pos, TouchFn fn,
+                      void *ctx)
 {
     const Graph *g = p->g;
     const Fusion *fu = p->fu;
@@ -48,7 +50,7 @@ static void walk_node(const Plan *p, uint32_t id, Act a, int pos, TouchFn fn, vo
         for (uint32_t k = 0; k < n->nin; k++) {
             uint32_t v = n->in[k], pn = v != NONE ? g->values[v].producer : NONE;
             if (v != NONE && !(fu && pn != NONE && fu->tail[pn] == id))
-                fn(ctx, read_buf(p, n, k, a.stage), a.mb, pos, false, m);
+                fn(ctx, read_buf(p, n, k, a.stage, kind), a.mb, pos, false, m);
         }
     }
     const Node *n = &g->nodes[id];
@@ -81,10 +83,27 @@ static void walk_action(const Plan *p, Act a, int kind, int *pos, TouchFn fn, vo
         uint32_t id = p->nodes[k][i];
         if (p->fu && p->fu->tail[id] != NONE)
             continue;   /* runs inside its chain's last node */
-        walk_node(p, id, a, (*pos)++, fn, ctx);
+        walk_node(p, id, a, kind, (*pos)++, fn, ctx);
     }
     if (kind == ACT_BWD || kind == ACT_WGRAD)
         walk_gradients(p, a, kind, (*pos)++, fn, ctx);
+}
+
+/* The copies of offloaded values whose window is action i of device dev:
+ * back ones write their fetched buffer as it starts, ones out read the
+ * device's buffer as it ends (node: the value's producer). */
+static void walk_windows(const Plan *p, int dev, int i, bool back, int *pos, TouchFn fn,
+                         void *ctx)
+{
+    for (int k = 0; k < p->noffl; k++) {
+        const Offload *f = &p->offl[k];
+        if (p->bufs[f->dev].dev != dev)
+            continue;
+        for (int mb = 0; mb < p->sc->M; mb++)
+            if ((back ? f->in_during : f->out_during)[mb] == i)
+                fn(ctx, back ? f->fetched : f->dev, mb, (*pos)++, back,
+                   p->g->values[f->value].producer);
+    }
 }
 
 void plan_walk(const Plan *p, int dev, TouchFn fn, void *ctx)
@@ -92,9 +111,11 @@ void plan_walk(const Plan *p, int dev, TouchFn fn, void *ctx)
     int pos = 0;
     for (int i = 0; i < p->sc->nseq[dev]; i++) {
         Act a = p->sc->seq[dev][i];
+        walk_windows(p, dev, i, true, &pos, fn, ctx);
         if (a.kind == ACT_BWD && p->st->recompute[a.stage])
             walk_action(p, a, ACT_FWD, &pos, fn, ctx);   /* the forward it reruns */
         walk_action(p, a, a.kind, &pos, fn, ctx);
+        walk_windows(p, dev, i, false, &pos, fn, ctx);
     }
 }
 
@@ -128,11 +149,15 @@ bool plan_sent(const Plan *p, const Buf *bf)
     return false;
 }
 
+/* An offloaded value's buffers on the device share too: their copies run
+ * inside windows of the compute stream (plan_walk), and the host's never. */
 static bool may_share(const Plan *p, int b, const bool *outside)
 {
     const Buf *bf = &p->bufs[b];
+    bool fetched = bf->from >= 0 && p->bufs[bf->from].host;
     return p->g->values[bf->value].kind == VK_ACTIVATION && !bf->received && !bf->acc &&
-           !outside[bf->value] && plan_buf(p, bf->value, bf->stage) == b && !plan_sent(p, bf);
+           !bf->host && !outside[bf->value] &&
+           (plan_buf(p, bf->value, bf->stage) == b || fetched) && !plan_sent(p, bf);
 }
 
 /* ---- lives ---- */
@@ -338,13 +363,15 @@ void plan_place(Plan *p, Arena *a)
     bool *share = arena_array(a, (size_t)p->nbufs, sizeof(bool));
     Life *life = lives(p, a, share);
     p->arena_bytes = arena_array(a, (size_t)ndev, sizeof(size_t));
+    p->host_bytes = arena_array(a, (size_t)ndev, sizeof(size_t));
     p->shared_bytes = arena_array(a, (size_t)ndev, sizeof(size_t));
     p->shared_apart = arena_array(a, (size_t)ndev, sizeof(size_t));
     for (int b = 0; b < p->nbufs; b++)
         if (!share[b]) {
             Buf *bf = &p->bufs[b];
-            bf->offset = p->arena_bytes[bf->dev];
-            p->arena_bytes[bf->dev] += block(p, b);
+            size_t *end = bf->host ? &p->host_bytes[bf->dev] : &p->arena_bytes[bf->dev];
+            bf->offset = *end;
+            *end += block(p, b);
         }
     for (int d = 0; d < ndev; d++)
         place_shared(p, life, share, d, a);

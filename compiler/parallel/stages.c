@@ -457,7 +457,8 @@ static PartProblem make_problem(Build *b, SchedKind kind, int M, const Exclusion
     int *infl = arena_array(b->g->arena, (size_t)st->n, sizeof(int));
     int64_t *cap = arena_array(b->g->arena, (size_t)st->n, sizeof(int64_t));
     for (int s = 0; s < st->n; s++) {
-        infl[s] = inflight(kind, s, st->n, M);
+        /* offloaded, what a stage keeps may leave the device: no bound */
+        infl[s] = b->o->pipe.offload == OFFLOAD_ACTIVATIONS ? 0 : inflight(kind, s, st->n, M);
         cap[s] = b->ds->d[st->dev[s]].prof.memory / stages_on(st, st->dev[s]);
     }
     p.inflight = infl;
@@ -528,7 +529,8 @@ static bool report_infeasible(Build *b, const PartResult *r)
     const Device *d = &b->ds->d[b->st->dev[r->worst_stage]];
     return reject_file(b->g->arena, b->rej, b->g->file, "the model does not fit: at best, "
                        "stage %d needs at least %.1f MB on %s, which has %.1f MB for it; add "
-                       "devices, lower -batch, raise --microbatches or use --recompute",
+                       "devices, lower -batch, raise --microbatches, or use --recompute or "
+                       "--offload=activations",
                        r->worst_stage, (double)r->worst_need / 1e6, d->name,
                        (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) /
                        1e6);

@@ -10,7 +10,11 @@
  *     slot's next micro-batch) before the copy has ended, and its
  *     destination slot is not refilled before its readers are done;
  *   - with --clip-norm, every update happens after every action that
- *     finishes a gradient (the norm reads them all).
+ *     finishes a gradient (the norm reads them all);
+ *   - an offloaded value's copy out of micro-batch mb ends before the
+ *     action after its window starts, and its copy back starts after the
+ *     action before its window ends (share.c lets the actions outside the
+ *     windows use the memory).
  * A failure is a bug in mpcc, reported as an internal error naming the
  * operations.
  */
@@ -73,9 +77,13 @@ const char *plan_describe_op(const Plan *p, int i)
     if (op->kind == OPK_RUN)
         return arena_printf(p->g->arena, "#%d %s of stage %d, micro-batch %d", i,
                             kinds[op->act.kind], op->act.stage, op->act.mb);
+    const Buf *dst = &p->bufs[op->dst];
+    if (plan_offload_copy(p, op->dst))
+        return arena_printf(p->g->arena, "#%d copy of '%s' %s host memory, micro-batch %d", i,
+                            p->g->values[dst->value].name, dst->host ? "to" : "back from",
+                            op->mb);
     return arena_printf(p->g->arena, "#%d copy of '%s' to stage %d, micro-batch %d", i,
-                        p->g->values[p->bufs[op->dst].value].name, p->bufs[op->dst].stage,
-                        op->mb);
+                        p->g->values[dst->value].name, dst->stage, op->mb);
 }
 
 static _Noreturn void fail(const Plan *p, const char *what, int a, int b)
@@ -93,7 +101,8 @@ static bool run_touches(const Plan *p, const PlanOp *op, int buf, bool write)
         const uint32_t *vals = write ? n->out : n->in;
         uint32_t nv = write ? n->nout : n->nin;
         for (uint32_t q = 0; q < nv; q++)
-            if (vals[q] != NONE && plan_buf(p, vals[q], op->act.stage) == buf)
+            if (vals[q] != NONE && (write ? plan_buf(p, vals[q], op->act.stage)
+                                          : plan_read(p, vals[q], op->act.stage, op->act.kind)) == buf)
                 return true;
     }
     return false;
@@ -136,7 +145,7 @@ static void check_copy(const VC *vc, int c)
          * wait for the readers of mb - slots */
         if (same_stage_dst && (run_touches(p, op, cp->dst, false) || recompute_touches(p, op, cp->dst, false))) {
             if (op->act.mb == cp->mb && !before(vc, c, i))
-                fail(p, "an action may read a received buffer before the copy fills it",
+                fail(p, "an action may read a copied buffer before the copy fills it",
                      c, i);
             if (op->act.mb == cp->mb - dst_slots && !before(vc, i, c))
                 fail(p, "a copy may refill a slot still being read", i, c);
@@ -157,10 +166,57 @@ static void check_norm(const VC *vc, int u)
     }
 }
 
+/* The run op of action i of device dev's sequence. */
+static int run_at(const Plan *p, int dev, int i)
+{
+    Act a = p->sc->seq[dev][i];
+    for (int k = 0; k < p->nops; k++) {
+        const PlanOp *op = &p->ops[k];
+        if (op->kind == OPK_RUN && op->act.kind == a.kind && op->act.stage == a.stage &&
+            op->act.mb == a.mb)
+            return k;
+    }
+    mpcc_die(__FILE__, __LINE__, "plan: no operation runs action %d of device %d", i, dev);
+}
+
+/* The copy op filling buffer dst for micro-batch mb. */
+static int copy_into(const Plan *p, int dst, int mb)
+{
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k].kind == OPK_COPY && p->ops[k].dst == dst && p->ops[k].mb == mb)
+            return k;
+    mpcc_die(__FILE__, __LINE__, "plan: no copy fills '%s' for micro-batch %d",
+             p->g->values[p->bufs[dst].value].name, mb);
+}
+
+static void check_windows(const VC *vc, const Offload *f)
+{
+    const Plan *p = vc->p;
+    int dev = p->bufs[f->dev].dev;
+    for (int mb = 0; mb < p->sc->M; mb++) {
+        int out = copy_into(p, f->host, mb), in = copy_into(p, f->fetched, mb);
+        if (f->out_during[mb] + 1 < p->sc->nseq[dev]) {
+            int after = run_at(p, dev, f->out_during[mb] + 1);
+            if (!before(vc, out, after))
+                fail(p, "an action may reuse an offloaded value's memory while it is copied out",
+                     out, after);
+        }
+        if (f->in_during[mb] > 0) {
+            int prior = run_at(p, dev, f->in_during[mb] - 1);
+            if (!before(vc, prior, in))
+                fail(p, "an offloaded value may come back into memory still in use", prior, in);
+        }
+        if (!before(vc, out, in))
+            fail(p, "an offloaded value may come back before it went out", out, in);
+    }
+}
+
 void plan_verify(const Plan *p)
 {
     VC vc = {.p = p};
     build_clocks(&vc);
+    for (int i = 0; i < p->noffl; i++)
+        check_windows(&vc, &p->offl[i]);
     for (int i = 0; i < p->nops; i++) {
         if (p->ops[i].kind == OPK_COPY)
             check_copy(&vc, i);

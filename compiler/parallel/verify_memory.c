@@ -10,8 +10,12 @@
  *     one written there last (too few slots);
  * and, without the replay, when buffers that overlap are not all computed
  * values the compute stream alone touches (no copy, no host, no code after
- * an action's nodes), or the scratch area overlaps a buffer. A failure is
- * a bug in mpcc, reported as an internal error naming the buffers.
+ * an action's nodes), or the scratch area overlaps a buffer. The copies of
+ * offloaded values are the exception: they run inside windows of the
+ * compute stream (verify.c proves it), where the replay reads and writes
+ * their buffers; host arenas are replayed apart from the devices'. A
+ * failure is a bug in mpcc, reported as an internal error naming the
+ * buffers.
  */
 #include "mpcc.h"
 
@@ -44,15 +48,15 @@ static const char *buf_name(const Plan *p, int b)
 }
 
 typedef struct Placed {
-    int dev, buf;
+    int arena, buf;   /* arena: the device's, or ndev + the device's host arena */
     size_t lo;
 } Placed;
 
 static int by_place(const void *x, const void *y)
 {
     const Placed *a = x, *b = y;
-    if (a->dev != b->dev)
-        return a->dev - b->dev;
+    if (a->arena != b->arena)
+        return a->arena - b->arena;
     return (a->lo > b->lo) - (a->lo < b->lo);
 }
 
@@ -62,7 +66,7 @@ static void find_overlaps(Shadow *sh, Arena *a)
     const Plan *p = sh->p;
     Placed *by = arena_array(a, (size_t)p->nbufs + 1, sizeof(Placed));
     for (int b = 0; b < p->nbufs; b++)
-        by[b] = (Placed){p->bufs[b].dev, b, lo(p, b)};
+        by[b] = (Placed){p->bufs[b].dev + (p->bufs[b].host ? p->sc->ndev : 0), b, lo(p, b)};
     qsort(by, (size_t)p->nbufs, sizeof(Placed), by_place);
     for (int pass = 0; pass < 2; pass++) {
         for (int b = 0; pass && b < p->nbufs; b++) {
@@ -70,7 +74,7 @@ static void find_overlaps(Shadow *sh, Arena *a)
             sh->nover[b] = 0;
         }
         for (int i = 0; i < p->nbufs; i++)
-            for (int j = i + 1; j < p->nbufs && by[j].dev == by[i].dev &&
+            for (int j = i + 1; j < p->nbufs && by[j].arena == by[i].arena &&
                                 by[j].lo < hi(p, by[i].buf); j++) {
                 int x = by[i].buf, y = by[j].buf;
                 if (pass)
@@ -80,12 +84,12 @@ static void find_overlaps(Shadow *sh, Arena *a)
     }
 }
 
-/* The copies' buffers, at either end. */
+/* The copies' buffers, at either end, but for offload copies. */
 static bool *copied(const Plan *p, Arena *a)
 {
     bool *c = arena_array(a, (size_t)p->nbufs, sizeof(bool));
     for (int i = 0; i < p->nops; i++)
-        if (p->ops[i].kind == OPK_COPY)
+        if (p->ops[i].kind == OPK_COPY && !plan_offload_copy(p, p->ops[i].dst))
             c[p->ops[i].src] = c[p->ops[i].dst] = true;
     return c;
 }
@@ -96,13 +100,13 @@ static void check_sharers(const Shadow *sh, Arena *a)
     bool *cp = copied(p, a), *outside = plan_read_outside(p->g, a);
     for (int b = 0; b < p->nbufs; b++) {
         const Buf *bf = &p->bufs[b];
-        if (hi(p, b) > p->work_offset[bf->dev])
+        if (!bf->host && hi(p, b) > p->work_offset[bf->dev])
             mpcc_die(__FILE__, __LINE__, "plan: buffer '%s' on %s reaches into the scratch area",
                      buf_name(p, b), p->ds->d[bf->dev].name);
         if (!sh->nover[b])
             continue;
         if (p->g->values[bf->value].kind != VK_ACTIVATION || bf->received || bf->acc ||
-            cp[b] || outside[bf->value])
+            bf->host || cp[b] || outside[bf->value])
             mpcc_die(__FILE__, __LINE__, "plan: buffer '%s' on %s shares memory with '%s', but "
                      "more than the compute stream's nodes touch it", buf_name(p, b),
                      p->ds->d[bf->dev].name, buf_name(p, sh->over[b][0]));

@@ -18,6 +18,13 @@ model, batch and micro-batch count.
   fakegpu.py oom MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       runs the CUDA trainer on fake GPUs one byte short of the largest
       arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
+  fakegpu.py offload SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
+      GPU_OPTIONS with --offload=activations: the plan with --offload=none
+      must need more of the GPU than the plan with it; on a GPU whose memory
+      lies between the two (a profile file's memory for mpcc, $FAKEGPU_MEMORY
+      for the trainer), mpcc must refuse --offload=none, plan with offload
+      by default (--offload=auto, with its note), and the trainer of the
+      plan with it must train as `run` checks
   fakegpu.py nvrtc_error MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       the same trainer when NVRTC fails ($FAKEGPU_NVRTC_LOG): NVRTC's log,
       then one error line, exit 1
@@ -168,6 +175,57 @@ def main_oom(args):
           % (dev, dev, need))
 
 
+def plan_arena(mpcc, model, opts, out):
+    """The largest CUDA device arena in the header of the trainer of opts."""
+    generate(mpcc, model, opts, out)
+    with open(out) as f:
+        found = [int(n) for n in re.findall(r"^ \* cuda:\d+ +stages [^;]*; memory plan (\d+) bytes",
+                                            f.read(), re.M)]
+    if not found:
+        sys.exit("FAIL: no cuda device's memory plan in the header of %s" % out)
+    return max(found)
+
+
+def main_offload(args):
+    """A model that does not fit the GPU without --offload trains with it."""
+    src, mpcc, cc, cuda, lib, work, model = args[:7]
+    sep = args.index("--")
+    gpu_opts = args[7:sep]
+    default = [o for o in gpu_opts if not o.startswith("--offload")]
+    if default == gpu_opts:
+        sys.exit("fakegpu: offload wants --offload=... among the GPU options")
+    plain = default + ["--offload=none"]
+    os.makedirs(work, exist_ok=True)
+    need = plan_arena(mpcc, model, plain, os.path.join(work, "plain.c"))
+    less = plan_arena(mpcc, model, gpu_opts, os.path.join(work, "offload.c"))
+    if less >= need:
+        sys.exit("FAIL: with offload the plan needs %d bytes, without it %d" % (less, need))
+    memory = (less + need) // 2
+    profile = os.path.join(work, "small_gpu.profile")
+    with open(profile, "w") as f:
+        f.write("memory = %d   # between the plans with and without offload\n" % memory)
+    r = subprocess.run([mpcc, model] + plain + ["--profile=" + profile, "-o",
+                                                 os.path.join(work, "refused.c")],
+                       capture_output=True, text=True)
+    if r.returncode != 1 or "error" not in r.stderr or "memory" not in r.stderr:
+        sys.exit("FAIL: a GPU of %d bytes and no offload: exit %d, want 1 and the memory "
+                 "error\n%s" % (memory, r.returncode, r.stderr))
+    out = os.path.join(work, "auto.c")
+    r = subprocess.run([mpcc, model] + default + ["--profile=" + profile, "-o", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or "--offload=auto keeps activations in host memory" not in r.stderr:
+        sys.exit("FAIL: a GPU of %d bytes and the default --offload=auto: exit %d, want 0 "
+                 "and the note that it offloads\n%s" % (memory, r.returncode, r.stderr))
+    if plan_arena(mpcc, model, default + ["--profile=" + profile], out) > memory:
+        sys.exit("FAIL: --offload=auto planned more than the GPU's %d bytes" % memory)
+    os.environ["FAKEGPU_MEMORY"] = str(memory)
+    args = args[:7] + gpu_opts + ["--profile=" + profile] + args[sep:]
+    main_run(args)
+    print("fakegpu: plans of %d bytes without offload, %d with; on a GPU of %d bytes mpcc "
+          "refuses --offload=none, offloads by default, and the trainer trains bit for bit"
+          % (need, less, memory))
+
+
 def main_run(args):
     src, mpcc, cc, cuda, lib, work, model = args[:7]
     sep = args.index("--")
@@ -238,6 +296,8 @@ def main():
         build(*sys.argv[2:7])
     elif len(sys.argv) > 1 and sys.argv[1] == "run":
         main_run(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "offload":
+        main_offload(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "oom":
         main_oom(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "nvrtc_error":

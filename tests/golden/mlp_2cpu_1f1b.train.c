@@ -513,6 +513,9 @@ typedef struct MprtDeviceOps {
     void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
     unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
     void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
+    /* a device's host arena (--offload): where its copies reach it fastest */
+    unsigned char *(*host_alloc)(int dev, const char *name, size_t n);
+    void (*host_free)(int dev, unsigned char *p);
     void (*dev_write)(int dev, void *dst, const void *src, size_t n);
     const void *(*dev_read)(int dev, const void *src, size_t n, int k);
     const void *(*dev_hold)(int dev, const void *src, size_t n);
@@ -583,6 +586,7 @@ typedef struct MprtModel {
     const size_t *arena_bytes;          /* [ndev] */
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
+    const size_t *host_bytes;           /* [ndev]: host arenas, offloaded activations */
     const char *const *device_names;    /* [ndev] */
     const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
                                            step, by which the CPU devices share the cores
@@ -922,6 +926,7 @@ static const MprtBuffer buffers[] = {
 };
 
 static const size_t arena_bytes[] = {2544640, 81408};
+static const size_t host_bytes[] = {0, 0};
 static const size_t work_offset[] = {2544640, 81408};
 static const size_t work_bytes[] = {0, 0};
 static const char *const device_names[] = {"cpu:0", "cpu:1"};
@@ -937,6 +942,7 @@ static const MprtModel model = {
     .batch = 32, .microbatches = 4, .schedule = "1f1b", .lr = 0.01,
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
     .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,
+    .host_bytes = host_bytes,
     .nstreams = 6, .nevents = 20, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
@@ -6615,6 +6621,20 @@ static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
 
 static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p); }
 
+/* A CPU device's host arena is more of the host's memory. */
+static unsigned char *mprt_cpu_host_alloc(int dev, const char *name, size_t n)
+{
+    (void)dev;
+    unsigned char *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "train: error: out of memory: %s's host arena for offloaded "
+                "activations needs %zu bytes; try mpcc --offload=none or a smaller -batch\n",
+                name, n);
+        exit(1);
+    }
+    return p;
+}
+
 /* Host data into a device buffer, and back; a device's bytes to zero. */
 static void mprt_cpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
@@ -6671,6 +6691,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_cpu_ops = {
     .wait_event = mprt_cpu_wait_event, .record_event = mprt_cpu_record_event,
     .dev_scratch = mprt_cpu_dev_scratch, .dev_zero = mprt_cpu_dev_zero,
     .arena_alloc = mprt_cpu_arena_alloc, .arena_free = mprt_cpu_arena_free,
+    .host_alloc = mprt_cpu_host_alloc, .host_free = mprt_cpu_arena_free,
     .dev_write = mprt_cpu_dev_write, .dev_read = mprt_cpu_dev_read, .dev_hold = mprt_cpu_dev_hold,
     .dev_unhold = mprt_cpu_dev_unhold, .dev_stage = mprt_cpu_dev_stage,
     .dev_commit = mprt_cpu_dev_commit, .keep_loss = mprt_cpu_keep_loss,
@@ -6705,6 +6726,7 @@ MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops-
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
+MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: offloaded activations */
 static const char *mprt_program = "train";   /* the program's name in errors */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
@@ -8129,9 +8151,14 @@ static void mprt_start_devices(const MprtModel *m)
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);
     mprt_size_arenas(m);
+    mprt_host_arenas = calloc((size_t)m->ndev, sizeof *mprt_host_arenas);
+    if (!mprt_host_arenas)
+        mprt_die("out of memory");
     for (int d = 0; d < m->ndev; d++) {
         mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], mprt_arena_bytes[d]);
         mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], mprt_work_bytes[d]);
+        if (m->host_bytes[d])
+            mprt_host_arenas[d] = mprt_ops->host_alloc(d, m->device_names[d], m->host_bytes[d]);
     }
     if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
@@ -8144,6 +8171,8 @@ static void mprt_report_devices(const MprtModel *m)
     for (int d = 0; d < m->ndev; d++) {
         int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
+        if (m->host_bytes[d])
+            fprintf(stderr, " + %.1f MB host (offloaded)", (double)m->host_bytes[d] / 1e6);
         if (t > 0)
             fprintf(stderr, " (%d thread%s)", t, t > 1 ? "s" : "");
     }
@@ -8368,9 +8397,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(plot.train);
     free(plot.eval);
     free(rows);
-    for (int d = 0; d < m->ndev; d++)
+    for (int d = 0; d < m->ndev; d++) {
         mprt_ops->arena_free(d, mprt_arenas[d]);
+        if (mprt_host_arenas[d])
+            mprt_ops->host_free(d, mprt_host_arenas[d]);
+    }
     free(mprt_arenas);
+    free(mprt_host_arenas);
     free(mprt_arena_bytes);
     free(mprt_work_bytes);
     return 0;

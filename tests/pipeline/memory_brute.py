@@ -92,7 +92,9 @@ def search(mpcc, model, args, work, devices, sched, M, memory):
 
 def main():
     mpcc, model, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    args = sys.argv[4].split()
+    # the partitioner on its own: with --offload=auto (the default) a plan
+    # that does not fit would be tried again with activations in host memory
+    args = sys.argv[4].split() + ["--offload=none"]
     os.makedirs(work, exist_ok=True)
     names = forward_nodes(mpcc, model, args)
     failed, cases = False, 0

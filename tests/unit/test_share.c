@@ -10,6 +10,14 @@
  *   - every buffer taking turns moved to one offset;
  *   - an activation held over several micro-batches given one slot;
  *   - a parameter moved onto a buffer taking turns.
+ * With --offload=activations, the offloaded values' device buffers take
+ * turns too (their copies run in windows of the compute stream), and the
+ * static check (verify.c) must catch, again in a child:
+ *   - the first backward no longer waiting for the copies that bring its
+ *     values back (an early read);
+ *   - the first forward's successor no longer waiting for the copies that
+ *     take the values out (their memory reused while in flight);
+ * and the replay, the fetched buffers given one slot each.
  * The trainers' numbers (the train.* and pipeline.* tests, against
  * PyTorch) show the code follows the plan.
  */
@@ -36,8 +44,9 @@ static Pipeline *plan(Arena *a, const char *model, const char **flags)
     return pipeline_choose(a, &o, &driver_passes);
 }
 
-/* Runs fn on the plan in a child: true if the child aborted. */
-static bool aborts(Plan *p, void (*fn)(Plan *))
+/* Runs fn on the plan in a child, then the static check when `statics`,
+ * then the replay: true if the child aborted. */
+static bool aborts_in(Plan *p, void (*fn)(Plan *), bool statics)
 {
     fflush(NULL);
     pid_t pid = fork();
@@ -46,12 +55,80 @@ static bool aborts(Plan *p, void (*fn)(Plan *))
         if (devnull >= 0)
             dup2(devnull, 2);
         fn(p);
+        if (statics)
+            plan_verify(p);
         plan_verify_memory(p);
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static bool aborts(Plan *p, void (*fn)(Plan *))
+{
+    return aborts_in(p, fn, false);
+}
+
+/* ---- offload ---- */
+
+/* The first run op of kind `kind` in issue order. */
+static PlanOp *first_run(Plan *p, int kind)
+{
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == OPK_RUN && p->ops[i].act.kind == kind)
+            return &p->ops[i];
+    return NULL;
+}
+
+/* op no longer waits for the offload copies into host memory (out) or
+ * back from it. */
+static void drop_offload_waits(Plan *p, PlanOp *op, bool out)
+{
+    int n = 0;
+    for (int k = 0; k < op->ndeps; k++) {
+        const PlanOp *d = &p->ops[op->deps[k]];
+        bool drop = d->kind == OPK_COPY && plan_offload_copy(p, d->dst) &&
+                    p->bufs[d->dst].host == out;
+        if (!drop)
+            op->deps[n++] = op->deps[k];
+    }
+    op->ndeps = n;
+}
+
+static void early_read(Plan *p)
+{
+    drop_offload_waits(p, first_run(p, ACT_BWD), false);
+}
+
+/* The action after the one following the first forward: the copies out
+ * run during the one between, and it waits for them. */
+static void reuse_in_flight(Plan *p)
+{
+    const PlanOp *f = first_run(p, ACT_FWD);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == OPK_RUN && p->ops[i].stream == f->stream &&
+            p->ops[i].pos == f->pos + 2)
+            drop_offload_waits(p, &p->ops[i], true);
+}
+
+static void fetched_one_slot(Plan *p)
+{
+    for (int i = 0; i < p->noffl; i++)
+        p->bufs[p->offl[i].fetched].slots = 1;
+}
+
+static void check_offload(Plan *p)
+{
+    size_t host = 0;
+    for (int d = 0; d < p->sc->ndev; d++)
+        host += p->host_bytes[d];
+    printf("  %d offloaded, %zu bytes of host arena\n", p->noffl, host);
+    CHECK(p->noffl > 0 && host > 0);
+    CHECK(aborts_in(p, early_read, true));
+    if (p->sc->ndev == 1)   /* on two, the sends to the next stage follow them on the stream */
+        CHECK(aborts_in(p, reuse_in_flight, true));
+    CHECK(aborts(p, fetched_one_slot));
 }
 
 /* The buffers taking turns: those that overlap another. */
@@ -61,7 +138,7 @@ static bool *overlapping(const Plan *p)
     for (int a = 0; a < p->nbufs; a++)
         for (int b = a + 1; b < p->nbufs; b++) {
             const Buf *x = &p->bufs[a], *y = &p->bufs[b];
-            if (x->dev == y->dev && x->offset < y->offset + y->bytes * (size_t)y->slots &&
+            if (x->dev == y->dev && !x->host && !y->host && x->offset < y->offset + y->bytes * (size_t)y->slots &&
                 y->offset < x->offset + x->bytes * (size_t)x->slots)
                 o[a] = o[b] = true;
         }
@@ -147,6 +224,8 @@ static void check_case(const char *sample, const char **flags)
     CHECK(aborts(p, param_on_shared));
     if (slotted(p) >= 0)
         CHECK(aborts(p, one_slot));
+    if (p->noffl || strstr(flags[0], "offload") || (flags[1] && strstr(flags[1], "offload")))
+        check_offload(p);
     arena_free(a);
 }
 
@@ -168,6 +247,9 @@ int main(int argc, char **argv)
         {"-batch", "8", "-cpus", "2", "--schedule=interleaved", "--microbatches=4", NULL},
         {"-batch", "8", "-cpus", "2", "--schedule=1f1b", "--microbatches=4", "--recompute=all",
          NULL},
+        {"--offload=activations", "-batch", "8", "--schedule=gpipe", "--microbatches=8", NULL},
+        {"--offload=activations", "-batch", "8", "-cpus", "2", "--schedule=gpipe",
+         "--microbatches=8", NULL},
     };
     const char *models[] = {"gpt.mp", "resnet.mp", "cnn_bn.mp"};
     for (size_t m = 0; m < sizeof models / sizeof models[0]; m++)
