@@ -651,6 +651,43 @@ static int *issue_perm(PB *b)
     return perm;
 }
 
+/* Drops each wait that others imply: one for an operation that an earlier
+ * operation of the same stream, or another wait of this one, already
+ * follows (streams run in order). Vector clocks over the issue order: the
+ * last position of each stream that an operation follows. */
+static void prune_waits(PB *b)
+{
+    Plan *p = b->p;
+    int S = p->nstreams;
+    int *clock = arena_array(b->a, (size_t)p->nops * S + 1, sizeof(int));
+    int *last = arena_array(b->a, (size_t)S, sizeof(int));
+    memset(last, 0xff, (size_t)S * sizeof(int));
+    for (int i = 0; i < p->nops; i++) {
+        PlanOp *op = &p->ops[i];
+        int *c = &clock[(size_t)i * S];
+        if (last[op->stream] >= 0)
+            memcpy(c, &clock[(size_t)last[op->stream] * S], (size_t)S * sizeof(int));
+        else
+            memset(c, 0xff, (size_t)S * sizeof(int));
+        int n = 0;
+        for (int k = 0; k < op->ndeps; k++) {
+            const PlanOp *d = &p->ops[op->deps[k]];
+            bool implied = c[d->stream] >= d->pos;
+            for (int j = 0; j < op->ndeps && !implied; j++)
+                implied = j != k && clock[(size_t)op->deps[j] * S + d->stream] >= d->pos;
+            if (!implied)
+                op->deps[n++] = op->deps[k];
+        }
+        op->ndeps = n;
+        for (int k = 0; k < n; k++)
+            for (int t = 0; t < S; t++)
+                if (clock[(size_t)op->deps[k] * S + t] > c[t])
+                    c[t] = clock[(size_t)op->deps[k] * S + t];
+        c[op->stream] = op->pos;
+        last[op->stream] = i;
+    }
+}
+
 static void issue_order(PB *b)
 {
     Plan *p = b->p;
@@ -665,6 +702,7 @@ static void issue_order(PB *b)
         for (int k = 0; k < ops[i].ndeps; k++)
             ops[i].deps[k] = where[ops[i].deps[k]];
     p->ops = ops;
+    prune_waits(b);
     for (int i = 0; i < p->nops; i++)
         for (int k = 0; k < ops[i].ndeps; k++) {
             PlanOp *dep = &ops[ops[i].deps[k]];

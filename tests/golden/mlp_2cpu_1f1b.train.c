@@ -775,9 +775,9 @@ enum {
  * stage 1's backward of micro-batch 2; EV_COPY_S0_S1_MB2, a copy from stage 0 to 1. */
 enum {
     EV_S0_FWD_MB0, EV_COPY_S0_S1_MB0, EV_S1_BWD_MB0, EV_COPY_S1_S0_MB0, EV_S0_FWD_MB1,
-    EV_COPY_S0_S1_MB1, EV_S1_BWD_MB1, EV_COPY_S1_S0_MB1, EV_S0_FWD_MB2, EV_S1_FWD_MB0,
-    EV_COPY_S0_S1_MB2, EV_S1_BWD_MB2, EV_S0_BWD_MB0, EV_COPY_S1_S0_MB2, EV_S0_FWD_MB3,
-    EV_S1_FWD_MB1, EV_COPY_S0_S1_MB3, EV_S1_BWD_MB3, EV_S0_BWD_MB1, EV_COPY_S1_S0_MB3,
+    EV_COPY_S0_S1_MB1, EV_S1_BWD_MB1, EV_COPY_S1_S0_MB1, EV_S0_FWD_MB2, EV_COPY_S0_S1_MB2,
+    EV_S1_BWD_MB2, EV_COPY_S1_S0_MB2, EV_S0_FWD_MB3, EV_COPY_S0_S1_MB3, EV_S1_BWD_MB3,
+    EV_COPY_S1_S0_MB3,
 };
 
 /* One step: every device's actions and copies, in an order where each wait
@@ -793,7 +793,6 @@ static void run_step(void)
     mprt_record_event(CPU0_SEND, EV_COPY_S0_S1_MB0);
     mprt_wait_event(CPU1_COMPUTE, EV_COPY_S0_S1_MB0);
     mprt_launch(CPU1_COMPUTE, s1_forward, 0, 3);
-    mprt_record_event(CPU1_COMPUTE, EV_S1_FWD_MB0);
     mprt_launch(CPU1_COMPUTE, s1_backward, 0, 4);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB0);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB0);
@@ -801,54 +800,43 @@ static void run_step(void)
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB0);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB0);
     mprt_launch(CPU0_COMPUTE, s0_backward, 0, 6);
-    mprt_record_event(CPU0_COMPUTE, EV_S0_BWD_MB0);
     mprt_wait_event(CPU0_SEND, EV_S0_FWD_MB1);
     mprt_memcpy_async(CPU0_SEND, A1 + 8192, A0 + 912384, 8192, 7);   /* cpu:0 send: '/0/Gemm_output_0' mb 1 to stage 1 */
     mprt_record_event(CPU0_SEND, EV_COPY_S0_S1_MB1);
     mprt_wait_event(CPU1_COMPUTE, EV_COPY_S0_S1_MB1);
     mprt_launch(CPU1_COMPUTE, s1_forward, 1, 8);
-    mprt_record_event(CPU1_COMPUTE, EV_S1_FWD_MB1);
     mprt_launch(CPU1_COMPUTE, s1_backward, 1, 9);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB1);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB1);
     mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 46208, 8192, 10);   /* cpu:1 send-back: '/1/Relu/dX' mb 1 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB1);
-    mprt_wait_event(CPU0_COMPUTE, EV_COPY_S0_S1_MB0);
     mprt_launch(CPU0_COMPUTE, s0_forward, 2, 11);
     mprt_record_event(CPU0_COMPUTE, EV_S0_FWD_MB2);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB1);
     mprt_launch(CPU0_COMPUTE, s0_backward, 1, 12);
-    mprt_record_event(CPU0_COMPUTE, EV_S0_BWD_MB1);
     mprt_wait_event(CPU0_SEND, EV_S0_FWD_MB2);
-    mprt_wait_event(CPU0_SEND, EV_S1_FWD_MB0);
     mprt_memcpy_async(CPU0_SEND, A1 + 0, A0 + 904192, 8192, 13);   /* cpu:0 send: '/0/Gemm_output_0' mb 2 to stage 1 */
     mprt_record_event(CPU0_SEND, EV_COPY_S0_S1_MB2);
     mprt_wait_event(CPU1_COMPUTE, EV_COPY_S0_S1_MB2);
     mprt_launch(CPU1_COMPUTE, s1_forward, 2, 14);
-    mprt_wait_event(CPU1_COMPUTE, EV_COPY_S1_S0_MB0);
     mprt_launch(CPU1_COMPUTE, s1_backward, 2, 15);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB2);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB2);
-    mprt_wait_event(CPU1_SEND_BACK, EV_S0_BWD_MB0);
     mprt_memcpy_async(CPU1_SEND_BACK, A0 + 920576, A1 + 38016, 8192, 16);   /* cpu:1 send-back: '/1/Relu/dX' mb 2 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB2);
-    mprt_wait_event(CPU0_COMPUTE, EV_COPY_S0_S1_MB1);
     mprt_launch(CPU0_COMPUTE, s0_forward, 3, 17);
     mprt_record_event(CPU0_COMPUTE, EV_S0_FWD_MB3);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB2);
     mprt_launch(CPU0_COMPUTE, s0_backward, 2, 18);
     mprt_wait_event(CPU0_SEND, EV_S0_FWD_MB3);
-    mprt_wait_event(CPU0_SEND, EV_S1_FWD_MB1);
     mprt_memcpy_async(CPU0_SEND, A1 + 8192, A0 + 912384, 8192, 19);   /* cpu:0 send: '/0/Gemm_output_0' mb 3 to stage 1 */
     mprt_record_event(CPU0_SEND, EV_COPY_S0_S1_MB3);
     mprt_wait_event(CPU1_COMPUTE, EV_COPY_S0_S1_MB3);
     mprt_launch(CPU1_COMPUTE, s1_forward, 3, 20);
-    mprt_wait_event(CPU1_COMPUTE, EV_COPY_S1_S0_MB1);
     mprt_launch(CPU1_COMPUTE, s1_backward, 3, 21);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB3);
     mprt_launch(CPU1_COMPUTE, s1_update, 0, 22);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB3);
-    mprt_wait_event(CPU1_SEND_BACK, EV_S0_BWD_MB1);
     mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 46208, 8192, 23);   /* cpu:1 send-back: '/1/Relu/dX' mb 3 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB3);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB3);
@@ -943,7 +931,7 @@ static const MprtModel model = {
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
     .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,
     .host_bytes = host_bytes,
-    .nstreams = 6, .nevents = 20, .nops = 26,
+    .nstreams = 6, .nevents = 16, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
     .log_prob_dev = 1, .log_prob_offset = 27328,
