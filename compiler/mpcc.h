@@ -920,7 +920,8 @@ typedef struct Plan {
  * fuse, plan_slots (lifetimes: micro-batch slots per buffer), plan_place
  * (share.c: offsets), plan_workspace (each device's scratch after its
  * buffers), plan_ops (actions and copies with their dependencies),
- * simulate, plan_order (the host's issue order), plan_verify and
+ * simulate, plan_order (the host's issue order; waits others imply are
+ * dropped), plan_verify and
  * plan_verify_memory. With own_slots every buffer a copy reads or writes
  * has a slot per micro-batch, for schedules whose copies would otherwise
  * wait on each other (the simulation says so). */

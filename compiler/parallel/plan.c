@@ -14,7 +14,12 @@
  *   - an action waits for the copies it reads, and before overwriting a
  *     slot, for the copies that read the slot's previous micro-batch.
  * Actions of one device follow the schedule on its compute stream; copies
- * go on the sender's copy stream for their direction. The simulator
+ * go on the sender's copy stream for their direction.
+ * With --offload, an offloaded value (offload.c) also has a host buffer
+ * and a fetched buffer the backward reads: its copy out waits for the
+ * forward and the action after its window waits for it; its copy back
+ * waits for the copy out and the action before its window (make_offload,
+ * offload_copies, offload_deps). The simulator
  * (sim.c) times every operation; the host issues them in order of
  * predicted start, a topological order of the dependencies.
  */

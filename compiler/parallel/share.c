@@ -15,7 +15,10 @@
  * share: activations that no copy sends or receives, that the host does
  * not read (graph outputs, the loss, what evaluation reads: the loss
  * node's inputs and outputs) and that no code reads after an action's
- * nodes (parameters' gradients, summed and clipped there). Each is placed,
+ * nodes (parameters' gradients, summed and clipped there). An offloaded
+ * value's device buffers share too: its copies run inside windows of the
+ * compute stream, which the walk marks (a read where the copy out's window
+ * ends, a write where the copy back's begins). Each is placed,
  * largest first, at the lowest offset free over its whole life (first fit),
  * after the buffers that keep memory of their own. verify_memory.c replays
  * the step against the offsets.
