@@ -317,11 +317,15 @@ static void report(const Pipeline *pl, const Options *o)
         total += p->busy[d];
     }
     report_offload(p);
-    if (o->pipe.offload == OFFLOAD_ACTIVATIONS && !p->noffl)
+    bool none = o->pipe.offload == OFFLOAD_ACTIVATIONS && !p->noffl;
+    if (none && o->pipe.recompute == RECOMPUTE_ALL)
+        fprintf(stderr, "mpcc: note: --offload=activations offloads nothing under "
+                "--recompute=all: a recomputing stage keeps only its inputs\n");
+    else if (none)
         fprintf(stderr, "mpcc: note: --offload=activations: the plan chosen offloads nothing: "
                 "no device runs an action between a stage's forward and the action before "
-                "its backward (try --schedule=interleaved with --virtual-stages=3 or more, or more "
-                "micro-batches)\n");
+                "its backward (try --schedule=gpipe with several micro-batches, or "
+                "--schedule=interleaved with --virtual-stages=3 or more)\n");
     if (most > 0 && o->pipe.objective == OBJECTIVE_TIME && !o->pipe.split)
         idle_devices(pl, o, most, total);
 }
