@@ -432,19 +432,37 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
     const Measured *measured = measured_load(a, o->pipe.measured);
     Reject last = {0};
     Pipeline *best = search(a, o, ps, &ds, measured, &last);
-    Options off = *o;
+    Reject first = last;
+    Options off = *o, spread;
+    const Options *used = o;   /* what the plan chosen was planned with */
     if (!best && o->pipe.offload == OFFLOAD_AUTO && !o->infer) {
         off.pipe.offload = OFFLOAD_ACTIVATIONS;   /* nothing fits: try host memory */
-        Reject first = last;
         best = search(a, &off, ps, &ds, measured, &last);
-        if (!best)
-            error_reject(&first);
+        used = &off;
+    }
+    /* Offloading, the fastest partition may still keep too much on a device
+     * that holds several stages, which the search cannot rule out alone:
+     * the partition that spreads memory evenly is tried before giving up. */
+    spread = off;
+    if (!best && off.pipe.offload == OFFLOAD_ACTIVATIONS && !o->infer && !o->pipe.split &&
+        o->pipe.objective == OBJECTIVE_TIME) {
+        spread.pipe.objective = OBJECTIVE_MEMORY;
+        best = search(a, &spread, ps, &ds, measured, &last);
+        used = &spread;
+        if (best)
+            fprintf(stderr, "mpcc: note: no plan fits with offload when the partition "
+                    "minimises the step time; planned with --objective=memory, which spreads "
+                    "what the devices hold evenly\n");
+    }
+    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO)
         fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps "
                 "activations in host memory (--offload=none to refuse)\n");
-        o = &off;
-    }
+    if (!best && used != o && o->pipe.offload == OFFLOAD_AUTO)
+        first.why = arena_printf(a, "%s; with activations offloaded to host memory "
+                                 "(--offload=auto) no plan fits either", first.why);
     if (!best)
-        error_reject(&last);
+        error_reject(&first);
+    o = used;
     report(best, o);
     return best;
 }

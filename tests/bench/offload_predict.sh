@@ -5,7 +5,8 @@
 # 24 GB GPU (tests/bench/gpu24.profile: PCIe 4.0 x16 to host memory, 25
 # GB/s), planned five ways: as it is, with activations offloaded to host
 # memory (4 and 8 stages on the GPU, cut evenly between blocks), with
-# recomputation (4 stages), and on two such GPUs. Planning only: nothing
+# recomputation (4 stages), and on two such GPUs; and 4 stages with the
+# defaults, where --offload=auto offloads and spreads memory evenly. Planning only: nothing
 # runs. Usage: offload_predict.sh MPCC [WORKDIR]
 set -eu
 mpcc=$1 work=${2:-/tmp/offload_predict}
@@ -41,6 +42,8 @@ plan "1 GPU, 4 stages, --offload=activations" -gpus 1 --schedule=interleaved --v
     --split="$s4" --offload=activations
 plan "1 GPU, 8 stages, --offload=activations" -gpus 1 --schedule=interleaved --virtual-stages=8 \
     --split="$s8" --offload=activations
+plan "1 GPU, 4 stages, the defaults (--offload=auto)" -gpus 1 --schedule=interleaved \
+    --virtual-stages=4
 plan "1 GPU, 4 stages, --recompute=all" -gpus 1 --schedule=interleaved --virtual-stages=4 \
     --split="$s4" --offload=none --recompute=all
 plan "2 GPUs" -gpus 2 --offload=none
