@@ -86,6 +86,7 @@ typedef struct Reject {
     Loc loc;
     const char *why;        /* NULL: nothing rejected */
     bool alone;             /* a whole message; else a reason "no schedule can run: ..." */
+    bool memory;            /* the reason is memory: what --offload=auto may answer */
 } Reject;
 bool reject(Arena *a, Reject *r, const Loc *loc, const char *fmt, ...) FMT(4, 5);  /* false */
 bool reject_file(Arena *a, Reject *r, const char *file, const char *fmt, ...) FMT(4, 5);

@@ -132,10 +132,13 @@ static Pipeline *plan_one(const Passes *ps, Graph *g, const Options *o, const De
         if (fits(pl->plan, ds, &worst))
             return pl;
         refuse(rej, o, over_memory(a, pl->plan, ds, worst));
+        rej->memory = true;
         if (o->pipe.split || o->pipe.cuts || !exclude_over(a, &ex, pl->st, pl->plan, ds))
             return NULL;
     }
-    return refuse(rej, o, arena_printf(a, "%s (after %d partitions)", rej->why, MEMORY_ROUNDS));
+    refuse(rej, o, arena_printf(a, "%s (after %d partitions)", rej->why, MEMORY_ROUNDS));
+    rej->memory = true;   /* every round was over memory */
+    return NULL;
 }
 
 /* The options of one micro-batch of M. */
@@ -435,7 +438,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
     Reject first = last;
     Options off = *o, spread;
     const Options *used = o;   /* what the plan chosen was planned with */
-    if (!best && o->pipe.offload == OFFLOAD_AUTO && !o->infer) {
+    if (!best && first.memory && o->pipe.offload == OFFLOAD_AUTO && !o->infer) {
         off.pipe.offload = OFFLOAD_ACTIVATIONS;   /* nothing fits: try host memory */
         best = search(a, &off, ps, &ds, measured, &last);
         used = &off;
@@ -444,8 +447,8 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
      * that holds several stages, which the search cannot rule out alone:
      * the partition that spreads memory evenly is tried before giving up. */
     spread = off;
-    if (!best && off.pipe.offload == OFFLOAD_ACTIVATIONS && !o->infer && !o->pipe.split &&
-        o->pipe.objective == OBJECTIVE_TIME) {
+    if (!best && last.memory && off.pipe.offload == OFFLOAD_ACTIVATIONS && !o->infer &&
+        !o->pipe.split && o->pipe.objective == OBJECTIVE_TIME) {
         spread.pipe.objective = OBJECTIVE_MEMORY;
         best = search(a, &spread, ps, &ds, measured, &last);
         used = &spread;

@@ -527,13 +527,16 @@ static bool report_infeasible(Build *b, const PartResult *r)
         return reject_file(b->g->arena, b->rej, b->g->file, "the placement hints and shared "
                            "parameters leave no way to cut the model into %d stages", b->st->n);
     const Device *d = &b->ds->d[b->st->dev[r->worst_stage]];
-    return reject_file(b->g->arena, b->rej, b->g->file, "the model does not fit: at best, "
+    bool fresh = !b->rej->why;   /* the first reason stays (vreject) */
+    reject_file(b->g->arena, b->rej, b->g->file, "the model does not fit: at best, "
                        "stage %d needs at least %.1f MB on %s, which has %.1f MB for it; add "
                        "devices, lower -batch, raise --microbatches, or use --recompute or "
                        "--offload=activations",
                        r->worst_stage, (double)r->worst_need / 1e6, d->name,
                        (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) /
                        1e6);
+    b->rej->memory |= fresh;
+    return false;
 }
 
 /* ---- nodes to stages and actions ---- */
