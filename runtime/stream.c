@@ -263,16 +263,25 @@ static int mprt_cpu_dev_threads(int dev)
 /* The memory plan's kernel scratch of a device: CPU kernels are handed it. */
 static void mprt_cpu_dev_scratch(int dev, void *p, size_t n) { (void)dev, (void)p, (void)n; }
 
-static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
+/* n zeroed bytes of the host's, or the out-of-memory line: "NAME WHAT
+ * needs n bytes NOTE; try mpcc FLAGS or a smaller -batch". */
+static unsigned char *mprt_cpu_zalloc(size_t n, const char *name, const char *what,
+                                      const char *note, const char *flags)
 {
-    (void)dev;
     unsigned char *p = calloc(1, n ? n : 1);
     if (!p) {
-        fprintf(stderr, "train: error: out of memory: %s needs %zu bytes (the memory plan's "
-                "peak); try mpcc --recompute=auto, more devices or a smaller -batch\n", name, n);
+        fprintf(stderr, "train: error: out of memory: %s%s needs %zu bytes%s; try mpcc %s or a "
+                "smaller -batch\n", name, what, n, note, flags);
         exit(1);
     }
     return p;
+}
+
+static unsigned char *mprt_cpu_arena_alloc(int dev, const char *name, size_t n)
+{
+    (void)dev;
+    return mprt_cpu_zalloc(n, name, "", " (the memory plan's peak)",
+                           "--recompute=auto, more devices");
 }
 
 static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p); }
@@ -281,14 +290,8 @@ static void mprt_cpu_arena_free(int dev, unsigned char *p) { (void)dev, free(p);
 static unsigned char *mprt_cpu_host_alloc(int dev, const char *name, size_t n)
 {
     (void)dev;
-    unsigned char *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "train: error: out of memory: %s's host arena for offloaded "
-                "activations needs %zu bytes; try mpcc --offload=none or a smaller -batch\n",
-                name, n);
-        exit(1);
-    }
-    return p;
+    return mprt_cpu_zalloc(n, name, "'s host arena for offloaded activations", "",
+                           "--offload=none");
 }
 
 /* Host data into a device buffer, and back; a device's bytes to zero. */
