@@ -71,15 +71,19 @@ MPCC_KERNELS_AUTO
 "  --recompute=none|auto|all  recompute stage forwards in the backward pass to\n"
 "                           save activation memory (auto: only stages that would\n"
 "                           not fit otherwise; default none)\n"
-"  --offload=auto|activations|none\n"
+"  --offload=auto|activations|weights|all|none\n"
 "                           activations: what a stage keeps for its backward pass\n"
 "                           waits in host memory between its forward and its\n"
 "                           backward, copied out and back on the copy streams\n"
-"                           while other actions of the device run; it saves\n"
-"                           device memory when a device runs other actions in\n"
-"                           between: several stages per device, or several\n"
-"                           micro-batches in flight (docs/pipeline.md); auto\n"
-"                           (default): only when no plan fits without it\n"
+"                           while other actions of the device run; weights: the\n"
+"                           parameters and optimizer state live in host memory\n"
+"                           and come to the device for the actions that use them\n"
+"                           (the update runs on the device, then they go back);\n"
+"                           all: both. It saves device memory when a device runs\n"
+"                           other actions in between: several stages per device,\n"
+"                           or several micro-batches in flight (docs/pipeline.md);\n"
+"                           auto (default): activations, then all, only when no\n"
+"                           plan fits without\n"
 "  --objective=time|memory  what the plan minimises: the step time (default), or\n"
 "                           the largest device's memory, spreading weights and\n"
 "                           activations evenly (for models that do not fit)\n"
@@ -365,6 +369,8 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const objective[] = {"time", "memory"};
     static const char *const offload[] = {[OFFLOAD_NONE] = "none",
                                           [OFFLOAD_ACTIVATIONS] = "activations",
+                                          [OFFLOAD_WEIGHTS] = "weights",
+                                          [OFFLOAD_ALL] = "all",
                                           [OFFLOAD_AUTO] = "auto"};
     static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                                [KERNELS_ONEDNN] = "onednn"};

@@ -372,8 +372,20 @@ typedef struct TrainOptions {
 typedef enum { SCHED_AUTO, SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } SchedKind;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_AUTO, RECOMPUTE_ALL } RecomputeKind;
 typedef enum { OBJECTIVE_TIME, OBJECTIVE_MEMORY } Objective;
-/* --offload; auto (the default): activations, only when nothing fits without */
-typedef enum { OFFLOAD_NONE, OFFLOAD_ACTIVATIONS, OFFLOAD_AUTO, OFFLOAD_COUNT } OffloadKind;
+/* --offload; auto (the default): activations, then weights too, only when
+ * nothing fits without */
+typedef enum {
+    OFFLOAD_NONE, OFFLOAD_ACTIVATIONS, OFFLOAD_WEIGHTS, OFFLOAD_ALL, OFFLOAD_AUTO, OFFLOAD_COUNT
+} OffloadKind;
+/* What an --offload kind sends to host memory. */
+static inline bool offloads_activations(OffloadKind k)
+{
+    return k == OFFLOAD_ACTIVATIONS || k == OFFLOAD_ALL;
+}
+static inline bool offloads_weights(OffloadKind k)
+{
+    return k == OFFLOAD_WEIGHTS || k == OFFLOAD_ALL;
+}
 
 /* How the step is spread over devices (see docs/pipeline.md). */
 typedef struct PipeOptions {
@@ -386,7 +398,7 @@ typedef struct PipeOptions {
     const int *cuts;           /* pipeline.c's refinement: the stages' first units, [S+1] */
     RecomputeKind recompute;
     OffloadKind offload;       /* --offload: activations kept for the backward pass wait
-                                  in host memory (plan.c) */
+                                  in host memory, weights live there (plan.c) */
     Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
     bool micro_given;          /* --microbatches was given (else auto may choose) */
@@ -855,6 +867,7 @@ typedef struct Buf {
     bool acc;                  /* a parameter's gradient summed over micro-batches */
     bool turns;                /* takes turns with other buffers for its memory (share.c) */
     bool host;                 /* in the device's host arena: an offloaded value */
+    bool streamed;             /* an offloaded weight's, on the device or the host */
     int from;                  /* the buffer copies fill this one from, -1 if none */
 } Buf;
 
@@ -868,6 +881,33 @@ typedef struct Offload {
     int *out_during, *in_during;      /* [M]: the action of the device's sequence that
                                          each micro-batch's copy out, and back, overlaps */
 } Offload;
+
+/* A weight or optimizer state offloaded (--offload=weights): between
+ * steps it lives in `host`; its device buffer `dev` holds it only in
+ * windows of the device's sequence (actions first[w] .. last[w] touch
+ * it), filled by a copy while the action before runs and, where the
+ * window writes it, copied back while the action after runs. */
+typedef struct Streamed {
+    uint32_t value;
+    int stage, dev, host;             /* buffers */
+    int nwin;
+    int *first, *last;                /* [nwin]: positions in the device's sequence */
+    bool *written;                    /* [nwin]: an action of the window writes it */
+    bool forward;                     /* the stage's forward reads it (evaluation fetches it) */
+    int *fetch_op, *evict_op;         /* [nwin]: the copies in and out (-1: none), plan_ops */
+} Streamed;
+
+/* Where the copies of window w run: the fetch during the action before the
+ * window (the first action when the window starts the step), the copy
+ * back during the action after it (nseq: after the last). */
+static inline int streamed_fetch_during(const Streamed *w, int k)
+{
+    return w->first[k] > 0 ? w->first[k] - 1 : 0;
+}
+static inline int streamed_evict_during(const Streamed *w, int k)
+{
+    return w->last[k] + 1;
+}
 
 typedef enum { OPK_RUN, OPK_COPY } OpKind;
 
@@ -899,6 +939,9 @@ typedef struct Plan {
     int noffl;
     int *fetch_of;             /* [nvalues * nstages]: the fetched buffer a backward
                                   reads, -1 if the value is not offloaded */
+    Streamed *wofl;            /* the offloaded weights and state (--offload=weights) */
+    int nwofl;
+    int *whost_of;             /* [nvalues]: the host buffer of an offloaded weight, -1 */
     size_t *host_bytes;        /* [ndev]: each device's host arena */
     uint32_t **nodes;          /* [nstages * ACT_KINDS]: the nodes of an action, in order */
     int *nnodes;
@@ -938,11 +981,16 @@ int plan_buf(const Plan *p, uint32_t v, int stage);   /* -1 if the stage has non
 int plan_read(const Plan *p, uint32_t v, int stage, int kind);
 /* The copy ops of buffer b are offload copies (to or from a host buffer). */
 bool plan_offload_copy(const Plan *p, int b);
+/* The buffer that holds value v between steps, where checkpoints read and
+ * write it: its host buffer when offloaded, else its home stage's. */
+int plan_home_buf(const Plan *p, uint32_t v);
 
 /* share.c: what a device's compute stream reads and writes, in order: fn
  * gets each buffer, micro-batch and position, and the node. */
 typedef void (*TouchFn)(void *ctx, int buf, int mb, int pos, bool write, uint32_t node);
 void plan_walk(const Plan *p, int dev, TouchFn fn, void *ctx);
+/* The same for the nodes of action i of the device's sequence alone. */
+void plan_walk_action(const Plan *p, int dev, int i, TouchFn fn, void *ctx);
 /* The offsets: buffers that are never alive together share memory. */
 void plan_place(Plan *p, Arena *a);
 /* [nvalues]: read by the host or by code after an action's nodes (graph
@@ -988,6 +1036,10 @@ bool *layout_blocked(const Plan *p, const Options *o, Arena *a);
  * windows of their copies (buffers host and fetched still -1: plan.c
  * makes them); NULL and *n = 0 when none. */
 Offload *offload_choose(const Plan *p, const Options *o, Arena *a, int *n);
+/* The weights and optimizer state --offload=weights keeps in host memory,
+ * with their windows (host and the ops still -1: plan.c makes them): each
+ * whose windows leave its device some action without it. */
+Streamed *offload_weights(const Plan *p, const Options *o, Arena *a, int *n);
 
 /* --------------------------------------------------- parallel/sim.c */
 

@@ -22,12 +22,13 @@ MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops-
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
-MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: offloaded activations */
+MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
 static const char *mprt_program = "train";   /* the program's name in errors */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
-    return mprt_arenas[b->dev] + b->offset + (size_t)(mb % b->slots) * b->stride;
+    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[b->dev];
+    return arena + b->offset + (size_t)(mb % b->slots) * b->stride;
 }
 
 static _Noreturn void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
@@ -81,7 +82,10 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
+        if (b->host)   /* an offloaded weight: host memory */
+            memcpy(mprt_slot(b, 0), t->data, b->nbytes);
+        else
+            mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");

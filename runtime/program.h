@@ -56,7 +56,8 @@ enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT, MPRT_CONST 
 
 /* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
  * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
- * forward-only program checks its file and keeps nothing). */
+ * forward-only program checks its file and keeps nothing). `host`: in the
+ * device's host arena, where an offloaded weight lives between steps. */
 typedef struct MprtBuffer {
     const char *name;
     int kind;
@@ -67,6 +68,7 @@ typedef struct MprtBuffer {
     size_t offset;
     int slots;
     size_t stride, nbytes;
+    int host;
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */

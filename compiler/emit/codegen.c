@@ -194,6 +194,17 @@ static const char *ctype(DType t)
     }
 }
 
+/* What device d's host arena holds, in words. */
+static const char *host_holds(const Plan *p, int d)
+{
+    bool acts = false, weights = false;
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].host && p->bufs[b].dev == d)
+            *(p->bufs[b].streamed ? &weights : &acts) = true;
+    return acts && weights ? "offloaded activations and weights"
+           : weights       ? "offloaded weights" : "offloaded activations";
+}
+
 /* A buffer's address in a function of the micro-batch mb: A1 + 4096, or
  * A1 + 4096 + (size_t)(mb % 3) * 8192 with a slot per micro-batch; H1 for
  * device 1's host arena. */
@@ -414,6 +425,8 @@ static const char *local_note(CG *cg, const Buf *bf)
         s = arena_printf(a, "%s, the sum over the micro-batches", s);
     else if (bf->received)
         s = arena_printf(a, "%s, from stage %d", s, cg->plan->st->home[bf->value]);
+    else if (bf->streamed)
+        s = arena_printf(a, "%s, in host memory between steps", s);
     else if (bf->from >= 0)
         s = arena_printf(a, "%s, back from host memory", s);
     if (bf->slots > 1)
@@ -2455,7 +2468,7 @@ static void emit_header(CG *cg, const char *hash)
         if (p->work_bytes[d])
             emit(cg, " (%zu of them kernel scratch)", p->work_bytes[d]);
         if (p->host_bytes[d])
-            emit(cg, "; host arena %zu bytes (offloaded activations)", p->host_bytes[d]);
+            emit(cg, "; host arena %zu bytes (%s)", p->host_bytes[d], host_holds(p, d));
         emit(cg, "\n");
     }
     emit(cg, " * build:    %s\n */\n", build_line(cg));
@@ -2883,8 +2896,8 @@ static void emit_devices(CG *cg)
             emit(cg, "#define W%d ((float *)(A%d + %zu))   /* scratch, %zu bytes */\n", d, d,
                  p->work_offset[d], p->work_bytes[d]);
         if (p->host_bytes[d])
-            emit(cg, "#define H%d (mprt_host_arenas[%d])   /* %s's host arena: offloaded "
-                 "activations */\n", d, d, p->ds->d[d].name);
+            emit(cg, "#define H%d (mprt_host_arenas[%d])   /* %s's host arena: %s */\n", d, d,
+                 p->ds->d[d].name, host_holds(p, d));
     }
 }
 
@@ -2895,7 +2908,9 @@ static void emit_constants(CG *cg)
     for (int b = 0; b < cg->plan->nbufs; b++) {
         const Buf *bf = &cg->plan->bufs[b];
         const Value *val = &cg->g->values[bf->value];
-        if (val->kind == VK_STATE && !bf->acc)
+        if (val->kind == VK_STATE && !bf->acc && bf->host)   /* offloaded: lives there */
+            emit(cg, "    memset(H%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
+        else if (val->kind == VK_STATE && !bf->acc && !bf->streamed)
             emit(cg, "    mprt_dev_zero(%d, A%d + %zu, %zu);\n", bf->dev, bf->dev, bf->offset,
                  value_bytes(val));
         if (val->kind == VK_CONST)
@@ -3126,6 +3141,9 @@ static const char *event_ident(CG *cg, const PlanOp *op, const char *const *take
     else if (op->kind == OPK_RUN)
         base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
                             op->act.mb);
+    else if (p->bufs[op->dst].streamed)
+        base = arena_printf(cg->g->arena, "EV_WEIGHT_%s_S%d_W%d",
+                            p->bufs[op->dst].host ? "OUT" : "IN", p->bufs[op->dst].stage, op->mb);
     else if (plan_offload_copy(p, op->dst))
         base = arena_printf(cg->g->arena, "EV_%s_S%d_MB%d",
                             p->bufs[op->dst].host ? "OFFLOAD" : "FETCH", p->bufs[op->dst].stage,
@@ -3186,10 +3204,14 @@ static void emit_op(CG *cg, int i, const char *const *ev)
         const char *to = plan_offload_copy(p, op->dst)
                              ? (dst->host ? "to host memory" : "back from host memory")
                              : arena_printf(cg->g->arena, "to stage %d", dst->stage);
-        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' mb %d %s */\n",
+        const char *which = arena_printf(cg->g->arena, "mb %d", op->mb);
+        if (dst->streamed)
+            which = arena_printf(cg->g->arena, "window %d", op->mb),
+            to = dst->host ? "to host memory" : "in from host memory";
+        emit(cg, "    mprt_memcpy_async(%s, %s, %s, %zu, %d);   /* %s: '%s' %s %s */\n",
              stream, slot_addr(cg, op->dst, op->mb), slot_addr(cg, op->src, op->mb), dst->bytes, i,
              stream_name(cg, op->stream),
-             comment_text(cg, cg->g->values[dst->value].name), op->mb, to);
+             comment_text(cg, cg->g->values[dst->value].name), which, to);
     }
     if (op->event >= 0)
         emit(cg, "    mprt_record_event(%s, %s);\n", stream, ev[op->event]);
@@ -3229,6 +3251,10 @@ static void emit_op_table(CG *cg)
         if (op->kind == OPK_RUN)
             emit(cg, "    {%d, \"%s s%d mb%d\", -1},\n", op->stream, act_names[op->act.kind],
                  op->act.stage, op->act.mb);
+        else if (p->bufs[op->dst].streamed)
+            emit(cg, "    {%d, \"weight %s w%d s%d\", %d},\n", op->stream,
+                 p->bufs[op->dst].host ? "out" : "in", op->mb, p->bufs[op->dst].stage,
+                 p->bufs[op->dst].dev);
         else if (plan_offload_copy(p, op->dst))
             emit(cg, "    {%d, \"%s mb%d s%d\", %d},\n", op->stream,
                  p->bufs[op->dst].host ? "offload" : "fetch", op->mb, p->bufs[op->dst].stage,
@@ -3240,6 +3266,19 @@ static void emit_op_table(CG *cg)
     emit(cg, "};\n");
 }
 
+/* Offloaded weights the stage's forward reads, in from host memory. */
+static void emit_eval_fetch(CG *cg, int s)
+{
+    const Plan *p = cg->plan;
+    for (int i = 0; i < p->nwofl; i++) {
+        const Streamed *w = &p->wofl[i];
+        if (w->stage == s && w->forward)
+            emit(cg, "    mprt_dev_write(%d, %s, %s, %zu);   /* '%s' in from host memory */\n",
+                 p->bufs[w->dev].dev, slot_addr(cg, w->dev, 0), slot_addr(cg, w->host, 0),
+                 p->bufs[w->dev].bytes, comment_text(cg, cg->g->values[w->value].name));
+    }
+}
+
 /* Forward of micro-batch 0 through every stage, for evaluation. */
 static void emit_eval(CG *cg)
 {
@@ -3248,6 +3287,7 @@ static void emit_eval(CG *cg)
     emit(cg, "\nstatic void eval_forward(void)\n{\n");
     for (int s = 0; s < p->st->n; s++) {
         cg->stage = s;
+        emit_eval_fetch(cg, s);
         if (cuda_stage(cg))   /* issued on the stage's device, finished before the copies */
             emit(cg, "    mprt_cu_use(%d);\n    s%d_forward(0);\n    mprt_sync();\n",
                  p->st->dev[s], s);
@@ -3334,15 +3374,15 @@ static void emit_buffer_row(CG *cg, uint32_t v, const char *name, const char *ki
          val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
-    emit(cg, "%s}, %d, %zu, %d, %zu, %zu},\n", val->shape.rank ? "" : "0", bf ? bf->dev : -1,
-         bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0, value_bytes(val));
+    emit(cg, "%s}, %d, %zu, %d, %zu, %zu, %d},\n", val->shape.rank ? "" : "0", bf ? bf->dev : -1,
+         bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0, value_bytes(val),
+         bf && bf->host);
 }
 
 static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)
 {
-    int home = cg->plan->st->home[v];
-    emit_buffer_row(cg, v, name, kind,
-                    home >= 0 ? &cg->plan->bufs[plan_buf(cg->plan, v, home)] : NULL);
+    int b = plan_home_buf(cg->plan, v);   /* an offloaded weight's: in host memory */
+    emit_buffer_row(cg, v, name, kind, b >= 0 ? &cg->plan->bufs[b] : NULL);
 }
 
 /* The constants read from the weights file: a row for each copy (one per

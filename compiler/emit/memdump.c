@@ -7,7 +7,8 @@
  * shared stretch; what they would take apart is said beside it); then the
  * kernels' scratch. The rows add up to the arena, the figure the trainer
  * allocates. With --offload, the device's host arena follows: the
- * offloaded activations, a slot per micro-batch. The largest buffers of
+ * offloaded activations, a slot per micro-batch, and the offloaded
+ * weights and optimizer state. The largest buffers of
  * each device follow.
  */
 #include "mpcc.h"
@@ -86,9 +87,16 @@ static void device_rows(const Plan *p, int d, FILE *out)
     }
     MPCC_ASSERT(total == p->arena_bytes[d]);
     fprintf(out, "  %-18s %12.2f MB\n", "arena", mb(total));
-    if (p->host_bytes[d])
+    size_t acts = 0, weights = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].host && p->bufs[b].dev == d)
+            *(p->bufs[b].streamed ? &weights : &acts) += block(&p->bufs[b]);
+    if (acts)
         fprintf(out, "  %-18s %12.2f MB   (offloaded activations, a slot per micro-batch)\n",
-                "host arena", mb(p->host_bytes[d]));
+                "host arena", mb(acts));
+    if (weights)
+        fprintf(out, "  %-18s %12.2f MB   (offloaded weights and optimizer state)\n",
+                acts ? "" : "host arena", mb(weights));
 }
 
 /* The device's n largest buffers, by what each takes apart. */

@@ -15,6 +15,19 @@
  * nothing), values the host reads (the loss and what evaluation reads),
  * and graph inputs (the host fills them before the step).
  *
+ * Weights and optimizer state (--offload=weights) live in host memory
+ * between steps. On the device a weight is needed only by the actions of
+ * its stage that touch it: its windows are the runs of those actions in
+ * the device's sequence, split where two actions that touch it have two
+ * or more others between them. The weight comes in while the action
+ * before a window runs and, when the window writes it (the update, a
+ * batch norm's running statistics), goes back while the action after
+ * runs. A weight is offloaded when its windows and their copies leave at
+ * least one action of the device without it. So a device that runs one
+ * stage keeps its weights (its forward and backward read them, one action
+ * after another) but not their optimizer state (only the update reads it);
+ * one that runs several stages keeps only the stage at work's.
+ *
  * plan.c makes the buffers and the copies; verify.c proves that each copy
  * runs inside its window; verify_memory.c replays the windows.
  */
@@ -100,7 +113,7 @@ static bool windows(const Pick *k, int s, unsigned kinds, int *out, int *in)
 Offload *offload_choose(const Plan *p, const Options *o, Arena *a, int *n)
 {
     *n = 0;
-    if (o->pipe.offload != OFFLOAD_ACTIVATIONS || o->infer)
+    if (!offloads_activations(o->pipe.offload) || o->infer)
         return NULL;
     Pick k = {.p = p, .a = a, .M = p->sc->M, .outside = plan_read_outside(p->g, a)};
     positions(&k);
@@ -129,3 +142,99 @@ Offload *offload_choose(const Plan *p, const Options *o, Arena *a, int *n)
     }
     return list;
 }
+
+/* ---- weights ---- */
+
+/* Per value and ActKind, whether an action of its home stage reads
+ * (bit 0) or writes (bit 1) its buffer; an update changes in place what it
+ * reads but the gradient. */
+static uint8_t *weight_touches(const Plan *p, Arena *a)
+{
+    const Graph *g = p->g;
+    uint8_t *t = arena_array(a, (size_t)g->nvalues * ACT_KINDS, 1);
+    for (int s = 0; s < p->st->n; s++)
+        for (int kind = 0; kind < ACT_KINDS; kind++) {
+            size_t at = (size_t)s * ACT_KINDS + kind;
+            for (int j = 0; j < p->nnodes[at]; j++) {
+                const Node *n = &g->nodes[p->nodes[at][j]];
+                for (uint32_t q = 0; q < n->nin; q++)
+                    if (n->in[q] != NONE)
+                        t[(size_t)n->in[q] * ACT_KINDS + kind] |= kind == ACT_UPDATE ? 3 : 1;
+                for (uint32_t q = 0; q < n->nout; q++) {   /* running statistics: aliases */
+                    int b = n->out[q] != NONE ? plan_buf(p, n->out[q], s) : -1;
+                    if (b >= 0)
+                        t[(size_t)p->bufs[b].value * ACT_KINDS + kind] |= 2;
+                }
+            }
+        }
+    return t;
+}
+
+/* What action a of the device does with the weight v: bits as above (a
+ * recomputing backward reruns the forward). */
+static unsigned touch_of(const Plan *p, const uint8_t *t, uint32_t v, Act a)
+{
+    unsigned bits = t[(size_t)v * ACT_KINDS + a.kind];
+    if (a.kind == ACT_BWD && p->st->recompute[a.stage])
+        bits |= t[(size_t)v * ACT_KINDS + ACT_FWD];
+    return bits;
+}
+
+static bool weight_kind(const Plan *p, uint32_t v, int s)
+{
+    const Value *val = &p->g->values[v];
+    if ((val->kind != VK_PARAM && val->kind != VK_STATE) || p->st->home[v] != s)
+        return false;
+    int b = plan_buf(p, v, s);
+    return b >= 0 && !plan_sent(p, &p->bufs[b]) && !p->bufs[b].acc;
+}
+
+/* The windows of weight v on its stage's device; false when they and
+ * their copies leave no action without it. */
+static bool weight_windows(const Plan *p, const uint8_t *t, uint32_t v, Streamed *w, Arena *a)
+{
+    int s = p->st->home[v], dev = p->st->dev[s], n = p->sc->nseq[dev];
+    w->first = arena_array(a, (size_t)n + 1, sizeof(int));
+    w->last = arena_array(a, (size_t)n + 1, sizeof(int));
+    w->written = arena_array(a, (size_t)n + 1, sizeof(bool));
+    w->nwin = 0;
+    for (int i = 0; i < n; i++) {
+        Act act = p->sc->seq[dev][i];
+        unsigned bits = act.stage == s ? touch_of(p, t, v, act) : 0;
+        if (!bits)
+            continue;
+        w->forward |= act.kind == ACT_FWD;
+        int k = w->nwin;
+        if (k == 0 || i - w->last[k - 1] >= 3)
+            w->first[w->nwin++] = i, k++;
+        w->last[k - 1] = i;
+        w->written[k - 1] |= (bits & 2) != 0;
+    }
+    int held = 0;   /* actions during which the device holds it */
+    for (int k = 0; k < w->nwin; k++) {
+        int lo = streamed_fetch_during(w, k), hi = w->last[k];
+        if (w->written[k] && streamed_evict_during(w, k) < n)
+            hi++;
+        held += hi - lo + 1;
+    }
+    return w->nwin > 0 && held < n;
+}
+
+Streamed *offload_weights(const Plan *p, const Options *o, Arena *a, int *n)
+{
+    *n = 0;
+    if (!offloads_weights(o->pipe.offload) || o->infer)
+        return NULL;
+    uint8_t *t = weight_touches(p, a);
+    Streamed *list = arena_array(a, (size_t)p->g->nvalues + 1, sizeof(Streamed));
+    for (uint32_t v = 0; v < p->g->nvalues; v++) {
+        int s = p->st->home[v];
+        if (s < 0 || !weight_kind(p, v, s))
+            continue;
+        Streamed w = {.value = v, .stage = s, .dev = plan_buf(p, v, s), .host = -1};
+        if (weight_windows(p, t, v, &w, a))
+            list[(*n)++] = w;
+    }
+    return list;
+}
+

@@ -40,7 +40,8 @@ static const char *over_memory(Arena *a, const Plan *p, const Devices *ds, int d
 {
     return arena_printf(a, "the memory plan needs %.1f MB on %s, which has %.1f MB; add "
                         "devices, lower -batch, raise --microbatches or try --recompute=auto or "
-                        "--offload=activations (--dump=memory shows what it holds)", (double)p->arena_bytes[d] / 1e6, ds->d[d].name,
+                        "--offload=all (--dump=memory shows what it holds)",
+                        (double)p->arena_bytes[d] / 1e6, ds->d[d].name,
                         (double)ds->d[d].prof.memory / 1e6);
 }
 
@@ -288,22 +289,55 @@ static void idle_devices(const Pipeline *pl, const Options *o, double most, doub
 static void report_offload(const Plan *p)
 {
     for (int d = 0; d < p->sc->ndev; d++) {
-        int n = 0;
-        double bytes = 0, secs = 0;
+        int n = 0, nw = 0, copies = 0;
+        double bytes = 0, wbytes = 0, secs = 0;
         for (int i = 0; i < p->noffl; i++)
             if (p->bufs[p->offl[i].dev].dev == d) {
                 n++;
                 bytes += (double)p->bufs[p->offl[i].dev].bytes;
             }
+        for (int i = 0; i < p->nwofl; i++)
+            if (p->bufs[p->wofl[i].dev].dev == d) {
+                nw++;
+                wbytes += (double)p->bufs[p->wofl[i].dev].bytes;
+            }
         for (int i = 0; i < p->nops; i++)
             if (p->ops[i].kind == OPK_COPY && p->ops[i].dev == d &&
                 plan_offload_copy(p, p->ops[i].dst))
-                secs += p->ops[i].time;
+                secs += p->ops[i].time, copies++;
         if (n)
             fprintf(stderr, "mpcc:   %-8s offload: %d activation(s), %.1f MB a micro-batch, "
-                    "wait in a %.1f MB host arena; copies out and back take %.4g s a step\n",
-                    p->ds->d[d].name, n, bytes / 1e6, (double)p->host_bytes[d] / 1e6, secs);
+                    "wait in host memory\n", p->ds->d[d].name, n, bytes / 1e6);
+        if (nw)
+            fprintf(stderr, "mpcc:   %-8s offload: %d weight(s) and optimizer state(s), %.1f MB, "
+                    "live in host memory and come in for the actions that use them\n",
+                    p->ds->d[d].name, nw, wbytes / 1e6);
+        if (n || nw)
+            fprintf(stderr, "mpcc:   %-8s host arena %.1f MB; %d copies out and back take "
+                    "%.4g s a step\n", p->ds->d[d].name, (double)p->host_bytes[d] / 1e6, copies,
+                    secs);
     }
+}
+
+/* --offload named a kind the plan chosen has nothing of: why, and what to try. */
+static void note_nothing_offloaded(const Plan *p, const Options *o)
+{
+    OffloadKind k = o->pipe.offload;
+    if (offloads_activations(k) && !p->noffl && o->pipe.recompute == RECOMPUTE_ALL)
+        fprintf(stderr, "mpcc: note: --offload=%s offloads no activation under "
+                "--recompute=all: a recomputing stage keeps only its inputs\n",
+                k == OFFLOAD_ALL ? "all" : "activations");
+    else if (offloads_activations(k) && !p->noffl)
+        fprintf(stderr, "mpcc: note: --offload=%s: the plan chosen offloads no activation: "
+                "no device runs an action between a stage's forward and the action before "
+                "its backward (try --schedule=gpipe with several micro-batches, or "
+                "--schedule=interleaved with --virtual-stages=3 or more)\n",
+                k == OFFLOAD_ALL ? "all" : "activations");
+    if (offloads_weights(k) && !p->nwofl)
+        fprintf(stderr, "mpcc: note: --offload=%s: the plan chosen offloads no weight: every "
+                "device uses each of its weights in every action but one or two (try several "
+                "stages per device: --schedule=interleaved --virtual-stages=3 or more)\n",
+                k == OFFLOAD_ALL ? "all" : "weights");
 }
 
 static void report(const Pipeline *pl, const Options *o)
@@ -320,15 +354,7 @@ static void report(const Pipeline *pl, const Options *o)
         total += p->busy[d];
     }
     report_offload(p);
-    bool none = o->pipe.offload == OFFLOAD_ACTIVATIONS && !p->noffl;
-    if (none && o->pipe.recompute == RECOMPUTE_ALL)
-        fprintf(stderr, "mpcc: note: --offload=activations offloads nothing under "
-                "--recompute=all: a recomputing stage keeps only its inputs\n");
-    else if (none)
-        fprintf(stderr, "mpcc: note: --offload=activations: the plan chosen offloads nothing: "
-                "no device runs an action between a stage's forward and the action before "
-                "its backward (try --schedule=gpipe with several micro-batches, or "
-                "--schedule=interleaved with --virtual-stages=3 or more)\n");
+    note_nothing_offloaded(p, o);
     if (most > 0 && o->pipe.objective == OBJECTIVE_TIME && !o->pipe.split)
         idle_devices(pl, o, most, total);
 }
@@ -438,8 +464,11 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
     Reject first = last;
     Options off = *o, spread;
     const Options *used = o;   /* what the plan chosen was planned with */
-    if (!best && first.memory && o->pipe.offload == OFFLOAD_AUTO && !o->infer) {
-        off.pipe.offload = OFFLOAD_ACTIVATIONS;   /* nothing fits: try host memory */
+    /* nothing fits: activations in host memory, then the weights too */
+    static const OffloadKind ladder[] = {OFFLOAD_ACTIVATIONS, OFFLOAD_ALL};
+    for (int i = 0; i < 2 && !best && last.memory && o->pipe.offload == OFFLOAD_AUTO &&
+                    !o->infer; i++) {
+        off.pipe.offload = ladder[i];
         best = search(a, &off, ps, &ds, measured, &last);
         used = &off;
     }
@@ -447,8 +476,9 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
      * that holds several stages, which the search cannot rule out alone:
      * the partition that spreads memory evenly is tried before giving up. */
     spread = off;
-    if (!best && last.memory && off.pipe.offload == OFFLOAD_ACTIVATIONS && !o->infer &&
-        !o->pipe.split && o->pipe.objective == OBJECTIVE_TIME) {
+    if (!best && last.memory && off.pipe.offload != OFFLOAD_NONE &&
+        off.pipe.offload != OFFLOAD_AUTO && !o->infer && !o->pipe.split &&
+        o->pipe.objective == OBJECTIVE_TIME) {
         spread.pipe.objective = OBJECTIVE_MEMORY;
         best = search(a, &spread, ps, &ds, measured, &last);
         used = &spread;
@@ -457,12 +487,16 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
                     "minimises the step time; planned with --objective=memory, which spreads "
                     "what the devices hold evenly\n");
     }
-    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO)
+    bool weights = off.pipe.offload == OFFLOAD_ALL;
+    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO) {
         fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps "
-                "activations in host memory (--offload=none to refuse)\n");
+                "%s in host memory (--offload=none to refuse)\n",
+                weights ? "activations, weights and optimizer state" : "activations");
+    }
     if (!best && used != o && o->pipe.offload == OFFLOAD_AUTO)
-        first.why = arena_printf(a, "%s; with activations offloaded to host memory "
-                                 "(--offload=auto) no plan fits either", first.why);
+        first.why = arena_printf(a, "%s; with activations, weights and optimizer state "
+                                 "offloaded to host memory (--offload=auto) no plan fits "
+                                 "either", first.why);
     if (!best)
         error_reject(&first);
     o = used;

@@ -19,7 +19,10 @@
  * and a fetched buffer the backward reads: its copy out waits for the
  * forward and the action after its window waits for it; its copy back
  * waits for the copy out and the action before its window (make_offload,
- * offload_copies, offload_deps). The simulator
+ * offload_copies, offload_deps). An offloaded weight (--offload=weights)
+ * has a host buffer where it lives between steps: a copy brings it in
+ * before each of its windows and, after one that writes it, takes it
+ * back (make_streamed, streamed_copies, streamed_deps). The simulator
  * (sim.c) times every operation; the host issues them in order of
  * predicted start, a topological order of the dependencies.
  */
@@ -160,6 +163,26 @@ static void make_bufs(PB *b)
     }
 }
 
+/* --offload=weights: each chosen weight's host buffer, where it lives
+ * between steps (offload.c chose them and their windows). */
+static void make_streamed(PB *b)
+{
+    Plan *p = b->p;
+    p->whost_of = arena_array(b->a, b->g->nvalues, sizeof(int));
+    memset(p->whost_of, 0xff, b->g->nvalues * sizeof(int));
+    for (int i = 0; i < p->nwofl; i++) {
+        Streamed *w = &p->wofl[i];
+        w->host = new_buf(b, w->value, w->stage, false);
+        p->bufs[w->host].host = p->bufs[w->host].streamed = p->bufs[w->dev].streamed = true;
+        p->bufs[w->host].from = w->dev;
+        p->bufs[w->dev].from = w->host;
+        p->whost_of[w->value] = w->host;
+        w->fetch_op = arena_array(b->a, (size_t)w->nwin, sizeof(int));
+        w->evict_op = arena_array(b->a, (size_t)w->nwin, sizeof(int));
+        memset(w->evict_op, 0xff, (size_t)w->nwin * sizeof(int));
+    }
+}
+
 /* --offload: each chosen activation's host buffer and the fetched copy
  * its stage's backward reads (offload.c chose them). */
 static void make_offload(PB *b, const Options *o)
@@ -168,6 +191,7 @@ static void make_offload(PB *b, const Options *o)
     p->fetch_of = arena_array(b->a, (size_t)b->g->nvalues * b->S, sizeof(int));
     memset(p->fetch_of, 0xff, (size_t)b->g->nvalues * b->S * sizeof(int));
     p->offl = offload_choose(p, o, b->a, &p->noffl);
+    p->wofl = offload_weights(p, o, b->a, &p->nwofl);
     for (int i = 0; i < p->noffl; i++) {
         Offload *f = &p->offl[i];
         f->host = new_buf(b, f->value, f->stage, false);
@@ -177,6 +201,7 @@ static void make_offload(PB *b, const Options *o)
         p->bufs[f->fetched].from = f->host;
         p->fetch_of[(size_t)f->value * b->S + f->stage] = f->fetched;
     }
+    make_streamed(b);
     b->host_of = arena_array(b->a, (size_t)p->nbufs, sizeof(int));
     memset(b->host_of, 0xff, (size_t)p->nbufs * sizeof(int));
     for (int i = 0; i < p->noffl; i++)
@@ -201,6 +226,13 @@ int plan_read(const Plan *p, uint32_t v, int stage, int kind)
 {
     int f = kind == ACT_BWD || kind == ACT_WGRAD ? p->fetch_of[(size_t)v * p->st->n + stage] : -1;
     return f >= 0 ? f : plan_buf(p, v, stage);
+}
+
+int plan_home_buf(const Plan *p, uint32_t v)
+{
+    if (p->whost_of && p->whost_of[v] >= 0)
+        return p->whost_of[v];
+    return p->st->home[v] < 0 ? -1 : plan_buf(p, v, p->st->home[v]);
 }
 
 bool plan_offload_copy(const Plan *p, int b)
@@ -452,14 +484,40 @@ static int offload_copies(PB *b, const Offload *f, CopyKey *keys, int nk)
     return nk;
 }
 
+/* An offloaded weight's copies: in on the device's backward copy stream
+ * while the action before each window runs (after the one before that),
+ * back on the forward one after a window that writes it. */
+static int streamed_copies(PB *b, Streamed *w, CopyKey *keys, int nk)
+{
+    Plan *p = b->p;
+    int dev = p->bufs[w->dev].dev;
+    for (int k = 0; k < w->nwin; k++)
+        for (int back = 0; back < 1 + w->written[k]; back++) {
+            int src = back ? w->dev : w->host, dst = back ? w->host : w->dev;
+            PlanOp op = {.kind = OPK_COPY, .dev = dev,
+                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_FWD : STREAM_SEND_BWD),
+                         .src = src, .dst = dst, .mb = k,
+                         .time = copy_time(b, &p->bufs[src], &p->bufs[dst])};
+            int id = new_op(b, op);
+            *(back ? &w->evict_op[k] : &w->fetch_op[k]) = id;
+            keys[nk++] = (CopyKey){back ? w->last[k] : w->first[k] - 2, id};
+        }
+    return nk;
+}
+
 static void copy_ops(PB *b)
 {
     Plan *p = b->p;
     b->copy_op = arena_array(b->a, (size_t)p->nbufs * b->M, sizeof(int));
-    CopyKey *keys = arena_array(b->a, (size_t)p->nbufs * b->M + 1, sizeof(CopyKey));
+    size_t nkeys = (size_t)p->nbufs * b->M + 1;
+    for (int i = 0; i < p->nwofl; i++)
+        nkeys += 2 * (size_t)p->wofl[i].nwin;
+    CopyKey *keys = arena_array(b->a, nkeys, sizeof(CopyKey));
     int nk = 0;
     for (int i = 0; i < p->noffl; i++)
         nk = offload_copies(b, &p->offl[i], keys, nk);
+    for (int i = 0; i < p->nwofl; i++)
+        nk = streamed_copies(b, &p->wofl[i], keys, nk);
     for (int r = 0; r < p->nbufs; r++) {
         if (!p->bufs[r].received)
             continue;
@@ -508,6 +566,13 @@ static void copy_deps(PB *b, int r)
     }
 }
 
+/* The run op of action i of device dev's sequence. */
+static int run_at(const PB *b, int dev, int i)
+{
+    Act a = b->sc->seq[dev][i];
+    return b->run_op[act_key(b, a.kind, a.stage, a.mb)];
+}
+
 /* An offloaded value's copy out waits for its forward; its copy back for
  * the copy out and for the action before its window; the action after the
  * copy out's window waits for it. */
@@ -528,6 +593,70 @@ static void offload_deps(PB *b, const Offload *f)
             Act a = b->sc->seq[dev][f->out_during[mb] + 1];
             add_dep(b, b->run_op[act_key(b, a.kind, a.stage, a.mb)], out);
         }
+    }
+}
+
+/* An offloaded weight's copy in waits for the action two before its
+ * window (the one before runs beside it) and for the copy back of the
+ * window before; the window's first action waits for it. Its copy back
+ * waits for the window's last action, and the action after the one it
+ * runs beside waits for it. */
+static void streamed_deps(PB *b, const Streamed *w)
+{
+    const Plan *p = b->p;
+    int dev = p->bufs[w->dev].dev, n = b->sc->nseq[dev];
+    for (int k = 0; k < w->nwin; k++) {
+        if (w->first[k] >= 2)
+            add_dep(b, w->fetch_op[k], run_at(b, dev, w->first[k] - 2));
+        if (k > 0)
+            add_dep(b, w->fetch_op[k], w->evict_op[k - 1]);
+        add_dep(b, run_at(b, dev, w->first[k]), w->fetch_op[k]);
+        if (w->evict_op[k] < 0)
+            continue;
+        add_dep(b, w->evict_op[k], run_at(b, dev, w->last[k]));
+        if (w->last[k] + 2 < n)
+            add_dep(b, run_at(b, dev, w->last[k] + 2), w->evict_op[k]);
+    }
+}
+
+/* The copies out that run beside action i of a device may still run when
+ * those in that run beside action i + 1 start (each waits only for the
+ * action before its own), and share.c lets the memory they reach overlap:
+ * each copy in waits for the last copy out of the action before (they
+ * share the device's forward copy stream, so that one implies the rest). */
+static void keep_latest(const Plan *p, int *last, int n, int i, int op)
+{
+    if (i < n && op >= 0 && (last[i] < 0 || p->ops[op].pos > p->ops[last[i]].pos))
+        last[i] = op;
+}
+
+static void boundary_deps(PB *b)
+{
+    Plan *p = b->p;
+    for (int d = 0; d < b->sc->ndev; d++) {
+        int n = b->sc->nseq[d];
+        int *last = arena_array(b->a, (size_t)n + 1, sizeof(int));
+        memset(last, 0xff, ((size_t)n + 1) * sizeof(int));
+        for (int k = 0; k < p->noffl; k++)
+            for (int mb = 0; mb < b->M && p->bufs[p->offl[k].dev].dev == d; mb++)
+                keep_latest(p, last, n, p->offl[k].out_during[mb],
+                            b->copy_op[(size_t)p->offl[k].host * b->M + mb]);
+        for (int k = 0; k < p->nwofl; k++)
+            for (int w = 0; w < p->wofl[k].nwin && p->bufs[p->wofl[k].dev].dev == d; w++)
+                keep_latest(p, last, n, streamed_evict_during(&p->wofl[k], w),
+                            p->wofl[k].evict_op[w]);
+        for (int k = 0; k < p->noffl; k++)
+            for (int mb = 0; mb < b->M && p->bufs[p->offl[k].dev].dev == d; mb++) {
+                int i = p->offl[k].in_during[mb];
+                if (i > 0 && last[i - 1] >= 0)
+                    add_dep(b, b->copy_op[(size_t)p->offl[k].fetched * b->M + mb], last[i - 1]);
+            }
+        for (int k = 0; k < p->nwofl; k++)
+            for (int w = 0; w < p->wofl[k].nwin && p->bufs[p->wofl[k].dev].dev == d; w++) {
+                int i = streamed_fetch_during(&p->wofl[k], w);
+                if (i > 0 && last[i - 1] >= 0)
+                    add_dep(b, p->wofl[k].fetch_op[w], last[i - 1]);
+            }
     }
 }
 
@@ -581,7 +710,7 @@ static void run_deps(PB *b, int op)
         const Node *n = &b->g->nodes[p->nodes[k][j]];
         for (uint32_t q = 0; q < n->nin; q++) {
             int r = n->in[q] == NONE ? -1 : plan_read(p, n->in[q], a.stage, a.kind);
-            if (r >= 0 && p->bufs[r].from >= 0)
+            if (r >= 0 && p->bufs[r].from >= 0 && !p->bufs[r].streamed)
                 add_dep(b, op, b->copy_op[(size_t)r * b->M + a.mb]);
         }
         for (uint32_t q = 0; q < n->nout; q++)
@@ -605,10 +734,14 @@ static void add_deps(PB *b)
 {
     Plan *p = b->p;
     for (int r = 0; r < p->nbufs; r++)
-        if (p->bufs[r].received || (p->bufs[r].from >= 0 && !p->bufs[r].host))
+        if (p->bufs[r].received ||
+            (p->bufs[r].from >= 0 && !p->bufs[r].host && !p->bufs[r].streamed))
             copy_deps(b, r);
     for (int i = 0; i < p->noffl; i++)
         offload_deps(b, &p->offl[i]);
+    for (int i = 0; i < p->nwofl; i++)
+        streamed_deps(b, &p->wofl[i]);
+    boundary_deps(b);
     for (int i = 0; i < p->nops; i++) {
         if (p->ops[i].kind != OPK_RUN)
             continue;

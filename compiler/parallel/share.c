@@ -18,7 +18,9 @@
  * nodes (parameters' gradients, summed and clipped there). An offloaded
  * value's device buffers share too: its copies run inside windows of the
  * compute stream, which the walk marks (a read where the copy out's window
- * ends, a write where the copy back's begins). Each is placed,
+ * ends, a write where the copy back's begins), and so do an offloaded
+ * weight's (a write where its copy in runs, a read where its copy back
+ * does). Each is placed,
  * largest first, at the lowest offset free over its whole life (first fit),
  * after the buffers that keep memory of their own. verify_memory.c replays
  * the step against the offsets.
@@ -92,6 +94,18 @@ static void walk_action(const Plan *p, Act a, int kind, int *pos, TouchFn fn, vo
         walk_gradients(p, a, kind, (*pos)++, fn, ctx);
 }
 
+/* A node that reads v, for what a weight's copies report. */
+static uint32_t first_reader(const Plan *p, uint32_t v)
+{
+    for (uint32_t i = 0; i < p->g->norder; i++) {
+        const Node *n = &p->g->nodes[p->g->order[i]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] == v)
+                return p->g->order[i];
+    }
+    return p->g->order[0];
+}
+
 /* The copies of offloaded values whose window is action i of device dev:
  * back ones write their fetched buffer as it starts, ones out read the
  * device's buffer as it ends (node: the value's producer). */
@@ -109,17 +123,49 @@ static void walk_windows(const Plan *p, int dev, int i, bool back, int *pos, Tou
     }
 }
 
+/* The copies of offloaded weights that run beside action i of device dev
+ * (i = nseq: after the last): copies in write the device's buffer as it
+ * starts, copies back read it as it ends (node: the first that reads it). */
+static void walk_weights(const Plan *p, int dev, int i, bool in, int *pos, TouchFn fn,
+                         void *ctx)
+{
+    for (int k = 0; k < p->nwofl; k++) {
+        const Streamed *w = &p->wofl[k];
+        if (p->bufs[w->dev].dev != dev)
+            continue;
+        for (int j = 0; j < w->nwin; j++)
+            if (in ? streamed_fetch_during(w, j) == i
+                   : w->written[j] && streamed_evict_during(w, j) == i)
+                fn(ctx, w->dev, 0, (*pos)++, in, first_reader(p, w->value));
+    }
+}
+
+/* Action i's own nodes (a recomputing backward first reruns the forward). */
+static void walk_nodes(const Plan *p, int dev, int i, int *pos, TouchFn fn, void *ctx)
+{
+    Act a = p->sc->seq[dev][i];
+    if (a.kind == ACT_BWD && p->st->recompute[a.stage])
+        walk_action(p, a, ACT_FWD, pos, fn, ctx);   /* the forward it reruns */
+    walk_action(p, a, a.kind, pos, fn, ctx);
+}
+
 void plan_walk(const Plan *p, int dev, TouchFn fn, void *ctx)
 {
-    int pos = 0;
-    for (int i = 0; i < p->sc->nseq[dev]; i++) {
-        Act a = p->sc->seq[dev][i];
+    int pos = 0, n = p->sc->nseq[dev];
+    for (int i = 0; i < n; i++) {
+        walk_weights(p, dev, i, true, &pos, fn, ctx);
         walk_windows(p, dev, i, true, &pos, fn, ctx);
-        if (a.kind == ACT_BWD && p->st->recompute[a.stage])
-            walk_action(p, a, ACT_FWD, &pos, fn, ctx);   /* the forward it reruns */
-        walk_action(p, a, a.kind, &pos, fn, ctx);
+        walk_nodes(p, dev, i, &pos, fn, ctx);
         walk_windows(p, dev, i, false, &pos, fn, ctx);
+        walk_weights(p, dev, i, false, &pos, fn, ctx);
     }
+    walk_weights(p, dev, n, false, &pos, fn, ctx);
+}
+
+void plan_walk_action(const Plan *p, int dev, int i, TouchFn fn, void *ctx)
+{
+    int pos = 0;
+    walk_nodes(p, dev, i, &pos, fn, ctx);
 }
 
 /* ---- which buffers may share ---- */
@@ -158,6 +204,8 @@ static bool may_share(const Plan *p, int b, const bool *outside)
 {
     const Buf *bf = &p->bufs[b];
     bool fetched = bf->from >= 0 && p->bufs[bf->from].host;
+    if (bf->streamed)
+        return !bf->host;
     return p->g->values[bf->value].kind == VK_ACTIVATION && !bf->received && !bf->acc &&
            !bf->host && !outside[bf->value] &&
            (plan_buf(p, bf->value, bf->stage) == b || fetched) && !plan_sent(p, bf);
@@ -186,6 +234,8 @@ static void live_touch(void *ctx, int b, int mb, int pos, bool write, uint32_t n
 {
     Lives *L = ctx;
     Life *l = &L->life[b];
+    if (L->p->bufs[b].streamed)
+        mb = 0;   /* a weight: one content for every micro-batch */
     int *open = &L->open[(size_t)b * L->p->sc->M + mb];
     (void)node;
     if (!write && *open < 0) {

@@ -276,10 +276,14 @@ static void unit_costs(Build *b, PartProblem *p, const int *first, const Kept *k
                 if (node->out[j] != NONE && kept(k, node->out[j], u))
                     act[u] += (int64_t)vbytes(g, node->out[j]);
     }
+    /* offloaded, a weight and its state may leave the device: its gradients stay */
+    bool out = offloads_weights(b->o->pipe.offload);
     for (uint32_t v = 0; v < g->nvalues; v++)
-        if (g->values[v].kind == VK_PARAM && first[v] >= 0)
+        if (g->values[v].kind == VK_PARAM && first[v] >= 0 && (g->values[v].trainable || !out))
             fixed[first[v]] += (int64_t)vbytes(g, v) *
-                               (g->values[v].trainable ? state_per_param(b->o) : 1);
+                               (!g->values[v].trainable ? 1
+                                : out ? 1 + (b->o->train.microbatches > 1)
+                                      : state_per_param(b->o));
     p->time = time;
     p->fixed_mem = fixed;
     p->act_mem = act;
@@ -458,7 +462,7 @@ static PartProblem make_problem(Build *b, SchedKind kind, int M, const Exclusion
     int64_t *cap = arena_array(b->g->arena, (size_t)st->n, sizeof(int64_t));
     for (int s = 0; s < st->n; s++) {
         /* offloaded, what a stage keeps may leave the device: no bound */
-        infl[s] = b->o->pipe.offload == OFFLOAD_ACTIVATIONS ? 0 : inflight(kind, s, st->n, M);
+        infl[s] = offloads_activations(b->o->pipe.offload) ? 0 : inflight(kind, s, st->n, M);
         cap[s] = b->ds->d[st->dev[s]].prof.memory / stages_on(st, st->dev[s]);
     }
     p.inflight = infl;
@@ -531,7 +535,7 @@ static bool report_infeasible(Build *b, const PartResult *r)
     reject_file(b->g->arena, b->rej, b->g->file, "the model does not fit: at best, "
                        "stage %d needs at least %.1f MB on %s, which has %.1f MB for it; add "
                        "devices, lower -batch, raise --microbatches, or use --recompute or "
-                       "--offload=activations",
+                       "--offload=all",
                        r->worst_stage, (double)r->worst_need / 1e6, d->name,
                        (double)(d->prof.memory / stages_on(b->st, b->st->dev[r->worst_stage])) /
                        1e6);

@@ -14,12 +14,16 @@
  *   - an offloaded value's copy out of micro-batch mb ends before the
  *     action after its window starts, and its copy back starts after the
  *     action before its window ends (share.c lets the actions outside the
- *     windows use the memory).
+ *     windows use the memory);
+ *   - an offloaded weight's copy in ends before its window's first action
+ *     and starts after the action two before it, and its copy back starts
+ *     after the window's last action and ends before the action two after.
  * A failure is a bug in mpcc, reported as an internal error naming the
  * operations.
  */
 #include "mpcc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct VC {
@@ -211,13 +215,143 @@ static void check_windows(const VC *vc, const Offload *f)
     }
 }
 
+/* An offloaded weight comes in before its window's first action and
+ * after the action two before (the one before runs beside it), and after
+ * its previous change went out; a change goes out after the window's last
+ * action and before the action after the one it runs beside. The ops are
+ * found by their fields: plan_order renumbered them. */
+static void check_streamed(const VC *vc, const Streamed *w)
+{
+    const Plan *p = vc->p;
+    int dev = p->bufs[w->dev].dev, n = p->sc->nseq[dev];
+    for (int k = 0; k < w->nwin; k++) {
+        int in = copy_into(p, w->dev, k), first = run_at(p, dev, w->first[k]);
+        if (!before(vc, in, first))
+            fail(p, "an action may read an offloaded weight before it comes in", in, first);
+        if (w->first[k] >= 2 && !before(vc, run_at(p, dev, w->first[k] - 2), in))
+            fail(p, "an offloaded weight may come in over memory still in use",
+                 run_at(p, dev, w->first[k] - 2), in);
+        if (k > 0 && w->written[k - 1] && !before(vc, copy_into(p, w->host, k - 1), in))
+            fail(p, "an offloaded weight may come in before its last change went out",
+                 copy_into(p, w->host, k - 1), in);
+        if (!w->written[k])
+            continue;
+        int out = copy_into(p, w->host, k), last = run_at(p, dev, w->last[k]);
+        if (!before(vc, last, out))
+            fail(p, "an offloaded weight may go out before its window changes it", last, out);
+        if (w->last[k] + 2 < n && !before(vc, out, run_at(p, dev, w->last[k] + 2)))
+            fail(p, "an action may reuse an offloaded weight's memory while it goes out", out,
+                 run_at(p, dev, w->last[k] + 2));
+    }
+}
+
+/* ---- copies beside actions: no shared memory between them ---- */
+
+/* The memory of buffer b's slot for micro-batch mb. */
+typedef struct MemSpan {
+    size_t lo, hi;
+    int buf;
+} MemSpan;
+
+static MemSpan slot_span(const Plan *p, int b, int mb)
+{
+    const Buf *bf = &p->bufs[b];
+    size_t lo = bf->offset + (size_t)(mb % bf->slots) * bf->bytes;
+    return (MemSpan){lo, lo + bf->bytes, b};
+}
+
+typedef struct Touched {
+    const Plan *p;
+    Arena *a;
+    MemSpan *s;
+    int n, cap;
+} Touched;
+
+static void note_touch(void *ctx, int b, int mb, int pos, bool write, uint32_t node)
+{
+    Touched *t = ctx;
+    (void)pos, (void)write, (void)node;
+    if (!t->p->bufs[b].turns)
+        return;   /* memory of its own: check_copy covers it */
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        t->s = arena_grow(t->a, t->s, (size_t)t->n, (size_t)cap, sizeof(MemSpan));
+        t->cap = cap;
+    }
+    t->s[t->n++] = slot_span(t->p, b, mb);
+}
+
+/* An offload copy's device-side slot must not meet the memory of any
+ * buffer an action that may run beside it touches (one neither before nor
+ * after it): the copy and the action would race. */
+static void check_beside(const VC *vc, int c)
+{
+    const Plan *p = vc->p;
+    const PlanOp *cp = &p->ops[c];
+    int t = p->bufs[cp->dst].host ? cp->src : cp->dst;
+    if (!p->bufs[t].turns)
+        return;
+    MemSpan mine = slot_span(p, t, cp->mb);
+    for (int i = 0; i < p->sc->nseq[cp->dev]; i++) {
+        int r = run_at(p, cp->dev, i);
+        if (before(vc, r, c) || before(vc, c, r))
+            continue;
+        Touched tc = {.p = p, .a = p->g->arena};
+        plan_walk_action(p, cp->dev, i, note_touch, &tc);
+        for (int k = 0; k < tc.n; k++)
+            if (tc.s[k].buf != t && tc.s[k].lo < mine.hi && mine.lo < tc.s[k].hi)
+                mpcc_die(__FILE__, __LINE__, "plan: %s may run beside %s, which uses its "
+                         "memory for '%s'", plan_describe_op(p, c), plan_describe_op(p, r),
+                         p->g->values[p->bufs[tc.s[k].buf].value].name);
+    }
+}
+
+static int by_span(const void *x, const void *y)
+{
+    const MemSpan *a = x, *b = y;
+    return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Two offload copies whose device-side slots meet must be ordered: one
+ * ends before the other starts (buf: the copy's op here). */
+static void check_copy_pairs(const VC *vc)
+{
+    const Plan *p = vc->p;
+    MemSpan *s = arena_array(p->g->arena, (size_t)p->nops + 1, sizeof(MemSpan));
+    int n = 0;
+    for (int c = 0; c < p->nops; c++) {
+        const PlanOp *cp = &p->ops[c];
+        if (cp->kind != OPK_COPY || !plan_offload_copy(p, cp->dst))
+            continue;
+        int t = p->bufs[cp->dst].host ? cp->src : cp->dst;
+        MemSpan m = slot_span(p, t, cp->mb);
+        m.lo += (size_t)p->bufs[t].dev << 48;   /* one device's arena apart from another's */
+        m.hi += (size_t)p->bufs[t].dev << 48;
+        m.buf = c;
+        s[n++] = m;
+    }
+    qsort(s, (size_t)n, sizeof *s, by_span);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n && s[j].lo < s[i].hi; j++)
+            if (!before(vc, s[i].buf, s[j].buf) && !before(vc, s[j].buf, s[i].buf))
+                fail(p, "two offload copies may run at once on the same memory", s[i].buf,
+                     s[j].buf);
+}
+
 void plan_verify(const Plan *p)
 {
     VC vc = {.p = p};
     build_clocks(&vc);
     for (int i = 0; i < p->noffl; i++)
         check_windows(&vc, &p->offl[i]);
+    for (int i = 0; i < p->nwofl; i++)
+        check_streamed(&vc, &p->wofl[i]);
+    check_copy_pairs(&vc);
     for (int i = 0; i < p->nops; i++) {
+        if (p->ops[i].kind == OPK_COPY && plan_offload_copy(p, p->ops[i].dst))
+            check_beside(&vc, i);
+        if (p->ops[i].kind == OPK_COPY && p->bufs[p->ops[i].dst].streamed)
+            continue;   /* check_streamed */
         if (p->ops[i].kind == OPK_COPY)
             check_copy(&vc, i);
         else if (p->global_norm && p->ops[i].act.kind == ACT_UPDATE)

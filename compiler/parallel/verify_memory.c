@@ -11,7 +11,7 @@
  * and, without the replay, when buffers that overlap are not all computed
  * values the compute stream alone touches (no copy, no host, no code after
  * an action's nodes), or the scratch area overlaps a buffer. The copies of
- * offloaded values are the exception: they run inside windows of the
+ * offloaded values and weights are the exception: they run inside windows of the
  * compute stream (verify.c proves it), where the replay reads and writes
  * their buffers; host arenas are replayed apart from the devices'. A
  * failure is a bug in mpcc, reported as an internal error naming the
@@ -105,6 +105,8 @@ static void check_sharers(const Shadow *sh, Arena *a)
                      buf_name(p, b), p->ds->d[bf->dev].name);
         if (!sh->nover[b])
             continue;
+        if (bf->streamed && !bf->host)
+            continue;   /* an offloaded weight: its copies run in windows the replay covers */
         if (p->g->values[bf->value].kind != VK_ACTIVATION || bf->received || bf->acc ||
             bf->host || cp[b] || outside[bf->value])
             mpcc_die(__FILE__, __LINE__, "plan: buffer '%s' on %s shares memory with '%s', but "

@@ -6,8 +6,11 @@
 # GB/s), planned five ways: as it is, with activations offloaded to host
 # memory (4 and 8 stages on the GPU, cut evenly between blocks), with
 # recomputation (4 stages), and on two such GPUs; and 4 stages with the
-# defaults, where --offload=auto offloads and spreads memory evenly. Planning only: nothing
-# runs. Usage: offload_predict.sh MPCC [WORKDIR]
+# defaults, where --offload=auto offloads and spreads memory evenly. Then
+# under AdamW (three times the weights' bytes of state): 4 stages as they
+# are, with weights and optimizer state in host memory, with everything
+# there, and with the defaults. Planning only: nothing runs.
+# Usage: offload_predict.sh MPCC [WORKDIR]
 set -eu
 mpcc=$1 work=${2:-/tmp/offload_predict}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +31,8 @@ plan() {   # LABEL FLAGS...
     step=$(echo "$out" | sed -n 's/.*predicted step \([0-9.e-]*\) s.*/\1/p')
     mem=$(echo "$out" | sed -n 's/^mpcc:   \(cuda:[0-9]\) *memory plan \([0-9.]*\) MB.*/\1 \2 MB/p' |
           paste -sd, -)
-    off=$(echo "$out" | sed -n 's/.*offload: \(.*\)/\1/p')
+    off=$(echo "$out" | sed -n 's/^mpcc:   cuda:[0-9] *\(offload: .*\|host arena .*\)/\1/p' |
+          paste -sd';' -)
     if [ -z "$step" ]; then
         echo "| $label | does not fit: $(echo "$out" | grep -o 'needs [0-9.]* MB on cuda:[0-9]')  | | |"
     else
@@ -47,3 +51,15 @@ plan "1 GPU, 4 stages, the defaults (--offload=auto)" -gpus 1 --schedule=interle
 plan "1 GPU, 4 stages, --recompute=all" -gpus 1 --schedule=interleaved --virtual-stages=4 \
     --split="$s4" --offload=none --recompute=all
 plan "2 GPUs" -gpus 2 --offload=none
+plan "AdamW, 1 GPU, 4 stages" -gpus 1 --schedule=interleaved --virtual-stages=4 --split="$s4" \
+    --optimizer=adamw --offload=none
+plan "AdamW, 1 GPU, 4 stages, --offload=weights" -gpus 1 --schedule=interleaved \
+    --virtual-stages=4 --split="$s4" --optimizer=adamw --offload=weights
+plan "AdamW, 1 GPU, 4 stages, --offload=all" -gpus 1 --schedule=interleaved --virtual-stages=4 \
+    --split="$s4" --optimizer=adamw --offload=all
+plan "AdamW, 1 GPU, 8 stages, --offload=all" -gpus 1 --schedule=interleaved --virtual-stages=8 \
+    --split="$s8" --optimizer=adamw --offload=all
+plan "AdamW, 1 GPU, 4 stages, the defaults" -gpus 1 --schedule=interleaved --virtual-stages=4 \
+    --optimizer=adamw
+plan "AdamW, 1 GPU, 4 stages, --recompute=all" -gpus 1 --schedule=interleaved \
+    --virtual-stages=4 --split="$s4" --optimizer=adamw --offload=none --recompute=all

@@ -19,7 +19,7 @@ model, batch and micro-batch count.
       runs the CUDA trainer on fake GPUs one byte short of the largest
       arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
   fakegpu.py offload SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
-      GPU_OPTIONS with --offload=activations: the plan with --offload=none
+      GPU_OPTIONS with --offload=KIND: the plan with --offload=none
       must need more of the GPU than the plan with it; on a GPU whose memory
       lies between the two (a profile file's memory for mpcc, $FAKEGPU_MEMORY
       for the trainer), mpcc must refuse --offload=none, plan with offload
@@ -213,7 +213,7 @@ def main_offload(args):
     out = os.path.join(work, "auto.c")
     r = subprocess.run([mpcc, model] + default + ["--profile=" + profile, "-o", out],
                        capture_output=True, text=True)
-    if r.returncode != 0 or "--offload=auto keeps activations in host memory" not in r.stderr:
+    if r.returncode != 0 or "--offload=auto keeps activations" not in r.stderr:
         sys.exit("FAIL: a GPU of %d bytes and the default --offload=auto: exit %d, want 0 "
                  "and the note that it offloads\n%s" % (memory, r.returncode, r.stderr))
     if plan_arena(mpcc, model, default + ["--profile=" + profile], out) > memory:

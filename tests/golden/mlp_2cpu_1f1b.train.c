@@ -538,7 +538,8 @@ enum { MPRT_PARAM, MPRT_STATE, MPRT_INPUT, MPRT_LABELS, MPRT_OUTPUT, MPRT_CONST 
 
 /* A buffer on device `dev` at `offset`; micro-batch mb in slot mb % slots,
  * `stride` bytes apart. dev is -1 for a graph input nothing reads (the
- * forward-only program checks its file and keeps nothing). */
+ * forward-only program checks its file and keeps nothing). `host`: in the
+ * device's host arena, where an offloaded weight lives between steps. */
 typedef struct MprtBuffer {
     const char *name;
     int kind;
@@ -549,6 +550,7 @@ typedef struct MprtBuffer {
     size_t offset;
     int slots;
     size_t stride, nbytes;
+    int host;
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */
@@ -904,13 +906,13 @@ static void eval_forward(void)
 }
 
 static const MprtBuffer buffers[] = {
-    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816},
-    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024},
-    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240},
-    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40},
-    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088},
-    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64},
-    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320},
+    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816, 0},
+    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024, 0},
+    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240, 0},
+    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40, 0},
+    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088, 0},
+    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64, 0},
+    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0},
 };
 
 static const size_t arena_bytes[] = {2544640, 81408};
@@ -6717,12 +6719,13 @@ MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops-
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
-MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: offloaded activations */
+MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
 static const char *mprt_program = "train";   /* the program's name in errors */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
-    return mprt_arenas[b->dev] + b->offset + (size_t)(mb % b->slots) * b->stride;
+    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[b->dev];
+    return arena + b->offset + (size_t)(mb % b->slots) * b->stride;
 }
 
 static _Noreturn void mprt_die(const char *fmt, ...) MPRT_PRINTF(1, 2);
@@ -6776,7 +6779,10 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
+        if (b->host)   /* an offloaded weight: host memory */
+            memcpy(mprt_slot(b, 0), t->data, b->nbytes);
+        else
+            mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");
@@ -7352,8 +7358,9 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
         const MprtBuffer *b = &c->buffers[i];
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
-        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape,
-                               mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes), b->nbytes};
+        const void *data = b->host ? mprt_slot(b, 0)   /* an offloaded weight */
+                                   : mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes);
+        e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, data, b->nbytes};
     }
     char steps[32], err[512];
     snprintf(steps, sizeof steps, "%ld", step);
@@ -7362,8 +7369,9 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
     int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
     for (int i = 0, k = 0; i < c->nbuffers; i++) {
         const MprtBuffer *b = &c->buffers[i];
-        if (b->kind == MPRT_PARAM || b->kind == MPRT_STATE)
-            mprt_ops->dev_unhold(e[k++].data, mprt_slot(b, 0));
+        if ((b->kind == MPRT_PARAM || b->kind == MPRT_STATE) && !b->host)
+            mprt_ops->dev_unhold(e[k].data, mprt_slot(b, 0));
+        k += b->kind == MPRT_PARAM || b->kind == MPRT_STATE;
     }
     free(e);
     if (rc != 0)
