@@ -399,6 +399,9 @@ typedef struct PipeOptions {
     RecomputeKind recompute;
     OffloadKind offload;       /* --offload: activations kept for the backward pass wait
                                   in host memory, weights live there (plan.c) */
+    int offload_keep;          /* > 0: offload only that many of the candidates, the
+                                  largest first (--offload=auto's trimming); 0: all */
+    bool offload_auto;         /* the kind is --offload=auto's choice */
     Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
     bool micro_given;          /* --microbatches was given (else auto may choose) */
@@ -1040,6 +1043,10 @@ Offload *offload_choose(const Plan *p, const Options *o, Arena *a, int *n);
  * with their windows (host and the ops still -1: plan.c makes them): each
  * whose windows leave its device some action without it. */
 Streamed *offload_weights(const Plan *p, const Options *o, Arena *a, int *n);
+/* Keeps the `keep` largest of both lists (their device buffers' bytes,
+ * ties by value), in their order. */
+void offload_trim(const Plan *p, Offload *acts, int *nacts, Streamed *weights, int *nweights,
+                  int keep);
 
 /* --------------------------------------------------- parallel/sim.c */
 

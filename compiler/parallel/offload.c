@@ -33,6 +33,7 @@
  */
 #include "mpcc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Pick {
@@ -238,3 +239,47 @@ Streamed *offload_weights(const Plan *p, const Options *o, Arena *a, int *n)
     return list;
 }
 
+/* ---- fewer: auto's trimming ---- */
+
+typedef struct Ranked {
+    size_t bytes;
+    uint32_t value;
+    int at;              /* index in its list; activations first, then weights */
+} Ranked;
+
+static int by_size(const void *x, const void *y)
+{
+    const Ranked *a = x, *b = y;
+    if (a->bytes != b->bytes)
+        return a->bytes < b->bytes ? 1 : -1;
+    if (a->value != b->value)
+        return a->value < b->value ? -1 : 1;
+    return a->at - b->at;
+}
+
+void offload_trim(const Plan *p, Offload *acts, int *nacts, Streamed *weights, int *nweights,
+                  int keep)
+{
+    int n = *nacts + *nweights;
+    if (keep >= n)
+        return;
+    Arena *a = p->g->arena;
+    Ranked *r = arena_array(a, (size_t)n + 1, sizeof(Ranked));
+    for (int i = 0; i < *nacts; i++)
+        r[i] = (Ranked){p->bufs[acts[i].dev].bytes * (size_t)p->bufs[acts[i].dev].slots,
+                        acts[i].value, i};
+    for (int i = 0; i < *nweights; i++)
+        r[*nacts + i] = (Ranked){p->bufs[weights[i].dev].bytes, weights[i].value, *nacts + i};
+    qsort(r, (size_t)n, sizeof *r, by_size);
+    bool *kept = arena_array(a, (size_t)n + 1, sizeof(bool));
+    for (int i = 0; i < keep; i++)
+        kept[r[i].at] = true;
+    int na = 0, nw = 0;
+    for (int i = 0; i < *nacts; i++)
+        if (kept[i])
+            acts[na++] = acts[i];
+    for (int i = 0; i < *nweights; i++)
+        if (kept[*nacts + i])
+            weights[nw++] = weights[i];
+    *nacts = na, *nweights = nw;
+}

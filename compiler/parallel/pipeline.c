@@ -322,7 +322,7 @@ static void report_offload(const Plan *p)
 /* --offload named a kind the plan chosen has nothing of: why, and what to try. */
 static void note_nothing_offloaded(const Plan *p, const Options *o)
 {
-    OffloadKind k = o->pipe.offload;
+    OffloadKind k = o->pipe.offload_auto ? OFFLOAD_NONE : o->pipe.offload;
     if (offloads_activations(k) && !p->noffl && o->pipe.recompute == RECOMPUTE_ALL)
         fprintf(stderr, "mpcc: note: --offload=%s offloads no activation under "
                 "--recompute=all: a recomputing stage keeps only its inputs\n",
@@ -454,6 +454,45 @@ static Pipeline *search(Arena *a, const Options *o, const Passes *ps, const Devi
     return best;
 }
 
+/* --offload=auto, once a plan fits with offload: of what it offloads, the
+ * fewest (the largest first) with which it still fits, by bisection (more
+ * offloaded, less memory, as a rule: the last plan that fits is kept).
+ * Returns how many it keeps offloaded; *n: how many it could. */
+static int trim_offload(const Passes *ps, Pipeline *pl, Options *o, int *n)
+{
+    int lo = 1, hi = *n = pl->plan->noffl + pl->plan->nwofl, worst;
+    const Plan *best = pl->plan;
+    while (lo < hi) {
+        Options t = *o;
+        t.pipe.offload_keep = (lo + hi) / 2;
+        const Plan *p = ps->plan(pl->g, pl->st, pl->sc, &pl->ds, &t);
+        if (fits(p, &pl->ds, &worst))
+            hi = t.pipe.offload_keep, best = p;
+        else
+            lo = t.pipe.offload_keep + 1;
+    }
+    if (best != pl->plan) {
+        o->pipe.offload_keep = pl->opt.pipe.offload_keep = hi;
+        pl->plan = best;
+    }
+    return hi;
+}
+
+/* What --offload=auto chose, in a note. */
+static void note_auto(const Passes *ps, Pipeline *pl, Options *o)
+{
+    const char *what = o->pipe.offload == OFFLOAD_ALL
+                           ? "activations, weights and optimizer states" : "activations";
+    int n, kept = trim_offload(ps, pl, o, &n);
+    if (kept < n)
+        fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps %d of "
+                "the %d %s it could offload in host memory, the largest: the fewest with which "
+                "the plan fits (--offload=none to refuse)\n", kept, n, what);
+    else
+        fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps all %d "
+                "%s it could offload in host memory (--offload=none to refuse)\n", n, what);
+}
+
 Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
 {
     Devices ds = devices_resolve(a, o);
@@ -469,6 +508,7 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
     for (int i = 0; i < 2 && !best && last.memory && o->pipe.offload == OFFLOAD_AUTO &&
                     !o->infer; i++) {
         off.pipe.offload = ladder[i];
+        off.pipe.offload_auto = true;
         best = search(a, &off, ps, &ds, measured, &last);
         used = &off;
     }
@@ -487,12 +527,8 @@ Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
                     "minimises the step time; planned with --objective=memory, which spreads "
                     "what the devices hold evenly\n");
     }
-    bool weights = off.pipe.offload == OFFLOAD_ALL;
-    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO) {
-        fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps "
-                "%s in host memory (--offload=none to refuse)\n",
-                weights ? "activations, weights and optimizer state" : "activations");
-    }
+    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO)
+        note_auto(ps, best, used == &off ? &off : &spread);
     if (!best && used != o && o->pipe.offload == OFFLOAD_AUTO)
         first.why = arena_printf(a, "%s; with activations, weights and optimizer state "
                                  "offloaded to host memory (--offload=auto) no plan fits "

@@ -192,6 +192,8 @@ static void make_offload(PB *b, const Options *o)
     memset(p->fetch_of, 0xff, (size_t)b->g->nvalues * b->S * sizeof(int));
     p->offl = offload_choose(p, o, b->a, &p->noffl);
     p->wofl = offload_weights(p, o, b->a, &p->nwofl);
+    if (o->pipe.offload_keep > 0)
+        offload_trim(p, p->offl, &p->noffl, p->wofl, &p->nwofl, o->pipe.offload_keep);
     for (int i = 0; i < p->noffl; i++) {
         Offload *f = &p->offl[i];
         f->host = new_buf(b, f->value, f->stage, false);
