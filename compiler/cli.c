@@ -70,7 +70,8 @@ MPCC_KERNELS_AUTO
 "  --split=NODE[,NODE]      cut the model after these nodes instead of choosing\n"
 "  --recompute=none|auto|all  recompute stage forwards in the backward pass to\n"
 "                           save activation memory (auto: only stages that would\n"
-"                           not fit otherwise; default none)\n"
+"                           not fit otherwise; default none, but when no plan fits\n"
+"                           and --offload=auto, the faster of offload and auto)\n"
 "  --offload=auto|activations|weights|all|none\n"
 "                           activations: what a stage keeps for its backward pass\n"
 "                           waits in host memory between its forward and its\n"
@@ -491,6 +492,7 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
     }
     training_defaults(&o->train, given);
     o->pipe.micro_given = given[OPT_MICRO];
+    o->pipe.recompute_given = given[OPT_RECOMPUTE];
     if (!given[OPT_VIRT])
         o->pipe.virt = 2;
     if (!given[OPT_OFFLOAD])

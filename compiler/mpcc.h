@@ -405,6 +405,8 @@ typedef struct PipeOptions {
     Objective objective;       /* --objective: step time (default) or the largest memory */
     const char *trace;         /* --trace: the predicted timeline as Chrome trace JSON */
     bool micro_given;          /* --microbatches was given (else auto may choose) */
+    bool recompute_given;      /* --recompute was given (else a plan that does not fit
+                                  may recompute instead of offloading, if faster) */
 } PipeOptions;
 
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */

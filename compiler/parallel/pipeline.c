@@ -479,11 +479,10 @@ static int trim_offload(const Passes *ps, Pipeline *pl, Options *o, int *n)
 }
 
 /* What --offload=auto chose, in a note. */
-static void note_auto(const Passes *ps, Pipeline *pl, Options *o)
+static void note_auto(const Options *off, int kept, int n)
 {
-    const char *what = o->pipe.offload == OFFLOAD_ALL
+    const char *what = off->pipe.offload == OFFLOAD_ALL
                            ? "activations, weights and optimizer states" : "activations";
-    int n, kept = trim_offload(ps, pl, o, &n);
     if (kept < n)
         fprintf(stderr, "mpcc: note: no plan fits without offload; --offload=auto keeps %d of "
                 "the %d %s it could offload in host memory, the largest: the fewest with which "
@@ -493,49 +492,139 @@ static void note_auto(const Passes *ps, Pipeline *pl, Options *o)
                 "%s it could offload in host memory (--offload=none to refuse)\n", n, what);
 }
 
+/* --offload=auto when nothing fits without: activations in host memory,
+ * then the weights too; offloading, the fastest partition may still keep
+ * too much on a device that holds several stages, which the search cannot
+ * rule out alone, so the partition that spreads memory evenly is tried
+ * before giving up (*spread). off: the options of the plan returned. */
+static Pipeline *offload_search(Arena *a, const Passes *ps, const Devices *ds,
+                                const Measured *measured, Options *off, Reject *last,
+                                bool *spread)
+{
+    static const OffloadKind ladder[] = {OFFLOAD_ACTIVATIONS, OFFLOAD_ALL};
+    Pipeline *best = NULL;
+    for (int i = 0; i < 2 && !best && last->memory; i++) {
+        off->pipe.offload = ladder[i];
+        off->pipe.offload_auto = true;
+        best = search(a, off, ps, ds, measured, last);
+    }
+    *spread = !best && last->memory && !off->pipe.split && off->pipe.objective == OBJECTIVE_TIME;
+    if (*spread) {
+        off->pipe.objective = OBJECTIVE_MEMORY;
+        best = search(a, off, ps, ds, measured, last);
+    }
+    return best;
+}
+
+/* Recomputing the stages over memory, the other answer when nothing fits
+ * (when --recompute was not given), with the partition that spreads memory
+ * evenly as the fallback, as offload_search has: the faster of the two
+ * plans is kept (rc: the options of the plan returned). */
+static Pipeline *recompute_search(Arena *a, const Passes *ps, const Devices *ds,
+                                  const Measured *measured, const Options *o, Options *rc)
+{
+    if (o->pipe.recompute_given)
+        return NULL;
+    *rc = *o;
+    rc->pipe.recompute = RECOMPUTE_AUTO;
+    rc->pipe.offload = OFFLOAD_NONE;
+    Reject r = {0};
+    Pipeline *best = search(a, rc, ps, ds, measured, &r);
+    if (!best && r.memory && !rc->pipe.split && rc->pipe.objective == OBJECTIVE_TIME) {
+        rc->pipe.objective = OBJECTIVE_MEMORY;
+        best = search(a, rc, ps, ds, measured, &r);
+    }
+    return best;
+}
+
+static void note_spread(const char *with)
+{
+    fprintf(stderr, "mpcc: note: no plan fits with %s when the partition minimises the step "
+            "time; planned with --objective=memory, which spreads what the devices hold "
+            "evenly\n", with);
+}
+
+/* What to do when no plan fits: one of these, chosen by pipeline_choose. */
+typedef struct Fallback {
+    Arena *a;
+    const Passes *ps;
+    const Devices *ds;
+    const Measured *measured;
+    const Options *o;          /* as given */
+    Reject *first;             /* why nothing fits as given */
+} Fallback;
+
+/* --offload=auto: the faster of offload (the fewest buffers) and, unless
+ * --recompute was given, recomputation; *used gets the plan's options. */
+static Pipeline *fallback_auto(const Fallback *f, Options *off, Options *rc, const Options **used)
+{
+    bool spread;
+    Reject last = *f->first;
+    Pipeline *best = offload_search(f->a, f->ps, f->ds, f->measured, off, &last, &spread);
+    int n = 0, kept = best ? trim_offload(f->ps, best, off, &n) : 0;
+    Pipeline *alt = recompute_search(f->a, f->ps, f->ds, f->measured, f->o, rc);
+    if (alt && (!best || better(alt, best, f->o->pipe.objective))) {
+        fprintf(stderr, "mpcc: note: no plan fits without offload or recomputation; "
+                "recomputing the stages over memory (--recompute=auto) %s%.4g s a step, "
+                "so it is chosen\n", best ? "is faster than offload: " : "fits: ",
+                alt->plan->step_time);
+        if (best)
+            fprintf(stderr, "mpcc: note: offloading instead would take %.4g s a step "
+                    "(--offload=auto --recompute=none)\n", best->plan->step_time);
+        if (rc->pipe.objective != f->o->pipe.objective)
+            note_spread("recomputation");
+        *used = rc;
+        return alt;
+    }
+    if (!best) {
+        f->first->why = arena_printf(f->a, "%s; with activations, weights and optimizer state "
+                                     "offloaded to host memory (--offload=auto)%s no plan fits "
+                                     "either", f->first->why,
+                                     f->o->pipe.recompute_given ? "" : ", or recomputed");
+        return NULL;
+    }
+    if (spread)
+        note_spread("offload");
+    note_auto(off, kept, n);
+    if (alt)
+        fprintf(stderr, "mpcc: note: recomputing the stages over memory instead "
+                "(--recompute=auto) would take %.4g s a step\n", alt->plan->step_time);
+    *used = off;
+    return best;
+}
+
+/* An explicit --offload=KIND: the partition that spreads memory evenly. */
+static Pipeline *fallback_spread(const Fallback *f, Options *off, const Options **used)
+{
+    if (f->o->infer || f->o->pipe.split || f->o->pipe.objective != OBJECTIVE_TIME)
+        return NULL;
+    Reject last = *f->first;
+    off->pipe.objective = OBJECTIVE_MEMORY;
+    Pipeline *best = search(f->a, off, f->ps, f->ds, f->measured, &last);
+    if (best) {
+        note_spread("offload");
+        *used = off;
+    }
+    return best;
+}
+
 Pipeline *pipeline_choose(Arena *a, const Options *o, const Passes *ps)
 {
     Devices ds = devices_resolve(a, o);
     check_options(o);
     const Measured *measured = measured_load(a, o->pipe.measured);
-    Reject last = {0};
-    Pipeline *best = search(a, o, ps, &ds, measured, &last);
-    Reject first = last;
-    Options off = *o, spread;
+    Reject first = {0};
+    Pipeline *best = search(a, o, ps, &ds, measured, &first);
+    Options off = *o, rc;
     const Options *used = o;   /* what the plan chosen was planned with */
-    /* nothing fits: activations in host memory, then the weights too */
-    static const OffloadKind ladder[] = {OFFLOAD_ACTIVATIONS, OFFLOAD_ALL};
-    for (int i = 0; i < 2 && !best && last.memory && o->pipe.offload == OFFLOAD_AUTO &&
-                    !o->infer; i++) {
-        off.pipe.offload = ladder[i];
-        off.pipe.offload_auto = true;
-        best = search(a, &off, ps, &ds, measured, &last);
-        used = &off;
-    }
-    /* Offloading, the fastest partition may still keep too much on a device
-     * that holds several stages, which the search cannot rule out alone:
-     * the partition that spreads memory evenly is tried before giving up. */
-    spread = off;
-    if (!best && last.memory && off.pipe.offload != OFFLOAD_NONE &&
-        off.pipe.offload != OFFLOAD_AUTO && !o->infer && !o->pipe.split &&
-        o->pipe.objective == OBJECTIVE_TIME) {
-        spread.pipe.objective = OBJECTIVE_MEMORY;
-        best = search(a, &spread, ps, &ds, measured, &last);
-        used = &spread;
-        if (best)
-            fprintf(stderr, "mpcc: note: no plan fits with offload when the partition "
-                    "minimises the step time; planned with --objective=memory, which spreads "
-                    "what the devices hold evenly\n");
-    }
-    if (best && used != o && o->pipe.offload == OFFLOAD_AUTO)
-        note_auto(ps, best, used == &off ? &off : &spread);
-    if (!best && used != o && o->pipe.offload == OFFLOAD_AUTO)
-        first.why = arena_printf(a, "%s; with activations, weights and optimizer state "
-                                 "offloaded to host memory (--offload=auto) no plan fits "
-                                 "either", first.why);
+    Fallback f = {a, ps, &ds, measured, o, &first};
+    OffloadKind k = o->pipe.offload;
+    if (!best && first.memory && k == OFFLOAD_AUTO && !o->infer)
+        best = fallback_auto(&f, &off, &rc, &used);
+    else if (!best && first.memory && (offloads_activations(k) || offloads_weights(k)))
+        best = fallback_spread(&f, &off, &used);
     if (!best)
         error_reject(&first);
-    o = used;
-    report(best, o);
+    report(best, used);
     return best;
 }
