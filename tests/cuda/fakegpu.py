@@ -23,7 +23,8 @@ model, batch and micro-batch count.
       must need more of the GPU than the plan with it; on a GPU whose memory
       lies between the two (a profile file's memory for mpcc, $FAKEGPU_MEMORY
       for the trainer), mpcc must refuse --offload=none, plan with offload
-      by default (--offload=auto, with its note), and the trainer of the
+      by default (--offload=auto, with its note; --recompute=none, so that
+      it does not recompute instead), and the trainer of the
       plan with it must train as `run` checks
   fakegpu.py nvrtc_error MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       the same trainer when NVRTC fails ($FAKEGPU_NVRTC_LOG): NVRTC's log,
@@ -194,6 +195,8 @@ def main_offload(args):
     default = [o for o in gpu_opts if not o.startswith("--offload")]
     if default == gpu_opts:
         sys.exit("fakegpu: offload wants --offload=... among the GPU options")
+    if not any(o.startswith("--recompute") for o in default):
+        default.append("--recompute=none")   # else the default may recompute instead
     plain = default + ["--offload=none"]
     os.makedirs(work, exist_ok=True)
     need = plan_arena(mpcc, model, plain, os.path.join(work, "plain.c"))
