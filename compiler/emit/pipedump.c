@@ -200,8 +200,15 @@ static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
                             op->act.mb);
     } else {
         const Buf *b = &pl->plan->bufs[op->dst];
-        name = arena_printf(pl->g->arena, "copy %s mb%d to s%d", pl->g->values[b->value].name,
-                            op->mb, b->stage);
+        const char *v = pl->g->values[b->value].name;
+        if (b->streamed)   /* an offloaded weight, in or out in window mb */
+            name = arena_printf(pl->g->arena, "weight %s %s w%d s%d", b->host ? "out" : "in", v,
+                                op->mb, b->stage);
+        else if (plan_offload_copy(pl->plan, op->dst))
+            name = arena_printf(pl->g->arena, "%s %s mb%d s%d", b->host ? "offload" : "fetch", v,
+                                op->mb, b->stage);
+        else
+            name = arena_printf(pl->g->arena, "copy %s mb%d to s%d", v, op->mb, b->stage);
     }
     mprt_json_fputs(f, name);
 }

@@ -5,7 +5,9 @@
  * Both writers use the same events: a process per device ("M"
  * process_name), a thread per stream (tid 0 compute, 1 send, 2
  * send-back), a complete event ("X") per operation named "forward s0 mb1"
- * or "copy NAME mb1 to s1", a flow ("s" then "f") from each copy to the
+ * or "copy NAME mb1 to s1" (under --offload also "offload NAME mb1 s0",
+ * "fetch ..", "weight in NAME w0 s0", "weight out .."; a trainer's without
+ * NAME), a flow ("s" then "f") from each copy to the
  * device that receives it, a "memory" counter per device, and an
  * "otherData" object saying what was run (schedule, micro-batches, the
  * mean step). Keys and events the drawing does not need are skipped, so
@@ -193,8 +195,28 @@ static bool op_numbers(const TlOp *op)
            op->mb < MAX_TRACE_INDEX;
 }
 
-/* "forward s0 mb1", "backward ..", "wgrad ..", "update s0 mb0", or
- * "copy NAME mb1 to s1" (NAME may hold anything: read from the end). */
+/* A copy to host memory or back: "offload NAME mb1 s0" and "fetch NAME mb1
+ * s0" (an activation), "weight in NAME w0 s0" and "weight out NAME w0 s0"
+ * (an offloaded weight's window, kept as its micro-batch); a trainer's
+ * leave NAME out. */
+static bool host_copy_name(const char *name, const char *last, TlOp *op)
+{
+    static const char *const kinds[] = {"offload ", "fetch ", "weight in ", "weight out "};
+    const char *prev = last - 1;
+    while (prev > name && *prev != ' ')
+        prev--;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        size_t n = strlen(kinds[k]);
+        if (strncmp(name, kinds[k], n) == 0 && prev >= name + n - 1)
+            return sscanf(prev, kinds[k][0] == 'w' ? " w%d" : " mb%d", &op->mb) == 1 &&
+                   sscanf(last, " s%d", &op->stage) == 1 && op_numbers(op);
+    }
+    return false;
+}
+
+/* "forward s0 mb1", "backward ..", "wgrad ..", "update s0 mb0",
+ * "copy NAME mb1 to s1", or a copy to host memory and back (NAME may hold
+ * anything: read from the end). */
 static bool op_name(const char *name, TlOp *op)
 {
     static const char *const kinds[] = {"forward", "backward", "wgrad", "update"};
@@ -207,10 +229,12 @@ static bool op_name(const char *name, TlOp *op)
         }
     }
     const char *to = strrchr(name, ' '), *mb = NULL;
-    for (const char *p = name; strncmp(name, "copy ", 5) == 0 && to && p < to - 3; p++)
+    op->copy = true;
+    if (to && strncmp(name, "copy ", 5) != 0)
+        return host_copy_name(name, to, op);
+    for (const char *p = name; to && p < to - 3; p++)
         if (strncmp(p, " mb", 3) == 0)
             mb = p;
-    op->copy = true;
     return mb && strncmp(to - 3, " to", 3) == 0 && sscanf(mb, " mb%d", &op->mb) == 1 &&
            sscanf(to, " s%d", &op->stage) == 1 && op_numbers(op);
 }

@@ -81,3 +81,16 @@ done
 cmp wide-none.eval wide-weights.eval
 cmp wide-none.eval wide-all.eval
 echo "offload: wide: resumed onto host memory byte for byte; evaluation: $(tail -1 wide-none.eval)"
+# pictures: the trainer's trace and mpcc's prediction, with their copies to
+# host memory and back, draw (--gantt-from)
+train wide-all --steps 2 --trace wide-run.json
+"$mpcc" wide.mp -cpus 1 -batch 4 --microbatches=2 --optimizer=adamw --schedule=interleaved \
+    --virtual-stages=4 --offload=all --trace=wide-pred.json -o /dev/null 2>/dev/null
+for t in run pred; do
+    "$mpcc" --gantt-from=wide-$t.json -o wide-$t.svg 2>wide-$t.err || { cat wide-$t.err; exit 1; }
+    copies=$(grep -c 'data-kind="copy"' wide-$t.svg)
+    want=$(grep -c '"name":"\(offload\|fetch\|weight\) ' wide-$t.json)
+    [ "$want" -gt 0 ] && [ "$copies" -ge "$want" ] ||
+        { echo "FAIL: wide-$t.svg draws $copies copies of the trace's $want to host and back"; exit 1; }
+done
+echo "offload: wide: the run's and the prediction's pictures draw their copies to host memory and back"
