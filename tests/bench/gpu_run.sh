@@ -11,7 +11,9 @@
 #                             and a small GPT-style model: the CUDA trainer on
 #                             -gpus 1 and -gpus 2 (and -gpus 2 with every
 #                             copy staged through host memory,
-#                             -DMPRT_CU_STAGE_ALL; -gpus 1 --tf32) against
+#                             -DMPRT_CU_STAGE_ALL; -gpus 1 --tf32; -gpus 1
+#                             as 4 stages with activations and weights
+#                             offloaded to pinned host memory) against
 #                             the CPU trainer on -cpus 1 and -cpus 2, same
 #                             data, weights and micro-batches; PyTorch float32
 #                             and float64 as the yardstick
@@ -322,6 +324,8 @@ phase_check() {
         make_trainer "$dir/gpu2" "$dir/model.onnx" -gpus 2 $flags
         TRAINER_CFLAGS=-DMPRT_CU_STAGE_ALL make_trainer "$dir/gpu2staged" "$dir/model.onnx" -gpus 2 $flags
         make_trainer "$dir/gpu1tf32" "$dir/model.onnx" -gpus 1 --tf32 $flags
+        make_trainer "$dir/gpu1offload" "$dir/model.onnx" -gpus 1 --offload=all \
+            ${flags/--schedule=1f1b/--schedule=interleaved --virtual-stages=4}
         args="--data $dir/x.npy --labels $dir/y.npy --steps $steps --log-every 1 --loss-log losses.txt --save ckpt.safetensors"
         # CPU runs in the background, one BLAS thread each (bit for bit
         # reproducible), while the GPU runs one after the other
@@ -337,8 +341,10 @@ phase_check() {
         run_trainer "$dir/run-gpu2" "$dir/gpu2/train" 120 $args
         run_trainer "$dir/run-gpu2staged" "$dir/gpu2staged/train" 120 $args
         run_trainer "$dir/run-gpu1tf32" "$dir/gpu1tf32/train" 120 $args
+        run_trainer "$dir/run-gpu1offload" "$dir/gpu1offload/train" 120 $args
         echo "$m: -gpus 1 $(cat "$dir/run-gpu1/status"), -gpus 2 $(cat "$dir/run-gpu2/status")," \
-            "-gpus 1 --tf32 $(cat "$dir/run-gpu1tf32/status")"
+            "-gpus 1 --tf32 $(cat "$dir/run-gpu1tf32/status")," \
+            "-gpus 1 --offload=all $(cat "$dir/run-gpu1offload/status")"
     done
     wait
     {
@@ -360,7 +366,8 @@ phase_check() {
             "$py" "$here/loss_table.py" "$m" "$dir" "-cpus 1=$dir/run-cpu1" "-cpus 2=$dir/run-cpu2" \
                 "-gpus 1=$dir/run-gpu1" "-gpus 1, again=$dir/run-gpu1-again" "-gpus 2=$dir/run-gpu2" \
                 "-gpus 2, copies staged=$dir/run-gpu2staged" \
-                "-gpus 1 --tf32=$dir/run-gpu1tf32" 2>>"$w/tolerance.log"
+                "-gpus 1 --tf32=$dir/run-gpu1tf32" \
+                "-gpus 1, 4 stages, all offloaded=$dir/run-gpu1offload" 2>>"$w/tolerance.log"
         done
         echo
         echo "| model | F: float32 from float64 (max rel) | tolerance max(1e-4, 4F) |"
