@@ -899,6 +899,7 @@ typedef struct Streamed {
     int *first, *last;                /* [nwin]: positions in the device's sequence */
     bool *written;                    /* [nwin]: an action of the window writes it */
     bool forward;                     /* the stage's forward reads it (evaluation fetches it) */
+    uint32_t reader;                  /* a node that reads it, which its copies name */
     int *fetch_op, *evict_op;         /* [nwin]: the copies in and out (-1: none), plan_ops */
 } Streamed;
 

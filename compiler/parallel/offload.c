@@ -221,18 +221,34 @@ static bool weight_windows(const Plan *p, const uint8_t *t, uint32_t v, Streamed
     return w->nwin > 0 && held < n;
 }
 
+/* [nvalues]: the first node in order that reads each value, NONE if none. */
+static uint32_t *first_readers(const Graph *g, Arena *a)
+{
+    uint32_t *r = arena_array(a, g->nvalues, sizeof(uint32_t));
+    memset(r, 0xff, g->nvalues * sizeof(uint32_t));
+    for (uint32_t i = g->norder; i-- > 0;) {
+        const Node *n = &g->nodes[g->order[i]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] != NONE)
+                r[n->in[k]] = g->order[i];
+    }
+    return r;
+}
+
 Streamed *offload_weights(const Plan *p, const Options *o, Arena *a, int *n)
 {
     *n = 0;
     if (!offloads_weights(o->pipe.offload) || o->infer)
         return NULL;
     uint8_t *t = weight_touches(p, a);
+    uint32_t *reader = first_readers(p->g, a);
     Streamed *list = arena_array(a, (size_t)p->g->nvalues + 1, sizeof(Streamed));
     for (uint32_t v = 0; v < p->g->nvalues; v++) {
         int s = p->st->home[v];
         if (s < 0 || !weight_kind(p, v, s))
             continue;
-        Streamed w = {.value = v, .stage = s, .dev = plan_buf(p, v, s), .host = -1};
+        Streamed w = {.value = v, .stage = s, .dev = plan_buf(p, v, s), .host = -1,
+                      .reader = reader[v]};
         if (weight_windows(p, t, v, &w, a))
             list[(*n)++] = w;
     }

@@ -464,6 +464,16 @@ static double copy_time(const PB *b, const Buf *src, const Buf *dst)
            1e-9;
 }
 
+/* A copy of buffer src's micro-batch mb into dst, on copy stream `stream`
+ * of device dev. */
+static int new_copy(PB *b, int dev, int stream, int src, int dst, int mb)
+{
+    const Buf *bufs = b->p->bufs;
+    PlanOp op = {.kind = OPK_COPY, .dev = dev, .stream = dev * STREAMS_PER_DEV + stream,
+                 .src = src, .dst = dst, .mb = mb, .time = copy_time(b, &bufs[src], &bufs[dst])};
+    return new_op(b, op);
+}
+
 /* An offloaded value's copies, out on the device's forward copy stream
  * after its forward, and back on the backward one after the action before
  * the window it runs in. */
@@ -474,11 +484,7 @@ static int offload_copies(PB *b, const Offload *f, CopyKey *keys, int nk)
     for (int mb = 0; mb < b->M; mb++)
         for (int back = 0; back < 2; back++) {
             int src = back ? f->host : f->dev, dst = back ? f->fetched : f->host;
-            PlanOp op = {.kind = OPK_COPY, .dev = dev,
-                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_BWD : STREAM_SEND_FWD),
-                         .src = src, .dst = dst, .mb = mb,
-                         .time = copy_time(b, &p->bufs[src], &p->bufs[dst])};
-            int id = new_op(b, op);
+            int id = new_copy(b, dev, back ? STREAM_SEND_BWD : STREAM_SEND_FWD, src, dst, mb);
             b->copy_op[(size_t)dst * b->M + mb] = id;
             double key = back ? f->in_during[mb] - 1 : copy_key(b, f->value, f->stage, mb);
             keys[nk++] = (CopyKey){key, id};
@@ -496,11 +502,7 @@ static int streamed_copies(PB *b, Streamed *w, CopyKey *keys, int nk)
     for (int k = 0; k < w->nwin; k++)
         for (int back = 0; back < 1 + w->written[k]; back++) {
             int src = back ? w->dev : w->host, dst = back ? w->host : w->dev;
-            PlanOp op = {.kind = OPK_COPY, .dev = dev,
-                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_FWD : STREAM_SEND_BWD),
-                         .src = src, .dst = dst, .mb = k,
-                         .time = copy_time(b, &p->bufs[src], &p->bufs[dst])};
-            int id = new_op(b, op);
+            int id = new_copy(b, dev, back ? STREAM_SEND_FWD : STREAM_SEND_BWD, src, dst, k);
             *(back ? &w->evict_op[k] : &w->fetch_op[k]) = id;
             keys[nk++] = (CopyKey){back ? w->last[k] : w->first[k] - 2, id};
         }
@@ -529,11 +531,7 @@ static void copy_ops(PB *b)
         bool back = pn != NONE && b->g->nodes[pn].phase != PH_FORWARD;
         int dev = b->st->dev[home];
         for (int mb = 0; mb < b->M; mb++) {
-            PlanOp op = {.kind = OPK_COPY, .dev = dev,
-                         .stream = dev * STREAMS_PER_DEV + (back ? STREAM_SEND_BWD : STREAM_SEND_FWD),
-                         .src = src, .dst = r, .mb = mb,
-                         .time = copy_time(b, &p->bufs[src], &p->bufs[r])};
-            int id = new_op(b, op);
+            int id = new_copy(b, dev, back ? STREAM_SEND_BWD : STREAM_SEND_FWD, src, r, mb);
             b->copy_op[(size_t)r * b->M + mb] = id;
             keys[nk++] = (CopyKey){copy_key(b, v, home, mb), id};
         }

@@ -94,18 +94,6 @@ static void walk_action(const Plan *p, Act a, int kind, int *pos, TouchFn fn, vo
         walk_gradients(p, a, kind, (*pos)++, fn, ctx);
 }
 
-/* A node that reads v, for what a weight's copies report. */
-static uint32_t first_reader(const Plan *p, uint32_t v)
-{
-    for (uint32_t i = 0; i < p->g->norder; i++) {
-        const Node *n = &p->g->nodes[p->g->order[i]];
-        for (uint32_t k = 0; k < n->nin; k++)
-            if (n->in[k] == v)
-                return p->g->order[i];
-    }
-    return p->g->order[0];
-}
-
 /* The copies of offloaded values whose window is action i of device dev:
  * back ones write their fetched buffer as it starts, ones out read the
  * device's buffer as it ends (node: the value's producer). */
@@ -136,7 +124,7 @@ static void walk_weights(const Plan *p, int dev, int i, bool in, int *pos, Touch
         for (int j = 0; j < w->nwin; j++)
             if (in ? streamed_fetch_during(w, j) == i
                    : w->written[j] && streamed_evict_during(w, j) == i)
-                fn(ctx, w->dev, 0, (*pos)++, in, first_reader(p, w->value));
+                fn(ctx, w->dev, 0, (*pos)++, in, w->reader);
     }
 }
 
