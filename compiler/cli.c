@@ -86,6 +86,17 @@ MPCC_KERNELS_AUTO
 "                           auto (default): activations, then all, only when no\n"
 "                           plan fits without, and only the fewest of them (the\n"
 "                           largest first) with which it fits\n"
+"  --data-parallel=R|auto   R replicas of the pipeline, each training on its own\n"
+"                           rows of every batch (-batch and --microbatches are the\n"
+"                           step's, over every replica); their gradients are summed\n"
+"                           before the update, in a fixed order, so every layout\n"
+"                           gives the same numbers bit for bit. This version runs\n"
+"                           one replica per process: R = --nodes (auto: that)\n"
+"  --nodes=K                K processes, one per machine, each with the devices\n"
+"                           -cpus N gives (CPU devices, over MPI): the trainer\n"
+"                           is built with mpicc and run as mpirun -np K ./train\n"
+"                           (docs/distributed.md). Default 1: one process, no\n"
+"                           launcher\n"
 "  --objective=time|memory  what the plan minimises: the step time (default), or\n"
 "                           the largest device's memory, spreading weights and\n"
 "                           activations evenly (for models that do not fit)\n"
@@ -268,7 +279,8 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_EPS, OPT_MICRO, OPT_CLIP, OPT_FROZEN, OPT_CLASS_AXIS, OPT_DEVICES,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
-               OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_COUNT } OptId;
+               OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_DATA_PARALLEL, OPT_NODES,
+               OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -291,6 +303,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"virtual-stages", OPT_VIRT, true}, {"split", OPT_SPLIT, true},
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
     {"offload", OPT_OFFLOAD, true},
+    {"data-parallel", OPT_DATA_PARALLEL, true}, {"nodes", OPT_NODES, true},
     {"objective", OPT_OBJECTIVE, true}, {"gantt-from", OPT_GANTT_FROM, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
@@ -389,6 +402,16 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_OFFLOAD: p->offload = (OffloadKind)pick(opt, val, offload, OFFLOAD_COUNT); break;
     case OPT_OBJECTIVE: p->objective = (Objective)pick(opt, val, objective, 2); break;
     case OPT_TRACE: p->trace = val; break;
+    case OPT_DATA_PARALLEL:
+        p->replicas = strcmp(val, "auto") == 0 ? REPLICAS_AUTO : (int)parse_count(opt, val, 4096);
+        if (!p->replicas)
+            usage_error("--data-parallel must be at least 1 (or auto), got '%s'", val);
+        break;
+    case OPT_NODES:
+        p->nodes = (int)parse_count(opt, val, 4096);
+        if (!p->nodes)
+            usage_error("--nodes must be at least 1, got '%s'", val);
+        break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;
     default: apply_training(id, opt, val, o); break;

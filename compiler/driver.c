@@ -318,6 +318,8 @@ static int check(Arena *arena, const Options *given, Options *opt, Graph *g, boo
  * exit status; errors exit through diag.c. */
 int driver_run(Arena *arena, Options *o)
 {
+    if (!o->gantt_from && !o->emit_onnx)
+        replicas_apply(o);   /* from here on, one replica's options */
     Options opt = *o;
     if (opt.gantt_from)
         return gantt_from(arena, &opt);

@@ -407,7 +407,13 @@ typedef struct PipeOptions {
     bool micro_given;          /* --microbatches was given (else auto may choose) */
     bool recompute_given;      /* --recompute was given (else a plan that does not fit
                                   may recompute instead of offloading, if faster) */
+    int replicas;              /* --data-parallel: copies of the pipeline, each on its
+                                  own rows of the batch (0: not given; REPLICAS_AUTO) */
+    int nodes;                 /* --nodes: processes, one per machine (default 1) */
 } PipeOptions;
+
+#define REPLICAS_AUTO (-1)     /* --data-parallel=auto */
+
 
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */
 typedef enum { KERNELS_AUTO, KERNELS_BUILTIN, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* auto the default */
@@ -627,6 +633,8 @@ typedef struct Profile {
     int64_t memory;                  /* bytes the trainer may use */
     double peer_bw, peer_latency;    /* to a device of the same kind */
     double host_bw, host_latency;    /* through host memory */
+    double node_bw, node_latency;    /* between nodes (--nodes), one direction; 0: the
+                                        default link (replicas.c) */
     bool no_peer;                    /* peer_access = 0: copies to a device of the same
                                         kind are staged through host memory */
     double matrix_flops;             /* matrix products and convolutions, at the
@@ -870,6 +878,8 @@ typedef struct Buf {
     size_t offset;             /* in the device's arena */
     bool received;             /* written by copies from the home stage */
     bool acc;                  /* a parameter's gradient summed over micro-batches */
+    int levels;                /* acc: the sum's tree levels (--data-parallel), one after
+                                  another, bytes / levels each; 1 for a running sum */
     bool turns;                /* takes turns with other buffers for its memory (share.c) */
     bool host;                 /* in the device's host arena: an offloaded value */
     bool streamed;             /* an offloaded weight's, on the device or the host */
@@ -1068,6 +1078,24 @@ void plan_verify(const Plan *p);
 /* verify_memory.c: a replay of the step against the memory plan */
 void plan_verify_memory(const Plan *p);
 const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
+
+/* ---------------------------------------------- parallel/replicas.c */
+
+/* --data-parallel and --nodes: checks the layout (one replica per process,
+ * CPU devices) and turns the options into one replica's: -batch and
+ * --microbatches divided by the replicas. Called once, before anything
+ * reads them. */
+void replicas_apply(Options *o);
+/* The gradient sum over micro-batches as a fixed tree (runtime/program.c,
+ * mprt_tree_add) when --data-parallel is given, so that every layout with
+ * the same micro-batches adds in the same order; the buffers a parameter's
+ * sum needs for `count` micro-batches of one replica. */
+bool replicas_tree(const Options *o);
+int tree_levels(int count);
+int tree_top(int count);   /* the level that holds the sum at the end */
+/* Seconds to sum `bytes` of gradients over the replicas: a reduce-scatter
+ * and an all-gather over the link between nodes. */
+double replica_sum_seconds(const Options *o, const Devices *ds, double bytes);
 
 /* ---------------------------------------------- parallel/pipeline.c */
 

@@ -24,6 +24,7 @@ MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
 static const char *mprt_program = "train";   /* the program's name in errors */
+static int mprt_rank_tag = -1;   /* across processes (comm.c): the rank errors name */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
@@ -36,7 +37,10 @@ static _Noreturn void mprt_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", mprt_program);
+    if (mprt_rank_tag >= 0)
+        fprintf(stderr, "%s: rank %d: error: ", mprt_program, mprt_rank_tag);
+    else
+        fprintf(stderr, "%s: error: ", mprt_program);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

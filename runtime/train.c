@@ -28,6 +28,13 @@ typedef struct MprtArgs {
     int synthetic, shuffle;
 } MprtArgs;
 
+/* The rows of one micro-batch: the step's batch over every replica's
+ * micro-batches. */
+static long mprt_mb_rows(const MprtModel *m)
+{
+    return (long)m->batch / m->microbatches / (m->replicas > 1 ? m->replicas : 1);
+}
+
 static void mprt_usage(const MprtModel *m)
 {
     printf("usage: %s --data x.npy --labels y.npy [options]\n"
@@ -65,6 +72,15 @@ static void mprt_usage(const MprtModel *m)
            "\n",
            m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
            strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr);
+    if (m->replicas > 1)
+        printf("Processes:\n"
+               "  Compiled for %d processes, one replica each (mpcc --data-parallel=%d\n"
+               "  --nodes=%d): start it as mpirun -np %d ./%s ... (or srun), every process\n"
+               "  with the same flags. Each trains on its own rows of every batch; the\n"
+               "  gradients are summed over the processes before each update. Rank 0\n"
+               "  prints, evaluates and writes the checkpoints and logs; SIGINT or SIGTERM\n"
+               "  to any process stops every one after the same step.\n"
+               "\n", m->nodes, m->replicas, m->nodes, m->nodes, m->program);
     printf("Evaluation:\n"
            "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
            "  --eval-labels FILE their labels, .npy, checked like --labels\n"
@@ -122,7 +138,7 @@ static void mprt_usage(const MprtModel *m)
            "                     plan (default 1024; 0: the plan's scratch only)\n"
            "  MPRT_CU_ALGOS=1    print each convolution's cuDNN algorithm, its\n"
            "                     workspace and cuDNN's ranking\n",
-           m->batch / m->microbatches, m->weights_file, m->program);
+           (int)mprt_mb_rows(m), m->weights_file, m->program);
 }
 
 static long mprt_arg_long(const char *opt, const char *v, long lo)
@@ -397,25 +413,30 @@ static void mprt_report_devices(const MprtModel *m)
 }
 
 /* One optimizer step over the micro-batches of step s; returns its loss
- * (mean over the micro-batches). rows holds B/M entries. */
+ * (mean over the micro-batches of every replica, in their order). rows
+ * holds B/M entries; a replica reads micro-batches replica * M .. of the
+ * step's, M its own. */
 static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order, long s,
-                        float lr, int64_t *rows)
+                        float lr, int64_t *rows, float *losses)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    for (int mb = 0; mb < m->microbatches; mb++) {
+    int M = m->microbatches;
+    for (int mb = 0; mb < M; mb++) {
+        int64_t first = (int64_t)s * m->batch + ((int64_t)mprt_replica * M + mb) * R;
         for (int64_t r = 0; r < R; r++)
-            rows[r] = mprt_row(order, (int64_t)s * m->batch + mb * R + r);
+            rows[r] = mprt_row(order, first + r);
         mprt_fill(d, 0, in, R, rows, R, 0, mb);
         mprt_fill(d, 1, lb, R, rows, R, 0, mb);
     }
     mprt_step_no = s;
     mprt_lr = lr;
     m->run_step();
+    mprt_comm_losses(M, mprt_losses, losses);
     double loss = 0;
-    for (int mb = 0; mb < m->microbatches; mb++)
-        loss += mprt_losses[mb];
-    loss /= m->microbatches;
+    for (int mb = 0; mb < M * mprt_replicas; mb++)
+        loss += losses[mb];
+    loss /= M * mprt_replicas;
     if (!isfinite(loss))
         mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
                  "checkpoint was written", loss, s + 1);
@@ -487,7 +508,7 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
                 last, a->plot);
     }
     if (a->profile) {
-        if (mprt_write_profile(a->profile, m->model_file, (long)(m->batch / m->microbatches),
+        if (mprt_write_profile(a->profile, m->model_file, mprt_mb_rows(m),
                                m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
@@ -531,6 +552,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
 {
     MprtArgs a;
     mprt_program = m->program;
+    for (int i = 1; i < argc; i++)   /* --help answers without a launcher */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            mprt_usage(m);
+            exit(0);
+        }
+    mprt_comm_start(m, &argc, &argv);
+    int lead = mprt_replica == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
     MprtData data, eval = {0};
@@ -549,19 +577,22 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
                           1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
-    mprt_check_outputs(m, &a, &series, start);
+    if (lead)
+        mprt_check_outputs(m, &a, &series, start);
     MprtCkpt ckpt = {m->buffers, m->nbuffers, m->mpcc_version, m->model_hash};
     MprtPlot plot = {a.plot, m->model_file, start, NULL, NULL, 0, 0, 0, 0};
-    FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
-    if (a.loss_log && !log)
+    FILE *log = a.loss_log && lead ? fopen(a.loss_log, "w") : NULL;
+    if (a.loss_log && lead && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
     MprtOrder order;
     mprt_order_init(&order, a.shuffle, a.seed, data.rows);
     int64_t *rows = malloc((size_t)mprt_buffer_of(m, MPRT_INPUT)->shape[0] * sizeof *rows);
-    if (!rows)
+    float *losses = malloc((size_t)(m->microbatches * mprt_replicas) * sizeof *losses);
+    if (!rows || !losses)
         mprt_die("out of memory");
-    mprt_report_devices(m);
-    if (a.resume)
+    if (lead)
+        mprt_report_devices(m);
+    if (a.resume && lead)
         fprintf(stderr, "resumed %s at step %ld\n", a.resume, start);
     mprt_catch_stop_signals();
     long last = start + steps;
@@ -571,40 +602,47 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     for (long s = start; s < last; s++) {
         mprt_tracing = a.trace && s + 1 == last;   /* time the last step */
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
-        double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows);
+        double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows, losses);
+        int stop = mprt_comm_any(mprt_stop_signal != 0);   /* every process after this step */
         last_loss = loss;
-        mprt_plot_step(&plot, s + 1, loss);
+        if (lead)
+            mprt_plot_step(&plot, s + 1, loss);
         if (log)
             fprintf(log, "%.9g\n", loss);
         double now = mprt_now();
-        if ((s + 1 - start) % a.log_every == 0 || s + 1 == last || mprt_stop_signal)
+        if (lead && ((s + 1 - start) % a.log_every == 0 || s + 1 == last || stop))
             mprt_progress(m, s + 1, last, s + 1 - start, steps, loss, a.lr, now - t0 - t_aside,
                           now - t0);
-        if ((a.save_every && (s + 1) % a.save_every == 0) ||
-            (mprt_stop_signal && saved_step != s + 1)) {
+        if (lead && ((a.save_every && (s + 1) % a.save_every == 0) ||
+                     (stop && saved_step != s + 1))) {
             mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
             saved_step = s + 1;
         }
-        if (mprt_stop_signal) {
-            mprt_plot_checkpoint(&plot);
-            if (log && fclose(log) != 0)
-                mprt_die("%s: write failed", a.loss_log);
-            mprt_stopped(s + 1, last, saved);
+        if (stop) {
+            if (lead) {
+                mprt_plot_checkpoint(&plot);
+                if (log && fclose(log) != 0)
+                    mprt_die("%s: write failed", a.loss_log);
+                mprt_stopped(s + 1, last, saved);
+            }
+            mprt_comm_end();
             exit(0);
         }
-        if ((a.eval_data || a.eval_tokens) &&
+        if (lead && (a.eval_data || a.eval_tokens) &&
             ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last))
             mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
-        if (saved_step == s + 1)
+        if (lead && saved_step == s + 1)
             mprt_plot_checkpoint(&plot);   /* with this step's evaluation */
         t_aside += mprt_now() - now;
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
     double busy = mprt_now() - t0 - t_aside;
-    mprt_summary(m, steps, busy, last_loss);
-    mprt_write_outputs(m, &a, &plot, last, steps, busy);
-    if (a.save) {
+    if (lead) {
+        mprt_summary(m, steps, busy, last_loss);
+        mprt_write_outputs(m, &a, &plot, last, steps, busy);
+    }
+    if (a.save && lead) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);
     }
@@ -614,6 +652,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(plot.train);
     free(plot.eval);
     free(rows);
+    free(losses);
     for (int d = 0; d < m->ndev; d++) {
         mprt_ops->arena_free(d, mprt_arenas[d]);
         if (mprt_host_arenas[d])
@@ -623,5 +662,6 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(mprt_host_arenas);
     free(mprt_arena_bytes);
     free(mprt_work_bytes);
+    mprt_comm_end();
     return 0;
 }

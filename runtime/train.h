@@ -26,6 +26,8 @@ typedef struct MprtModel {
     const MprtProfNode *prof_nodes;     /* for --profile */
     int nprof_nodes;
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
+    int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
+    int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */

@@ -111,8 +111,10 @@ static void largest(const Plan *p, int d, int n, FILE *out)
     fprintf(out, "  largest buffers:\n");
     for (int i = 0; i < k && i < n; i++) {
         const Buf *bf = &p->bufs[big[i].buf];
-        fprintf(out, "    %10.2f MB  %-18s stage %d, %d slot(s)  %s\n", mb(big[i].bytes),
-                row_names[row_of(p, bf)], bf->stage, bf->slots,
+        bool tree = bf->acc && bf->levels > 1;
+        fprintf(out, "    %10.2f MB  %-18s stage %d, %d %s  %s\n", mb(big[i].bytes),
+                row_names[row_of(p, bf)], bf->stage, tree ? bf->levels : bf->slots,
+                tree ? "tree levels" : "slot(s)",
                 str_escaped(p->g->arena, p->g->values[bf->value].name, 60));
     }
 }

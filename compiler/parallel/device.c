@@ -58,6 +58,7 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
         {"flops", &p->flops}, {"bandwidth", &p->bandwidth}, {"overhead", &p->overhead},
         {"peer_bandwidth", &p->peer_bw}, {"peer_latency", &p->peer_latency},
         {"host_bandwidth", &p->host_bw}, {"host_latency", &p->host_latency},
+        {"node_bandwidth", &p->node_bw}, {"node_latency", &p->node_latency},
         {"matrix_flops", &p->matrix_flops}, {"tf32_flops", &p->tf32_flops},
         {"bf16_flops", &p->bf16_flops}, {"call_overhead", &p->call_overhead},
         {"copy_bandwidth", &p->copy_bw}, {"norm_bandwidth", &p->norm_bw},
@@ -90,7 +91,7 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
     error_file(path, "line %d: unknown key '%s' (known: flops, matrix_flops, tf32_flops, "
                "bf16_flops, bandwidth, copy_bandwidth, norm_bandwidth, shared_bandwidth, "
                "gemm_bandwidth, patch_bandwidth, patch_row, transpose_bandwidth, window_rate, norm_row, blas_matrix_flops, blas_gemm_bandwidth, blas_call_overhead, bw64k..bw64m, overhead, call_overhead, memory, peer_bandwidth, peer_latency, peer_access, "
-               "host_bandwidth, host_latency)", line, key);
+               "host_bandwidth, host_latency, node_bandwidth, node_latency)", line, key);
 }
 
 static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)

@@ -45,6 +45,9 @@ typedef struct PlanBuild {
     bool *sent;                  /* [nbufs]: a home buffer some stage receives */
     int *host_of;                /* [nbufs]: the host buffer an offloaded one goes to, -1 */
     bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
+    bool tree;                   /* the gradient sums are trees (replicas.c) */
+    double *replica_sum;         /* [S]: seconds to sum a stage's gradients over the
+                                    replicas, before its update */
     int cap_bufs, cap_ops;
 } PB;   /* what the entry points below share, kept in Plan.build */
 
@@ -93,9 +96,22 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
     const Value *val = &b->g->values[v];
     size_t bytes = (size_t)shape_numel(&val->shape) * dtype_size(val->dtype);
     p->bufs[p->nbufs] = (Buf){.value = v, .stage = stage, .dev = b->st->dev[stage],
-                             .slots = 1, .bytes = round64(bytes ? bytes : 1),
-                             .received = received, .from = -1};
+                             .slots = 1, .levels = 1,
+                             .bytes = round64(bytes ? bytes : 1), .received = received, .from = -1};
     return p->nbufs++;
+}
+
+/* What each stage's update waits for to sum its gradients over the
+ * replicas (replicas.c prices it). */
+static void price_replica_sums(PB *b, const Options *o)
+{
+    b->replica_sum = arena_array(b->a, (size_t)b->S, sizeof(double));
+    double *bytes = arena_array(b->a, (size_t)b->S, sizeof(double));
+    for (uint32_t v = 0; v < b->g->nvalues; v++)
+        if (b->g->values[v].trainable && b->st->home[v] >= 0)
+            bytes[b->st->home[v]] += (double)shape_numel(&b->g->values[v].shape) * 4;
+    for (int s = 0; s < b->S; s++)
+        b->replica_sum[s] = replica_sum_seconds(o, b->p->ds, bytes[s]);
 }
 
 /* BatchNormalization writes its running statistics into the parameters
@@ -157,8 +173,10 @@ static void make_bufs(PB *b)
     for (uint32_t v = 0; v < g->nvalues; v++) {
         p->acc_of[v] = -1;
         if (g->values[v].trainable && b->M > 1 && b->st->home[v] >= 0) {
-            p->acc_of[v] = new_buf(b, v, b->st->home[v], false);
-            p->bufs[p->acc_of[v]].acc = true;
+            Buf *acc = &p->bufs[p->acc_of[v] = new_buf(b, v, b->st->home[v], false)];
+            acc->acc = true;
+            acc->levels = b->tree ? tree_levels(b->M) : 1;
+            acc->bytes *= (size_t)acc->levels;
         }
     }
 }
@@ -408,7 +426,7 @@ static double action_time(const PB *b, Act a)
     const Plan *p = b->p;
     size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
     const Profile *prof = &p->ds->d[b->st->dev[a.stage]].prof;
-    double t = b->st->time[k];
+    double t = b->st->time[k] + (a.kind == ACT_UPDATE ? b->replica_sum[a.stage] : 0);
     for (int j = 0; j < p->nnodes[k]; j++)
         t -= fused_saving(b->g, &b->g->nodes[p->nodes[k][j]], p->fu, prof, b->st->measured);
     return t > 0 ? t : 0;
@@ -871,10 +889,11 @@ Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices
                 .global_norm = o->train.clip_norm > 0 && !o->infer};
     PB *b = arena_alloc(g->arena, sizeof *b);
     *b = (PB){.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
-              .own_slots = own_slots};
+              .own_slots = own_slots, .tree = replicas_tree(o)};
     p->build = b;
     collect_nodes(b);
     make_bufs(b);
+    price_replica_sums(b, o);
     make_offload(b, o);
     mark_sent(b);
     return p;

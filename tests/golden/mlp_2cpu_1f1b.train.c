@@ -598,6 +598,8 @@ typedef struct MprtModel {
     const MprtProfNode *prof_nodes;     /* for --profile */
     int nprof_nodes;
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
+    int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
+    int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
@@ -6721,6 +6723,7 @@ MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
 static const char *mprt_program = "train";   /* the program's name in errors */
+static int mprt_rank_tag = -1;   /* across processes (comm.c): the rank errors name */
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
@@ -6733,7 +6736,10 @@ static _Noreturn void mprt_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", mprt_program);
+    if (mprt_rank_tag >= 0)
+        fprintf(stderr, "%s: rank %d: error: ", mprt_program, mprt_rank_tag);
+    else
+        fprintf(stderr, "%s: error: ", mprt_program);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -7786,6 +7792,228 @@ static void mprt_plot_checkpoint(const MprtPlot *p)
         fprintf(stderr, "%s: warning: %s; training goes on\n", mprt_program, err);
 }
 
+/* comm.c — the gradient sum of data parallelism (mpcc --data-parallel) as a
+ * fixed tree over micro-batches and replicas, and the trainer across
+ * processes (--nodes): one replica per process, started by mpirun (or
+ * srun), talking over MPI.
+ *
+ * What crosses between processes, all of it from fixed orders so that
+ * every layout gives the same bits:
+ *   - each stage's gradients, summed over the replicas before its update
+ *     (mprt_replica_sum, on the device's thread; a communicator per stage,
+ *     so that stages of one process sum at once without their calls
+ *     interleaving): a reduce-scatter, each rank adding its share of the
+ *     replicas' sums as the tree of program.c's mprt_tree_add adds
+ *     micro-batches, then an all-gather;
+ *   - the micro-batches' losses, gathered in replica order;
+ *   - whether any process was asked to stop (SIGINT, SIGTERM), after each
+ *     step, so that every process stops after the same one.
+ * Rank 0 reads nothing the others do not, and alone prints progress,
+ * evaluates and writes checkpoints (the replicas' weights are the same).
+ * A process that fails exits non-zero and mpirun stops the others.
+ *
+ * Built without MPRT_MPI (one process), the same entry points do what one
+ * replica needs: nothing crosses.
+ */
+
+/* Micro-batch k of `count` into a parameter's gradient sum as a fixed
+ * tree (mpcc --data-parallel): level l of `sum` (the levels `stride`
+ * floats apart) holds a sum of 2^l micro-batches. The gradient g goes in
+ * at level 0 and carries up, added to each level the bits of k fill; what
+ * is left waits on its level. After the last, the levels still held are
+ * added from the lowest up, so the sum ends on the highest. It is the
+ * tree that halves a power of two, and otherwise splits the largest
+ * power of two below the count from the rest; a replica's micro-batches
+ * are one of its subtrees, and mprt_replica_sum adds the replicas' sums
+ * the same way. acc is the device's mprt_accumulate (first: copy). */
+MPRT_KERNEL void mprt_tree_add(void (*acc)(long, float *, const float *, int), long n,
+                               float *sum, size_t stride, const float *g, int k, int count)
+{
+    const float *c = g;   /* a whole subtree of 2^l micro-batches */
+    int l = 0;
+    for (; k >> l & 1; l++) {
+        acc(n, sum + (size_t)l * stride, c, 0);
+        c = sum + (size_t)l * stride;
+    }
+    if (k + 1 < count || k + 1 == 1 << l) {   /* waits on level l, or is the whole sum */
+        if (c != sum + (size_t)l * stride && (k + 1 < count || l == 0))
+            acc(n, sum + (size_t)l * stride, c, 1);
+        return;
+    }
+    for (int j = l + 1; (1 << j) <= count; j++)   /* the last: fold what waits above */
+        if (count >> j & 1) {
+            acc(n, sum + (size_t)j * stride, c, 0);
+            c = sum + (size_t)j * stride;
+        }
+}
+
+/* v[0] = the sum of v[0 .. r), as the tree of mprt_tree_add: halves of a
+ * power of two; else the largest power of two below r, then the rest. */
+MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
+{
+    if (r == 1)
+        return;
+    int p = 1;
+    while (2 * p < r)
+        p *= 2;
+    mprt_tree_vectors(v, p, n);
+    mprt_tree_vectors(v + p, r - p, n);
+    for (long i = 0; i < n; i++)
+        v[0][i] += v[p][i];
+}
+
+MPRT_GLOBAL int mprt_replica;    /* this process's replica: its rows of each batch */
+MPRT_GLOBAL int mprt_replicas = 1;
+
+#ifdef MPRT_MPI
+#include <limits.h>
+#include <mpi.h>
+
+static MPI_Comm *mprt_stage_comm;   /* [nstages] */
+typedef struct MprtSumScratch {
+    float *flat, *parts;            /* every gradient of the stage, one after another;
+                                       the replicas' sums of this rank's share */
+    long n;
+} MprtSumScratch;
+static MprtSumScratch *mprt_sum_scratch;   /* [nstages], each used by its device alone */
+
+static void mprt_mpi_check(int rc, const char *what)
+{
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        mprt_die("%s failed: %.*s", what, len, msg);
+    }
+}
+
+/* Start-up: the world must be the one compiled for. */
+static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
+{
+    int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
+    mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
+    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_replica);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    mprt_rank_tag = mprt_replica;
+    if (size != m->nodes) {
+        if (mprt_replica == 0)
+            fprintf(stderr, "%s: error: compiled for %d processes (mpcc --nodes=%d) but "
+                    "started as %d; run mpirun -np %d ./%s ...\n", m->program, m->nodes,
+                    m->nodes, size, m->nodes, m->program);
+        MPI_Finalize();
+        exit(1);
+    }
+    if (have < need)
+        mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
+                 "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
+    mprt_replicas = size;
+    mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
+    mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
+    if (!mprt_stage_comm || !mprt_sum_scratch)
+        mprt_die("out of memory");
+    for (int s = 0; s < m->nstages; s++)
+        mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
+}
+
+static void mprt_comm_end(void)
+{
+    MPI_Finalize();
+}
+
+/* Rank r's share of n floats: [lo(r), lo(r + 1)). */
+static long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
+static MprtSumScratch *mprt_scratch(int stage, long n, int R)
+{
+    MprtSumScratch *s = &mprt_sum_scratch[stage];
+    if (!s->flat) {
+        s->n = n;
+        s->flat = malloc((size_t)n * sizeof(float));
+        s->parts = malloc((size_t)(n / R + 1) * (size_t)R * sizeof(float));
+        if (!s->flat || !s->parts)
+            mprt_die("out of memory for the gradient sum of stage %d (%ld floats)", stage, n);
+    }
+    return s;
+}
+
+/* The n gradients of a stage (g[i], len[i] floats), summed over the
+ * replicas in place. */
+MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+{
+    int R = mprt_replicas, me = mprt_replica;
+    long total = 0;
+    for (int i = 0; i < n; i++)
+        total += len[i];
+    if (total > INT_MAX)
+        mprt_die("stage %d has %ld gradient floats, more than one MPI call counts; split it "
+                 "over more stages (mpcc -cpus N)", stage, total);
+    MprtSumScratch *s = mprt_scratch(stage, total, R);
+    for (long i = 0, at = 0; i < n; at += len[i], i++)
+        memcpy(s->flat + at, g[i], (size_t)len[i] * sizeof(float));
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    int *rcount = malloc((size_t)R * sizeof(int)), *rat = malloc((size_t)R * sizeof(int));
+    float **part = malloc((size_t)R * sizeof *part);
+    if (!count || !at || !rcount || !rat || !part)
+        mprt_die("out of memory");
+    long mine = mprt_share_lo(total, me + 1, R) - mprt_share_lo(total, me, R);
+    for (int r = 0; r < R; r++) {
+        at[r] = (int)mprt_share_lo(total, r, R);
+        count[r] = (int)(mprt_share_lo(total, r + 1, R) - at[r]);
+        rcount[r] = (int)mine;
+        rat[r] = (int)(r * mine);
+        part[r] = s->parts + r * mine;
+    }
+    MPI_Comm c = mprt_stage_comm[stage];
+    mprt_mpi_check(MPI_Alltoallv(s->flat, count, at, MPI_FLOAT, s->parts, rcount, rat,
+                                 MPI_FLOAT, c), "the gradient sum (MPI_Alltoallv)");
+    mprt_tree_vectors(part, R, mine);
+    mprt_mpi_check(MPI_Allgatherv(part[0], (int)mine, MPI_FLOAT, s->flat, count, at, MPI_FLOAT,
+                                  c), "the gradient sum (MPI_Allgatherv)");
+    for (long i = 0, k = 0; i < n; k += len[i], i++)
+        memcpy(g[i], s->flat + k, (size_t)len[i] * sizeof(float));
+    free(count), free(at), free(rcount), free(rat), free(part);
+}
+
+/* Every replica's micro-batch losses, in replica order: all[r * M + mb]. */
+static void mprt_comm_losses(int M, const float *mine, float *all)
+{
+    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
+                   "gathering the losses (MPI_Allgather)");
+}
+
+/* Whether any process has `flag` set. */
+static int mprt_comm_any(int flag)
+{
+    int any = 0;
+    mprt_mpi_check(MPI_Allreduce(&flag, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD),
+                   "agreeing to stop (MPI_Allreduce)");
+    return any;
+}
+
+#else   /* one process */
+
+static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
+{
+    (void)m, (void)argc, (void)argv;
+}
+
+static void mprt_comm_end(void) {}
+
+static void mprt_comm_losses(int M, const float *mine, float *all)
+{
+    memcpy(all, mine, (size_t)M * sizeof(float));
+}
+
+static int mprt_comm_any(int flag)
+{
+    return flag;
+}
+
+#endif
+
 /* train.c — the generated trainer's main loop and command line.
  *
  * The generated code (before this file) describes the model in one MprtModel:
@@ -7809,6 +8037,13 @@ typedef struct MprtArgs {
     unsigned long seed;
     int synthetic, shuffle;
 } MprtArgs;
+
+/* The rows of one micro-batch: the step's batch over every replica's
+ * micro-batches. */
+static long mprt_mb_rows(const MprtModel *m)
+{
+    return (long)m->batch / m->microbatches / (m->replicas > 1 ? m->replicas : 1);
+}
 
 static void mprt_usage(const MprtModel *m)
 {
@@ -7847,6 +8082,15 @@ static void mprt_usage(const MprtModel *m)
            "\n",
            m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
            strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr);
+    if (m->replicas > 1)
+        printf("Processes:\n"
+               "  Compiled for %d processes, one replica each (mpcc --data-parallel=%d\n"
+               "  --nodes=%d): start it as mpirun -np %d ./%s ... (or srun), every process\n"
+               "  with the same flags. Each trains on its own rows of every batch; the\n"
+               "  gradients are summed over the processes before each update. Rank 0\n"
+               "  prints, evaluates and writes the checkpoints and logs; SIGINT or SIGTERM\n"
+               "  to any process stops every one after the same step.\n"
+               "\n", m->nodes, m->replicas, m->nodes, m->nodes, m->program);
     printf("Evaluation:\n"
            "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
            "  --eval-labels FILE their labels, .npy, checked like --labels\n"
@@ -7904,7 +8148,7 @@ static void mprt_usage(const MprtModel *m)
            "                     plan (default 1024; 0: the plan's scratch only)\n"
            "  MPRT_CU_ALGOS=1    print each convolution's cuDNN algorithm, its\n"
            "                     workspace and cuDNN's ranking\n",
-           m->batch / m->microbatches, m->weights_file, m->program);
+           (int)mprt_mb_rows(m), m->weights_file, m->program);
 }
 
 static long mprt_arg_long(const char *opt, const char *v, long lo)
@@ -8179,25 +8423,30 @@ static void mprt_report_devices(const MprtModel *m)
 }
 
 /* One optimizer step over the micro-batches of step s; returns its loss
- * (mean over the micro-batches). rows holds B/M entries. */
+ * (mean over the micro-batches of every replica, in their order). rows
+ * holds B/M entries; a replica reads micro-batches replica * M .. of the
+ * step's, M its own. */
 static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order, long s,
-                        float lr, int64_t *rows)
+                        float lr, int64_t *rows, float *losses)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    for (int mb = 0; mb < m->microbatches; mb++) {
+    int M = m->microbatches;
+    for (int mb = 0; mb < M; mb++) {
+        int64_t first = (int64_t)s * m->batch + ((int64_t)mprt_replica * M + mb) * R;
         for (int64_t r = 0; r < R; r++)
-            rows[r] = mprt_row(order, (int64_t)s * m->batch + mb * R + r);
+            rows[r] = mprt_row(order, first + r);
         mprt_fill(d, 0, in, R, rows, R, 0, mb);
         mprt_fill(d, 1, lb, R, rows, R, 0, mb);
     }
     mprt_step_no = s;
     mprt_lr = lr;
     m->run_step();
+    mprt_comm_losses(M, mprt_losses, losses);
     double loss = 0;
-    for (int mb = 0; mb < m->microbatches; mb++)
-        loss += mprt_losses[mb];
-    loss /= m->microbatches;
+    for (int mb = 0; mb < M * mprt_replicas; mb++)
+        loss += losses[mb];
+    loss /= M * mprt_replicas;
     if (!isfinite(loss))
         mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
                  "checkpoint was written", loss, s + 1);
@@ -8269,7 +8518,7 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
                 last, a->plot);
     }
     if (a->profile) {
-        if (mprt_write_profile(a->profile, m->model_file, (long)(m->batch / m->microbatches),
+        if (mprt_write_profile(a->profile, m->model_file, mprt_mb_rows(m),
                                m->prof_nodes, m->nprof_nodes, err, sizeof err) != 0)
             mprt_die("%s", err);
         fprintf(stderr, "wrote per-node times to %s (mpcc --measured=%s uses them)\n",
@@ -8313,6 +8562,13 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
 {
     MprtArgs a;
     mprt_program = m->program;
+    for (int i = 1; i < argc; i++)   /* --help answers without a launcher */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            mprt_usage(m);
+            exit(0);
+        }
+    mprt_comm_start(m, &argc, &argv);
+    int lead = mprt_replica == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
     MprtData data, eval = {0};
@@ -8331,19 +8587,22 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
                           1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
-    mprt_check_outputs(m, &a, &series, start);
+    if (lead)
+        mprt_check_outputs(m, &a, &series, start);
     MprtCkpt ckpt = {m->buffers, m->nbuffers, m->mpcc_version, m->model_hash};
     MprtPlot plot = {a.plot, m->model_file, start, NULL, NULL, 0, 0, 0, 0};
-    FILE *log = a.loss_log ? fopen(a.loss_log, "w") : NULL;
-    if (a.loss_log && !log)
+    FILE *log = a.loss_log && lead ? fopen(a.loss_log, "w") : NULL;
+    if (a.loss_log && lead && !log)
         mprt_die("%s: cannot open for writing: %s", a.loss_log, strerror(errno));
     MprtOrder order;
     mprt_order_init(&order, a.shuffle, a.seed, data.rows);
     int64_t *rows = malloc((size_t)mprt_buffer_of(m, MPRT_INPUT)->shape[0] * sizeof *rows);
-    if (!rows)
+    float *losses = malloc((size_t)(m->microbatches * mprt_replicas) * sizeof *losses);
+    if (!rows || !losses)
         mprt_die("out of memory");
-    mprt_report_devices(m);
-    if (a.resume)
+    if (lead)
+        mprt_report_devices(m);
+    if (a.resume && lead)
         fprintf(stderr, "resumed %s at step %ld\n", a.resume, start);
     mprt_catch_stop_signals();
     long last = start + steps;
@@ -8353,40 +8612,47 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     for (long s = start; s < last; s++) {
         mprt_tracing = a.trace && s + 1 == last;   /* time the last step */
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
-        double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows);
+        double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows, losses);
+        int stop = mprt_comm_any(mprt_stop_signal != 0);   /* every process after this step */
         last_loss = loss;
-        mprt_plot_step(&plot, s + 1, loss);
+        if (lead)
+            mprt_plot_step(&plot, s + 1, loss);
         if (log)
             fprintf(log, "%.9g\n", loss);
         double now = mprt_now();
-        if ((s + 1 - start) % a.log_every == 0 || s + 1 == last || mprt_stop_signal)
+        if (lead && ((s + 1 - start) % a.log_every == 0 || s + 1 == last || stop))
             mprt_progress(m, s + 1, last, s + 1 - start, steps, loss, a.lr, now - t0 - t_aside,
                           now - t0);
-        if ((a.save_every && (s + 1) % a.save_every == 0) ||
-            (mprt_stop_signal && saved_step != s + 1)) {
+        if (lead && ((a.save_every && (s + 1) % a.save_every == 0) ||
+                     (stop && saved_step != s + 1))) {
             mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
             saved_step = s + 1;
         }
-        if (mprt_stop_signal) {
-            mprt_plot_checkpoint(&plot);
-            if (log && fclose(log) != 0)
-                mprt_die("%s: write failed", a.loss_log);
-            mprt_stopped(s + 1, last, saved);
+        if (stop) {
+            if (lead) {
+                mprt_plot_checkpoint(&plot);
+                if (log && fclose(log) != 0)
+                    mprt_die("%s: write failed", a.loss_log);
+                mprt_stopped(s + 1, last, saved);
+            }
+            mprt_comm_end();
             exit(0);
         }
-        if ((a.eval_data || a.eval_tokens) &&
+        if (lead && (a.eval_data || a.eval_tokens) &&
             ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last))
             mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
-        if (saved_step == s + 1)
+        if (lead && saved_step == s + 1)
             mprt_plot_checkpoint(&plot);   /* with this step's evaluation */
         t_aside += mprt_now() - now;
     }
     if (log && fclose(log) != 0)
         mprt_die("%s: write failed", a.loss_log);
     double busy = mprt_now() - t0 - t_aside;
-    mprt_summary(m, steps, busy, last_loss);
-    mprt_write_outputs(m, &a, &plot, last, steps, busy);
-    if (a.save) {
+    if (lead) {
+        mprt_summary(m, steps, busy, last_loss);
+        mprt_write_outputs(m, &a, &plot, last, steps, busy);
+    }
+    if (a.save && lead) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);
     }
@@ -8396,6 +8662,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(plot.train);
     free(plot.eval);
     free(rows);
+    free(losses);
     for (int d = 0; d < m->ndev; d++) {
         mprt_ops->arena_free(d, mprt_arenas[d]);
         if (mprt_host_arenas[d])
@@ -8405,6 +8672,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(mprt_host_arenas);
     free(mprt_arena_bytes);
     free(mprt_work_bytes);
+    mprt_comm_end();
     return 0;
 }
 

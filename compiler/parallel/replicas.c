@@ -1,0 +1,137 @@
+/* replicas.c — data parallelism: --data-parallel=R copies of the pipeline,
+ * each training on its own rows of every batch, their gradients summed
+ * before the update; --nodes=K processes, one per machine, started by
+ * mpirun.
+ *
+ * This version runs one replica per process, on CPU devices, the sum
+ * between processes over MPI (runtime/comm.c). The plan is one replica's:
+ * -batch B with M micro-batches becomes B/R rows in M/R micro-batches on
+ * each process, whose devices hold the stages (-cpus N per process).
+ *
+ * The sum's order is fixed so that every layout gives the same bits: a
+ * pairwise tree over the step's micro-batches, in their order. Replica r
+ * sums its micro-batches r*M/R .. (r+1)*M/R - 1, a subtree when M/R is a
+ * power of two; the sums of the replicas are then added as the same tree
+ * adds micro-batches (docs/distributed.md).
+ */
+#include "mpcc.h"
+
+#include <string.h>
+
+static bool power_of_two(int n)
+{
+    return n > 0 && (n & (n - 1)) == 0;
+}
+
+static bool has_cuda(const Options *o)
+{
+    return o->gpus > 0 || (o->pipe.devices && strstr(o->pipe.devices, "cuda"));
+}
+
+/* What this version does not build yet, each as one line that says what
+ * to give instead. */
+static void check_layout(const Options *o, int R, int K)
+{
+    if (o->infer)
+        error_file(o->input, "--data-parallel and --nodes are for training; drop them "
+                   "with --infer");
+    if (has_cuda(o) && K > 1)
+        error_file(o->input, "--nodes=%d with CUDA devices needs NCCL between processes, "
+                   "which mpcc does not build yet; CPU devices (-cpus N) train across "
+                   "processes over MPI", K);
+    if (R > 1 && K == 1)
+        error_file(o->input, "--data-parallel=%d with --nodes=1: replicas inside one process "
+                   "are not built yet; run one replica per process with --nodes=%d "
+                   "(mpirun -np %d ./train ...)", R, R, R);
+    if (R != K)
+        error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds one "
+                   "whole replica in this version (a pipeline across processes is not built "
+                   "yet); give --data-parallel=%d", R, K, K);
+    if (o->train.clip_norm > 0 && R > 1)
+        error_file(o->input, "--clip-norm with --data-parallel=%d: the global norm over "
+                   "replicas is not built yet; drop --clip-norm or train on one process", R);
+}
+
+/* -batch and --microbatches split evenly over the replicas, each replica's
+ * micro-batches a power of two (the tree's subtree). */
+static void check_split(const Options *o, int R)
+{
+    if (!o->batch)
+        error_file(o->input, "--data-parallel=%d needs -batch N, the rows of a step over "
+                   "every replica", R);
+    if (o->batch % R)
+        error_file(o->input, "-batch %lld does not split over %d replicas; give a multiple "
+                   "of %d", (long long)o->batch, R, R);
+    if (!o->pipe.micro_given)
+        return;
+    int M = o->train.microbatches;
+    if (M % R || !power_of_two(M / R))
+        error_file(o->input, "--microbatches=%d over %d replicas: each replica needs a power "
+                   "of two of them (the gradient sum is a fixed tree over the micro-batches); "
+                   "give --microbatches=%d or %d", M, R, R, 2 * R);
+}
+
+void replicas_apply(Options *o)
+{
+    PipeOptions *p = &o->pipe;
+    if (p->nodes < 1)
+        p->nodes = 1;
+    if (!p->replicas && p->nodes == 1)
+        return;
+    int K = p->nodes;
+    if (p->replicas == REPLICAS_AUTO || !p->replicas) {
+        p->replicas = K;   /* the one layout built: a replica per process */
+        Loc loc = {.file = o->input, .index = -1};
+        note_once(&loc, "--nodes=%d: %d replicas, one per process (--data-parallel=%d)", K, K,
+                  K);
+    }
+    int R = p->replicas;
+    check_layout(o, R, K);
+    check_split(o, R);
+    o->batch /= R;
+    if (p->micro_given)
+        o->train.microbatches /= R;
+}
+
+bool replicas_tree(const Options *o)
+{
+    return o->pipe.replicas > 0;
+}
+
+/* Micro-batch k of a replica's count goes in at level 0 and carries up
+ * while k's bits are ones (runtime/program.c): level l holds a sum of 2^l
+ * micro-batches. A power of two ends on the level below its own. */
+int tree_top(int count)
+{
+    int top = 0;
+    while ((2 << top) <= count)
+        top++;
+    return power_of_two(count) && count > 1 ? top - 1 : top;
+}
+
+int tree_levels(int count)
+{
+    return tree_top(count) + 1;
+}
+
+/* The link between nodes: the profile's, else 400 Gb/s InfiniBand for
+ * GPUs and 10 Gb/s Ethernet for CPUs, at 80% of one direction. */
+static void node_link(const Devices *ds, double *bw, double *latency)
+{
+    const Profile *p = &ds->d[0].prof;
+    bool gpu = ds->d[0].kind == DEV_CUDA;
+    *bw = p->node_bw > 0 ? p->node_bw : gpu ? 0.8 * 50e9 : 0.8 * 1.25e9;
+    *latency = p->node_latency > 0 ? p->node_latency : gpu ? 5e-6 : 30e-6;
+}
+
+/* Ring reduce-scatter then all-gather: each process sends and receives
+ * 2 (R-1)/R of the bytes, in 2 (R-1) exchanges. */
+double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
+{
+    int R = o->pipe.replicas;
+    if (R <= 1)
+        return 0;
+    double bw, latency;
+    node_link(ds, &bw, &latency);
+    return 2.0 * (R - 1) / R * bytes / bw + 2.0 * (R - 1) * latency;
+}

@@ -1,0 +1,223 @@
+/* comm.c — the gradient sum of data parallelism (mpcc --data-parallel) as a
+ * fixed tree over micro-batches and replicas, and the trainer across
+ * processes (--nodes): one replica per process, started by mpirun (or
+ * srun), talking over MPI.
+ *
+ * What crosses between processes, all of it from fixed orders so that
+ * every layout gives the same bits:
+ *   - each stage's gradients, summed over the replicas before its update
+ *     (mprt_replica_sum, on the device's thread; a communicator per stage,
+ *     so that stages of one process sum at once without their calls
+ *     interleaving): a reduce-scatter, each rank adding its share of the
+ *     replicas' sums as the tree of program.c's mprt_tree_add adds
+ *     micro-batches, then an all-gather;
+ *   - the micro-batches' losses, gathered in replica order;
+ *   - whether any process was asked to stop (SIGINT, SIGTERM), after each
+ *     step, so that every process stops after the same one.
+ * Rank 0 reads nothing the others do not, and alone prints progress,
+ * evaluates and writes checkpoints (the replicas' weights are the same).
+ * A process that fails exits non-zero and mpirun stops the others.
+ *
+ * Built without MPRT_MPI (one process), the same entry points do what one
+ * replica needs: nothing crosses.
+ */
+#include "mprt.h"
+#include "train.h"
+
+/* Micro-batch k of `count` into a parameter's gradient sum as a fixed
+ * tree (mpcc --data-parallel): level l of `sum` (the levels `stride`
+ * floats apart) holds a sum of 2^l micro-batches. The gradient g goes in
+ * at level 0 and carries up, added to each level the bits of k fill; what
+ * is left waits on its level. After the last, the levels still held are
+ * added from the lowest up, so the sum ends on the highest. It is the
+ * tree that halves a power of two, and otherwise splits the largest
+ * power of two below the count from the rest; a replica's micro-batches
+ * are one of its subtrees, and mprt_replica_sum adds the replicas' sums
+ * the same way. acc is the device's mprt_accumulate (first: copy). */
+MPRT_KERNEL void mprt_tree_add(void (*acc)(long, float *, const float *, int), long n,
+                               float *sum, size_t stride, const float *g, int k, int count)
+{
+    const float *c = g;   /* a whole subtree of 2^l micro-batches */
+    int l = 0;
+    for (; k >> l & 1; l++) {
+        acc(n, sum + (size_t)l * stride, c, 0);
+        c = sum + (size_t)l * stride;
+    }
+    if (k + 1 < count || k + 1 == 1 << l) {   /* waits on level l, or is the whole sum */
+        if (c != sum + (size_t)l * stride && (k + 1 < count || l == 0))
+            acc(n, sum + (size_t)l * stride, c, 1);
+        return;
+    }
+    for (int j = l + 1; (1 << j) <= count; j++)   /* the last: fold what waits above */
+        if (count >> j & 1) {
+            acc(n, sum + (size_t)j * stride, c, 0);
+            c = sum + (size_t)j * stride;
+        }
+}
+
+/* v[0] = the sum of v[0 .. r), as the tree of mprt_tree_add: halves of a
+ * power of two; else the largest power of two below r, then the rest. */
+MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
+{
+    if (r == 1)
+        return;
+    int p = 1;
+    while (2 * p < r)
+        p *= 2;
+    mprt_tree_vectors(v, p, n);
+    mprt_tree_vectors(v + p, r - p, n);
+    for (long i = 0; i < n; i++)
+        v[0][i] += v[p][i];
+}
+
+MPRT_GLOBAL int mprt_replica;    /* this process's replica: its rows of each batch */
+MPRT_GLOBAL int mprt_replicas = 1;
+
+#ifdef MPRT_MPI
+#include <limits.h>
+#include <mpi.h>
+
+static MPI_Comm *mprt_stage_comm;   /* [nstages] */
+typedef struct MprtSumScratch {
+    float *flat, *parts;            /* every gradient of the stage, one after another;
+                                       the replicas' sums of this rank's share */
+    long n;
+} MprtSumScratch;
+static MprtSumScratch *mprt_sum_scratch;   /* [nstages], each used by its device alone */
+
+static void mprt_mpi_check(int rc, const char *what)
+{
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        mprt_die("%s failed: %.*s", what, len, msg);
+    }
+}
+
+/* Start-up: the world must be the one compiled for. */
+static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
+{
+    int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
+    mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
+    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_replica);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    mprt_rank_tag = mprt_replica;
+    if (size != m->nodes) {
+        if (mprt_replica == 0)
+            fprintf(stderr, "%s: error: compiled for %d processes (mpcc --nodes=%d) but "
+                    "started as %d; run mpirun -np %d ./%s ...\n", m->program, m->nodes,
+                    m->nodes, size, m->nodes, m->program);
+        MPI_Finalize();
+        exit(1);
+    }
+    if (have < need)
+        mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
+                 "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
+    mprt_replicas = size;
+    mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
+    mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
+    if (!mprt_stage_comm || !mprt_sum_scratch)
+        mprt_die("out of memory");
+    for (int s = 0; s < m->nstages; s++)
+        mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
+}
+
+static void mprt_comm_end(void)
+{
+    MPI_Finalize();
+}
+
+/* Rank r's share of n floats: [lo(r), lo(r + 1)). */
+static long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
+static MprtSumScratch *mprt_scratch(int stage, long n, int R)
+{
+    MprtSumScratch *s = &mprt_sum_scratch[stage];
+    if (!s->flat) {
+        s->n = n;
+        s->flat = malloc((size_t)n * sizeof(float));
+        s->parts = malloc((size_t)(n / R + 1) * (size_t)R * sizeof(float));
+        if (!s->flat || !s->parts)
+            mprt_die("out of memory for the gradient sum of stage %d (%ld floats)", stage, n);
+    }
+    return s;
+}
+
+/* The n gradients of a stage (g[i], len[i] floats), summed over the
+ * replicas in place. */
+MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+{
+    int R = mprt_replicas, me = mprt_replica;
+    long total = 0;
+    for (int i = 0; i < n; i++)
+        total += len[i];
+    if (total > INT_MAX)
+        mprt_die("stage %d has %ld gradient floats, more than one MPI call counts; split it "
+                 "over more stages (mpcc -cpus N)", stage, total);
+    MprtSumScratch *s = mprt_scratch(stage, total, R);
+    for (long i = 0, at = 0; i < n; at += len[i], i++)
+        memcpy(s->flat + at, g[i], (size_t)len[i] * sizeof(float));
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    int *rcount = malloc((size_t)R * sizeof(int)), *rat = malloc((size_t)R * sizeof(int));
+    float **part = malloc((size_t)R * sizeof *part);
+    if (!count || !at || !rcount || !rat || !part)
+        mprt_die("out of memory");
+    long mine = mprt_share_lo(total, me + 1, R) - mprt_share_lo(total, me, R);
+    for (int r = 0; r < R; r++) {
+        at[r] = (int)mprt_share_lo(total, r, R);
+        count[r] = (int)(mprt_share_lo(total, r + 1, R) - at[r]);
+        rcount[r] = (int)mine;
+        rat[r] = (int)(r * mine);
+        part[r] = s->parts + r * mine;
+    }
+    MPI_Comm c = mprt_stage_comm[stage];
+    mprt_mpi_check(MPI_Alltoallv(s->flat, count, at, MPI_FLOAT, s->parts, rcount, rat,
+                                 MPI_FLOAT, c), "the gradient sum (MPI_Alltoallv)");
+    mprt_tree_vectors(part, R, mine);
+    mprt_mpi_check(MPI_Allgatherv(part[0], (int)mine, MPI_FLOAT, s->flat, count, at, MPI_FLOAT,
+                                  c), "the gradient sum (MPI_Allgatherv)");
+    for (long i = 0, k = 0; i < n; k += len[i], i++)
+        memcpy(g[i], s->flat + k, (size_t)len[i] * sizeof(float));
+    free(count), free(at), free(rcount), free(rat), free(part);
+}
+
+/* Every replica's micro-batch losses, in replica order: all[r * M + mb]. */
+static void mprt_comm_losses(int M, const float *mine, float *all)
+{
+    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
+                   "gathering the losses (MPI_Allgather)");
+}
+
+/* Whether any process has `flag` set. */
+static int mprt_comm_any(int flag)
+{
+    int any = 0;
+    mprt_mpi_check(MPI_Allreduce(&flag, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD),
+                   "agreeing to stop (MPI_Allreduce)");
+    return any;
+}
+
+#else   /* one process */
+
+static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
+{
+    (void)m, (void)argc, (void)argv;
+}
+
+static void mprt_comm_end(void) {}
+
+static void mprt_comm_losses(int M, const float *mine, float *all)
+{
+    memcpy(all, mine, (size_t)M * sizeof(float));
+}
+
+static int mprt_comm_any(int flag)
+{
+    return flag;
+}
+
+#endif

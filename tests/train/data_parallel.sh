@@ -1,0 +1,179 @@
+#!/bin/sh
+# --data-parallel and --nodes on CPU devices, across processes started by
+# mpirun (Open MPI): every layout of the same step (-batch, --microbatches)
+# gives the same losses and checkpoint, byte for byte, as one process.
+#   - samples/mlp.mp and samples/gpt.mp (AdamW), 8 micro-batches a step:
+#     1 process (--data-parallel=1: the gradient sum as the same tree);
+#     2 processes of one device; 2 processes of two devices each (a
+#     pipeline per replica); 4 processes of one device;
+#   - samples/cnn_bn.mp with Dropout-free BatchNorm, 2 processes: the
+#     losses and the weights equal (each replica keeps its own running
+#     statistics: docs/distributed.md);
+#   - a run resumed on 2 processes from a 1-process checkpoint, and one
+#     resumed on 1 process from a 2-process checkpoint, end on the
+#     1-process checkpoint;
+#   - SIGTERM to mpirun: every process stops after the same step, rank 0
+#     saves, and the run resumes from it bit for bit;
+#   - a trainer started on the wrong number of processes says so in one
+#     line; a killed process stops the others within 30 s;
+#   - layouts this version does not build are refused in one line.
+# Usage: data_parallel.sh MPCC SAMPLES WORKDIR
+set -eu
+mpcc=$1 samples=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+build() {   # NAME: NAME.c into NAME, with mpicc when the head says so
+    local libs cc
+    libs=$(cd "$here" && /usr/bin/python3 -c "import build_line; print(' '.join(build_line.libraries('$work/$1.c')))")
+    cc=cc
+    grep -q '^ \* build: *mpicc ' $1.c && cc=mpicc
+    $cc -O2 -fno-trapping-math -ffp-contract=off -Wall -Werror $1.c -o $1 $libs
+}
+run() {   # NP TRAINER FLAGS...: NP 0 runs it alone
+    local np=$1 exe=$2
+    shift 2
+    if [ "$np" = 0 ]; then
+        ./$exe --synthetic --seed 5 "$@" 2>$exe.log || { cat $exe.log; exit 1; }
+    else
+        mpirun -np $np ./$exe --synthetic --seed 5 "$@" 2>$exe.log ||
+            { cat $exe.log; exit 1; }
+    fi
+}
+compile() {   # NAME MODEL FLAGS...
+    local out=$1 src=$2
+    shift 2
+    "$mpcc" "$src" "$@" -o $out.c 2>$out.mpcc || { cat $out.mpcc; exit 1; }
+    build $out
+}
+# NAME MODEL FLAGS...: the layouts, each against one process
+layouts() {
+    name=$1 model=$2
+    shift 2
+    compile $name-1 "$model" -cpus 1 --data-parallel=1 "$@"
+    run 0 $name-1 --steps 4 --loss-log $name-1.txt --save $name-1.safetensors
+    for layout in "2 1" "2 2" "4 1"; do
+        set -- $layout "$@"
+        np=$1 cpus=$2
+        shift 2
+        compile $name-$np-$cpus "$model" -cpus $cpus --data-parallel=$np --nodes=$np "$@"
+        run $np $name-$np-$cpus --steps 4 --loss-log $name-$np-$cpus.txt \
+            --save $name-$np-$cpus.safetensors
+        cmp $name-1.txt $name-$np-$cpus.txt ||
+            { echo "FAIL: $name: $np processes of $cpus device(s): other losses"; exit 1; }
+        cmp $name-1.safetensors $name-$np-$cpus.safetensors ||
+            { echo "FAIL: $name: $np processes of $cpus device(s): another checkpoint"; exit 1; }
+        echo "data_parallel: $name: $np processes of $cpus device(s): the losses" \
+            "($(tr '\n' ' ' <$name-1.txt)) and checkpoint of one process, byte for byte"
+    done
+}
+layouts mlp "$samples/mlp.mp" -batch 64 --microbatches=8
+layouts gpt "$samples/gpt.mp" -batch 16 --microbatches=8 --optimizer=adamw --schedule=gpipe
+
+# the head names the replicas and how to start them; the plan is one replica's
+grep -q '^ \* replicas: 2, one per process: run as mpirun -np 2 ./train' gpt-2-2.c ||
+    { echo "FAIL: the head of gpt-2-2.c does not say how to start it"; exit 1; }
+grep -q '^ \* batch: *16 over 2 replicas (--data-parallel), each 8 in 4 micro-batch(es) of 2' \
+    gpt-2-2.c || { echo "FAIL: the head of gpt-2-2.c does not split the batch"; exit 1; }
+
+# resuming across layouts: 1 process onto 2, and 2 onto 1
+run 0 gpt-1 --steps 2 --save one-2.safetensors
+run 2 gpt-2-1 --resume one-2.safetensors --steps 2 --save two-4.safetensors
+cmp gpt-1.safetensors two-4.safetensors
+run 2 gpt-2-1 --steps 2 --save two-2.safetensors
+run 0 gpt-1 --resume two-2.safetensors --steps 2 --save one-4.safetensors
+cmp gpt-1.safetensors one-4.safetensors
+echo "data_parallel: gpt: resumed from 1 process onto 2, and from 2 onto 1, byte for byte"
+
+# BatchNorm: the same losses and weights; running statistics are each replica's
+compile bn-1 "$samples/cnn_bn.mp" -cpus 1 --data-parallel=1 -batch 16 --microbatches=4
+compile bn-2 "$samples/cnn_bn.mp" -cpus 1 --data-parallel=2 --nodes=2 -batch 16 --microbatches=4
+run 0 bn-1 --steps 3 --loss-log bn-1.txt --save bn-1.safetensors
+run 2 bn-2 --steps 3 --loss-log bn-2.txt --save bn-2.safetensors
+cmp bn-1.txt bn-2.txt
+/usr/bin/python3 - <<'EOF'
+from safetensors.numpy import load_file
+a, b = load_file("bn-1.safetensors"), load_file("bn-2.safetensors")
+assert a.keys() == b.keys()
+stats = [k for k in a if k.endswith(("running_mean", "running_var"))]
+assert stats, "cnn_bn.mp has no running statistics"
+for k in a:
+    if k not in stats and not k.endswith("num_batches_tracked"):
+        assert (a[k] == b[k]).all(), k + " differs"
+print("data_parallel: cnn_bn: 2 processes: the losses and every weight and optimizer state "
+      "of one process, byte for byte (%d running statistics are replica 0's)" % len(stats))
+EOF
+
+# SIGTERM: every process finishes the same step; rank 0 saves; it resumes
+mpirun -np 2 ./gpt-2-1 --synthetic --seed 5 --steps 100000 --log-every 1 \
+    --save stop.safetensors 2>stop.log &
+launcher=$!
+for i in $(seq 1 300); do
+    grep -q '^step 3/' stop.log 2>/dev/null && break
+    sleep 0.1
+done
+kill -TERM $launcher
+wait $launcher || true   # the processes exit 0; mpirun, signalled itself, exits 1
+grep -q 'stopped by SIGTERM after step [0-9]*' stop.log || { cat stop.log; exit 1; }
+[ "$(grep -c 'stopped by' stop.log)" -eq 1 ] || { cat stop.log; echo "FAIL: more than one rank reported the stop"; exit 1; }
+step=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\) .*/\1/p' stop.log)
+saved=$(sed -n 's/.*; saved \([^ ]*\) (continue.*/\1/p' stop.log)
+run 0 gpt-1 --steps "$step" --save straight.safetensors
+cmp straight.safetensors "$saved"
+echo "data_parallel: SIGTERM to mpirun: both processes stopped after step $step; rank 0 saved" \
+    "$saved, the one-process run's checkpoint of step $step byte for byte"
+
+# the wrong number of processes: one line
+if mpirun -np 3 ./gpt-2-1 --synthetic --steps 1 2>wrong.log >/dev/null; then
+    echo "FAIL: a 2-process trainer ran on 3"; exit 1
+fi
+grep -q 'error: compiled for 2 processes (mpcc --nodes=2) but started as 3; run mpirun -np 2 ./train' \
+    wrong.log || { cat wrong.log; exit 1; }
+if ./gpt-2-1 --synthetic --steps 1 2>alone.log; then
+    echo "FAIL: a 2-process trainer ran alone"; exit 1
+fi
+grep -q 'but started as 1' alone.log || { cat alone.log; exit 1; }
+echo "data_parallel: started on 3 processes, or alone: $(grep -m1 'compiled for' wrong.log)"
+
+# a killed process: the others stop within 30 s
+mpirun -np 2 ./gpt-2-1 --synthetic --steps 100000 --log-every 1 2>kill.log &
+launcher=$!
+for i in $(seq 1 300); do
+    grep -q '^step 2/' kill.log 2>/dev/null && break
+    sleep 0.1
+done
+victim=$(pgrep -f 'gpt-2-1 --synthetic --steps 100000' | grep -v "^$launcher\$" | tail -1)
+kill -KILL "$victim"
+for i in $(seq 1 300); do
+    kill -0 $launcher 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 $launcher 2>/dev/null; then
+    kill -KILL $launcher; pkill -KILL -f 'gpt-2-1 --synthetic' || true
+    echo "FAIL: 30 s after a process was killed, the run goes on"; exit 1
+fi
+if wait $launcher; then echo "FAIL: mpirun exited 0 after a process was killed"; exit 1; fi
+grep -q 'exited on signal 9' kill.log || { cat kill.log; exit 1; }
+echo "data_parallel: kill -9 of one process: mpirun stopped the run in $i tenths of a second:" \
+    "$(grep -m1 'exited on signal 9' kill.log | sed 's/^ *//')"
+
+# what this version does not build: one line each, naming the way out
+refuse() {   # WHAT FLAGS...
+    what=$1
+    shift
+    if "$mpcc" "$samples/mlp.mp" "$@" -o refused.c 2>refused.err; then
+        echo "FAIL: mpcc $*: compiled"; exit 1
+    fi
+    grep -q "$what" refused.err || { cat refused.err; exit 1; }
+    [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
+}
+refuse 'replicas inside one process are not built yet' -cpus 2 -batch 8 --data-parallel=2
+refuse 'a pipeline across processes is not built yet' -cpus 1 -batch 8 --data-parallel=1 --nodes=2
+refuse 'each replica needs a power of two of them' -cpus 1 -batch 12 --microbatches=6 \
+    --data-parallel=2 --nodes=2
+refuse 'does not split over 2 replicas' -cpus 1 -batch 7 --data-parallel=2 --nodes=2
+refuse 'needs NCCL between processes' -gpus 1 -batch 8 --data-parallel=2 --nodes=2
+refuse 'the global norm over replicas is not built yet' -cpus 1 -batch 8 --clip-norm=1 \
+    --data-parallel=2 --nodes=2
+echo "data_parallel: the layouts not built yet are refused in one line each"
