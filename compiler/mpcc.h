@@ -410,6 +410,7 @@ typedef struct PipeOptions {
     int replicas;              /* --data-parallel: copies of the pipeline, each on its
                                   own rows of the batch (0: not given; REPLICAS_AUTO) */
     int nodes;                 /* --nodes: processes, one per machine (default 1) */
+    int replicas_here;         /* replicas in each process: replicas / nodes */
 } PipeOptions;
 
 #define REPLICAS_AUTO (-1)     /* --data-parallel=auto */
@@ -1096,6 +1097,7 @@ int tree_top(int count);   /* the level that holds the sum at the end */
 /* Seconds to sum `bytes` of gradients over the replicas: a reduce-scatter
  * and an all-gather over the link between nodes. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes);
+double stage_grad_bytes(const Graph *g, const Stages *st, int stage);
 
 /* ---------------------------------------------- parallel/pipeline.c */
 

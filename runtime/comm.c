@@ -24,6 +24,8 @@
 #include "mprt.h"
 #include "train.h"
 
+#include <pthread.h>
+
 /* Micro-batch k of `count` into a parameter's gradient sum as a fixed
  * tree (mpcc --data-parallel): level l of `sum` (the levels `stride`
  * floats apart) holds a sum of 2^l micro-batches. The gradient g goes in
@@ -70,8 +72,78 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
         v[0][i] += v[p][i];
 }
 
-MPRT_GLOBAL int mprt_replica;    /* this process's replica: its rows of each batch */
-MPRT_GLOBAL int mprt_replicas = 1;
+MPRT_GLOBAL int mprt_rank;      /* this process, 0 of 1 alone */
+MPRT_GLOBAL int mprt_ranks = 1;
+
+/* The replica the calling thread works for, of every process's: its rows
+ * of each batch, its dropout masks. */
+MPRT_KERNEL int mprt_replica_index(void)
+{
+    return mprt_rank * mprt_replicas_here + mprt_dev_base / mprt_replica_devs;
+}
+
+/* ---- the replicas of this process (state.c) ---- */
+
+/* For each stage: its copies meet at a barrier, and show each other their
+ * gradients. */
+typedef struct MprtHere {
+    pthread_barrier_t meet;
+    float **g;                        /* [replicas here * n]: each copy's n gradients, kept
+                                         here: a copy's own list ends with its update */
+} MprtHere;
+static MprtHere *mprt_here;           /* [nstages] */
+
+static void mprt_replicas_start(const MprtModel *m)
+{
+    if (mprt_replicas_here == 1)
+        return;
+    mprt_here = calloc((size_t)m->nstages, sizeof *mprt_here);
+    if (!mprt_here)
+        mprt_die("out of memory");
+    for (int s = 0; s < m->nstages; s++)
+        if (pthread_barrier_init(&mprt_here[s].meet, NULL, (unsigned)mprt_replicas_here) != 0)
+            mprt_die("out of memory");
+}
+
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
+
+/* The n gradients of a stage (g[i], len[i] floats), summed over every
+ * replica in place: over the copies of this process (each adds its share
+ * of the elements, as the tree adds them, into copy 0's), then over the
+ * processes (copy 0's thread), then every copy takes copy 0's sums. */
+MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+{
+    int RL = mprt_replicas_here;
+    if (RL == 1) {
+        mprt_ranks_sum(stage, n, g, len);
+        return;
+    }
+    MprtHere *h = &mprt_here[stage];
+    int me = mprt_dev_base / mprt_replica_devs;
+    if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
+        mprt_die("out of memory");
+    pthread_barrier_wait(&h->meet);   /* the list is there */
+    memcpy(h->g + (size_t)me * (size_t)n, g, (size_t)n * sizeof *g);
+    pthread_barrier_wait(&h->meet);
+    float **v = malloc((size_t)RL * sizeof *v);
+    if (!v)
+        mprt_die("out of memory");
+    for (int i = 0; i < n; i++) {
+        long lo = len[i] / RL * me + (me < len[i] % RL ? me : len[i] % RL);
+        long hi = len[i] / RL * (me + 1) + (me + 1 < len[i] % RL ? me + 1 : len[i] % RL);
+        for (int r = 0; r < RL; r++)
+            v[r] = h->g[(size_t)r * (size_t)n + (size_t)i] + lo;
+        mprt_tree_vectors(v, RL, hi - lo);
+    }
+    free(v);
+    pthread_barrier_wait(&h->meet);
+    if (me == 0)
+        mprt_ranks_sum(stage, n, g, len);
+    pthread_barrier_wait(&h->meet);
+    if (me != 0)
+        for (int i = 0; i < n; i++)
+            memcpy(g[i], h->g[i], (size_t)len[i] * sizeof(float));
+}
 
 #ifdef MPRT_MPI
 #include <limits.h>
@@ -100,11 +172,11 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
     int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
-    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_replica);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    mprt_rank_tag = mprt_replica;
+    mprt_rank_tag = mprt_rank;
     if (size != m->nodes) {
-        if (mprt_replica == 0)
+        if (mprt_rank == 0)
             fprintf(stderr, "%s: error: compiled for %d processes (mpcc --nodes=%d) but "
                     "started as %d; run mpirun -np %d ./%s ...\n", m->program, m->nodes,
                     m->nodes, size, m->nodes, m->program);
@@ -114,7 +186,7 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     if (have < need)
         mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
                  "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
-    mprt_replicas = size;
+    mprt_ranks = size;
     mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
@@ -147,11 +219,11 @@ static MprtSumScratch *mprt_scratch(int stage, long n, int R)
     return s;
 }
 
-/* The n gradients of a stage (g[i], len[i] floats), summed over the
- * replicas in place. */
-MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+/* The n gradients of a stage (g[i], len[i] floats), this process's sums,
+ * summed over the processes in place. */
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    int R = mprt_replicas, me = mprt_replica;
+    int R = mprt_ranks, me = mprt_rank;
     long total = 0;
     for (int i = 0; i < n; i++)
         total += len[i];
@@ -185,7 +257,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     free(count), free(at), free(rcount), free(rat), free(part);
 }
 
-/* Every replica's micro-batch losses, in replica order: all[r * M + mb]. */
+/* Every process's micro-batch losses, in rank order: all[r * M + mb]. */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
     mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
@@ -201,6 +273,13 @@ static int mprt_comm_any(int flag)
     return any;
 }
 
+/* Every process's hash, in rank order: all[r]. */
+static void mprt_comm_hashes(uint64_t mine, uint64_t *all)
+{
+    mprt_mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD),
+                   "comparing the replicas (MPI_Allgather)");
+}
+
 #else   /* one process */
 
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
@@ -210,6 +289,11 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 
 static void mprt_comm_end(void) {}
 
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
+{
+    (void)stage, (void)n, (void)g, (void)len;
+}
+
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
     memcpy(all, mine, (size_t)M * sizeof(float));
@@ -218,6 +302,11 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 static int mprt_comm_any(int flag)
 {
     return flag;
+}
+
+static void mprt_comm_hashes(uint64_t mine, uint64_t *all)
+{
+    all[0] = mine;
 }
 
 #endif

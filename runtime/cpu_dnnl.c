@@ -56,7 +56,16 @@ typedef struct MprtDnnlPrim {
 static dnnl_engine_t mprt_dnnl_engine;
 static int mprt_dnnl_block = 16;   /* the blocked layout's channels a block: 16 or 8 */
 static dnnl_stream_t *mprt_dnnl_streams;   /* one per device */
-static MprtDnnlPrim *mprt_dnnl_prims;
+static MprtDnnlPrim *mprt_dnnl_prims;   /* [replicas here * nconvs]: each copy of the
+                                           replica its own memory objects (state.c) */
+static int mprt_dnnl_nconvs, mprt_dnnl_npools;
+
+/* The calling thread's copy of the replica: its primitives start at this
+ * times the count. */
+static int mprt_dnnl_copy(void)
+{
+    return mprt_dev_base / mprt_replica_devs;
+}
 
 static const char *const mprt_dnnl_kind[] = {"Conv", "ConvGradX", "ConvGradW"};
 
@@ -272,7 +281,10 @@ MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnn
                                  int npools, int ndev, size_t *scratch)
 {
     const char *first = n ? convs[0].node : pools[0].node, *kind = n ? "Conv" : "MaxPool";
-    mprt_dnnl_prims = calloc((size_t)n + 1, sizeof *mprt_dnnl_prims);
+    int copies = mprt_replicas_here;
+    mprt_dnnl_nconvs = n;
+    mprt_dnnl_prims = calloc((size_t)n * (size_t)copies + 1, sizeof *mprt_dnnl_prims);
+    ndev *= copies;   /* each copy's devices their own streams */
     mprt_dnnl_streams = calloc((size_t)ndev, sizeof *mprt_dnnl_streams);
     if (!mprt_dnnl_prims || !mprt_dnnl_streams) {
         fprintf(stderr, "train: error: out of memory\n");
@@ -288,11 +300,12 @@ MPRT_KERNEL void mprt_dnnl_start(const MprtDnnlConv *convs, int n, const MprtDnn
     for (int d = 0; d < ndev; d++)
         mprt_dnnl_fail(dnnl_stream_create(&mprt_dnnl_streams[d], mprt_dnnl_engine,
                                           dnnl_stream_default_flags), first, kind, "stream");
-    for (int i = 0; i < n; i++) {
-        omp_set_num_threads(mprt_dev_threads(convs[i].dev));   /* the count it runs on */
-        size_t need = mprt_dnnl_prepare(&mprt_dnnl_prims[i], &convs[i], attr);
-        if (need > scratch[convs[i].dev])
-            scratch[convs[i].dev] = need;
+    for (int i = 0; i < n * copies; i++) {
+        const MprtDnnlConv *c = &convs[i % n];
+        omp_set_num_threads(mprt_dev_threads(c->dev));   /* the count it runs on */
+        size_t need = mprt_dnnl_prepare(&mprt_dnnl_prims[i], c, attr);
+        if (need > scratch[c->dev])
+            scratch[c->dev] = need;
     }
     dnnl_primitive_attr_destroy(attr);
     mprt_dnnl_pools_start(pools, npools, scratch);
@@ -319,9 +332,9 @@ static void mprt_dnnl_reorder(const MprtDnnlConv *c, dnnl_stream_t s, MprtDnnlAr
 static void mprt_dnnl_run(int id, const void *a, const void *b, const float *bias, void *out,
                           float *scratch)
 {
-    MprtDnnlPrim *q = &mprt_dnnl_prims[id];
+    MprtDnnlPrim *q = &mprt_dnnl_prims[mprt_dnnl_copy() * mprt_dnnl_nconvs + id];
     const MprtDnnlConv *c = q->spec;
-    dnnl_stream_t s = mprt_dnnl_streams[c->dev];
+    dnnl_stream_t s = mprt_dnnl_streams[mprt_dev_base + c->dev];
     char *w = (char *)scratch;
     mprt_omp_threads();
     mprt_dnnl_bind(c, &q->in[0], a, w);
@@ -479,16 +492,19 @@ static size_t mprt_dnnl_pool_prepare(MprtDnnlPoolPrim *q, const MprtDnnlPool *c)
 
 static void mprt_dnnl_pools_start(const MprtDnnlPool *pools, int n, size_t *scratch)
 {
-    mprt_dnnl_pool_prims = calloc((size_t)n + 1, sizeof *mprt_dnnl_pool_prims);
+    int copies = mprt_replicas_here;
+    mprt_dnnl_npools = n;
+    mprt_dnnl_pool_prims = calloc((size_t)n * (size_t)copies + 1, sizeof *mprt_dnnl_pool_prims);
     if (!mprt_dnnl_pool_prims) {
         fprintf(stderr, "train: error: out of memory\n");
         exit(1);
     }
-    for (int i = 0; i < n; i++) {
-        omp_set_num_threads(mprt_dev_threads(pools[i].dev));
-        size_t need = mprt_dnnl_pool_prepare(&mprt_dnnl_pool_prims[i], &pools[i]);
-        if (need > scratch[pools[i].dev])
-            scratch[pools[i].dev] = need;
+    for (int i = 0; i < n * copies; i++) {
+        const MprtDnnlPool *c = &pools[i % n];
+        omp_set_num_threads(mprt_dev_threads(c->dev));
+        size_t need = mprt_dnnl_pool_prepare(&mprt_dnnl_pool_prims[i], c);
+        if (need > scratch[c->dev])
+            scratch[c->dev] = need;
     }
 }
 
@@ -539,7 +555,7 @@ static void mprt_taps_piece(void *ctx, long lo, long hi)
  * (idx may be NULL), through oneDNN where it can. */
 MPRT_KERNEL void mprt_dnnl_maxpool(int id, const float *x, float *y, int64_t *idx, float *scratch)
 {
-    MprtDnnlPoolPrim *q = &mprt_dnnl_pool_prims[id];
+    MprtDnnlPoolPrim *q = &mprt_dnnl_pool_prims[mprt_dnnl_copy() * mprt_dnnl_npools + id];
     const MprtDnnlPool *c = q->spec;
     const MprtPool *p = &c->p;
     long n = (long)p->N * p->C * p->D * p->H * p->W;
@@ -551,7 +567,7 @@ MPRT_KERNEL void mprt_dnnl_maxpool(int id, const float *x, float *y, int64_t *id
         return;
     }
     mprt_omp_threads();
-    dnnl_stream_t s = mprt_dnnl_streams[c->dev];
+    dnnl_stream_t s = mprt_dnnl_streams[mprt_dev_base + c->dev];
     mprt_dnnl_fail(dnnl_memory_set_data_handle(q->x, (void *)x), c->node, "MaxPool", "memory");
     mprt_dnnl_fail(dnnl_memory_set_data_handle(q->y, y), c->node, "MaxPool", "memory");
     mprt_dnnl_fail(dnnl_memory_set_data_handle(q->ws, scratch), c->node, "MaxPool", "memory");

@@ -11,15 +11,20 @@
 
 /* The devices' entry points that the model calls, each through the
  * program's table (program.h); the runtime calls mprt_ops itself. */
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(stream, fn, mb, label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(stream, dst, src, n, label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(stream, ev); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(stream, ev); }
+/* With several replicas in the process (state.c), the calling thread's
+ * copy: its streams, events and losses come after the copies' before it;
+ * only the first copy's operations are timed (--trace, --profile). */
+static int mprt_copy_of_thread(void) { return mprt_dev_base / mprt_replica_devs; }
+static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
-MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(dev, dst, src, n); }
-MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(dev, dst, n); }
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
 MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
-MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mprt_copy_of_thread() * mprt_replica_mbs + mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
@@ -28,7 +33,7 @@ static int mprt_rank_tag = -1;   /* across processes (comm.c): the rank errors n
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
-    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[b->dev];
+    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[mprt_dev_base + b->dev];
     return arena + b->offset + (size_t)(mb % b->slots) * b->stride;
 }
 

@@ -69,6 +69,8 @@ typedef struct MprtBuffer {
     int slots;
     size_t stride, nbytes;
     int host;
+    int own;               /* each replica's own (BatchNorm's running statistics):
+                              not compared by --check-replicas */
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */

@@ -16,6 +16,18 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
 
+/* --data-parallel with several replicas in one process (CPU devices): the
+ * process holds mprt_replicas_here copies of one replica's D devices, the
+ * copy r as devices r*D .. r*D + D - 1, with their streams, events and
+ * micro-batch losses after those of the copies before. A thread works for
+ * one copy, whose first device is its mprt_dev_base: a stream's worker
+ * for its device's copy, the host for the copy it fills or issues
+ * (train.c). The model's arenas (A0, ...) and the devices' entry points
+ * (program.c) add it; with one copy it is 0. */
+MPRT_GLOBAL _Thread_local int mprt_dev_base;
+MPRT_GLOBAL int mprt_replicas_here = 1;
+MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
+
 /* ---- Dropout's counter-based generator ---- */
 
 /* The training loop sets these before every micro-batch: a dropout mask is

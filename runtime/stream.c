@@ -81,6 +81,8 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
     mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
+    if (mprt_replicas_here > 1)   /* state.c: its device's copy of the replica */
+        mprt_dev_base = mprt_thread_dev / mprt_replica_devs * mprt_replica_devs;
     pthread_mutex_lock(&mprt_mu);
     for (;;) {
         while (s->head == s->tail)

@@ -27,6 +27,7 @@ typedef struct MprtModel {
     int nprof_nodes;
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
     int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
+    int replicas_here;          /* of them, in each process (state.c): 0 or 1 for one */
     int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;

@@ -493,8 +493,8 @@ static void end_function(CG *cg, Function *f, const char *head)
     }
     if (cg->dropout && !cg->o->infer) {
         if (cg->o->pipe.replicas > 1)
-            emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mprt_replica * %d + mb;   /* "
-                 "dropout masks: per micro-batch of the step */\n", step_microbatches(cg),
+            emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mprt_replica_index() * %d + mb;   "
+                 "/* dropout masks: per micro-batch of the step */\n", step_microbatches(cg),
                  cg->plan->sc->M);
         else
             emit(cg, "    mprt_dropout_mb = mprt_step_no * %d + mb;   /* dropout masks: per "
@@ -2426,11 +2426,15 @@ static void emit_dnnl_line(CG *cg)
 /* --data-parallel: where the replicas run and how to start them. */
 static void emit_replicas_line(CG *cg)
 {
-    int R = cg->o->pipe.replicas, K = cg->o->pipe.nodes;
-    if (R > 1)
-        emit(cg, " * replicas: %d, one per process: run as mpirun -np %d ./train ...; each "
-             "sums its micro-batches' gradients as a tree, then the replicas' sums over MPI "
-             "before each update\n", R, K);
+    int R = cg->o->pipe.replicas, K = cg->o->pipe.nodes, RL = cg->o->pipe.replicas_here;
+    if (R > 1 && K > 1)
+        emit(cg, " * replicas: %d, %d per process: run as mpirun -np %d ./train ...; each "
+             "sums its micro-batches' gradients as a tree, then the replicas' sums%s over MPI "
+             "before each update\n", R, RL, K, RL > 1 ? " in each process, then" : "");
+    else if (R > 1)
+        emit(cg, " * replicas: %d in this process, each a copy of the devices below (%d "
+             "devices in all); each sums its micro-batches' gradients as a tree, then the "
+             "replicas' sums before each update\n", R, R * cg->plan->sc->ndev);
     else if (R == 1)
         emit(cg, " * replicas: 1 (--data-parallel=1): the micro-batches' gradients summed as "
              "a tree, as on more replicas\n");
@@ -2927,14 +2931,16 @@ static void emit_const(CG *cg, int b)
 static void emit_devices(CG *cg)
 {
     const Plan *p = cg->plan;
+    bool here = cg->o->pipe.replicas_here > 1;   /* the thread's copy (runtime/state.c) */
     for (int d = 0; d < p->sc->ndev; d++) {
-        emit(cg, "#define A%d (mprt_arenas[%d])   /* %s */\n", d, d, p->ds->d[d].name);
+        emit(cg, "#define A%d (mprt_arenas[%s%d])   /* %s */\n", d, here ? "mprt_dev_base + " : "",
+             d, p->ds->d[d].name);
         if (p->work_bytes[d])
             emit(cg, "#define W%d ((float *)(A%d + %zu))   /* scratch, %zu bytes */\n", d, d,
                  p->work_offset[d], p->work_bytes[d]);
         if (p->host_bytes[d])
-            emit(cg, "#define H%d (mprt_host_arenas[%d])   /* %s's host arena: %s */\n", d, d,
-                 p->ds->d[d].name, host_holds(p, d));
+            emit(cg, "#define H%d (mprt_host_arenas[%s%d])   /* %s's host arena: %s */\n", d,
+                 here ? "mprt_dev_base + " : "", d, p->ds->d[d].name, host_holds(p, d));
     }
 }
 
@@ -3299,7 +3305,10 @@ static void emit_step(CG *cg)
          "static void run_step(void)\n{\n");
     for (int i = 0; i < p->nops; i++)
         emit_op(cg, i, ev);
-    emit(cg, "    mprt_sync();\n}\n");
+    if (cg->o->pipe.replicas_here > 1)   /* the trainer issues every copy's, then syncs */
+        emit(cg, "}\n");
+    else
+        emit(cg, "    mprt_sync();\n}\n");
 }
 
 /* What ./train --profile names each node. */
@@ -3439,6 +3448,19 @@ static const char *mprt_dtype(CG *cg, uint32_t v)
 /* A row of the buffer table; `name` is what the program calls it. A value
  * nothing reads has no buffer (device -1: the forward-only program checks
  * such an input's file and keeps nothing). */
+/* A BatchNormalization's running mean or variance: each replica keeps its
+ * own (docs/distributed.md). */
+static bool running_stat(CG *cg, uint32_t v)
+{
+    for (uint32_t i = 0; i < cg->g->norder; i++) {
+        const Node *n = &cg->g->nodes[cg->g->order[i]];
+        if (n->op == OP_BATCH_NORM && n->nout > 1 && n->nin > 4 &&
+            (n->in[3] == v || n->in[4] == v))
+            return true;
+    }
+    return false;
+}
+
 static void emit_buffer_row(CG *cg, uint32_t v, const char *name, const char *kind,
                             const Buf *bf)
 {
@@ -3447,9 +3469,9 @@ static void emit_buffer_row(CG *cg, uint32_t v, const char *name, const char *ki
          val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
-    emit(cg, "%s}, %d, %zu, %d, %zu, %zu, %d},\n", val->shape.rank ? "" : "0", bf ? bf->dev : -1,
-         bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0, value_bytes(val),
-         bf && bf->host);
+    emit(cg, "%s}, %d, %zu, %d, %zu, %zu, %d, %d},\n", val->shape.rank ? "" : "0",
+         bf ? bf->dev : -1, bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0,
+         value_bytes(val), bf && bf->host, val->kind == VK_PARAM && running_stat(cg, v));
 }
 
 static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)
@@ -3550,8 +3572,8 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
     if (cg->o->pipe.replicas > 1)
-        emit(cg, "    .replicas = %d, .nodes = %d, .nstages = %d,\n", cg->o->pipe.replicas,
-             cg->o->pipe.nodes, p->st->n);
+        emit(cg, "    .replicas = %d, .nodes = %d, .replicas_here = %d, .nstages = %d,\n",
+             cg->o->pipe.replicas, cg->o->pipe.nodes, cg->o->pipe.replicas_here, p->st->n);
     if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"

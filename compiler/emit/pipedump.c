@@ -37,6 +37,32 @@ static int64_t stage_memory(const Plan *p, int s)
     return m + work;
 }
 
+/* --data-parallel: which process holds which replica on which devices,
+ * and what each stage sums over the replicas before its update (the
+ * predicted step counts it; the table's upd ms does not). */
+static void replica_grid(const Pipeline *pl, FILE *out)
+{
+    int R = pl->opt.pipe.replicas;
+    if (R <= 1)
+        return;
+    fprintf(out, "# replicas: %d (--data-parallel), one per process; the same devices on each:\n",
+            R);
+    for (int r = 0; r < R; r++) {
+        fprintf(out, "#   rank %d: replica %d, micro-batches %d .. %d of the step, on", r, r,
+                r * pl->sc->M, (r + 1) * pl->sc->M - 1);
+        for (int d = 0; d < pl->ds.n; d++)
+            fprintf(out, " %s", pl->ds.d[d].name);
+        fputc('\n', out);
+    }
+    fprintf(out, "# gradient sums over the replicas, before each stage's update:");
+    for (int s = 0; s < pl->st->n; s++) {
+        double bytes = stage_grad_bytes(pl->g, pl->st, s);
+        fprintf(out, " stage %d %.2f MB %.3f ms%s", s, bytes / 1e6,
+                replica_sum_seconds(&pl->opt, &pl->ds, bytes) * 1e3, s + 1 < pl->st->n ? "," : "");
+    }
+    fputc('\n', out);
+}
+
 void dump_partition(const Pipeline *pl, FILE *out)
 {
     const Stages *st = pl->st;
@@ -65,6 +91,7 @@ void dump_partition(const Pipeline *pl, FILE *out)
     for (int d = 0; d < pl->ds.n; d++)
         fprintf(out, " %s %.2f MB", pl->ds.d[d].name, (double)p->arena_bytes[d] / 1e6);
     fputc('\n', out);
+    replica_grid(pl, out);
 }
 
 /* ---- --dump=schedule ---- */

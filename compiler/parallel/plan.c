@@ -106,12 +106,8 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
 static void price_replica_sums(PB *b, const Options *o)
 {
     b->replica_sum = arena_array(b->a, (size_t)b->S, sizeof(double));
-    double *bytes = arena_array(b->a, (size_t)b->S, sizeof(double));
-    for (uint32_t v = 0; v < b->g->nvalues; v++)
-        if (b->g->values[v].trainable && b->st->home[v] >= 0)
-            bytes[b->st->home[v]] += (double)shape_numel(&b->g->values[v].shape) * 4;
     for (int s = 0; s < b->S; s++)
-        b->replica_sum[s] = replica_sum_seconds(o, b->p->ds, bytes[s]);
+        b->replica_sum[s] = replica_sum_seconds(o, b->p->ds, stage_grad_bytes(b->g, b->st, s));
 }
 
 /* BatchNormalization writes its running statistics into the parameters

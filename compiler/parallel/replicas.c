@@ -3,10 +3,12 @@
  * before the update; --nodes=K processes, one per machine, started by
  * mpirun.
  *
- * This version runs one replica per process, on CPU devices, the sum
- * between processes over MPI (runtime/comm.c). The plan is one replica's:
- * -batch B with M micro-batches becomes B/R rows in M/R micro-batches on
- * each process, whose devices hold the stages (-cpus N per process).
+ * This version runs on CPU devices: R/K replicas in each process, each on
+ * its own N/(R/K) of the process's -cpus N devices, the sum between the
+ * replicas of a process in its memory and between processes over MPI
+ * (runtime/comm.c). The plan is one replica's: -batch B with M
+ * micro-batches becomes B/R rows in M/R micro-batches on N/(R/K)
+ * devices; the trainer runs R/K copies of it.
  *
  * The sum's order is fixed so that every layout gives the same bits: a
  * pairwise tree over the step's micro-batches, in their order. Replica r
@@ -39,14 +41,24 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--nodes=%d with CUDA devices needs NCCL between processes, "
                    "which mpcc does not build yet; CPU devices (-cpus N) train across "
                    "processes over MPI", K);
-    if (R > 1 && K == 1)
-        error_file(o->input, "--data-parallel=%d with --nodes=1: replicas inside one process "
-                   "are not built yet; run one replica per process with --nodes=%d "
-                   "(mpirun -np %d ./train ...)", R, R, R);
-    if (R != K)
-        error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds one "
-                   "whole replica in this version (a pipeline across processes is not built "
-                   "yet); give --data-parallel=%d", R, K, K);
+    if (R < K || R % K)
+        error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds whole "
+                   "replicas, the same number each (a pipeline across processes is not "
+                   "built yet); give --data-parallel=%d or a multiple of it", R, K, K);
+    int RL = R / K;
+    if (RL > 1 && (has_cuda(o) || o->pipe.devices))
+        error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
+                   "CPU devices (-cpus N) only so far; give --nodes=%d for one per process",
+                   R, RL, R);
+    if (RL > 1 && K > 1 && (RL & (RL - 1)))
+        error_file(o->input, "--data-parallel=%d over --nodes=%d: %d replicas in each process "
+                   "must be a power of two (their sum is a subtree of the fixed tree over "
+                   "every replica)", R, K, RL);
+    int N = o->cpus ? o->cpus : 1;
+    if (RL > 1 && N % RL)
+        error_file(o->input, "--data-parallel=%d: %d replicas in each process need -cpus N "
+                   "with N a multiple of %d (each replica on N/%d devices), got -cpus %d",
+                   R, RL, RL, RL, N);
     if (o->train.clip_norm > 0 && R > 1)
         error_file(o->input, "--clip-norm with --data-parallel=%d: the global norm over "
                    "replicas is not built yet; drop --clip-norm or train on one process", R);
@@ -91,6 +103,9 @@ void replicas_apply(Options *o)
     o->batch /= R;
     if (p->micro_given)
         o->train.microbatches /= R;
+    p->replicas_here = R / K;
+    if (p->replicas_here > 1)
+        o->cpus = (o->cpus ? o->cpus : 1) / p->replicas_here;   /* one replica's devices */
 }
 
 bool replicas_tree(const Options *o)
@@ -134,4 +149,14 @@ double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
     double bw, latency;
     node_link(ds, &bw, &latency);
     return 2.0 * (R - 1) / R * bytes / bw + 2.0 * (R - 1) * latency;
+}
+
+/* The bytes of a stage's gradients: what it sums over the replicas. */
+double stage_grad_bytes(const Graph *g, const Stages *st, int stage)
+{
+    double bytes = 0;
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].trainable && st->home[v] == stage)
+            bytes += (double)shape_numel(&g->values[v].shape) * sizeof(float);
+    return bytes;
 }

@@ -551,6 +551,8 @@ typedef struct MprtBuffer {
     int slots;
     size_t stride, nbytes;
     int host;
+    int own;               /* each replica's own (BatchNorm's running statistics):
+                              not compared by --check-replicas */
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */
@@ -599,6 +601,7 @@ typedef struct MprtModel {
     int nprof_nodes;
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
     int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
+    int replicas_here;          /* of them, in each process (state.c): 0 or 1 for one */
     int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;
@@ -908,13 +911,13 @@ static void eval_forward(void)
 }
 
 static const MprtBuffer buffers[] = {
-    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816, 0},
-    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024, 0},
-    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240, 0},
-    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40, 0},
-    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088, 0},
-    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64, 0},
-    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0},
+    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816, 0, 0},
+    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024, 0, 0},
+    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240, 0, 0},
+    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40, 0, 0},
+    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088, 0, 0},
+    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64, 0, 0},
+    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0, 0},
 };
 
 static const size_t arena_bytes[] = {2544640, 81408};
@@ -2356,6 +2359,18 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
 /* --clip-norm: each parameter's squared gradient norm, in the order of the
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
+
+/* --data-parallel with several replicas in one process (CPU devices): the
+ * process holds mprt_replicas_here copies of one replica's D devices, the
+ * copy r as devices r*D .. r*D + D - 1, with their streams, events and
+ * micro-batch losses after those of the copies before. A thread works for
+ * one copy, whose first device is its mprt_dev_base: a stream's worker
+ * for its device's copy, the host for the copy it fills or issues
+ * (train.c). The model's arenas (A0, ...) and the devices' entry points
+ * (program.c) add it; with one copy it is 0. */
+MPRT_GLOBAL _Thread_local int mprt_dev_base;
+MPRT_GLOBAL int mprt_replicas_here = 1;
+MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 
 /* ---- Dropout's counter-based generator ---- */
 
@@ -6417,6 +6432,8 @@ MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
     mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
+    if (mprt_replicas_here > 1)   /* state.c: its device's copy of the replica */
+        mprt_dev_base = mprt_thread_dev / mprt_replica_devs * mprt_replica_devs;
     pthread_mutex_lock(&mprt_mu);
     for (;;) {
         while (s->head == s->tail)
@@ -6710,15 +6727,20 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
 
 /* The devices' entry points that the model calls, each through the
  * program's table (program.h); the runtime calls mprt_ops itself. */
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(stream, fn, mb, label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(stream, dst, src, n, label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(stream, ev); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(stream, ev); }
+/* With several replicas in the process (state.c), the calling thread's
+ * copy: its streams, events and losses come after the copies' before it;
+ * only the first copy's operations are timed (--trace, --profile). */
+static int mprt_copy_of_thread(void) { return mprt_dev_base / mprt_replica_devs; }
+static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
-MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(dev, dst, src, n); }
-MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(dev, dst, n); }
+MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
+MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
 MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
-MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mb, loss); }
+MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mprt_copy_of_thread() * mprt_replica_mbs + mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
 MPRT_GLOBAL unsigned char **mprt_host_arenas;   /* one per device: what is offloaded */
@@ -6727,7 +6749,7 @@ static int mprt_rank_tag = -1;   /* across processes (comm.c): the rank errors n
 
 static unsigned char *mprt_slot(const MprtBuffer *b, int mb)
 {
-    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[b->dev];
+    unsigned char *arena = (b->host ? mprt_host_arenas : mprt_arenas)[mprt_dev_base + b->dev];
     return arena + b->offset + (size_t)(mb % b->slots) * b->stride;
 }
 
@@ -7862,8 +7884,78 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
         v[0][i] += v[p][i];
 }
 
-MPRT_GLOBAL int mprt_replica;    /* this process's replica: its rows of each batch */
-MPRT_GLOBAL int mprt_replicas = 1;
+MPRT_GLOBAL int mprt_rank;      /* this process, 0 of 1 alone */
+MPRT_GLOBAL int mprt_ranks = 1;
+
+/* The replica the calling thread works for, of every process's: its rows
+ * of each batch, its dropout masks. */
+MPRT_KERNEL int mprt_replica_index(void)
+{
+    return mprt_rank * mprt_replicas_here + mprt_dev_base / mprt_replica_devs;
+}
+
+/* ---- the replicas of this process (state.c) ---- */
+
+/* For each stage: its copies meet at a barrier, and show each other their
+ * gradients. */
+typedef struct MprtHere {
+    pthread_barrier_t meet;
+    float **g;                        /* [replicas here * n]: each copy's n gradients, kept
+                                         here: a copy's own list ends with its update */
+} MprtHere;
+static MprtHere *mprt_here;           /* [nstages] */
+
+static void mprt_replicas_start(const MprtModel *m)
+{
+    if (mprt_replicas_here == 1)
+        return;
+    mprt_here = calloc((size_t)m->nstages, sizeof *mprt_here);
+    if (!mprt_here)
+        mprt_die("out of memory");
+    for (int s = 0; s < m->nstages; s++)
+        if (pthread_barrier_init(&mprt_here[s].meet, NULL, (unsigned)mprt_replicas_here) != 0)
+            mprt_die("out of memory");
+}
+
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
+
+/* The n gradients of a stage (g[i], len[i] floats), summed over every
+ * replica in place: over the copies of this process (each adds its share
+ * of the elements, as the tree adds them, into copy 0's), then over the
+ * processes (copy 0's thread), then every copy takes copy 0's sums. */
+MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+{
+    int RL = mprt_replicas_here;
+    if (RL == 1) {
+        mprt_ranks_sum(stage, n, g, len);
+        return;
+    }
+    MprtHere *h = &mprt_here[stage];
+    int me = mprt_dev_base / mprt_replica_devs;
+    if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
+        mprt_die("out of memory");
+    pthread_barrier_wait(&h->meet);   /* the list is there */
+    memcpy(h->g + (size_t)me * (size_t)n, g, (size_t)n * sizeof *g);
+    pthread_barrier_wait(&h->meet);
+    float **v = malloc((size_t)RL * sizeof *v);
+    if (!v)
+        mprt_die("out of memory");
+    for (int i = 0; i < n; i++) {
+        long lo = len[i] / RL * me + (me < len[i] % RL ? me : len[i] % RL);
+        long hi = len[i] / RL * (me + 1) + (me + 1 < len[i] % RL ? me + 1 : len[i] % RL);
+        for (int r = 0; r < RL; r++)
+            v[r] = h->g[(size_t)r * (size_t)n + (size_t)i] + lo;
+        mprt_tree_vectors(v, RL, hi - lo);
+    }
+    free(v);
+    pthread_barrier_wait(&h->meet);
+    if (me == 0)
+        mprt_ranks_sum(stage, n, g, len);
+    pthread_barrier_wait(&h->meet);
+    if (me != 0)
+        for (int i = 0; i < n; i++)
+            memcpy(g[i], h->g[i], (size_t)len[i] * sizeof(float));
+}
 
 #ifdef MPRT_MPI
 #include <limits.h>
@@ -7892,11 +7984,11 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
     int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
-    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_replica);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    mprt_rank_tag = mprt_replica;
+    mprt_rank_tag = mprt_rank;
     if (size != m->nodes) {
-        if (mprt_replica == 0)
+        if (mprt_rank == 0)
             fprintf(stderr, "%s: error: compiled for %d processes (mpcc --nodes=%d) but "
                     "started as %d; run mpirun -np %d ./%s ...\n", m->program, m->nodes,
                     m->nodes, size, m->nodes, m->program);
@@ -7906,7 +7998,7 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     if (have < need)
         mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
                  "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
-    mprt_replicas = size;
+    mprt_ranks = size;
     mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
@@ -7939,11 +8031,11 @@ static MprtSumScratch *mprt_scratch(int stage, long n, int R)
     return s;
 }
 
-/* The n gradients of a stage (g[i], len[i] floats), summed over the
- * replicas in place. */
-MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+/* The n gradients of a stage (g[i], len[i] floats), this process's sums,
+ * summed over the processes in place. */
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    int R = mprt_replicas, me = mprt_replica;
+    int R = mprt_ranks, me = mprt_rank;
     long total = 0;
     for (int i = 0; i < n; i++)
         total += len[i];
@@ -7977,7 +8069,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     free(count), free(at), free(rcount), free(rat), free(part);
 }
 
-/* Every replica's micro-batch losses, in replica order: all[r * M + mb]. */
+/* Every process's micro-batch losses, in rank order: all[r * M + mb]. */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
     mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
@@ -7993,6 +8085,13 @@ static int mprt_comm_any(int flag)
     return any;
 }
 
+/* Every process's hash, in rank order: all[r]. */
+static void mprt_comm_hashes(uint64_t mine, uint64_t *all)
+{
+    mprt_mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD),
+                   "comparing the replicas (MPI_Allgather)");
+}
+
 #else   /* one process */
 
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
@@ -8002,6 +8101,11 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 
 static void mprt_comm_end(void) {}
 
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
+{
+    (void)stage, (void)n, (void)g, (void)len;
+}
+
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
     memcpy(all, mine, (size_t)M * sizeof(float));
@@ -8010,6 +8114,11 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 static int mprt_comm_any(int flag)
 {
     return flag;
+}
+
+static void mprt_comm_hashes(uint64_t mine, uint64_t *all)
+{
+    all[0] = mine;
 }
 
 #endif
@@ -8032,7 +8141,7 @@ MPRT_GLOBAL float mprt_lr;            /* its learning rate */
 typedef struct MprtArgs {
     const char *data, *labels, *tokens, *save, *resume, *weights, *loss_log;
     const char *eval_data, *eval_labels, *eval_tokens, *trace, *profile, *plot;
-    long steps, epochs, log_every, eval_every, save_every, keep, seq;
+    long steps, epochs, log_every, eval_every, save_every, keep, seq, check_replicas;
     double lr;
     unsigned long seed;
     int synthetic, shuffle;
@@ -8082,15 +8191,25 @@ static void mprt_usage(const MprtModel *m)
            "\n",
            m->program, m->program, m->model_file, m->mpcc_version, m->ndev,
            strncmp(m->device_names[0], "cuda", 4) == 0 ? "CUDA" : "CPU", m->batch, m->lr);
-    if (m->replicas > 1)
+    if (m->nodes > 1)
         printf("Processes:\n"
-               "  Compiled for %d processes, one replica each (mpcc --data-parallel=%d\n"
+               "  Compiled for %d processes, %d replica(s) each (mpcc --data-parallel=%d\n"
                "  --nodes=%d): start it as mpirun -np %d ./%s ... (or srun), every process\n"
-               "  with the same flags. Each trains on its own rows of every batch; the\n"
-               "  gradients are summed over the processes before each update. Rank 0\n"
+               "  with the same flags. Each replica trains on its own rows of every batch;\n"
+               "  the gradients are summed over the replicas before each update. Rank 0\n"
                "  prints, evaluates and writes the checkpoints and logs; SIGINT or SIGTERM\n"
-               "  to any process stops every one after the same step.\n"
-               "\n", m->nodes, m->replicas, m->nodes, m->nodes, m->program);
+               "  to any process stops every one after the same step.\n",
+               m->nodes, m->replicas / m->nodes, m->replicas, m->nodes, m->nodes, m->program);
+    else if (m->replicas > 1)
+        printf("Replicas:\n"
+               "  %d replicas of the pipeline in this process (mpcc --data-parallel=%d), each\n"
+               "  on its own devices and its own rows of every batch; the gradients are\n"
+               "  summed over them before each update.\n", m->replicas, m->replicas);
+    if (m->replicas > 1)
+        printf("  --check-replicas N  every N steps, compare a hash of every replica's\n"
+               "                     weights and optimizer state; stop, naming the first\n"
+               "                     that differs\n"
+               "\n");
     printf("Evaluation:\n"
            "  --eval-data FILE   held-out inputs, .npy, checked like --data\n"
            "  --eval-labels FILE their labels, .npy, checked like --labels\n"
@@ -8161,8 +8280,11 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
 }
 
 /* The combinations of options that make sense. */
-static void mprt_check_args(const MprtArgs *a)
+static void mprt_check_args(const MprtModel *m, const MprtArgs *a)
 {
+    if (a->check_replicas && m->replicas < 2)
+        mprt_die("--check-replicas compares the replicas of a trainer across processes; this "
+                 "one has one replica (mpcc --data-parallel=K --nodes=K makes K)");
     if (a->tokens && (a->data || a->labels || a->synthetic))
         mprt_die("give --tokens, or --data and --labels, or --synthetic: one source of data");
     if (!a->tokens && !a->synthetic && (!a->data || !a->labels))
@@ -8224,6 +8346,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         else if (strcmp(o, "--steps") == 0) a->steps = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--epochs") == 0) a->epochs = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--log-every") == 0) a->log_every = mprt_arg_long(o, v, 1);
+        else if (strcmp(o, "--check-replicas") == 0) a->check_replicas = mprt_arg_long(o, v, 1);
         else if (strcmp(o, "--seed") == 0) a->seed = (unsigned long)mprt_arg_long(o, v, 0);
         else if (strcmp(o, "--lr") == 0) {
             char *end;
@@ -8233,7 +8356,7 @@ static void mprt_parse_args(const MprtModel *m, int argc, char **argv, MprtArgs 
         } else
             mprt_die("unknown option '%s'; see --help", o);
     }
-    mprt_check_args(a);
+    mprt_check_args(m, a);
 }
 
 /* ---- data ---- */
@@ -8275,6 +8398,52 @@ static void mprt_open_data(const MprtModel *m, const MprtArgs *a, int eval, Mprt
         mprt_data_synthetic(&s, m->batch, a->seed, d);
     else
         mprt_data_files(&s, a->data, a->labels, d);
+}
+
+/* ---- the replicas ---- */
+
+/* FNV-1a over what every replica must hold the same: the weights and the
+ * optimizer state (not BatchNorm's running statistics). */
+static uint64_t mprt_replica_hash(const MprtModel *m)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0)
+            continue;
+        const unsigned char *p = b->host ? mprt_slot(b, 0)
+                                         : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);
+        for (size_t k = 0; k < b->nbytes; k++)
+            h = (h ^ p[k]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* --check-replicas: after step `step`, every replica's weights are rank
+ * 0's, or every process stops, rank 0 naming the first that differs. */
+static void mprt_check_replicas(const MprtModel *m, long step, uint64_t *hashes)
+{
+    int RL = mprt_replicas_here;
+    uint64_t here = mprt_replica_hash(m);
+    for (int c = 1; c < RL; c++) {
+        mprt_dev_base = c * m->ndev;
+        if (mprt_replica_hash(m) != here)
+            mprt_die("after step %ld the weights of replica %d differ from replica %d's "
+                     "(--check-replicas), in one process: a fault of the machine or of mpcc",
+                     step, mprt_rank * RL + c, mprt_rank * RL);
+    }
+    mprt_dev_base = 0;
+    mprt_comm_hashes(here, hashes);
+    for (int r = 1; r < mprt_ranks; r++)
+        if (hashes[r] != hashes[0]) {
+            if (mprt_rank == 0)
+                fprintf(stderr, "%s: error: after step %ld the weights of replica %d (rank %d) "
+                        "differ from replica 0's (--check-replicas): every process must get "
+                        "the same flags and data; stopped, no checkpoint written\n",
+                        m->program, step, r * RL, r);
+            mprt_comm_end();
+            exit(1);
+        }
 }
 
 /* ---- evaluation ---- */
@@ -8366,18 +8535,47 @@ static double mprt_now(void)
  * kernels made at start-up need (oneDNN's primitives: cpu_dnnl.c). */
 static size_t *mprt_arena_bytes, *mprt_work_bytes;
 
+/* The devices of this process: the model's, once per replica here
+ * (state.c), copy r's device d at r * ndev + d. */
+static int mprt_ndev_here(const MprtModel *m)
+{
+    return m->ndev * mprt_replicas_here;
+}
+
 static void mprt_size_arenas(const MprtModel *m)
 {
-    mprt_arena_bytes = calloc((size_t)m->ndev, sizeof *mprt_arena_bytes);
-    mprt_work_bytes = calloc((size_t)m->ndev, sizeof *mprt_work_bytes);
+    int N = mprt_ndev_here(m);
+    mprt_arena_bytes = calloc((size_t)N, sizeof *mprt_arena_bytes);
+    mprt_work_bytes = calloc((size_t)N, sizeof *mprt_work_bytes);
     if (!mprt_arena_bytes || !mprt_work_bytes)
         mprt_die("out of memory");
     memcpy(mprt_work_bytes, m->work_bytes, (size_t)m->ndev * sizeof *mprt_work_bytes);
     if (m->kernels_start)
         m->kernels_start(mprt_work_bytes);
-    for (int d = 0; d < m->ndev; d++) {
-        size_t end = m->work_offset[d] + mprt_work_bytes[d];
-        mprt_arena_bytes[d] = end > m->arena_bytes[d] ? end : m->arena_bytes[d];
+    for (int d = 0; d < N; d++) {
+        int md = d % m->ndev;
+        mprt_work_bytes[d] = mprt_work_bytes[md];
+        size_t end = m->work_offset[md] + mprt_work_bytes[d];
+        mprt_arena_bytes[d] = end > m->arena_bytes[md] ? end : m->arena_bytes[md];
+    }
+}
+
+/* The copies' device names (cpu:2, cpu:3 for the second copy of two
+ * devices) and core shares, after the model's. */
+static void mprt_here_devices(const MprtModel *m, const char ***names, double **shares)
+{
+    int N = mprt_ndev_here(m);
+    *names = calloc((size_t)N, sizeof **names);
+    *shares = calloc((size_t)N, sizeof **shares);
+    if (!*names || !*shares)
+        mprt_die("out of memory");
+    for (int d = 0; d < N; d++) {
+        char name[32];
+        snprintf(name, sizeof name, "cpu:%d", d);
+        (*names)[d] = d < m->ndev ? m->device_names[d] : strdup(name);
+        (*shares)[d] = m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
+        if (!(*names)[d])
+            mprt_die("out of memory");
     }
 }
 
@@ -8385,32 +8583,50 @@ static void mprt_size_arenas(const MprtModel *m)
 static void mprt_start_devices(const MprtModel *m)
 {
     char err[256];
-    mprt_arenas = calloc((size_t)m->ndev, sizeof *mprt_arenas);
+    int N = mprt_ndev_here(m), RL = mprt_replicas_here;
+    const char **names;
+    double *shares;
+    mprt_here_devices(m, &names, &shares);
+    mprt_arenas = calloc((size_t)N, sizeof *mprt_arenas);
     if (!mprt_arenas)
         mprt_die("out of memory");
     mprt_prof_nodes = m->prof_nodes;   /* names the node in a device's error */
-    mprt_ops->devices_open(m->ndev, m->device_names, m->cpu_shares);
-    mprt_ops->losses_alloc(m->microbatches);
+    mprt_ops->devices_open(N, names, shares);
+    mprt_ops->losses_alloc(m->microbatches * RL);
     if (m->norm_terms)
         mprt_ops->norm_alloc(m->norm_terms);
     mprt_size_arenas(m);
-    mprt_host_arenas = calloc((size_t)m->ndev, sizeof *mprt_host_arenas);
+    mprt_host_arenas = calloc((size_t)N, sizeof *mprt_host_arenas);
     if (!mprt_host_arenas)
         mprt_die("out of memory");
-    for (int d = 0; d < m->ndev; d++) {
-        mprt_arenas[d] = mprt_ops->arena_alloc(d, m->device_names[d], mprt_arena_bytes[d]);
-        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[d], mprt_work_bytes[d]);
-        if (m->host_bytes[d])
-            mprt_host_arenas[d] = mprt_ops->host_alloc(d, m->device_names[d], m->host_bytes[d]);
+    for (int d = 0; d < N; d++) {
+        int md = d % m->ndev;
+        mprt_arenas[d] = mprt_ops->arena_alloc(d, names[d], mprt_arena_bytes[d]);
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[md], mprt_work_bytes[d]);
+        if (m->host_bytes[md])
+            mprt_host_arenas[d] = mprt_ops->host_alloc(d, names[d], m->host_bytes[md]);
     }
-    if (mprt_ops->streams_start(m->nstreams, m->nevents, m->nops, err, sizeof err) != 0)
+    if (mprt_ops->streams_start(m->nstreams * RL, m->nevents * RL, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
+    free(shares);   /* the names stay: the devices' messages use them */
+}
+
+/* The replicas of this process start as copy 0: weights, optimizer state,
+ * constants (CPU devices: their memory is the host's). */
+static void mprt_copy_replicas(const MprtModel *m)
+{
+    for (int d = m->ndev; d < mprt_ndev_here(m); d++) {
+        int md = d % m->ndev;
+        memcpy(mprt_arenas[d], mprt_arenas[md], m->arena_bytes[md]);
+        if (m->host_bytes[md])
+            memcpy(mprt_host_arenas[d], mprt_host_arenas[md], m->host_bytes[md]);
+    }
 }
 
 /* Once the data and the weights are in: where the step will run. */
 static void mprt_report_devices(const MprtModel *m)
 {
-    fprintf(stderr, "memory plan:");
+    fprintf(stderr, "memory plan%s:", mprt_replicas_here > 1 ? " of each replica here" : "");
     for (int d = 0; d < m->ndev; d++) {
         int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
@@ -8419,6 +8635,8 @@ static void mprt_report_devices(const MprtModel *m)
         if (t > 0)
             fprintf(stderr, " (%d thread%s)", t, t > 1 ? "s" : "");
     }
+    if (mprt_replicas_here > 1)
+        fprintf(stderr, " (%d replicas in this process)", mprt_replicas_here);
     fputc('\n', stderr);
 }
 
@@ -8431,22 +8649,32 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    int M = m->microbatches;
-    for (int mb = 0; mb < M; mb++) {
-        int64_t first = (int64_t)s * m->batch + ((int64_t)mprt_replica * M + mb) * R;
-        for (int64_t r = 0; r < R; r++)
-            rows[r] = mprt_row(order, first + r);
-        mprt_fill(d, 0, in, R, rows, R, 0, mb);
-        mprt_fill(d, 1, lb, R, rows, R, 0, mb);
+    int M = m->microbatches, RL = mprt_replicas_here, total = M * RL * mprt_ranks;
+    for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
+        mprt_dev_base = c * m->ndev;
+        int64_t replica = (int64_t)mprt_rank * RL + c;
+        for (int mb = 0; mb < M; mb++) {
+            int64_t first = (int64_t)s * m->batch + (replica * M + mb) * R;
+            for (int64_t r = 0; r < R; r++)
+                rows[r] = mprt_row(order, first + r);
+            mprt_fill(d, 0, in, R, rows, R, 0, mb);
+            mprt_fill(d, 1, lb, R, rows, R, 0, mb);
+        }
     }
     mprt_step_no = s;
     mprt_lr = lr;
-    m->run_step();
-    mprt_comm_losses(M, mprt_losses, losses);
+    for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
+        mprt_dev_base = c * m->ndev;
+        m->run_step();
+    }
+    mprt_dev_base = 0;
+    if (RL > 1)
+        mprt_sync();
+    mprt_comm_losses(M * RL, mprt_losses, losses);
     double loss = 0;
-    for (int mb = 0; mb < M * mprt_replicas; mb++)
+    for (int mb = 0; mb < total; mb++)
         loss += losses[mb];
-    loss /= M * mprt_replicas;
+    loss /= total;
     if (!isfinite(loss))
         mprt_die("the loss is %g at step %ld; training stopped (try a lower --lr); no "
                  "checkpoint was written", loss, s + 1);
@@ -8568,7 +8796,12 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
             exit(0);
         }
     mprt_comm_start(m, &argc, &argv);
-    int lead = mprt_replica == 0;   /* prints, evaluates and writes; the others train */
+    mprt_replicas_here = m->replicas_here > 1 ? m->replicas_here : 1;   /* state.c */
+    mprt_replica_devs = m->ndev;
+    mprt_replica_events = m->nevents;
+    mprt_replica_mbs = m->microbatches;
+    mprt_replicas_start(m);
+    int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
     MprtData data, eval = {0};
@@ -8585,6 +8818,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     if (a.resume)
         mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume,
                           1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
+    mprt_copy_replicas(m);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
     if (lead)
@@ -8597,8 +8831,10 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     MprtOrder order;
     mprt_order_init(&order, a.shuffle, a.seed, data.rows);
     int64_t *rows = malloc((size_t)mprt_buffer_of(m, MPRT_INPUT)->shape[0] * sizeof *rows);
-    float *losses = malloc((size_t)(m->microbatches * mprt_replicas) * sizeof *losses);
-    if (!rows || !losses)
+    float *losses = malloc((size_t)(m->microbatches * mprt_replicas_here * mprt_ranks) *
+                           sizeof *losses);
+    uint64_t *hashes = malloc((size_t)mprt_ranks * sizeof *hashes);
+    if (!rows || !losses || !hashes)
         mprt_die("out of memory");
     if (lead)
         mprt_report_devices(m);
@@ -8613,6 +8849,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_tracing = a.trace && s + 1 == last;   /* time the last step */
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
         double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows, losses);
+        if (a.check_replicas && (s + 1) % a.check_replicas == 0)
+            mprt_check_replicas(m, s + 1, hashes);
         int stop = mprt_comm_any(mprt_stop_signal != 0);   /* every process after this step */
         last_loss = loss;
         if (lead)
@@ -8650,6 +8888,9 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     double busy = mprt_now() - t0 - t_aside;
     if (lead) {
         mprt_summary(m, steps, busy, last_loss);
+        if (a.check_replicas)
+            fprintf(stderr, "replicas compared every %ld steps (--check-replicas): the %d hold "
+                    "the same weights\n", a.check_replicas, mprt_ranks * mprt_replicas_here);
         mprt_write_outputs(m, &a, &plot, last, steps, busy);
     }
     if (a.save && lead) {
@@ -8663,7 +8904,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(plot.eval);
     free(rows);
     free(losses);
-    for (int d = 0; d < m->ndev; d++) {
+    free(hashes);
+    for (int d = 0; d < mprt_ndev_here(m); d++) {
         mprt_ops->arena_free(d, mprt_arenas[d]);
         if (mprt_host_arenas[d])
             mprt_ops->host_free(d, mprt_host_arenas[d]);

@@ -1,14 +1,17 @@
 #!/bin/sh
-# --data-parallel and --nodes on CPU devices, across processes started by
-# mpirun (Open MPI): every layout of the same step (-batch, --microbatches)
-# gives the same losses and checkpoint, byte for byte, as one process.
-#   - samples/mlp.mp and samples/gpt.mp (AdamW), 8 micro-batches a step:
-#     1 process (--data-parallel=1: the gradient sum as the same tree);
-#     2 processes of one device; 2 processes of two devices each (a
-#     pipeline per replica); 4 processes of one device;
-#   - samples/cnn_bn.mp with Dropout-free BatchNorm, 2 processes: the
-#     losses and the weights equal (each replica keeps its own running
-#     statistics: docs/distributed.md);
+# --data-parallel and --nodes on CPU devices, in one process and across
+# processes started by mpirun (Open MPI): every layout of the same step
+# (-batch, --microbatches) gives the same losses and checkpoint, byte for
+# byte, as one replica.
+#   - samples/mlp.mp and samples/gpt.mp (AdamW), 8 micro-batches a step,
+#     against one replica (--data-parallel=1: the gradient sum as the
+#     same tree): 2 replicas in one process, of one device and of two (a
+#     pipeline each); 2 processes of one device and of two; 4 processes
+#     of one device; 2 processes of 2 replicas of one device;
+#   - samples/cnn_bn.mp (BatchNorm) over 2 processes and as 2 replicas in
+#     one, samples/resnet.mp as 2 replicas in one: the losses and weights
+#     equal (each replica keeps its own running statistics:
+#     docs/distributed.md);
 #   - a run resumed on 2 processes from a 1-process checkpoint, and one
 #     resumed on 1 process from a 2-process checkpoint, end on the
 #     1-process checkpoint;
@@ -53,60 +56,107 @@ layouts() {
     shift 2
     compile $name-1 "$model" -cpus 1 --data-parallel=1 "$@"
     run 0 $name-1 --steps 4 --loss-log $name-1.txt --save $name-1.safetensors
-    for layout in "2 1" "2 2" "4 1"; do
+    for layout in "1 2 2" "1 4 2" "2 1 2" "2 2 2" "4 1 4" "2 2 4"; do
         set -- $layout "$@"
-        np=$1 cpus=$2
-        shift 2
-        compile $name-$np-$cpus "$model" -cpus $cpus --data-parallel=$np --nodes=$np "$@"
-        run $np $name-$np-$cpus --steps 4 --loss-log $name-$np-$cpus.txt \
-            --save $name-$np-$cpus.safetensors
-        cmp $name-1.txt $name-$np-$cpus.txt ||
-            { echo "FAIL: $name: $np processes of $cpus device(s): other losses"; exit 1; }
-        cmp $name-1.safetensors $name-$np-$cpus.safetensors ||
-            { echo "FAIL: $name: $np processes of $cpus device(s): another checkpoint"; exit 1; }
-        echo "data_parallel: $name: $np processes of $cpus device(s): the losses" \
-            "($(tr '\n' ' ' <$name-1.txt)) and checkpoint of one process, byte for byte"
+        np=$1 cpus=$2 dp=$3
+        shift 3
+        what="$np process(es) of -cpus $cpus, $dp replicas"
+        compile $name-$np-$cpus-$dp "$model" -cpus $cpus --data-parallel=$dp --nodes=$np "$@"
+        run $([ $np = 1 ] && echo 0 || echo $np) $name-$np-$cpus-$dp --steps 4 \
+            --loss-log $name-$np-$cpus-$dp.txt --save $name-$np-$cpus-$dp.safetensors
+        cmp $name-1.txt $name-$np-$cpus-$dp.txt || { echo "FAIL: $name: $what: other losses"; exit 1; }
+        cmp $name-1.safetensors $name-$np-$cpus-$dp.safetensors ||
+            { echo "FAIL: $name: $what: another checkpoint"; exit 1; }
+        echo "data_parallel: $name: $what: the losses ($(tr '\n' ' ' <$name-1.txt)) and" \
+            "checkpoint of one replica, byte for byte"
     done
 }
 layouts mlp "$samples/mlp.mp" -batch 64 --microbatches=8
 layouts gpt "$samples/gpt.mp" -batch 16 --microbatches=8 --optimizer=adamw --schedule=gpipe
 
 # the head names the replicas and how to start them; the plan is one replica's
-grep -q '^ \* replicas: 2, one per process: run as mpirun -np 2 ./train' gpt-2-2.c ||
-    { echo "FAIL: the head of gpt-2-2.c does not say how to start it"; exit 1; }
+grep -q '^ \* replicas: 2, 1 per process: run as mpirun -np 2 ./train' gpt-2-2-2.c ||
+    { echo "FAIL: the head of gpt-2-2-2.c does not say how to start it"; exit 1; }
 grep -q '^ \* batch: *16 over 2 replicas (--data-parallel), each 8 in 4 micro-batch(es) of 2' \
-    gpt-2-2.c || { echo "FAIL: the head of gpt-2-2.c does not split the batch"; exit 1; }
+    gpt-2-2-2.c || { echo "FAIL: the head of gpt-2-2-2.c does not split the batch"; exit 1; }
+
+# --dump=partition: the grid of processes, replicas and devices, and the
+# sums over the replicas, which the predicted step counts
+"$mpcc" "$samples/gpt.mp" -cpus 2 -batch 16 --microbatches=8 --nodes=2 --dump=partition \
+    >grid.txt 2>/dev/null
+grep -q '^#   rank 1: replica 1, micro-batches 4 .. 7 of the step, on cpu:0 cpu:1$' grid.txt ||
+    { cat grid.txt; echo "FAIL: --dump=partition shows no replica grid"; exit 1; }
+grep -q '^# gradient sums over the replicas, before each stage.s update: stage 0 ' grid.txt ||
+    { cat grid.txt; exit 1; }
+"$mpcc" "$samples/gpt.mp" -cpus 2 -batch 8 --microbatches=4 --data-parallel=1 \
+    --dump=partition >one.txt 2>/dev/null
+step() { sed -n 's/^# predicted: step \([0-9.]*\) ms.*/\1/p' "$1"; }
+/usr/bin/python3 -c "import sys; sys.exit(not float('$(step grid.txt)') > float('$(step one.txt)'))" ||
+    { echo "FAIL: 2 replicas predict $(step grid.txt) ms, one replica alone $(step one.txt) ms"; exit 1; }
+echo "data_parallel: --dump=partition: the replica grid; the step predicted $(step grid.txt) ms" \
+    "with the sums, $(step one.txt) ms for one replica alone"
 
 # resuming across layouts: 1 process onto 2, and 2 onto 1
 run 0 gpt-1 --steps 2 --save one-2.safetensors
-run 2 gpt-2-1 --resume one-2.safetensors --steps 2 --save two-4.safetensors
+run 2 gpt-2-1-2 --resume one-2.safetensors --steps 2 --save two-4.safetensors
 cmp gpt-1.safetensors two-4.safetensors
-run 2 gpt-2-1 --steps 2 --save two-2.safetensors
+run 2 gpt-2-1-2 --steps 2 --save two-2.safetensors
 run 0 gpt-1 --resume two-2.safetensors --steps 2 --save one-4.safetensors
 cmp gpt-1.safetensors one-4.safetensors
 echo "data_parallel: gpt: resumed from 1 process onto 2, and from 2 onto 1, byte for byte"
 
-# BatchNorm: the same losses and weights; running statistics are each replica's
-compile bn-1 "$samples/cnn_bn.mp" -cpus 1 --data-parallel=1 -batch 16 --microbatches=4
-compile bn-2 "$samples/cnn_bn.mp" -cpus 1 --data-parallel=2 --nodes=2 -batch 16 --microbatches=4
-run 0 bn-1 --steps 3 --loss-log bn-1.txt --save bn-1.safetensors
-run 2 bn-2 --steps 3 --loss-log bn-2.txt --save bn-2.safetensors
-cmp bn-1.txt bn-2.txt
-/usr/bin/python3 - <<'EOF'
+# BatchNorm (convolutions and max pooling through oneDNN where mpcc was
+# built with it, each replica in a process with primitives of its own):
+# the same losses and weights; running statistics are each replica's.
+# cnn_bn.mp over 2 processes and as 2 replicas of 2 devices in one;
+# resnet.mp as 2 replicas in one process.
+bn_check() {   # NAME MODEL LAYOUT-FLAGS -- COMMON FLAGS...
+    local tag=$1 src=$2 layout=$3
+    shift 3
+    compile $tag-1 "$src" -cpus 1 --data-parallel=1 "$@"
+    compile $tag-x "$src" $layout "$@"
+    run 0 $tag-1 --steps 3 --loss-log $tag-1.txt --save $tag-1.safetensors
+    case "$layout" in
+    *--nodes=2*) run 2 $tag-x --steps 3 --loss-log $tag-x.txt --save $tag-x.safetensors ;;
+    *) run 0 $tag-x --steps 3 --loss-log $tag-x.txt --save $tag-x.safetensors ;;
+    esac
+    cmp $tag-1.txt $tag-x.txt || { echo "FAIL: $tag: $layout: other losses"; exit 1; }
+    TAG=$tag LAYOUT="$layout" /usr/bin/python3 - <<'EOF'
+import os
 from safetensors.numpy import load_file
-a, b = load_file("bn-1.safetensors"), load_file("bn-2.safetensors")
+tag = os.environ["TAG"]
+a, b = load_file(tag + "-1.safetensors"), load_file(tag + "-x.safetensors")
 assert a.keys() == b.keys()
 stats = [k for k in a if k.endswith(("running_mean", "running_var"))]
-assert stats, "cnn_bn.mp has no running statistics"
+assert stats, tag + " has no running statistics"
 for k in a:
     if k not in stats and not k.endswith("num_batches_tracked"):
         assert (a[k] == b[k]).all(), k + " differs"
-print("data_parallel: cnn_bn: 2 processes: the losses and every weight and optimizer state "
-      "of one process, byte for byte (%d running statistics are replica 0's)" % len(stats))
+print("data_parallel: %s: %s: the losses and every weight and optimizer state of one "
+      "replica, byte for byte (%d running statistics are replica 0's)"
+      % (tag, os.environ["LAYOUT"], len(stats)))
 EOF
+}
+bn_check bn "$samples/cnn_bn.mp" "-cpus 1 --data-parallel=2 --nodes=2" -batch 16 --microbatches=4
+bn_check bnh "$samples/cnn_bn.mp" "-cpus 4 --data-parallel=2" -batch 16 --microbatches=4
+bn_check resnet "$samples/resnet.mp" "-cpus 2 --data-parallel=2" -batch 8 --microbatches=4 --lr=0.05
+
+# --check-replicas: the same weights pass (BatchNorm's running statistics,
+# each replica's own, are not compared); a process started with another
+# --lr drifts, and every process stops after the first step compared
+run 2 bn-x --steps 4 --check-replicas 2
+grep -q 'replicas compared every 2 steps (--check-replicas): the 2 hold the same weights' \
+    bn-x.log || { cat bn-x.log; exit 1; }
+if mpirun -np 1 ./gpt-2-1-2 --synthetic --steps 6 --check-replicas 2 : \
+          -np 1 ./gpt-2-1-2 --synthetic --steps 6 --check-replicas 2 --lr 0.002 2>drift.log; then
+    echo "FAIL: replicas trained with other learning rates passed --check-replicas"; exit 1
+fi
+grep -q 'error: after step 2 the weights of replica 1 (rank 1) differ from replica 0.s' \
+    drift.log || { cat drift.log; exit 1; }
+echo "data_parallel: --check-replicas: $(grep -m1 'after step' drift.log)"
 
 # SIGTERM: every process finishes the same step; rank 0 saves; it resumes
-mpirun -np 2 ./gpt-2-1 --synthetic --seed 5 --steps 100000 --log-every 1 \
+mpirun -np 2 ./gpt-2-1-2 --synthetic --seed 5 --steps 100000 --log-every 1 \
     --save stop.safetensors 2>stop.log &
 launcher=$!
 for i in $(seq 1 300); do
@@ -125,32 +175,32 @@ echo "data_parallel: SIGTERM to mpirun: both processes stopped after step $step;
     "$saved, the one-process run's checkpoint of step $step byte for byte"
 
 # the wrong number of processes: one line
-if mpirun -np 3 ./gpt-2-1 --synthetic --steps 1 2>wrong.log >/dev/null; then
+if mpirun -np 3 ./gpt-2-1-2 --synthetic --steps 1 2>wrong.log >/dev/null; then
     echo "FAIL: a 2-process trainer ran on 3"; exit 1
 fi
 grep -q 'error: compiled for 2 processes (mpcc --nodes=2) but started as 3; run mpirun -np 2 ./train' \
     wrong.log || { cat wrong.log; exit 1; }
-if ./gpt-2-1 --synthetic --steps 1 2>alone.log; then
+if ./gpt-2-1-2 --synthetic --steps 1 2>alone.log; then
     echo "FAIL: a 2-process trainer ran alone"; exit 1
 fi
 grep -q 'but started as 1' alone.log || { cat alone.log; exit 1; }
 echo "data_parallel: started on 3 processes, or alone: $(grep -m1 'compiled for' wrong.log)"
 
 # a killed process: the others stop within 30 s
-mpirun -np 2 ./gpt-2-1 --synthetic --steps 100000 --log-every 1 2>kill.log &
+mpirun -np 2 ./gpt-2-1-2 --synthetic --steps 100000 --log-every 1 2>kill.log &
 launcher=$!
 for i in $(seq 1 300); do
     grep -q '^step 2/' kill.log 2>/dev/null && break
     sleep 0.1
 done
-victim=$(pgrep -f 'gpt-2-1 --synthetic --steps 100000' | grep -v "^$launcher\$" | tail -1)
+victim=$(pgrep -f 'gpt-2-1-2 --synthetic --steps 100000' | grep -v "^$launcher\$" | tail -1)
 kill -KILL "$victim"
 for i in $(seq 1 300); do
     kill -0 $launcher 2>/dev/null || break
     sleep 0.1
 done
 if kill -0 $launcher 2>/dev/null; then
-    kill -KILL $launcher; pkill -KILL -f 'gpt-2-1 --synthetic' || true
+    kill -KILL $launcher; pkill -KILL -f 'gpt-2-1-2 --synthetic' || true
     echo "FAIL: 30 s after a process was killed, the run goes on"; exit 1
 fi
 if wait $launcher; then echo "FAIL: mpirun exited 0 after a process was killed"; exit 1; fi
@@ -168,8 +218,11 @@ refuse() {   # WHAT FLAGS...
     grep -q "$what" refused.err || { cat refused.err; exit 1; }
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
-refuse 'replicas inside one process are not built yet' -cpus 2 -batch 8 --data-parallel=2
 refuse 'a pipeline across processes is not built yet' -cpus 1 -batch 8 --data-parallel=1 --nodes=2
+refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
+refuse 'built for CPU devices (-cpus N) only so far' -gpus 2 -batch 8 --data-parallel=2
+refuse 'replicas in each process must be a power of two' -cpus 3 -batch 12 --microbatches=6 \
+    --data-parallel=6 --nodes=2
 refuse 'each replica needs a power of two of them' -cpus 1 -batch 12 --microbatches=6 \
     --data-parallel=2 --nodes=2
 refuse 'does not split over 2 replicas' -cpus 1 -batch 7 --data-parallel=2 --nodes=2

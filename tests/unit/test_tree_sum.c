@@ -11,6 +11,19 @@
 #define _POSIX_C_SOURCE 200809L
 #include "program.h"
 #include "train.h"
+#include "state.c"
+
+#include <stdarg.h>
+
+static _Noreturn void mprt_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
 #include "comm.c"
 
 #include "check.h"
