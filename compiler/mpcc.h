@@ -411,6 +411,9 @@ typedef struct PipeOptions {
                                   own rows of the batch (0: not given; REPLICAS_AUTO) */
     int nodes;                 /* --nodes: processes, one per machine (default 1) */
     int replicas_here;         /* replicas in each process: replicas / nodes */
+    int node_devs;             /* a pipeline across processes (--data-parallel=1,
+                                  --nodes=K): each process's devices, the plan's device
+                                  d on process d / node_devs; 0: every one here */
 } PipeOptions;
 
 #define REPLICAS_AUTO (-1)     /* --data-parallel=auto */
@@ -666,6 +669,7 @@ double bandwidth_at(const Profile *p, double bytes);   /* the rate over that wor
 typedef struct Device {
     DevKind kind;
     int ordinal;
+    int node;                        /* its process (--nodes), 0 in one */
     const char *name;                /* "cpu:0", "cuda:1" */
     Profile prof;
 } Device;
@@ -1098,6 +1102,8 @@ int tree_top(int count);   /* the level that holds the sum at the end */
  * and an all-gather over the link between nodes. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes);
 double stage_grad_bytes(const Graph *g, const Stages *st, int stage);
+double node_bandwidth(const Devices *ds);   /* the link between nodes, one direction */
+double node_latency(const Devices *ds);
 
 /* ---------------------------------------------- parallel/pipeline.c */
 

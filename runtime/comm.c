@@ -170,7 +170,8 @@ static void mprt_mpi_check(int rc, const char *what)
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
-    int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
+    int many = m->ndev > 1 || m->node_devs;   /* device threads call MPI at once */
+    int need = many ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -257,11 +258,95 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
     free(count), free(at), free(rcount), free(rat), free(part);
 }
 
-/* Every process's micro-batch losses, in rank order: all[r * M + mb]. */
+/* Every process's micro-batch losses, in rank order: all[r * M + mb];
+ * with a pipeline across processes, the one process's that computes them
+ * (the others' are 0, and x + 0 is x). */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
-    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
-                   "gathering the losses (MPI_Allgather)");
+    if (mprt_dev_lo || mprt_dev_hi != 1 << 30)
+        mprt_mpi_check(MPI_Allreduce(mine, all, M, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                       "gathering the losses (MPI_Allreduce)");
+    else
+        mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
+                       "gathering the losses (MPI_Allgather)");
+}
+
+/* ---- a pipeline across processes ---- */
+
+static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
+static int mprt_node_devs;
+
+static void mprt_p2p_check(size_t n, int tag, const char *what)
+{
+    static int *ub;
+    int flag = 0;
+    if (!ub)
+        MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (n > INT_MAX || (ub && tag > *ub))
+        mprt_die("%s of %zu bytes, operation %d: beyond what one MPI call counts", what, n, tag);
+}
+
+static void mprt_mpi_send(const void *src, size_t n, int dev, int tag)
+{
+    mprt_p2p_check(n, tag, "a copy to another process");
+    mprt_mpi_check(MPI_Send(src, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p),
+                   "a copy to another process (MPI_Send)");
+}
+
+static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
+{
+    mprt_p2p_check(n, tag, "a copy from another process");
+    mprt_mpi_check(MPI_Recv(dst, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p,
+                            MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
+}
+
+/* This process runs devices rank * node_devs .. of the model's. */
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    mprt_node_devs = m->node_devs;
+    mprt_dev_lo = mprt_rank * m->node_devs;
+    mprt_dev_hi = mprt_dev_lo + m->node_devs;
+    mprt_stream_send = mprt_mpi_send;
+    mprt_stream_recv = mprt_mpi_recv;
+    mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_p2p), "MPI_Comm_dup");
+}
+
+/* A copy between stages on two processes: the sender's stream sends... */
+MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_enqueue(stream, (MprtOp){.kind = MPRT_OP_SEND, .src = src, .n = n, .mb = dev,
+                                      .ev = label, .label = label});
+}
+
+/* ... and the receiver's stream of the same kind receives. */
+MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_enqueue(stream, (MprtOp){.kind = MPRT_OP_RECV, .dst = dst, .n = n, .mb = dev,
+                                      .ev = label, .label = label});
+}
+
+/* Before a checkpoint: rank 0 takes the weights, optimizer state and
+ * running statistics of the other processes' devices into its copies of
+ * their arenas, in the buffer table's order. */
+static void mprt_comm_gather(const MprtModel *m)
+{
+    if (!m->node_devs)
+        return;
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        int owner = b->dev / m->node_devs;
+        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->dev < 0 || owner == 0)
+            continue;
+        if (mprt_rank == owner)
+            mprt_mpi_check(MPI_Send(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, 0, i,
+                                    MPI_COMM_WORLD), "gathering the checkpoint (MPI_Send)");
+        else if (mprt_rank == 0)
+            mprt_mpi_check(MPI_Recv(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, owner, i,
+                                    MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                           "gathering the checkpoint (MPI_Recv)");
+    }
 }
 
 /* Whether any process has `flag` set. */
@@ -292,6 +377,16 @@ static void mprt_comm_end(void) {}
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
     (void)stage, (void)n, (void)g, (void)len;
+}
+
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    (void)m;
+}
+
+static void mprt_comm_gather(const MprtModel *m)
+{
+    (void)m;
 }
 
 static void mprt_comm_losses(int M, const float *mine, float *all)

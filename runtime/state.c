@@ -28,6 +28,12 @@ MPRT_GLOBAL _Thread_local int mprt_dev_base;
 MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 
+/* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
+ * process holds every device's arena, but runs only the operations of its
+ * own devices, [mprt_dev_lo, mprt_dev_hi) (comm.c sets them); the devices'
+ * entry points (program.c) pass over the others'. */
+MPRT_GLOBAL int mprt_dev_lo, mprt_dev_hi = 1 << 30;
+
 /* ---- Dropout's counter-based generator ---- */
 
 /* The training loop sets these before every micro-batch: a dropout mask is

@@ -22,7 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MPRT_OP_RUN, MPRT_OP_COPY, MPRT_OP_WAIT, MPRT_OP_RECORD };
+/* SEND and RECV: to or from a device of another process (comm.c), mb the
+ * device and ev the tag. */
+enum { MPRT_OP_RUN, MPRT_OP_COPY, MPRT_OP_WAIT, MPRT_OP_RECORD, MPRT_OP_SEND, MPRT_OP_RECV };
 
 typedef struct MprtOp {
     int kind, mb, ev, label;
@@ -51,12 +53,20 @@ MPRT_GLOBAL int mprt_nevents;
 /* How a copy stream moves bytes: memcpy, or (mixed.c) a CUDA copy when one
  * side is a GPU's. */
 MPRT_GLOBAL void *(*mprt_stream_copy)(void *dst, const void *src, size_t n) = memcpy;
+/* How a stream sends to and receives from a device of another process
+ * (comm.c, over MPI). */
+MPRT_GLOBAL void (*mprt_stream_send)(const void *src, size_t n, int dev, int tag);
+MPRT_GLOBAL void (*mprt_stream_recv)(void *dst, size_t n, int dev, int tag);
 
 MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
     double t0 = mprt_tracing ? mprt_clock() : 0;
     if (op->kind == MPRT_OP_RUN)
         op->fn(op->mb);
+    else if (op->kind == MPRT_OP_SEND)
+        mprt_stream_send(op->src, op->n, op->mb, op->ev);
+    else if (op->kind == MPRT_OP_RECV)
+        mprt_stream_recv(op->dst, op->n, op->mb, op->ev);
     else
         mprt_stream_copy(op->dst, op->src, op->n);
     if (mprt_tracing && op->label >= 0) {

@@ -164,8 +164,12 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
 static void mprt_check_args(const MprtModel *m, const MprtArgs *a)
 {
     if (a->check_replicas && m->replicas < 2)
-        mprt_die("--check-replicas compares the replicas of a trainer across processes; this "
-                 "one has one replica (mpcc --data-parallel=K --nodes=K makes K)");
+        mprt_die("--check-replicas compares the replicas of a trainer; this one has one "
+                 "(mpcc --data-parallel=R makes R)");
+    if (m->node_devs && (a->eval_data || a->eval_tokens))
+        mprt_die("evaluation with a pipeline across processes is not built yet; drop "
+                 "--eval-data (--eval-tokens) and evaluate the checkpoint with a trainer "
+                 "compiled without --nodes");
     if (a->tokens && (a->data || a->labels || a->synthetic))
         mprt_die("give --tokens, or --data and --labels, or --synthetic: one source of data");
     if (!a->tokens && !a->synthetic && (!a->data || !a->labels))
@@ -454,7 +458,8 @@ static void mprt_here_devices(const MprtModel *m, const char ***names, double **
         char name[32];
         snprintf(name, sizeof name, "cpu:%d", d);
         (*names)[d] = d < m->ndev ? m->device_names[d] : strdup(name);
-        (*shares)[d] = m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
+        int here = d >= mprt_dev_lo && d < mprt_dev_hi;   /* a pipeline across processes */
+        (*shares)[d] = !here ? 0 : m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
         if (!(*names)[d])
             mprt_die("out of memory");
     }
@@ -509,6 +514,8 @@ static void mprt_report_devices(const MprtModel *m)
 {
     fprintf(stderr, "memory plan%s:", mprt_replicas_here > 1 ? " of each replica here" : "");
     for (int d = 0; d < m->ndev; d++) {
+        if (d < mprt_dev_lo || d >= mprt_dev_hi)
+            continue;   /* another process's */
         int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
         if (m->host_bytes[d])
@@ -530,7 +537,8 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    int M = m->microbatches, RL = mprt_replicas_here, total = M * RL * mprt_ranks;
+    int M = m->microbatches, RL = mprt_replicas_here;
+    int total = M * RL * (m->node_devs ? 1 : mprt_ranks);   /* every replica's */
     for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
         mprt_dev_base = c * m->ndev;
         int64_t replica = (int64_t)mprt_rank * RL + c;
@@ -682,6 +690,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
     mprt_replicas_start(m);
+    if (m->node_devs)
+        mprt_pipeline_start(m);   /* this process's devices; copies over MPI */
     int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
@@ -742,9 +752,10 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         if (lead && ((s + 1 - start) % a.log_every == 0 || s + 1 == last || stop))
             mprt_progress(m, s + 1, last, s + 1 - start, steps, loss, a.lr, now - t0 - t_aside,
                           now - t0);
-        if (lead && ((a.save_every && (s + 1) % a.save_every == 0) ||
-                     (stop && saved_step != s + 1))) {
-            mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
+        if ((a.save_every && (s + 1) % a.save_every == 0) || (stop && saved_step != s + 1)) {
+            mprt_comm_gather(m);   /* every process: rank 0 takes the others' weights */
+            if (lead)
+                mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
             saved_step = s + 1;
         }
         if (stop) {
@@ -774,6 +785,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
                     "the same weights\n", a.check_replicas, mprt_ranks * mprt_replicas_here);
         mprt_write_outputs(m, &a, &plot, last, steps, busy);
     }
+    if (a.save)
+        mprt_comm_gather(m);
     if (a.save && lead) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);

@@ -28,6 +28,8 @@ typedef struct MprtModel {
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
     int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
     int replicas_here;          /* of them, in each process (state.c): 0 or 1 for one */
+    int node_devs;              /* a pipeline across processes: each one's devices, rank
+                                   r's r * node_devs ..; 0: every device here (comm.c) */
     int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;

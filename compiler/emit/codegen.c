@@ -2435,6 +2435,10 @@ static void emit_replicas_line(CG *cg)
         emit(cg, " * replicas: %d in this process, each a copy of the devices below (%d "
              "devices in all); each sums its micro-batches' gradients as a tree, then the "
              "replicas' sums before each update\n", R, R * cg->plan->sc->ndev);
+    else if (R == 1 && K > 1)
+        emit(cg, " * processes: %d, one pipeline across them, %d device(s) each: run as mpirun "
+             "-np %d ./train ...; copies between them over MPI; the micro-batches' gradients "
+             "summed as a tree, as on more replicas\n", K, cg->o->pipe.node_devs, K);
     else if (R == 1)
         emit(cg, " * replicas: 1 (--data-parallel=1): the micro-batches' gradients summed as "
              "a tree, as on more replicas\n");
@@ -2502,6 +2506,8 @@ static void emit_header(CG *cg, const char *hash)
             if (p->st->dev[s] == d)
                 emit(cg, " %d", s);
         emit(cg, "; memory plan %zu bytes", p->arena_bytes[d]);
+        if (cg->o->pipe.node_devs)
+            emit(cg, "; process %d", p->ds->d[d].node);
         if (p->work_bytes[d])
             emit(cg, " (%zu of them kernel scratch)", p->work_bytes[d]);
         if (p->host_bytes[d])
@@ -3268,11 +3274,60 @@ static const char **emit_step_names(CG *cg)
     return ev;
 }
 
+/* A pipeline across processes: device d's process. */
+static int node_of(CG *cg, int dev)
+{
+    return cg->plan->ds->d[dev].node;
+}
+
+/* A copy between devices of two processes (a pipeline across them): the
+ * sender's stream sends, the receiver's stream of the same kind receives,
+ * and each records the copy's event, which its own process's waits name;
+ * the copy's waits go to the side whose device they are on. Both sides
+ * take their operations in this order, so the step cannot deadlock where
+ * one process alone could not (docs/distributed.md). */
+static void emit_cross_copy(CG *cg, int i, const char *const *ev)
+{
+    const Plan *p = cg->plan;
+    const PlanOp *op = &p->ops[i];
+    int from = p->bufs[op->src].dev, to = p->bufs[op->dst].dev;
+    MPCC_ASSERT(op->stream / STREAMS_PER_DEV == from);
+    int side[2] = {op->stream, to * STREAMS_PER_DEV + op->stream % STREAMS_PER_DEV};
+    for (int k = 0; k < 2; k++) {
+        const char *stream = stream_ident(cg, side[k]);
+        int here = node_of(cg, side[k] / STREAMS_PER_DEV);
+        for (int j = 0; j < op->ndeps; j++) {
+            const PlanOp *dep = &p->ops[op->deps[j]];
+            int there = node_of(cg, dep->stream / STREAMS_PER_DEV);
+            MPCC_ASSERT(there == node_of(cg, from) || there == node_of(cg, to));
+            if (there == here)
+                emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[dep->event]);
+        }
+        if (k == 0)
+            emit(cg, "    mprt_send(%s, %s, %zu, %d, %d);   /* %s: '%s' mb %d to stage %d, "
+                 "another process */\n", stream, slot_addr(cg, op->src, op->mb),
+                 p->bufs[op->dst].bytes, to, i, stream_name(cg, side[k]),
+                 comment_text(cg, cg->g->values[p->bufs[op->dst].value].name), op->mb,
+                 p->bufs[op->dst].stage);
+        else
+            emit(cg, "    mprt_recv(%s, %s, %zu, %d, %d);   /* %s: the same, received */\n",
+                 stream, slot_addr(cg, op->dst, op->mb), p->bufs[op->dst].bytes, from, i,
+                 stream_name(cg, side[k]));
+        if (op->event >= 0)
+            emit(cg, "    mprt_record_event(%s, %s);\n", stream, ev[op->event]);
+    }
+}
+
 static void emit_op(CG *cg, int i, const char *const *ev)
 {
     const Plan *p = cg->plan;
     const PlanOp *op = &p->ops[i];
     const char *stream = stream_ident(cg, op->stream);
+    if (op->kind == OPK_COPY &&
+        node_of(cg, p->bufs[op->src].dev) != node_of(cg, p->bufs[op->dst].dev)) {
+        emit_cross_copy(cg, i, ev);
+        return;
+    }
     for (int k = 0; k < op->ndeps; k++)
         emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[p->ops[op->deps[k]].event]);
     if (op->kind == OPK_RUN) {
@@ -3571,9 +3626,10 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "    .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = %d,\n", cg->nprofiled);
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    .norm_terms = %d,\n", clip_slot(cg, NONE));
-    if (cg->o->pipe.replicas > 1)
-        emit(cg, "    .replicas = %d, .nodes = %d, .replicas_here = %d, .nstages = %d,\n",
-             cg->o->pipe.replicas, cg->o->pipe.nodes, cg->o->pipe.replicas_here, p->st->n);
+    if (cg->o->pipe.replicas > 1 || cg->o->pipe.nodes > 1)
+        emit(cg, "    .replicas = %d, .nodes = %d, .replicas_here = %d, .nstages = %d,\n"
+             "    .node_devs = %d,\n", cg->o->pipe.replicas, cg->o->pipe.nodes,
+             cg->o->pipe.replicas_here, p->st->n, cg->o->pipe.node_devs);
     if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"

@@ -192,6 +192,7 @@ static void add_device(Arena *a, Devices *ds, DevKind kind, int ordinal, const O
     d->ordinal = ordinal;
     d->name = arena_printf(a, "%s:%d", kind == DEV_CPU ? "cpu" : "cuda", ordinal);
     d->prof = profile_for(a, o, kind);
+    d->node = o->pipe.node_devs > 0 ? (ds->n - 1) / o->pipe.node_devs : 0;
 }
 
 static void parse_device_list(Arena *a, const Options *o, Devices *ds)
@@ -225,6 +226,8 @@ static void side_by_side(Devices *ds, const Options *o)
     int cpus = 0;
     for (int i = 0; i < ds->n; i++)
         cpus += ds->d[i].kind == DEV_CPU;
+    if (o->pipe.replicas_here > 1)   /* the process runs a copy of them per replica */
+        cpus *= o->pipe.replicas_here;
     for (int i = 0; i < ds->n && cpus > 1; i++)
         if (ds->d[i].kind == DEV_CPU && strcmp(ds->d[i].prof.name, "cpu") == 0)
             ds->d[i].prof = cpu_gemm(cpu_profile(true), o);
@@ -260,6 +263,8 @@ static bool peer_link(const Devices *ds, int a, int b)
 double link_bandwidth(const Devices *ds, int a, int b)
 {
     const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
+    if (ds->d[a].node != ds->d[b].node)
+        return node_bandwidth(ds);
     if (peer_link(ds, a, b))
         return fmin(pa->peer_bw, pb->peer_bw);
     return fmin(pa->host_bw, pb->host_bw);
@@ -268,6 +273,8 @@ double link_bandwidth(const Devices *ds, int a, int b)
 double link_latency(const Devices *ds, int a, int b)
 {
     const Profile *pa = &ds->d[a].prof, *pb = &ds->d[b].prof;
+    if (ds->d[a].node != ds->d[b].node)
+        return node_latency(ds);
     if (peer_link(ds, a, b))
         return fmax(pa->peer_latency, pb->peer_latency);
     double hop = fmax(pa->host_latency, pb->host_latency);

@@ -41,10 +41,16 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--nodes=%d with CUDA devices needs NCCL between processes, "
                    "which mpcc does not build yet; CPU devices (-cpus N) train across "
                    "processes over MPI", K);
+    if (R == 1 && K > 1) {   /* one pipeline across the processes */
+        if (has_cuda(o) || o->pipe.devices)
+            error_file(o->input, "--nodes=%d with --data-parallel=1: a pipeline across "
+                       "processes is built for CPU devices (-cpus N) only so far", K);
+        return;
+    }
     if (R < K || R % K)
         error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds whole "
-                   "replicas, the same number each (a pipeline across processes is not "
-                   "built yet); give --data-parallel=%d or a multiple of it", R, K, K);
+                   "replicas, the same number each, or (--data-parallel=1) one pipeline spans "
+                   "them all; give --data-parallel=1, %d or a multiple of it", R, K, K);
     int RL = R / K;
     if (RL > 1 && (has_cuda(o) || o->pipe.devices))
         error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
@@ -103,9 +109,13 @@ void replicas_apply(Options *o)
     o->batch /= R;
     if (p->micro_given)
         o->train.microbatches /= R;
-    p->replicas_here = R / K;
+    p->replicas_here = R >= K ? R / K : 1;
     if (p->replicas_here > 1)
         o->cpus = (o->cpus ? o->cpus : 1) / p->replicas_here;   /* one replica's devices */
+    if (R == 1 && K > 1) {   /* the plan spans every process's devices */
+        p->node_devs = o->cpus ? o->cpus : 1;
+        o->cpus = p->node_devs * K;
+    }
 }
 
 bool replicas_tree(const Options *o)
@@ -131,24 +141,46 @@ int tree_levels(int count)
 
 /* The link between nodes: the profile's, else 400 Gb/s InfiniBand for
  * GPUs and 10 Gb/s Ethernet for CPUs, at 80% of one direction. */
-static void node_link(const Devices *ds, double *bw, double *latency)
+double node_bandwidth(const Devices *ds)
 {
     const Profile *p = &ds->d[0].prof;
-    bool gpu = ds->d[0].kind == DEV_CUDA;
-    *bw = p->node_bw > 0 ? p->node_bw : gpu ? 0.8 * 50e9 : 0.8 * 1.25e9;
-    *latency = p->node_latency > 0 ? p->node_latency : gpu ? 5e-6 : 30e-6;
+    return p->node_bw > 0 ? p->node_bw : ds->d[0].kind == DEV_CUDA ? 0.8 * 50e9 : 0.8 * 1.25e9;
 }
 
-/* Ring reduce-scatter then all-gather: each process sends and receives
- * 2 (R-1)/R of the bytes, in 2 (R-1) exchanges. */
+double node_latency(const Devices *ds)
+{
+    const Profile *p = &ds->d[0].prof;
+    return p->node_latency > 0 ? p->node_latency : ds->d[0].kind == DEV_CUDA ? 5e-6 : 30e-6;
+}
+
+static void node_link(const Devices *ds, double *bw, double *latency)
+{
+    *bw = node_bandwidth(ds);
+    *latency = node_latency(ds);
+}
+
+/* The replicas of a process add their shares in memory (each reads its
+ * share of every copy, and the others read the sum back: RL + 1 passes of
+ * the bytes at the device's copy bandwidth, over RL threads); the
+ * processes then exchange as a ring reduce-scatter and all-gather, each
+ * sending and receiving 2 (K-1)/K of the bytes in 2 (K-1) steps. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
 {
-    int R = o->pipe.replicas;
+    int R = o->pipe.replicas, K = o->pipe.nodes, RL = o->pipe.replicas_here;
     if (R <= 1)
         return 0;
-    double bw, latency;
-    node_link(ds, &bw, &latency);
-    return 2.0 * (R - 1) / R * bytes / bw + 2.0 * (R - 1) * latency;
+    double t = 0;
+    if (RL > 1) {
+        const Profile *p = &ds->d[0].prof;
+        double copy = p->copy_bw > 0 ? p->copy_bw : p->bandwidth;
+        t += (RL + 1) * bytes / RL / copy;
+    }
+    if (K > 1) {
+        double bw, latency;
+        node_link(ds, &bw, &latency);
+        t += 2.0 * (K - 1) / K * bytes / bw + 2.0 * (K - 1) * latency;
+    }
+    return t;
 }
 
 /* The bytes of a stage's gradients: what it sums over the replicas. */

@@ -602,6 +602,8 @@ typedef struct MprtModel {
     int norm_terms;             /* --clip-norm: the entries of mprt_norm_sq */
     int replicas, nodes;        /* --data-parallel, --nodes: 0 for one process */
     int replicas_here;          /* of them, in each process (state.c): 0 or 1 for one */
+    int node_devs;              /* a pipeline across processes: each one's devices, rank
+                                   r's r * node_devs ..; 0: every device here (comm.c) */
     int nstages;                /* with replicas: a communicator each (comm.c) */
     const MprtBuffer *buffers;
     int nbuffers;
@@ -2371,6 +2373,12 @@ MPRT_GLOBAL double *mprt_norm_sq;
 MPRT_GLOBAL _Thread_local int mprt_dev_base;
 MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
+
+/* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
+ * process holds every device's arena, but runs only the operations of its
+ * own devices, [mprt_dev_lo, mprt_dev_hi) (comm.c sets them); the devices'
+ * entry points (program.c) pass over the others'. */
+MPRT_GLOBAL int mprt_dev_lo, mprt_dev_hi = 1 << 30;
 
 /* ---- Dropout's counter-based generator ---- */
 
@@ -6373,7 +6381,9 @@ MPRT_KERNEL void mprt_nll_grad(int N, int C, long D, const float *dloss, const i
  * trainer started) are kept by its label, for --trace and --profile.
  */
 
-enum { MPRT_OP_RUN, MPRT_OP_COPY, MPRT_OP_WAIT, MPRT_OP_RECORD };
+/* SEND and RECV: to or from a device of another process (comm.c), mb the
+ * device and ev the tag. */
+enum { MPRT_OP_RUN, MPRT_OP_COPY, MPRT_OP_WAIT, MPRT_OP_RECORD, MPRT_OP_SEND, MPRT_OP_RECV };
 
 typedef struct MprtOp {
     int kind, mb, ev, label;
@@ -6402,12 +6412,20 @@ MPRT_GLOBAL int mprt_nevents;
 /* How a copy stream moves bytes: memcpy, or (mixed.c) a CUDA copy when one
  * side is a GPU's. */
 MPRT_GLOBAL void *(*mprt_stream_copy)(void *dst, const void *src, size_t n) = memcpy;
+/* How a stream sends to and receives from a device of another process
+ * (comm.c, over MPI). */
+MPRT_GLOBAL void (*mprt_stream_send)(const void *src, size_t n, int dev, int tag);
+MPRT_GLOBAL void (*mprt_stream_recv)(void *dst, size_t n, int dev, int tag);
 
 MPRT_KERNEL void mprt_execute(const MprtOp *op)
 {
     double t0 = mprt_tracing ? mprt_clock() : 0;
     if (op->kind == MPRT_OP_RUN)
         op->fn(op->mb);
+    else if (op->kind == MPRT_OP_SEND)
+        mprt_stream_send(op->src, op->n, op->mb, op->ev);
+    else if (op->kind == MPRT_OP_RECV)
+        mprt_stream_recv(op->dst, op->n, op->mb, op->ev);
     else
         mprt_stream_copy(op->dst, op->src, op->n);
     if (mprt_tracing && op->label >= 0) {
@@ -6732,10 +6750,11 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
  * only the first copy's operations are timed (--trace, --profile). */
 static int mprt_copy_of_thread(void) { return mprt_dev_base / mprt_replica_devs; }
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+static int mprt_stream_here(int stream) { return stream / 3 >= mprt_dev_lo && stream / 3 < mprt_dev_hi; }
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
@@ -7982,7 +8001,8 @@ static void mprt_mpi_check(int rc, const char *what)
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
-    int need = m->ndev > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
+    int many = m->ndev > 1 || m->node_devs;   /* device threads call MPI at once */
+    int need = many ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -8069,11 +8089,95 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
     free(count), free(at), free(rcount), free(rat), free(part);
 }
 
-/* Every process's micro-batch losses, in rank order: all[r * M + mb]. */
+/* Every process's micro-batch losses, in rank order: all[r * M + mb];
+ * with a pipeline across processes, the one process's that computes them
+ * (the others' are 0, and x + 0 is x). */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
-    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
-                   "gathering the losses (MPI_Allgather)");
+    if (mprt_dev_lo || mprt_dev_hi != 1 << 30)
+        mprt_mpi_check(MPI_Allreduce(mine, all, M, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                       "gathering the losses (MPI_Allreduce)");
+    else
+        mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
+                       "gathering the losses (MPI_Allgather)");
+}
+
+/* ---- a pipeline across processes ---- */
+
+static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
+static int mprt_node_devs;
+
+static void mprt_p2p_check(size_t n, int tag, const char *what)
+{
+    static int *ub;
+    int flag = 0;
+    if (!ub)
+        MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (n > INT_MAX || (ub && tag > *ub))
+        mprt_die("%s of %zu bytes, operation %d: beyond what one MPI call counts", what, n, tag);
+}
+
+static void mprt_mpi_send(const void *src, size_t n, int dev, int tag)
+{
+    mprt_p2p_check(n, tag, "a copy to another process");
+    mprt_mpi_check(MPI_Send(src, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p),
+                   "a copy to another process (MPI_Send)");
+}
+
+static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
+{
+    mprt_p2p_check(n, tag, "a copy from another process");
+    mprt_mpi_check(MPI_Recv(dst, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p,
+                            MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
+}
+
+/* This process runs devices rank * node_devs .. of the model's. */
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    mprt_node_devs = m->node_devs;
+    mprt_dev_lo = mprt_rank * m->node_devs;
+    mprt_dev_hi = mprt_dev_lo + m->node_devs;
+    mprt_stream_send = mprt_mpi_send;
+    mprt_stream_recv = mprt_mpi_recv;
+    mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_p2p), "MPI_Comm_dup");
+}
+
+/* A copy between stages on two processes: the sender's stream sends... */
+MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_enqueue(stream, (MprtOp){.kind = MPRT_OP_SEND, .src = src, .n = n, .mb = dev,
+                                      .ev = label, .label = label});
+}
+
+/* ... and the receiver's stream of the same kind receives. */
+MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_enqueue(stream, (MprtOp){.kind = MPRT_OP_RECV, .dst = dst, .n = n, .mb = dev,
+                                      .ev = label, .label = label});
+}
+
+/* Before a checkpoint: rank 0 takes the weights, optimizer state and
+ * running statistics of the other processes' devices into its copies of
+ * their arenas, in the buffer table's order. */
+static void mprt_comm_gather(const MprtModel *m)
+{
+    if (!m->node_devs)
+        return;
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        int owner = b->dev / m->node_devs;
+        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->dev < 0 || owner == 0)
+            continue;
+        if (mprt_rank == owner)
+            mprt_mpi_check(MPI_Send(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, 0, i,
+                                    MPI_COMM_WORLD), "gathering the checkpoint (MPI_Send)");
+        else if (mprt_rank == 0)
+            mprt_mpi_check(MPI_Recv(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, owner, i,
+                                    MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                           "gathering the checkpoint (MPI_Recv)");
+    }
 }
 
 /* Whether any process has `flag` set. */
@@ -8104,6 +8208,16 @@ static void mprt_comm_end(void) {}
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
     (void)stage, (void)n, (void)g, (void)len;
+}
+
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    (void)m;
+}
+
+static void mprt_comm_gather(const MprtModel *m)
+{
+    (void)m;
 }
 
 static void mprt_comm_losses(int M, const float *mine, float *all)
@@ -8283,8 +8397,12 @@ static long mprt_arg_long(const char *opt, const char *v, long lo)
 static void mprt_check_args(const MprtModel *m, const MprtArgs *a)
 {
     if (a->check_replicas && m->replicas < 2)
-        mprt_die("--check-replicas compares the replicas of a trainer across processes; this "
-                 "one has one replica (mpcc --data-parallel=K --nodes=K makes K)");
+        mprt_die("--check-replicas compares the replicas of a trainer; this one has one "
+                 "(mpcc --data-parallel=R makes R)");
+    if (m->node_devs && (a->eval_data || a->eval_tokens))
+        mprt_die("evaluation with a pipeline across processes is not built yet; drop "
+                 "--eval-data (--eval-tokens) and evaluate the checkpoint with a trainer "
+                 "compiled without --nodes");
     if (a->tokens && (a->data || a->labels || a->synthetic))
         mprt_die("give --tokens, or --data and --labels, or --synthetic: one source of data");
     if (!a->tokens && !a->synthetic && (!a->data || !a->labels))
@@ -8573,7 +8691,8 @@ static void mprt_here_devices(const MprtModel *m, const char ***names, double **
         char name[32];
         snprintf(name, sizeof name, "cpu:%d", d);
         (*names)[d] = d < m->ndev ? m->device_names[d] : strdup(name);
-        (*shares)[d] = m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
+        int here = d >= mprt_dev_lo && d < mprt_dev_hi;   /* a pipeline across processes */
+        (*shares)[d] = !here ? 0 : m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
         if (!(*names)[d])
             mprt_die("out of memory");
     }
@@ -8628,6 +8747,8 @@ static void mprt_report_devices(const MprtModel *m)
 {
     fprintf(stderr, "memory plan%s:", mprt_replicas_here > 1 ? " of each replica here" : "");
     for (int d = 0; d < m->ndev; d++) {
+        if (d < mprt_dev_lo || d >= mprt_dev_hi)
+            continue;   /* another process's */
         int t = mprt_ops->dev_threads ? mprt_ops->dev_threads(d) : 0;
         fprintf(stderr, " %s %.1f MB", m->device_names[d], (double)mprt_arena_bytes[d] / 1e6);
         if (m->host_bytes[d])
@@ -8649,7 +8770,8 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
-    int M = m->microbatches, RL = mprt_replicas_here, total = M * RL * mprt_ranks;
+    int M = m->microbatches, RL = mprt_replicas_here;
+    int total = M * RL * (m->node_devs ? 1 : mprt_ranks);   /* every replica's */
     for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
         mprt_dev_base = c * m->ndev;
         int64_t replica = (int64_t)mprt_rank * RL + c;
@@ -8801,6 +8923,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
     mprt_replicas_start(m);
+    if (m->node_devs)
+        mprt_pipeline_start(m);   /* this process's devices; copies over MPI */
     int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
@@ -8861,9 +8985,10 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         if (lead && ((s + 1 - start) % a.log_every == 0 || s + 1 == last || stop))
             mprt_progress(m, s + 1, last, s + 1 - start, steps, loss, a.lr, now - t0 - t_aside,
                           now - t0);
-        if (lead && ((a.save_every && (s + 1) % a.save_every == 0) ||
-                     (stop && saved_step != s + 1))) {
-            mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
+        if ((a.save_every && (s + 1) % a.save_every == 0) || (stop && saved_step != s + 1)) {
+            mprt_comm_gather(m);   /* every process: rank 0 takes the others' weights */
+            if (lead)
+                mprt_series_save(&series, &ckpt, s + 1, saved, sizeof saved);
             saved_step = s + 1;
         }
         if (stop) {
@@ -8893,6 +9018,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
                     "the same weights\n", a.check_replicas, mprt_ranks * mprt_replicas_here);
         mprt_write_outputs(m, &a, &plot, last, steps, busy);
     }
+    if (a.save)
+        mprt_comm_gather(m);
     if (a.save && lead) {
         mprt_save(&ckpt, a.save, last);
         fprintf(stderr, "saved %s\n", a.save);

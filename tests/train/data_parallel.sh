@@ -12,9 +12,13 @@
 #     one, samples/resnet.mp as 2 replicas in one: the losses and weights
 #     equal (each replica keeps its own running statistics:
 #     docs/distributed.md);
-#   - a run resumed on 2 processes from a 1-process checkpoint, and one
-#     resumed on 1 process from a 2-process checkpoint, end on the
-#     1-process checkpoint;
+#   - one pipeline across 2 or 4 processes (--data-parallel=1 --nodes=K;
+#     GPipe, 1F1B, interleaved, zero-bubble): the copies between stages
+#     of two processes over MPI, rank 0 gathering the checkpoint; the
+#     losses and checkpoint of one process, byte for byte;
+#   - a run resumed on 2 processes (2 replicas, and a pipeline across 2)
+#     from a 1-process checkpoint, and one resumed on 1 process from a
+#     2-process checkpoint, end on the 1-process checkpoint;
 #   - SIGTERM to mpirun: every process stops after the same step, rank 0
 #     saves, and the run resumes from it bit for bit;
 #   - a trainer started on the wrong number of processes says so in one
@@ -74,6 +78,23 @@ layouts() {
 layouts mlp "$samples/mlp.mp" -batch 64 --microbatches=8
 layouts gpt "$samples/gpt.mp" -batch 16 --microbatches=8 --optimizer=adamw --schedule=gpipe
 
+# one pipeline across processes (--data-parallel=1 --nodes=K): the copies
+# between stages of two processes over MPI, every schedule
+for layout in "2 1 gpipe" "2 2 1f1b" "4 1 interleaved" "2 2 zb"; do
+    set -- $layout
+    tag=gpt-pipe-$1-$2-$3
+    compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=1 --nodes=$1 -batch 16 \
+        --microbatches=8 --optimizer=adamw --schedule=$3
+    grep -q "mprt_recv(" $tag.c || { echo "FAIL: $tag.c receives nothing from another process"; exit 1; }
+    run $1 $tag --steps 4 --loss-log $tag.txt --save $tag.safetensors
+    cmp gpt-1.txt $tag.txt || { echo "FAIL: $tag: other losses"; exit 1; }
+    cmp gpt-1.safetensors $tag.safetensors || { echo "FAIL: $tag: another checkpoint"; exit 1; }
+    echo "data_parallel: gpt: one $3 pipeline across $1 processes of $2 device(s): the losses" \
+        "and checkpoint (gathered by rank 0) of one process, byte for byte"
+done
+grep -q '^ \* processes: 2, one pipeline across them, 1 device(s) each: run as mpirun -np 2' \
+    gpt-pipe-2-1-gpipe.c || { echo "FAIL: gpt-pipe-2-1-gpipe.c's head says nothing of processes"; exit 1; }
+
 # the head names the replicas and how to start them; the plan is one replica's
 grep -q '^ \* replicas: 2, 1 per process: run as mpirun -np 2 ./train' gpt-2-2-2.c ||
     { echo "FAIL: the head of gpt-2-2-2.c does not say how to start it"; exit 1; }
@@ -100,10 +121,13 @@ echo "data_parallel: --dump=partition: the replica grid; the step predicted $(st
 run 0 gpt-1 --steps 2 --save one-2.safetensors
 run 2 gpt-2-1-2 --resume one-2.safetensors --steps 2 --save two-4.safetensors
 cmp gpt-1.safetensors two-4.safetensors
+run 2 gpt-pipe-2-1-gpipe --resume one-2.safetensors --steps 2 --save pipe-4.safetensors
+cmp gpt-1.safetensors pipe-4.safetensors
 run 2 gpt-2-1-2 --steps 2 --save two-2.safetensors
 run 0 gpt-1 --resume two-2.safetensors --steps 2 --save one-4.safetensors
 cmp gpt-1.safetensors one-4.safetensors
-echo "data_parallel: gpt: resumed from 1 process onto 2, and from 2 onto 1, byte for byte"
+echo "data_parallel: gpt: resumed from 1 process onto 2 replicas and onto a pipeline across 2," \
+    "and from 2 onto 1, byte for byte"
 
 # BatchNorm (convolutions and max pooling through oneDNN where mpcc was
 # built with it, each replica in a process with primitives of its own):
@@ -138,6 +162,18 @@ print("data_parallel: %s: %s: the losses and every weight and optimizer state of
 EOF
 }
 bn_check bn "$samples/cnn_bn.mp" "-cpus 1 --data-parallel=2 --nodes=2" -batch 16 --microbatches=4
+# a pipeline across processes: one replica, so the running statistics too
+compile bnp "$samples/cnn_bn.mp" -cpus 1 --data-parallel=1 --nodes=2 -batch 16 --microbatches=4
+run 2 bnp --steps 3 --loss-log bnp.txt --save bnp.safetensors
+cmp bn-1.txt bnp.txt && cmp bn-1.safetensors bnp.safetensors ||
+    { echo "FAIL: cnn_bn: a pipeline across 2 processes: another checkpoint"; exit 1; }
+echo "data_parallel: cnn_bn: a pipeline across 2 processes: the losses and whole checkpoint" \
+    "(running statistics too) of one process, byte for byte"
+if mpirun -np 2 ./bnp --synthetic --steps 1 --eval-tokens x.npy 2>bnp-eval.log; then
+    echo "FAIL: evaluation ran across processes"; exit 1
+fi
+grep -q 'evaluation with a pipeline across processes is not built yet' bnp-eval.log ||
+    { cat bnp-eval.log; exit 1; }
 bn_check bnh "$samples/cnn_bn.mp" "-cpus 4 --data-parallel=2" -batch 16 --microbatches=4
 bn_check resnet "$samples/resnet.mp" "-cpus 2 --data-parallel=2" -batch 8 --microbatches=4 --lr=0.05
 
@@ -218,7 +254,9 @@ refuse() {   # WHAT FLAGS...
     grep -q "$what" refused.err || { cat refused.err; exit 1; }
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
-refuse 'a pipeline across processes is not built yet' -cpus 1 -batch 8 --data-parallel=1 --nodes=2
+refuse 'one pipeline spans them all' -cpus 1 -batch 8 --data-parallel=3 --nodes=2
+refuse 'a pipeline across processes is built for CPU devices' --devices=cpu,cpu -batch 8 \
+    --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'built for CPU devices (-cpus N) only so far' -gpus 2 -batch 8 --data-parallel=2
 refuse 'replicas in each process must be a power of two' -cpus 3 -batch 12 --microbatches=6 \
