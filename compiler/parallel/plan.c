@@ -169,7 +169,8 @@ static void make_bufs(PB *b)
     for (uint32_t v = 0; v < g->nvalues; v++) {
         p->acc_of[v] = -1;
         if (g->values[v].trainable && b->M > 1 && b->st->home[v] >= 0) {
-            Buf *acc = &p->bufs[p->acc_of[v] = new_buf(b, v, b->st->home[v], false)];
+            p->acc_of[v] = new_buf(b, v, b->st->home[v], false);   /* may move p->bufs */
+            Buf *acc = &p->bufs[p->acc_of[v]];
             acc->acc = true;
             acc->levels = b->tree ? tree_levels(b->M) : 1;
             acc->bytes *= (size_t)acc->levels;
