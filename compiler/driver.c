@@ -144,6 +144,7 @@ Plan *driver_plan(Graph *g, const Stages *st, const Schedule *sc, const Devices 
             continue;
         plan_order(p);
         plan_verify(p);
+        plan_verify_nodes(p);
         plan_verify_memory(p);
         return p;
     }

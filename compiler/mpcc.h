@@ -1080,6 +1080,17 @@ bool simulate(Plan *p, const char **stuck);
  * op wrote for that micro-batch, a copy whose source may be overwritten
  * before it ends. */
 void plan_verify(const Plan *p);
+/* verify_nodes.c: a pipeline across processes (--nodes) cannot deadlock
+ * when its copies between processes wait for both sides. Each stream's
+ * operations in the order it takes them, a copy between processes on the
+ * sender's stream and the receiver's. */
+typedef struct NodeStreams {
+    int nstreams;
+    int **seq, *len;
+} NodeStreams;
+NodeStreams node_streams(const Plan *p);
+int node_streams_stuck(const Plan *p, const NodeStreams *ns);   /* an op left, or -1 */
+void plan_verify_nodes(const Plan *p);
 /* verify_memory.c: a replay of the step against the memory plan */
 void plan_verify_memory(const Plan *p);
 const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */
