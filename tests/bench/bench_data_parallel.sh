@@ -25,9 +25,12 @@ for t in one here procs; do
     libs=$(sed -n 's/^ \* build: .* -o train \(.*\)/\1/p' $t.c)
     $cc -O2 -fno-trapping-math -ffp-contract=off $t.c -o $t $libs
 done
-./one --synthetic --steps 2 --save one.safetensors 2>/dev/null
-./here --synthetic --steps 2 --save here.safetensors 2>/dev/null
-mpirun -np 2 ./procs --synthetic --steps 2 --save procs.safetensors 2>/dev/null
+# the same bits at one thread a device (oneDNN and OpenBLAS may round
+# otherwise on other thread counts: docs/trainer.md)
+OPENBLAS_NUM_THREADS=1 ./one --synthetic --steps 2 --save one.safetensors 2>/dev/null
+OPENBLAS_NUM_THREADS=1 ./here --synthetic --steps 2 --save here.safetensors 2>/dev/null
+OPENBLAS_NUM_THREADS=1 mpirun -np 2 ./procs --synthetic --steps 2 --save procs.safetensors \
+    2>/dev/null
 /usr/bin/python3 - <<'EOF'
 from safetensors.numpy import load_file
 a = load_file("one.safetensors")
@@ -38,7 +41,8 @@ for other in ("here", "procs"):
             assert (a[k] == b[k]).all(), other + ": " + k
 print("the three trainers end step 2 on the same weights")
 EOF
-echo "time these, $steps steps each, in turn:"
+echo "time these, $steps steps each, in turn (every core used: one device of 2 threads,"
+echo "2 devices of 1, 2 processes of 1 core each):"
 echo "  one:   $work/one --synthetic --steps $steps"
 echo "  here:  $work/here --synthetic --steps $steps"
-echo "  procs: mpirun -np 2 $work/procs --synthetic --steps $steps"
+echo "  procs: mpirun -np 2 -x MPRT_CORES=1 $work/procs --synthetic --steps $steps"
