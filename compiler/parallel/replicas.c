@@ -30,6 +30,21 @@ static bool has_cuda(const Options *o)
     return o->gpus > 0 || (o->pipe.devices && strstr(o->pipe.devices, "cuda"));
 }
 
+/* The devices of one process: -gpus N, else -cpus N (1 when neither). */
+static int devices_given(const Options *o)
+{
+    return o->gpus > 0 ? o->gpus : o->cpus > 0 ? o->cpus : 1;
+}
+
+/* Only the plan is asked for (--dump=partition, schedule, memory, ...):
+ * layouts whose trainer is not built yet may still be planned, to see
+ * what they would do. */
+static bool plans_only(const Options *o)
+{
+    return o->dump_partition || o->dump_schedule || o->dump_dot || o->dump_fuse ||
+           o->dump_memory || o->dump_costs || o->dump_gantt || o->dump_sweep;
+}
+
 /* What this version does not build yet, each as one line that says what
  * to give instead. */
 static void check_layout(const Options *o, int R, int K)
@@ -37,34 +52,39 @@ static void check_layout(const Options *o, int R, int K)
     if (o->infer)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
-    if (has_cuda(o) && K > 1)
+    bool gpus = has_cuda(o) && !plans_only(o);
+    if (has_cuda(o) && plans_only(o) && (K > 1 || R > K)) {
+        Loc loc = {.file = o->input, .index = -1};
+        note_once(&loc, "a plan only: the trainer of this layout of CUDA devices is not built "
+                  "yet (NCCL between processes, replicas of GPU pipelines in one process)");
+    }
+    if (o->pipe.devices && (K > 1 || R > K))
+        error_file(o->input, "--data-parallel and --nodes take -cpus N or -gpus N (each "
+                   "process's devices), not --devices");
+    if (gpus && K > 1)
         error_file(o->input, "--nodes=%d with CUDA devices needs NCCL between processes, "
                    "which mpcc does not build yet; CPU devices (-cpus N) train across "
                    "processes over MPI", K);
-    if (R == 1 && K > 1) {   /* one pipeline across the processes */
-        if (has_cuda(o) || o->pipe.devices)
-            error_file(o->input, "--nodes=%d with --data-parallel=1: a pipeline across "
-                       "processes is built for CPU devices (-cpus N) only so far", K);
+    if (R == 1 && K > 1)   /* one pipeline across the processes */
         return;
-    }
     if (R < K || R % K)
         error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds whole "
                    "replicas, the same number each, or (--data-parallel=1) one pipeline spans "
                    "them all; give --data-parallel=1, %d or a multiple of it", R, K, K);
     int RL = R / K;
-    if (RL > 1 && (has_cuda(o) || o->pipe.devices))
+    if (RL > 1 && gpus)
         error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
-                   "CPU devices (-cpus N) only so far; give --nodes=%d for one per process",
-                   R, RL, R);
+                   "CPU devices (-cpus N) only so far (--dump=partition plans them)", R, RL);
     if (RL > 1 && K > 1 && (RL & (RL - 1)))
         error_file(o->input, "--data-parallel=%d over --nodes=%d: %d replicas in each process "
                    "must be a power of two (their sum is a subtree of the fixed tree over "
                    "every replica)", R, K, RL);
-    int N = o->cpus ? o->cpus : 1;
+    int N = devices_given(o);
     if (RL > 1 && N % RL)
-        error_file(o->input, "--data-parallel=%d: %d replicas in each process need -cpus N "
-                   "with N a multiple of %d (each replica on N/%d devices), got -cpus %d",
-                   R, RL, RL, RL, N);
+        error_file(o->input, "--data-parallel=%d: %d replicas in each process need -%s N "
+                   "with N a multiple of %d (each replica on N/%d devices), got -%s %d",
+                   R, RL, has_cuda(o) ? "gpus" : "cpus", RL, RL, has_cuda(o) ? "gpus" : "cpus",
+                   N);
     if (o->train.clip_norm > 0 && R > 1)
         error_file(o->input, "--clip-norm with --data-parallel=%d: the global norm over "
                    "replicas is not built yet; drop --clip-norm or train on one process", R);
@@ -110,11 +130,12 @@ void replicas_apply(Options *o)
     if (p->micro_given)
         o->train.microbatches /= R;
     p->replicas_here = R >= K ? R / K : 1;
+    int *count = has_cuda(o) ? &o->gpus : &o->cpus, N = devices_given(o);
     if (p->replicas_here > 1)
-        o->cpus = (o->cpus ? o->cpus : 1) / p->replicas_here;   /* one replica's devices */
+        *count = N / p->replicas_here;   /* one replica's devices */
     if (R == 1 && K > 1) {   /* the plan spans every process's devices */
-        p->node_devs = o->cpus ? o->cpus : 1;
-        o->cpus = p->node_devs * K;
+        p->node_devs = N;
+        *count = N * K;
     }
 }
 
@@ -170,7 +191,10 @@ double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
     if (R <= 1)
         return 0;
     double t = 0;
-    if (RL > 1) {
+    if (RL > 1 && ds->d[0].kind == DEV_CUDA) {   /* a ring over the peer links */
+        const Profile *p = &ds->d[0].prof;
+        t += 2.0 * (RL - 1) / RL * bytes / p->peer_bw + 2.0 * (RL - 1) * p->peer_latency;
+    } else if (RL > 1) {
         const Profile *p = &ds->d[0].prof;
         double copy = p->copy_bw > 0 ? p->copy_bw : p->bandwidth;
         t += (RL + 1) * bytes / RL / copy;

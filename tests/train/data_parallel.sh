@@ -255,8 +255,7 @@ refuse() {   # WHAT FLAGS...
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
 refuse 'one pipeline spans them all' -cpus 1 -batch 8 --data-parallel=3 --nodes=2
-refuse 'a pipeline across processes is built for CPU devices' --devices=cpu,cpu -batch 8 \
-    --data-parallel=1 --nodes=2
+refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'built for CPU devices (-cpus N) only so far' -gpus 2 -batch 8 --data-parallel=2
 refuse 'replicas in each process must be a power of two' -cpus 3 -batch 12 --microbatches=6 \
@@ -267,4 +266,10 @@ refuse 'does not split over 2 replicas' -cpus 1 -batch 7 --data-parallel=2 --nod
 refuse 'needs NCCL between processes' -gpus 1 -batch 8 --data-parallel=2 --nodes=2
 refuse 'the global norm over replicas is not built yet' -cpus 1 -batch 8 --clip-norm=1 \
     --data-parallel=2 --nodes=2
-echo "data_parallel: the layouts not built yet are refused in one line each"
+# ... but a plan of them may be asked for: GPUs over nodes, planned only
+"$mpcc" "$samples/gpt.mp" -gpus 2 --nodes=2 -batch 16 --microbatches=8 --dump=partition \
+    >gpu-grid.txt 2>gpu-grid.err || { cat gpu-grid.err; exit 1; }
+grep -q 'note: a plan only: the trainer of this layout of CUDA devices is not built yet' \
+    gpu-grid.err || { cat gpu-grid.err; exit 1; }
+grep -q '^#   rank 1: replica 1, .* on cuda:0 cuda:1$' gpu-grid.txt || { cat gpu-grid.txt; exit 1; }
+echo "data_parallel: the layouts not built yet are refused in one line each; --dump plans them"
