@@ -315,11 +315,53 @@ static int check(Arena *arena, const Options *given, Options *opt, Graph *g, boo
     return problems || later ? 1 : 0;
 }
 
+/* --data-parallel=auto: every layout of the devices into replicas that
+ * divides the batch (replicas_candidates), each planned in silence (an
+ * error of a candidate, as not fitting, passes it over), and the fastest
+ * predicted step kept, with a note naming the others. */
+static void choose_replicas(Arena *arena, Options *o)
+{
+    int R[32], n = replicas_candidates(o, R, 32);
+    Options best = *o;
+    double best_t = 0;
+    char others[512] = "";
+    jmp_buf here, *outer = diag_jmp;
+    bool was_quiet = diag_quiet;
+    for (int i = 0; i < n; i++) {
+        Options c = *o;
+        c.pipe.replicas = R[i];
+        volatile double t = -1;
+        diag_jmp = &here;
+        diag_quiet = true;
+        if (setjmp(here) == 0) {
+            replicas_apply(&c);
+            t = pipeline_choose(arena, &c, &driver_passes)->plan->step_time;
+        }
+        diag_jmp = outer;
+        diag_quiet = was_quiet;
+        size_t k = strlen(others);
+        snprintf(others + k, sizeof others - k, "%s%d: %s", k ? ", " : "", R[i],
+                 t < 0 ? "no plan" : arena_printf(arena, "%.4g s", t));
+        if (t >= 0 && (best_t == 0 || t < best_t))
+            best = c, best_t = t;
+    }
+    Loc loc = {.file = o->input, .index = -1};
+    if (best_t == 0)
+        error_at(&loc, "--data-parallel=auto: no number of replicas gives a plan that fits "
+                 "(%s)", others);
+    note_at(&loc, "--data-parallel=auto chose %d replica(s): the fastest predicted step of "
+            "these (%s)", best.pipe.replicas, others);
+    *o = best;
+}
+
 /* One run of mpcc on parsed options: the mode they ask for. Returns the
  * exit status; errors exit through diag.c. */
 int driver_run(Arena *arena, Options *o)
 {
-    if (!o->gantt_from && !o->emit_onnx)
+    if (!o->gantt_from && !o->emit_onnx && o->pipe.replicas == REPLICAS_AUTO && !o->infer &&
+        !o->check)
+        choose_replicas(arena, o);   /* applied, as below */
+    else if (!o->gantt_from && !o->emit_onnx)
         replicas_apply(o);   /* from here on, one replica's options */
     Options opt = *o;
     if (opt.gantt_from)

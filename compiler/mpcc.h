@@ -1107,6 +1107,9 @@ void replicas_apply(Options *o);
  * the same micro-batches adds in the same order; the buffers a parameter's
  * sum needs for `count` micro-batches of one replica. */
 bool replicas_tree(const Options *o);
+/* --data-parallel=auto: the replica counts a search may plan (each a
+ * layout replicas_apply takes), at most max of them, into R. */
+int replicas_candidates(const Options *o, int *R, int max);
 int tree_levels(int count);
 int tree_top(int count);   /* the level that holds the sum at the end */
 /* Seconds to sum `bytes` of gradients over the replicas: a reduce-scatter

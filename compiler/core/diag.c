@@ -253,6 +253,8 @@ static bool first_time(const Loc *loc, const char *fmt, va_list ap)
 
 static void say_once(const Loc *loc, const char *kind, const char *fmt, va_list ap)
 {
+    if (diag_quiet)   /* not said: the run that is not quiet says it */
+        return;
     va_list copy;
     va_copy(copy, ap);
     if (first_time(loc, fmt, copy))

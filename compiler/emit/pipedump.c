@@ -42,16 +42,25 @@ static int64_t stage_memory(const Plan *p, int s)
  * predicted step counts it; the table's upd ms does not). */
 static void replica_grid(const Pipeline *pl, FILE *out)
 {
-    int R = pl->opt.pipe.replicas;
+    const PipeOptions *po = &pl->opt.pipe;
+    int R = po->replicas, RL = po->replicas_here > 1 ? po->replicas_here : 1, D = pl->ds.n;
+    if (po->node_devs) {   /* one pipeline across the processes */
+        fprintf(out, "# processes: %d, one pipeline across them:", po->nodes);
+        for (int d = 0; d < D; d++)
+            fprintf(out, "%s %s (rank %d)", d ? "," : "", pl->ds.d[d].name, pl->ds.d[d].node);
+        fputc('\n', out);
+        return;
+    }
     if (R <= 1)
         return;
-    fprintf(out, "# replicas: %d (--data-parallel), one per process; the same devices on each:\n",
-            R);
+    fprintf(out, "# replicas: %d (--data-parallel), %d per process, each on its own copy of the "
+            "devices above:\n", R, RL);
     for (int r = 0; r < R; r++) {
-        fprintf(out, "#   rank %d: replica %d, micro-batches %d .. %d of the step, on", r, r,
+        fprintf(out, "#   rank %d: replica %d, micro-batches %d .. %d of the step, on", r / RL, r,
                 r * pl->sc->M, (r + 1) * pl->sc->M - 1);
-        for (int d = 0; d < pl->ds.n; d++)
-            fprintf(out, " %s", pl->ds.d[d].name);
+        for (int d = 0; d < D; d++)   /* the trainer names a copy's devices after the first's */
+            fprintf(out, " %s:%d", pl->ds.d[d].kind == DEV_CPU ? "cpu" : "cuda",
+                    pl->ds.d[d].ordinal + r % RL * D);
         fputc('\n', out);
     }
     fprintf(out, "# gradient sums over the replicas, before each stage's update:");

@@ -322,6 +322,8 @@ static void report_offload(const Plan *p)
 /* --offload named a kind the plan chosen has nothing of: why, and what to try. */
 static void note_nothing_offloaded(const Plan *p, const Options *o)
 {
+    if (diag_quiet)
+        return;
     OffloadKind k = o->pipe.offload_auto ? OFFLOAD_NONE : o->pipe.offload;
     if (offloads_activations(k) && !p->noffl && o->pipe.recompute == RECOMPUTE_ALL)
         fprintf(stderr, "mpcc: note: --offload=%s offloads no activation under "
@@ -342,6 +344,8 @@ static void note_nothing_offloaded(const Plan *p, const Options *o)
 
 static void report(const Pipeline *pl, const Options *o)
 {
+    if (diag_quiet)   /* a candidate of --data-parallel=auto (driver.c) */
+        return;
     const Plan *p = pl->plan;
     fprintf(stderr, "mpcc: %s schedule, %d stage(s), %d micro-batch(es): predicted step "
             "%.4g s, bubble %.1f%%\n", schedule_name(p->sc->kind), p->st->n, p->sc->M,
@@ -481,6 +485,8 @@ static int trim_offload(const Passes *ps, Pipeline *pl, Options *o, int *n)
 /* What --offload=auto chose, in a note. */
 static void note_auto(const Options *off, int kept, int n)
 {
+    if (diag_quiet)
+        return;
     const char *what = off->pipe.offload == OFFLOAD_ALL
                            ? "activations, weights and optimizer states" : "activations";
     if (kept < n)
@@ -539,6 +545,8 @@ static Pipeline *recompute_search(Arena *a, const Passes *ps, const Devices *ds,
 
 static void note_spread(const char *with)
 {
+    if (diag_quiet)   /* a candidate of --data-parallel=auto (driver.c) */
+        return;
     fprintf(stderr, "mpcc: note: no plan fits with %s when the partition minimises the step "
             "time; planned with --objective=memory, which spreads what the devices hold "
             "evenly\n", with);
@@ -564,12 +572,14 @@ static Pipeline *fallback_auto(const Fallback *f, Options *off, Options *rc, con
     int n = 0, kept = best ? trim_offload(f->ps, best, off, &n) : 0;
     Pipeline *alt = recompute_search(f->a, f->ps, f->ds, f->measured, f->o, rc);
     if (alt && (!best || better(alt, best, f->o->pipe.objective))) {
-        fprintf(stderr, "mpcc: note: no plan fits without offload or recomputation; "
+        if (!diag_quiet)
+            fprintf(stderr, "mpcc: note: no plan fits without offload or recomputation; "
                 "recomputing the stages over memory (--recompute=auto) %s%.4g s a step, "
                 "so it is chosen\n", best ? "is faster than offload: " : "fits: ",
                 alt->plan->step_time);
         if (best)
-            fprintf(stderr, "mpcc: note: offloading instead would take %.4g s a step "
+            if (!diag_quiet)
+                fprintf(stderr, "mpcc: note: offloading instead would take %.4g s a step "
                     "(--offload=auto --recompute=none)\n", best->plan->step_time);
         if (rc->pipe.objective != f->o->pipe.objective)
             note_spread("recomputation");
@@ -587,7 +597,8 @@ static Pipeline *fallback_auto(const Fallback *f, Options *off, Options *rc, con
         note_spread("offload");
     note_auto(off, kept, n);
     if (alt)
-        fprintf(stderr, "mpcc: note: recomputing the stages over memory instead "
+        if (!diag_quiet)
+            fprintf(stderr, "mpcc: note: recomputing the stages over memory instead "
                 "(--recompute=auto) would take %.4g s a step\n", alt->plan->step_time);
     *used = off;
     return best;

@@ -117,8 +117,8 @@ void replicas_apply(Options *o)
     if (!p->replicas && p->nodes == 1)
         return;
     int K = p->nodes;
-    if (p->replicas == REPLICAS_AUTO || !p->replicas) {
-        p->replicas = K;   /* the one layout built: a replica per process */
+    if (p->replicas == REPLICAS_AUTO || !p->replicas) {   /* driver.c searches auto */
+        p->replicas = K;
         Loc loc = {.file = o->input, .index = -1};
         note_once(&loc, "--nodes=%d: %d replicas, one per process (--data-parallel=%d)", K, K,
                   K);
@@ -137,6 +137,25 @@ void replicas_apply(Options *o)
         p->node_devs = N;
         *count = N * K;
     }
+}
+
+/* R = K * RL with RL dividing each process's devices (a power of two over
+ * several processes), the batch and the micro-batches split evenly, each
+ * replica's a power of two; and one pipeline across the processes. */
+int replicas_candidates(const Options *o, int *R, int max)
+{
+    int K = o->pipe.nodes > 0 ? o->pipe.nodes : 1, N = devices_given(o), n = 0;
+    if (K > 1 && n < max)
+        R[n++] = 1;
+    for (int RL = 1; RL <= N && n < max; RL++) {
+        int r = K * RL, M = o->train.microbatches;
+        if (N % RL || (K > 1 && !power_of_two(RL)) || !o->batch || o->batch % r)
+            continue;
+        if (o->pipe.micro_given && (M % r || !power_of_two(M / r)))
+            continue;
+        R[n++] = r;
+    }
+    return n;
 }
 
 bool replicas_tree(const Options *o)

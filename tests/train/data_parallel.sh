@@ -101,6 +101,24 @@ grep -q '^ \* replicas: 2, 1 per process: run as mpirun -np 2 ./train' gpt-2-2-2
 grep -q '^ \* batch: *16 over 2 replicas (--data-parallel), each 8 in 4 micro-batch(es) of 2' \
     gpt-2-2-2.c || { echo "FAIL: the head of gpt-2-2-2.c does not split the batch"; exit 1; }
 
+# --data-parallel=auto: every layout of 2 devices into replicas planned,
+# the fastest predicted kept and the others named; it trains to the same bits
+"$mpcc" "$samples/gpt.mp" -cpus 2 -batch 16 --microbatches=8 --optimizer=adamw \
+    --schedule=gpipe --data-parallel=auto -o gpt-auto.c 2>gpt-auto.mpcc || { cat gpt-auto.mpcc; exit 1; }
+/usr/bin/python3 - <<'EOF'
+import re
+line = next(l for l in open("gpt-auto.mpcc") if "--data-parallel=auto chose" in l)
+chosen = int(re.search(r"chose (\d+) replica", line).group(1))
+tried = {int(r): float(t) for r, t in re.findall(r"(\d+): ([0-9.e-]+) s", line)}
+assert sorted(tried) == [1, 2], line
+assert tried[chosen] == min(tried.values()), line
+EOF
+build gpt-auto
+run 0 gpt-auto --steps 4 --save gpt-auto.safetensors
+cmp gpt-1.safetensors gpt-auto.safetensors
+echo "data_parallel: $(grep -o 'data-parallel=auto chose.*' gpt-auto.mpcc); the checkpoint of one" \
+    "replica, byte for byte"
+
 # --dump=partition: the grid of processes, replicas and devices, and the
 # sums over the replicas, which the predicted step counts
 "$mpcc" "$samples/gpt.mp" -cpus 2 -batch 16 --microbatches=8 --nodes=2 --dump=partition \
