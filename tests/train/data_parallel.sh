@@ -23,7 +23,11 @@
 #     saves, and the run resumes from it bit for bit;
 #   - a trainer started on the wrong number of processes says so in one
 #     line; a killed process stops the others within 30 s;
-#   - layouts this version does not build are refused in one line.
+#   - the MLP on 2 processes of 2 replicas against PyTorch, within
+#     compare_train.py's tolerance;
+#   - --data-parallel=auto plans 1 and 2 replicas and keeps the faster;
+#   - layouts this version does not build are refused in one line (and
+#     planned with --dump).
 # Usage: data_parallel.sh MPCC SAMPLES WORKDIR
 set -eu
 mpcc=$1 samples=$2 work=$3
@@ -100,6 +104,19 @@ grep -q '^ \* replicas: 2, 1 per process: run as mpirun -np 2 ./train' gpt-2-2-2
     { echo "FAIL: the head of gpt-2-2-2.c does not say how to start it"; exit 1; }
 grep -q '^ \* batch: *16 over 2 replicas (--data-parallel), each 8 in 4 micro-batch(es) of 2' \
     gpt-2-2-2.c || { echo "FAIL: the head of gpt-2-2-2.c does not split the batch"; exit 1; }
+
+# against PyTorch (tests/train/ref_train.py, the MLP, 4 steps of 8
+# micro-batches, SGD with momentum): 2 processes of 2 replicas each, within
+# the tolerance of compare_train.py
+/usr/bin/python3 "$here/ref_train.py" --out ref --model mlp --steps 4 --batch 32 --lr 0.1 \
+    --momentum 0.9 --microbatches 8 >/dev/null
+"$mpcc" ref/model.onnx -cpus 2 --data-parallel=4 --nodes=2 -batch 32 --microbatches=8 \
+    --lr=0.1 --momentum=0.9 -o mlp-ref.c 2>mlp-ref.mpcc || { cat mlp-ref.mpcc; exit 1; }
+build mlp-ref
+mpirun -np 2 ./mlp-ref --data ref/x.npy --labels ref/y.npy --steps 4 --loss-log mlp-ref.txt \
+    --save mlp-ref.safetensors 2>mlp-ref.log || { cat mlp-ref.log; exit 1; }
+/usr/bin/python3 "$here/compare_train.py" ref mlp-ref.txt mlp-ref.safetensors | tail -1
+echo "data_parallel: the MLP on 2 processes of 2 replicas against PyTorch: within tolerance"
 
 # --data-parallel=auto: every layout of 2 devices into replicas planned,
 # the fastest predicted kept and the others named; it trains to the same bits
