@@ -105,6 +105,18 @@ static void mprt_replicas_start(const MprtModel *m)
             mprt_die("out of memory");
 }
 
+static void mprt_replicas_end(const MprtModel *m)
+{
+    if (!mprt_here)
+        return;
+    for (int s = 0; s < m->nstages; s++) {
+        pthread_barrier_destroy(&mprt_here[s].meet);
+        free(mprt_here[s].g);
+    }
+    free(mprt_here);
+    mprt_here = NULL;
+}
+
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
 /* The n gradients of a stage (g[i], len[i] floats), summed over every

@@ -446,7 +446,17 @@ static void mprt_size_arenas(const MprtModel *m)
 }
 
 /* The copies' device names (cpu:2, cpu:3 for the second copy of two
- * devices) and core shares, after the model's. */
+ * devices) and core shares, after the model's. The names live until the
+ * end (the devices' messages use them): mprt_here_devices_free. */
+static const char **mprt_names_here;
+
+static void mprt_here_devices_free(const MprtModel *m)
+{
+    for (int d = m->ndev; d < mprt_ndev_here(m); d++)
+        free((char *)mprt_names_here[d]);
+    free(mprt_names_here);
+}
+
 static void mprt_here_devices(const MprtModel *m, const char ***names, double **shares)
 {
     int N = mprt_ndev_here(m);
@@ -463,6 +473,7 @@ static void mprt_here_devices(const MprtModel *m, const char ***names, double **
         if (!(*names)[d])
             mprt_die("out of memory");
     }
+    mprt_names_here = *names;
 }
 
 /* Every device's arena, and its streams. */
@@ -494,7 +505,7 @@ static void mprt_start_devices(const MprtModel *m)
     }
     if (mprt_ops->streams_start(m->nstreams * RL, m->nevents * RL, m->nops, err, sizeof err) != 0)
         mprt_die("%s", err);
-    free(shares);   /* the names stay: the devices' messages use them */
+    free(shares);
 }
 
 /* The replicas of this process start as copy 0: weights, optimizer state,
@@ -808,6 +819,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     free(mprt_host_arenas);
     free(mprt_arena_bytes);
     free(mprt_work_bytes);
+    mprt_here_devices_free(m);
+    mprt_replicas_end(m);
     mprt_comm_end();
     return 0;
 }
