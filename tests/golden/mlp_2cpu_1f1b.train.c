@@ -8907,8 +8907,7 @@ static void mprt_write_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
 }
 
 /* Every path the run will write is checked before it starts. */
-static void mprt_check_outputs(const MprtModel *m, const MprtArgs *a, const MprtSeries *series,
-                               long start)
+static void mprt_check_outputs(const MprtArgs *a, const MprtSeries *series, long start)
 {
     char first[4200];
     if (a->save)
@@ -8922,13 +8921,19 @@ static void mprt_check_outputs(const MprtModel *m, const MprtArgs *a, const Mprt
         mprt_check_writable(a->trace, "the trace");
     if (a->plot)
         mprt_check_writable(a->plot, "the loss plot");
-    if (a->profile) {
+    if (a->profile)
         mprt_check_writable(a->profile, "the profile");
-        mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
-        mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
-        if (!mprt_node_seconds || !mprt_node_calls)
-            mprt_die("out of memory");
-    }
+}
+
+/* --profile: every process times its nodes (rank 0 writes its own). */
+static void mprt_profile_start(const MprtModel *m, const MprtArgs *a)
+{
+    if (!a->profile)
+        return;
+    mprt_node_seconds = calloc((size_t)m->nprof_nodes + 1, sizeof(double));
+    mprt_node_calls = calloc((size_t)m->nprof_nodes + 1, sizeof(long));
+    if (!mprt_node_seconds || !mprt_node_calls)
+        mprt_die("out of memory");
 }
 
 static int mprt_train_main(const MprtModel *m, int argc, char **argv)
@@ -8969,7 +8974,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
     if (lead)
-        mprt_check_outputs(m, &a, &series, start);
+        mprt_check_outputs(&a, &series, start);
+    mprt_profile_start(m, &a);
     MprtCkpt ckpt = {m->buffers, m->nbuffers, m->mpcc_version, m->model_hash};
     MprtPlot plot = {a.plot, m->model_file, start, NULL, NULL, 0, 0, 0, 0};
     FILE *log = a.loss_log && lead ? fopen(a.loss_log, "w") : NULL;

@@ -226,12 +226,21 @@ grep -q 'error: after step 2 the weights of replica 1 (rank 1) differ from repli
     drift.log || { cat drift.log; exit 1; }
 echo "data_parallel: --check-replicas: $(grep -m1 'after step' drift.log)"
 
-# SIGTERM: every process finishes the same step; rank 0 saves; it resumes
-mpirun -np 2 ./gpt-2-1-2 --synthetic --seed 5 --steps 100000 --log-every 1 \
+# --profile across processes: every rank times its nodes, rank 0 writes its own
+run 2 bn-x --steps 2 --profile bn-x.prof.json
+/usr/bin/python3 -c "import json, sys; sys.exit(not any(n['calls'] > 0 for n in json.load(open('bn-x.prof.json'))['nodes']))" ||
+    { echo "FAIL: --profile across 2 processes timed no node"; cat bn-x.log; exit 1; }
+echo "data_parallel: --profile across 2 processes: rank 0 wrote its nodes' times"
+
+# SIGTERM: every process finishes the same step; rank 0 saves; it resumes.
+# Signalled, mpirun stops reading the processes' output and passes SIGTERM
+# on a second later: a process logging every step would fill its pipe and
+# block before it (so --log-every 50).
+mpirun -np 2 ./gpt-2-1-2 --synthetic --seed 5 --steps 100000 --log-every 50 \
     --save stop.safetensors 2>stop.log &
 launcher=$!
 for i in $(seq 1 300); do
-    grep -q '^step 3/' stop.log 2>/dev/null && break
+    grep -q '^step 100/' stop.log 2>/dev/null && break
     sleep 0.1
 done
 kill -TERM $launcher
