@@ -72,9 +72,6 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
         v[0][i] += v[p][i];
 }
 
-MPRT_GLOBAL int mprt_rank;      /* this process, 0 of 1 alone */
-MPRT_GLOBAL int mprt_ranks = 1;
-
 /* The replica the calling thread works for, of every process's: its rows
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
@@ -117,6 +114,12 @@ static void mprt_replicas_end(const MprtModel *m)
     mprt_here = NULL;
 }
 
+/* Replica or rank r's share of n floats: [lo(r), lo(r + 1)). */
+static long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
 /* The n gradients of a stage (g[i], len[i] floats), summed over every
@@ -141,8 +144,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     if (!v)
         mprt_die("out of memory");
     for (int i = 0; i < n; i++) {
-        long lo = len[i] / RL * me + (me < len[i] % RL ? me : len[i] % RL);
-        long hi = len[i] / RL * (me + 1) + (me + 1 < len[i] % RL ? me + 1 : len[i] % RL);
+        long lo = mprt_share_lo(len[i], me, RL), hi = mprt_share_lo(len[i], me + 1, RL);
         for (int r = 0; r < RL; r++)
             v[r] = h->g[(size_t)r * (size_t)n + (size_t)i] + lo;
         mprt_tree_vectors(v, RL, hi - lo);
@@ -179,6 +181,29 @@ static void mprt_mpi_check(int rc, const char *what)
     }
 }
 
+/* The processes on this machine, by the name MPI gives it: how many, and
+ * how many come before this one. (Not MPI_Comm_split_type: with Open MPI
+ * its shared memory keeps SIGTERM from reaching the trainer.) */
+static void mprt_local_ranks_find(void)
+{
+    char *names = calloc((size_t)mprt_ranks, MPI_MAX_PROCESSOR_NAME);
+    char mine[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (!names)
+        mprt_die("out of memory");
+    mprt_mpi_check(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+    mprt_mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names,
+                                 MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD),
+                   "MPI_Allgather");
+    mprt_local_rank = 0, mprt_local_ranks = 0;
+    for (int r = 0; r < mprt_ranks; r++)
+        if (strncmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, mine, MPI_MAX_PROCESSOR_NAME) == 0) {
+            mprt_local_rank += r < mprt_rank;
+            mprt_local_ranks++;
+        }
+    free(names);
+}
+
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
@@ -200,6 +225,7 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
         mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
                  "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
     mprt_ranks = size;
+    mprt_local_ranks_find();
     mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
@@ -208,17 +234,30 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
         mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
 }
 
+/* Once the devices are open: NCCL's communicators between the GPUs. */
+static void mprt_comm_devices(void)
+{
+#ifdef MPRT_NCCL
+    mprt_nccl_start();
+#endif
+}
+
 static void mprt_comm_end(void)
 {
+#ifdef MPRT_NCCL
+    mprt_nccl_end();
+#endif
     MPI_Finalize();
 }
 
-/* Rank r's share of n floats: [lo(r), lo(r + 1)). */
-static long mprt_share_lo(long n, int r, int R)
+#ifdef MPRT_NCCL
+/* The GPUs' gradients: NCCL's all-reduce (nccl.c). */
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    return n / R * r + (r < n % R ? r : n % R);
+    (void)stage;
+    mprt_nccl_sum(n, g, len);
 }
-
+#else
 static MprtSumScratch *mprt_scratch(int stage, long n, int R)
 {
     MprtSumScratch *s = &mprt_sum_scratch[stage];
@@ -269,6 +308,7 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
         memcpy(g[i], s->flat + k, (size_t)len[i] * sizeof(float));
     free(count), free(at), free(rcount), free(rat), free(part);
 }
+#endif
 
 /* Every process's micro-batch losses, in rank order: all[r * M + mb];
  * with a pipeline across processes, the one process's that computes them
@@ -284,6 +324,13 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 }
 
 /* ---- a pipeline across processes ---- */
+
+#ifdef MPRT_NCCL   /* of CPU devices only, so far (mpcc refuses GPUs) */
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    (void)m;
+}
+#else
 
 static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
 static int mprt_node_devs;
@@ -339,6 +386,8 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
                                       .ev = label, .label = label});
 }
 
+#endif
+
 /* Before a checkpoint: rank 0 takes the weights, optimizer state and
  * running statistics of the other processes' devices into its copies of
  * their arenas, in the buffer table's order. */
@@ -383,6 +432,8 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
     (void)m, (void)argc, (void)argv;
 }
+
+static void mprt_comm_devices(void) {}
 
 static void mprt_comm_end(void) {}
 

@@ -12,7 +12,8 @@
  * buffered so that the two halves of the copy overlap (mprt_cu_stage_copy).
  *
  * Logical devices map onto the GPUs present: cuda:k runs on GPU k modulo
- * their count (with a warning when several share one), each keeping its
+ * their count (k + r * N for the r-th of several processes of N devices
+ * on one machine; with a warning when several share one), each keeping its
  * own streams, cuBLAS and cuDNN handles and arena, so a multi-device
  * program runs, and can be debugged, on one GPU.
  *
@@ -343,10 +344,25 @@ static void staged_note(int ndev, const char *const *names)
 
 /* Logical device d (names[d] = "cuda:K") onto the GPUs present; a mixed
  * trainer's CPU devices ("cpu:K") get none. */
+/* Processes on one machine (mpirun, nccl.c) need GPUs of their own. */
+static void mprt_gpus_per_process(int ndev, int gpus)
+{
+    if (mprt_local_ranks == 1 || mprt_local_ranks * ndev <= gpus)
+        return;   /* one process: its devices may share GPUs */
+    if (mprt_local_rank == 0)
+        fprintf(stderr, "train: error: %d processes of %d GPU(s) each on a machine with %d "
+                "GPU(s); NCCL needs a GPU of its own for each: start one process per "
+                "machine (mpirun --map-by ppr:1:node), or compile for fewer GPUs (mpcc "
+                "-gpus %d)\n", mprt_local_ranks, ndev, gpus,
+                gpus / mprt_local_ranks > 0 ? gpus / mprt_local_ranks : 1);
+    exit(1);   /* mpirun stops the others */
+}
+
 static void mprt_gpu_devices_open(int ndev, const char *const *names, const double *shares)
 {
     (void)shares;   /* the CPU devices' (stream.c) */
     int gpus = mprt_cu_count();
+    mprt_gpus_per_process(ndev, gpus);
     mprt_cu_ndev = ndev;
     mprt_cu_devs = calloc((size_t)ndev, sizeof *mprt_cu_devs);
     mprt_cu_streams = calloc((size_t)ndev * 3, sizeof *mprt_cu_streams);
@@ -365,7 +381,8 @@ static void mprt_gpu_devices_open(int ndev, const char *const *names, const doub
         c->ordinal = -1;
         if (strncmp(names[d], "cpu", 3) == 0)
             continue;
-        int k = strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5) : d;
+        int k = (strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5) : d) +
+                mprt_local_rank * ndev;   /* after those of this machine's other processes */
         c->ordinal = k % gpus;
         shared |= k >= gpus;
         MPRT_CUDA(cudaSetDevice(c->ordinal));

@@ -34,6 +34,13 @@ MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
  * entry points (program.c) pass over the others'. */
 MPRT_GLOBAL int mprt_dev_lo, mprt_dev_hi = 1 << 30;
 
+/* Across processes (mpcc --nodes=K, comm.c): this process, 0 of 1 alone. */
+MPRT_GLOBAL int mprt_rank;
+MPRT_GLOBAL int mprt_ranks = 1;
+/* The processes on this machine before this one: a CUDA trainer's GPUs
+ * come after theirs (cuda.c), so that K processes share one machine's. */
+MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+
 /* ---- Dropout's counter-based generator ---- */
 
 /* The training loop sets these before every micro-batch: a dropout mask is

@@ -718,6 +718,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
+    mprt_comm_devices();   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
     mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);

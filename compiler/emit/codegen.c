@@ -2361,15 +2361,16 @@ static const char *build_line(CG *cg)
 {
     const char *out = comment_text(cg, cg->o->output);
     bool dnnl = dnnl_kernels(cg) || cg->dnnl_gemm;
+    bool mpi = cg->o->pipe.nodes > 1;
     if (cg->cuda)
-        return arena_printf(cg->g->arena, "cc -O2 -fno-trapping-math -ffp-contract=off %s -o train -I"
+        return arena_printf(cg->g->arena, "%s -O2 -fno-trapping-math -ffp-contract=off %s -o train -I"
                             MPCC_CUDA_HOME "/include -L" MPCC_CUDA_HOME "/lib64 -Wl,-rpath,"
-                            MPCC_CUDA_HOME "/lib64 -lcudnn -lcublas -lnvrtc -lcudart %s-lm "
-                            "-pthread", out, dnnl ? "-ldnnl -lgomp -lopenblas "
-                            : cg->mixed ? "-lopenblas " : "");
+                            MPCC_CUDA_HOME "/lib64 %s-lcudnn -lcublas -lnvrtc -lcudart %s-lm "
+                            "-pthread", mpi ? "mpicc" : "cc", out, mpi ? "-lnccl " : "",
+                            dnnl ? "-ldnnl -lgomp -lopenblas " : cg->mixed ? "-lopenblas " : "");
     return arena_printf(cg->g->arena,
                         "%s -O2 -fno-trapping-math -ffp-contract=off %s -o train %s-lopenblas -lm -pthread",
-                        cg->o->pipe.nodes > 1 ? "mpicc" : "cc", out, dnnl ? "-ldnnl -lgomp " : "");
+                        mpi ? "mpicc" : "cc", out, dnnl ? "-ldnnl -lgomp " : "");
 }
 
 /* The program's name: the output file's, without folder and ".c". */
@@ -2429,8 +2430,9 @@ static void emit_replicas_line(CG *cg)
     int R = cg->o->pipe.replicas, K = cg->o->pipe.nodes, RL = cg->o->pipe.replicas_here;
     if (R > 1 && K > 1)
         emit(cg, " * replicas: %d, %d per process: run as mpirun -np %d ./train ...; each "
-             "sums its micro-batches' gradients as a tree, then the replicas' sums%s over MPI "
-             "before each update\n", R, RL, K, RL > 1 ? " in each process, then" : "");
+             "sums its micro-batches' gradients as a tree, then the replicas' sums%s over %s "
+             "before each update\n", R, RL, K, RL > 1 ? " in each process, then" : "",
+             cg->cuda ? "NCCL (an all-reduce per GPU, on its communication stream)" : "MPI");
     else if (R > 1)
         emit(cg, " * replicas: %d in this process, each a copy of the devices below (%d "
              "devices in all); each sums its micro-batches' gradients as a tree, then the "
@@ -2520,6 +2522,8 @@ static void emit_header(CG *cg, const char *hash)
     if (cg->o->pipe.nodes > 1)
         emit(cg, "#define MPRT_MPI 1   /* %d processes, one replica each: runtime/comm.c */\n",
              cg->o->pipe.nodes);
+    if (cg->o->pipe.nodes > 1 && cg->cuda)
+        emit(cg, "#define MPRT_NCCL 1   /* the GPUs' gradient sums over NCCL: runtime/nccl.c */\n");
     if (cg->mixed)
         emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
     if (cg->dnnl_gemm)
@@ -2603,7 +2607,7 @@ static const char *const *runtime_sources(CG *cg)
                                 "data_c", "checkpoint_c", "plot_c", "comm_c", "train_c", NULL};
     static const char *cuda[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                  "cuda_c", "cuda_ops_c", "program_c", "data_c", "checkpoint_c",
-                                 "plot_c", "comm_c", "train_c", NULL};
+                                 "plot_c", "nccl_c", "comm_c", "train_c", NULL};
     static const char *mixed[] = {"mprt_c", "npy_c", "safetensors_c", "state_c", "timeline_c",
                                   "pool_c", "cpu_c", "cpu_move_c", "cpu_math_c", "stream_c", "cuda_c",
                                   "cuda_ops_c", "mixed_c", "program_c", "data_c", "checkpoint_c",

@@ -53,18 +53,19 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
     bool gpus = has_cuda(o) && !plans_only(o);
-    if (has_cuda(o) && plans_only(o) && (K > 1 || R > K)) {
+    if (has_cuda(o) && plans_only(o) && (R == 1 ? K > 1 : R > K)) {
         Loc loc = {.file = o->input, .index = -1};
         note_once(&loc, "a plan only: the trainer of this layout of CUDA devices is not built "
-                  "yet (NCCL between processes, replicas of GPU pipelines in one process)");
+                  "yet (a GPU pipeline across processes, replicas of GPU pipelines in one "
+                  "process)");
     }
     if (o->pipe.devices && (K > 1 || R > K))
         error_file(o->input, "--data-parallel and --nodes take -cpus N or -gpus N (each "
                    "process's devices), not --devices");
-    if (gpus && K > 1)
-        error_file(o->input, "--nodes=%d with CUDA devices needs NCCL between processes, "
-                   "which mpcc does not build yet; CPU devices (-cpus N) train across "
-                   "processes over MPI", K);
+    if (gpus && R == 1 && K > 1)
+        error_file(o->input, "--data-parallel=1 --nodes=%d: a pipeline of CUDA devices across "
+                   "processes is not built yet; give --data-parallel=%d (a replica per "
+                   "process, summed over NCCL), or CPU devices (-cpus N)", K, K);
     if (R == 1 && K > 1)   /* one pipeline across the processes */
         return;
     if (R < K || R % K)
@@ -74,7 +75,8 @@ static void check_layout(const Options *o, int R, int K)
     int RL = R / K;
     if (RL > 1 && gpus)
         error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
-                   "CPU devices (-cpus N) only so far (--dump=partition plans them)", R, RL);
+                   "CPU devices (-cpus N) only so far; give --nodes=%d (a replica per process, "
+                   "summed over NCCL), or --dump=partition to plan them", R, RL, R);
     if (RL > 1 && K > 1 && (RL & (RL - 1)))
         error_file(o->input, "--data-parallel=%d over --nodes=%d: %d replicas in each process "
                    "must be a power of two (their sum is a subtree of the fixed tree over "

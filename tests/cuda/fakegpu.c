@@ -29,6 +29,11 @@
  * - cuDNN's convolutions and batch norm are fakecudnn.c's:
  *   the descriptors read back, the CPU trainer's kernels run as an
  *   operation of the handle's stream (fakegpu_enqueue_host).
+ * - NCCL's all-reduces are fakenccl.c's, over MPI: an operation that
+ *   starts when its stream comes to it and holds the stream until the
+ *   other processes' parts are done (fakegpu_enqueue_async); meanwhile
+ *   the other streams run, and with nothing else to run the host waits
+ *   for it, up to $FAKEGPU_PATIENCE seconds (default 120).
  * One mutex guards everything: a mixed trainer's CPU worker threads call
  * in too.
  */
@@ -43,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef void (*Thunk)(void **args);
 Thunk mprt_emu_kernel(const char *name);
@@ -50,7 +56,7 @@ int mprt_emu_kernel_sizes(const char *name, size_t *sizes);
 extern unsigned long long mprt_k_fault[5];
 
 enum { MAX_ARGS = 24 };
-enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM, OP_HOST };
+enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM, OP_HOST, OP_ASYNC };
 
 typedef struct {
     int ta, tb, m, n, k, batch;
@@ -73,8 +79,10 @@ typedef struct {
     cudaEvent_t ev;              /* OP_RECORD, OP_WAIT: which record of it */
     unsigned long gen;
     Gemm gemm;
-    void (*host)(void *);        /* OP_HOST: host(arg), then arg freed (fakecudnn.c) */
-    void *arg;
+    void (*host)(void *);        /* OP_HOST: host(arg), then arg freed (fakecudnn.c); */
+    void *arg;                   /* OP_ASYNC: host(arg) starts it, then the stream waits */
+    int (*done)(void *);         /* until done(arg), then arg is freed (fakenccl.c) */
+    int started;
 } Op;
 
 struct CUstream_st {
@@ -193,7 +201,17 @@ static int runnable(cudaStream_t s)
     if (s->head == s->tail)
         return 0;
     const Op *op = &s->q[s->head % s->cap];
+    if (op->kind == OP_ASYNC)
+        return !op->started || op->done(op->arg);
     return op->kind != OP_WAIT || op->ev->done >= op->gen;
+}
+
+/* A stream whose next operation is an OP_ASYNC under way: waiting on
+ * another process, which runs on its own. */
+static int in_flight(cudaStream_t s)
+{
+    return s->head != s->tail && s->q[s->head % s->cap].kind == OP_ASYNC &&
+           s->q[s->head % s->cap].started;
 }
 
 static void run_gemm(const Gemm *g)
@@ -207,7 +225,13 @@ static void run_gemm(const Gemm *g)
 
 static void run_one(cudaStream_t s)
 {
-    Op *op = &s->q[s->head++ % s->cap];
+    Op *op = &s->q[s->head % s->cap];
+    if (op->kind == OP_ASYNC && !op->started) {   /* started; it stays at the head */
+        op->started = 1;
+        op->host(op->arg);
+        return;
+    }
+    s->head++;
     clock_ms += 1;
     switch (op->kind) {
     case OP_KERNEL:
@@ -226,20 +250,46 @@ static void run_one(cudaStream_t s)
         op->host(op->arg);
         free(op->arg);
         break;
+    case OP_ASYNC: free(op->arg); break;
     }
 }
 
+/* Whether the wait that began at *since (0: now) has passed
+ * $FAKEGPU_PATIENCE seconds (default 120). */
+static int waited_too_long(struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!since->tv_sec) {
+        *since = now;
+        return 0;
+    }
+    const char *c = getenv("FAKEGPU_PATIENCE");
+    return now.tv_sec - since->tv_sec > (c && atoi(c) > 0 ? atoi(c) : 120);
+}
+
 /* Runs streams, one operation at a time from a random runnable one, until
- * done(arg) holds. */
+ * done(arg) holds. With nothing runnable but operations in flight (another
+ * process's part of them), it waits for them, up to FAKEGPU_PATIENCE
+ * seconds. */
 static void run_until(int (*done)(const void *), const void *arg)
 {
+    struct timespec since = {0, 0};
     while (!done(arg)) {
-        int k = 0;
-        for (int i = 0; i < nstreams; i++)
+        int k = 0, flying = 0;
+        for (int i = 0; i < nstreams; i++) {
             k += runnable(streams[i]);
+            flying += in_flight(streams[i]);
+        }
+        if (!k && flying && !waited_too_long(&since))
+            continue;
+        if (!k && flying)
+            fail("deadlock across processes: an operation with another process (fakenccl.c) "
+                 "has not completed in $FAKEGPU_PATIENCE seconds");
         if (!k)
             fail("deadlock: every stream with work waits for an event that no stream will "
                  "record");
+        since.tv_sec = 0;
         int pick = (int)(next_random() % (uint64_t)k);
         for (int i = 0; i < nstreams; i++)
             if (runnable(streams[i]) && pick-- == 0) {
@@ -267,6 +317,42 @@ void fakegpu_enqueue_host(cudaStream_t s, void (*fn)(void *), void *arg)
     pthread_mutex_lock(&mu);
     enqueue(s, (Op){.kind = OP_HOST, .host = fn, .arg = arg});
     pthread_mutex_unlock(&mu);
+}
+
+/* For tests/cuda/fakenccl.c: an operation with other processes as stream
+ * s's next: start(arg) when it comes to run, then the stream waits until
+ * done(arg); arg (malloc'd) is freed after. */
+void fakegpu_enqueue_async(cudaStream_t s, void (*start)(void *), int (*done)(void *), void *arg);
+void fakegpu_enqueue_async(cudaStream_t s, void (*start)(void *), int (*done)(void *), void *arg)
+{
+    pthread_mutex_lock(&mu);
+    enqueue(s, (Op){.kind = OP_ASYNC, .host = start, .done = done, .arg = arg});
+    pthread_mutex_unlock(&mu);
+}
+
+static int owner(const void *p);
+
+/* For fakenccl.c: the GPU that holds n bytes at p, -1 if none does; the
+ * GPU a stream is on; the calling thread's current GPU. */
+int fakegpu_owner(const void *p, size_t n);
+int fakegpu_owner(const void *p, size_t n)
+{
+    pthread_mutex_lock(&mu);
+    int d = owner(p), e = n ? owner((const unsigned char *)p + n - 1) : d;
+    pthread_mutex_unlock(&mu);
+    return d == e ? d : -1;
+}
+
+int fakegpu_stream_device(cudaStream_t s);
+int fakegpu_stream_device(cudaStream_t s)
+{
+    return s ? s->device : -1;
+}
+
+int fakegpu_current(void);
+int fakegpu_current(void)
+{
+    return current;
 }
 
 /* ---- the CUDA runtime ---- */

@@ -14,7 +14,10 @@ model, batch and micro-batch count.
       on as many GPUs as it names or on $FAKEGPU_COUNT ($FAKEGPU_NOPEER=1:
       without peer access between them, fakegpu.c); $FAKEGPU_CFLAGS (split
       as a shell would) are added to the CUDA trainer's build line, e.g.
-      "-DMPRT_CU_STAGE_BYTES=256" for staged copies of many chunks
+      "-DMPRT_CU_STAGE_BYTES=256" for staged copies of many chunks. A
+      trainer across processes (--nodes=K) runs as its header says (mpirun
+      -np K), the processes sharing K times the GPUs, its NCCL made of MPI
+      (fakenccl.c)
   fakegpu.py oom MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       runs the CUDA trainer on fake GPUs one byte short of the largest
       arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
@@ -26,6 +29,9 @@ model, batch and micro-batch count.
       by default (--offload=auto, with its note; --recompute=none, so that
       it does not recompute instead), and the trainer of the
       plan with it must train as `run` checks
+  fakegpu.py nccl_gpus MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
+      GPU_OPTIONS with --nodes=2: the 2 processes started by mpirun on one
+      machine with the GPUs of one: one line that says so, exit 1
   fakegpu.py nvrtc_error MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       the same trainer when NVRTC fails ($FAKEGPU_NVRTC_LOG): NVRTC's log,
       then one error line, exit 1
@@ -75,6 +81,9 @@ def build(src, cc, cxx, cuda, lib):
     run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
          "-I", os.path.join(src, "runtime"), "-I", inc, "-c", os.path.join(here, "fakecudnn.c"),
          "-o", os.path.join(lib, "fakecudnn.o")])
+    if shutil.which("mpicc"):   # NCCL over MPI, for trainers across processes
+        run(["mpicc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", inc, "-c",
+             os.path.join(here, "fakenccl.c"), "-o", os.path.join(lib, "fakenccl.o")])
     print("fakegpu: the fake CUDA runtime and %d host kernels built in %s" % (n, lib))
 
 
@@ -84,16 +93,27 @@ def tensors(path):
     return {k: v.tobytes() for k, v in load_file(path).items()}
 
 
-def train(work, name, build_cmd, env, extra=()):
-    """Builds work/name.c and trains STEPS synthetic steps: the losses and
-    the final weights."""
+def train(work, name, build_cmd, env, extra=(), launch=()):
+    """Builds work/name.c and trains STEPS synthetic steps (started by
+    launch, e.g. mpirun -np 2): the losses and the final weights."""
     run(build_cmd, cwd=work)
     exe = os.path.join(work, name)
     losses, ckpt = exe + ".losses", exe + ".safetensors"
-    r = run([exe, "--synthetic", "--seed", "7", "--steps", str(STEPS), "--loss-log", losses,
-             "--save", ckpt] + list(extra), env=env, cwd=work)
+    r = run(list(launch) + [exe, "--synthetic", "--seed", "7", "--steps", str(STEPS),
+                            "--loss-log", losses, "--save", ckpt] + list(extra), env=env, cwd=work)
     with open(losses) as f:
         return f.read().split(), tensors(ckpt), r.stderr
+
+
+MPIRUN_ENV = dict(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                  OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def launcher(gpu_c):
+    """How the header of a trainer says to start it: [] or mpirun -np K."""
+    with open(gpu_c) as f:
+        np = re.search(r"run as mpirun -np (\d+) \./train", f.read())
+    return ["mpirun", "-np", np.group(1)] if np else []
 
 
 def generate(mpcc, model, options, out):
@@ -106,12 +126,14 @@ def fake_build(line, cc, lib, opts):
     """The trainer's own build line, the CUDA libraries replaced by the fakes."""
     if "-lcudart" not in line:
         sys.exit("fakegpu: %s is not a CUDA trainer" % " ".join(opts))
-    fake = [a for a in line if a not in ("-lcudnn", "-lcublas", "-lnvrtc", "-lcudart")]
+    fake = [a for a in line if a not in ("-lcudnn", "-lcublas", "-lnvrtc", "-lcudart", "-lnccl")]
     fake = [cc if a == "cc" else a for a in fake]
     fake[fake.index("-o") + 1] = "gpu"
     fake += ["-Wall", "-Werror", os.path.join(lib, "fakegpu.o"),
              os.path.join(lib, "fakecudnn.o"), os.path.join(lib, "kernels_host.o"),
              "-lopenblas", "-lstdc++", "-lm"]
+    if "-lnccl" in line:   # across processes: NCCL made of MPI (fakenccl.c)
+        fake.append(os.path.join(lib, "fakenccl.o"))
     return fake + shlex.split(os.environ.get("FAKEGPU_CFLAGS", ""))
 
 
@@ -133,10 +155,10 @@ def failing_trainer(args, **fake_env):
         sys.exit("FAIL: no cuda device's memory plan in the header of %s" % gpu_c)
     run(fake, cwd=work)
     env = dict(os.environ, FAKEGPU_COUNT=str(len(arenas)),
-               MPCC_CACHE=os.path.join(work, "cache"), OPENBLAS_NUM_THREADS="1")
+               MPCC_CACHE=os.path.join(work, "cache"), OPENBLAS_NUM_THREADS="1", **MPIRUN_ENV)
     env.update({k: str(v(arenas) if callable(v) else v) for k, v in fake_env.items()})
-    r = subprocess.run([os.path.join(work, "gpu"), "--synthetic", "--steps", "1"], env=env,
-                       cwd=work, capture_output=True, text=True)
+    r = subprocess.run(launcher(gpu_c) + [os.path.join(work, "gpu"), "--synthetic", "--steps",
+                                          "1"], env=env, cwd=work, capture_output=True, text=True)
     print(r.stderr)
     return arenas, r
 
@@ -174,6 +196,20 @@ def main_oom(args):
                  % (dev, need, total, free, want, limit / 1e6))
     print("fakegpu: %s one byte short: the error names %s, its %.1f MB and the flags to try"
           % (dev, dev, need))
+
+
+def main_nccl_gpus(args):
+    """Processes of N GPUs each on a machine with fewer than all of them
+    need: one line that says so and what to do, exit 1, before NCCL."""
+    arenas, r = failing_trainer(args)   # as many GPUs as one process has
+    want = (r"^train: error: 2 processes of %d GPU\(s\) each on a machine with %d GPU\(s\); "
+            r"NCCL needs a GPU of its own for each: start one process per machine \(mpirun "
+            r"--map-by ppr:1:node\), or compile for fewer GPUs" % (len(arenas), len(arenas)))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("train:") or "fake" in ln]
+    if r.returncode != 1 or len(lines) != 1 or not re.search(want, lines[0]):
+        sys.exit("FAIL: exit %d, lines %s; want 1 and the line of too few GPUs"
+                 % (r.returncode, lines))
+    print("fakegpu: 2 processes of %d GPUs on %d: %s" % (len(arenas), len(arenas), lines[0]))
 
 
 def plan_arena(mpcc, model, opts, out):
@@ -252,10 +288,17 @@ def main_run(args):
         env["FAKEGPU_COUNT"] = str(int(m.group(1)) if m else max(int(g) for g in gpus) + 1)
     ref_losses, ref_w, _ = train(work, "cpu", cpu_line, env)
     trace, prof = os.path.join(work, "trace.json"), os.path.join(work, "prof.json")
+    launch = launcher(gpu_c)   # a trainer across processes: mpirun
+    np = launch[2] if launch else None
+    if np:   # the processes share the machine's GPUs, each after the ones before (cuda.c)
+        if "FAKEGPU_COUNT" not in os.environ:
+            env["FAKEGPU_COUNT"] = str(int(env["FAKEGPU_COUNT"]) * int(np))
+        env.update(MPIRUN_ENV)
     for seed in SEEDS:   # the second run also writes --profile, the last --trace
         env["FAKEGPU_SEED"] = str(seed)
         extra = {SEEDS[1]: ["--profile", prof], SEEDS[-1]: ["--trace", trace]}.get(seed, [])
-        losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env, extra)
+        losses, w, log = train(work, "gpu", fake if seed == SEEDS[0] else ["true"], env, extra,
+                               launch)
         shared = int(env["FAKEGPU_COUNT"]) < logical
         if shared and "logical device(s) on %s GPU(s)" % env["FAKEGPU_COUNT"] not in log:
             sys.exit("FAIL: %d logical devices on %s GPU(s) without the warning:\n%s"
@@ -288,10 +331,11 @@ def main_run(args):
     if not events or any(e["dur"] < 0 for e in events):
         sys.exit("FAIL: --trace: %d operations, durations %s" % (len(events),
                                                                    [e["dur"] for e in events]))
-    print("fakegpu: %s on %s GPU(s): %d steps under %d stream orders, losses %s and %d "
+    print("fakegpu: %s on %s%s GPU(s): %d steps under %d stream orders, losses %s and %d "
           "tensors bit for bit the CPU trainer's (%s)"
-          % (" ".join(gpu_opts), env["FAKEGPU_COUNT"], STEPS, len(SEEDS), " ".join(ref_losses),
-             len(ref_w), " ".join(cpu_opts)))
+          % (" ".join(gpu_opts), "%s processes sharing " % np if np else "",
+             env["FAKEGPU_COUNT"], STEPS, len(SEEDS),
+             " ".join(ref_losses), len(ref_w), " ".join(cpu_opts)))
 
 
 def main():
@@ -303,6 +347,8 @@ def main():
         main_offload(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "oom":
         main_oom(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "nccl_gpus":
+        main_nccl_gpus(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "nvrtc_error":
         main_nvrtc_error(sys.argv[2:])
     else:

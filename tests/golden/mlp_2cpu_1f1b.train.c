@@ -2380,6 +2380,13 @@ MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
  * entry points (program.c) pass over the others'. */
 MPRT_GLOBAL int mprt_dev_lo, mprt_dev_hi = 1 << 30;
 
+/* Across processes (mpcc --nodes=K, comm.c): this process, 0 of 1 alone. */
+MPRT_GLOBAL int mprt_rank;
+MPRT_GLOBAL int mprt_ranks = 1;
+/* The processes on this machine before this one: a CUDA trainer's GPUs
+ * come after theirs (cuda.c), so that K processes share one machine's. */
+MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+
 /* ---- Dropout's counter-based generator ---- */
 
 /* The training loop sets these before every micro-batch: a dropout mask is
@@ -7903,9 +7910,6 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
         v[0][i] += v[p][i];
 }
 
-MPRT_GLOBAL int mprt_rank;      /* this process, 0 of 1 alone */
-MPRT_GLOBAL int mprt_ranks = 1;
-
 /* The replica the calling thread works for, of every process's: its rows
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
@@ -7948,6 +7952,12 @@ static void mprt_replicas_end(const MprtModel *m)
     mprt_here = NULL;
 }
 
+/* Replica or rank r's share of n floats: [lo(r), lo(r + 1)). */
+static long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
 /* The n gradients of a stage (g[i], len[i] floats), summed over every
@@ -7972,8 +7982,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     if (!v)
         mprt_die("out of memory");
     for (int i = 0; i < n; i++) {
-        long lo = len[i] / RL * me + (me < len[i] % RL ? me : len[i] % RL);
-        long hi = len[i] / RL * (me + 1) + (me + 1 < len[i] % RL ? me + 1 : len[i] % RL);
+        long lo = mprt_share_lo(len[i], me, RL), hi = mprt_share_lo(len[i], me + 1, RL);
         for (int r = 0; r < RL; r++)
             v[r] = h->g[(size_t)r * (size_t)n + (size_t)i] + lo;
         mprt_tree_vectors(v, RL, hi - lo);
@@ -8010,6 +8019,29 @@ static void mprt_mpi_check(int rc, const char *what)
     }
 }
 
+/* The processes on this machine, by the name MPI gives it: how many, and
+ * how many come before this one. (Not MPI_Comm_split_type: with Open MPI
+ * its shared memory keeps SIGTERM from reaching the trainer.) */
+static void mprt_local_ranks_find(void)
+{
+    char *names = calloc((size_t)mprt_ranks, MPI_MAX_PROCESSOR_NAME);
+    char mine[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (!names)
+        mprt_die("out of memory");
+    mprt_mpi_check(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+    mprt_mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names,
+                                 MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD),
+                   "MPI_Allgather");
+    mprt_local_rank = 0, mprt_local_ranks = 0;
+    for (int r = 0; r < mprt_ranks; r++)
+        if (strncmp(names + (size_t)r * MPI_MAX_PROCESSOR_NAME, mine, MPI_MAX_PROCESSOR_NAME) == 0) {
+            mprt_local_rank += r < mprt_rank;
+            mprt_local_ranks++;
+        }
+    free(names);
+}
+
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
@@ -8031,6 +8063,7 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
         mprt_die("this MPI gives thread level %d, and %d device threads call it: build Open "
                  "MPI with MPI_THREAD_MULTIPLE, or compile with -cpus 1", have, m->ndev);
     mprt_ranks = size;
+    mprt_local_ranks_find();
     mprt_stage_comm = calloc((size_t)m->nstages, sizeof *mprt_stage_comm);
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
@@ -8039,17 +8072,30 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
         mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
 }
 
+/* Once the devices are open: NCCL's communicators between the GPUs. */
+static void mprt_comm_devices(void)
+{
+#ifdef MPRT_NCCL
+    mprt_nccl_start();
+#endif
+}
+
 static void mprt_comm_end(void)
 {
+#ifdef MPRT_NCCL
+    mprt_nccl_end();
+#endif
     MPI_Finalize();
 }
 
-/* Rank r's share of n floats: [lo(r), lo(r + 1)). */
-static long mprt_share_lo(long n, int r, int R)
+#ifdef MPRT_NCCL
+/* The GPUs' gradients: NCCL's all-reduce (nccl.c). */
+static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    return n / R * r + (r < n % R ? r : n % R);
+    (void)stage;
+    mprt_nccl_sum(n, g, len);
 }
-
+#else
 static MprtSumScratch *mprt_scratch(int stage, long n, int R)
 {
     MprtSumScratch *s = &mprt_sum_scratch[stage];
@@ -8100,6 +8146,7 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
         memcpy(g[i], s->flat + k, (size_t)len[i] * sizeof(float));
     free(count), free(at), free(rcount), free(rat), free(part);
 }
+#endif
 
 /* Every process's micro-batch losses, in rank order: all[r * M + mb];
  * with a pipeline across processes, the one process's that computes them
@@ -8115,6 +8162,13 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 }
 
 /* ---- a pipeline across processes ---- */
+
+#ifdef MPRT_NCCL   /* of CPU devices only, so far (mpcc refuses GPUs) */
+static void mprt_pipeline_start(const MprtModel *m)
+{
+    (void)m;
+}
+#else
 
 static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
 static int mprt_node_devs;
@@ -8170,6 +8224,8 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
                                       .ev = label, .label = label});
 }
 
+#endif
+
 /* Before a checkpoint: rank 0 takes the weights, optimizer state and
  * running statistics of the other processes' devices into its copies of
  * their arenas, in the buffer table's order. */
@@ -8214,6 +8270,8 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
     (void)m, (void)argc, (void)argv;
 }
+
+static void mprt_comm_devices(void) {}
 
 static void mprt_comm_end(void) {}
 
@@ -8963,6 +9021,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
+    mprt_comm_devices();   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
     mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);

@@ -1,0 +1,99 @@
+/* nccl.c — the gradient sums of CUDA trainers across processes (mpcc
+ * -gpus N --nodes=K): each process holds one replica on its N GPUs, and
+ * device d's gradients are summed with device d's of every other process
+ * by NCCL all-reduces.
+ *
+ * - One communicator per device, made at start-up: rank 0 asks NCCL for
+ *   a unique id, MPI broadcasts it, and every process joins with its rank
+ *   (ncclCommInitRank), device after device in the same order.
+ * - The sum runs on the device's own communication stream. It waits for
+ *   an event the compute stream records once the stage's gradients are
+ *   complete, sums each of them in place in one NCCL group, and records
+ *   an event that the update waits for. The other devices' work goes on
+ *   meanwhile.
+ * - Every process issues the same sums in the same order (the step is one
+ *   program), so the calls on each communicator match; the communicators
+ *   of distinct devices never wait on each other.
+ * - NCCL's order of the sum is its own. Every rank gets the same bits
+ *   from one all-reduce, so the replicas stay equal (--check-replicas),
+ *   but the sums are not the CPU trainer's tree, bit for bit.
+ *
+ * Built without MPRT_NCCL the file is empty: comm.c's sums are MPI's.
+ */
+#include "mprt.h"
+#include "train.h"
+
+#ifdef MPRT_NCCL
+#include <mpi.h>
+#include <nccl.h>
+
+typedef struct MprtNccl {
+    ncclComm_t comm;          /* this device with the same device of every other process */
+    cudaStream_t stream;      /* the communication stream, on this device */
+    cudaEvent_t ready;        /* on the compute stream: the stage's gradients are complete */
+    cudaEvent_t summed;       /* on the communication stream: they are summed */
+} MprtNccl;
+static MprtNccl *mprt_nccl;   /* [the devices of this process] */
+
+#define MPRT_NCCL_CALL(call)                                           \
+    do {                                                               \
+        ncclResult_t e_ = (call);                                      \
+        if (e_ != ncclSuccess)                                         \
+            mprt_cu_call_failed(1, #call, ncclGetErrorString(e_));     \
+    } while (0)
+
+/* After the devices are open: a communicator per device, over every process. */
+static void mprt_nccl_start(void)
+{
+    mprt_nccl = calloc((size_t)mprt_cu_ndev, sizeof *mprt_nccl);
+    if (!mprt_nccl)
+        mprt_die("out of memory");
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MprtNccl *c = &mprt_nccl[d];
+        ncclUniqueId id;
+        if (mprt_rank == 0)
+            MPRT_NCCL_CALL(ncclGetUniqueId(&id));
+        if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+            mprt_die("broadcasting NCCL's unique id (MPI_Bcast) failed");
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+        MPRT_NCCL_CALL(ncclCommInitRank(&c->comm, mprt_ranks, id, mprt_rank));
+        MPRT_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+        MPRT_CUDA(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+        MPRT_CUDA(cudaEventCreateWithFlags(&c->summed, cudaEventDisableTiming));
+    }
+}
+
+/* The n gradients of a stage of the device being issued (g[i], len[i]
+ * floats), summed over the processes in place, on its communication
+ * stream; its compute stream waits for them. */
+static void mprt_nccl_sum(int n, float *const *g, const long *len)
+{
+    MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
+    MPRT_CUDA(cudaEventRecord(c->ready, mprt_cu->compute));
+    MPRT_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
+    MPRT_NCCL_CALL(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+        MPRT_NCCL_CALL(ncclAllReduce(g[i], g[i], (size_t)len[i], ncclFloat, ncclSum, c->comm,
+                                     c->stream));
+    MPRT_NCCL_CALL(ncclGroupEnd());
+    MPRT_CUDA(cudaEventRecord(c->summed, c->stream));
+    MPRT_CUDA(cudaStreamWaitEvent(mprt_cu->compute, c->summed, 0));
+}
+
+/* At the end, after the last step's streams are drained (the streams and
+ * events go with the process, as cuda.c's do). */
+static void mprt_nccl_end(void)
+{
+    if (!mprt_nccl)
+        return;
+    for (int d = 0; d < mprt_cu_ndev; d++) {
+        MprtNccl *c = &mprt_nccl[d];
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
+        MPRT_CUDA(cudaStreamSynchronize(c->stream));
+        MPRT_NCCL_CALL(ncclCommDestroy(c->comm));
+    }
+    free(mprt_nccl);
+    mprt_nccl = NULL;
+}
+
+#endif
