@@ -35,13 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-build() {   # NAME: NAME.c into NAME, with mpicc when the head says so
-    local libs cc
-    libs=$(cd "$here" && /usr/bin/python3 -c "import build_line; print(' '.join(build_line.libraries('$work/$1.c')))")
-    cc=cc
-    grep -q '^ \* build: *mpicc ' $1.c && cc=mpicc
-    $cc -O2 -fno-trapping-math -ffp-contract=off -Wall -Werror $1.c -o $1 $libs
-}
+. "$here/build_trainer.sh"   # build NAME
 run() {   # NP TRAINER FLAGS...: NP 0 runs it alone
     local np=$1 exe=$2
     shift 2
