@@ -76,7 +76,7 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
 {
-    return mprt_rank * mprt_replicas_here + mprt_dev_base / mprt_replica_devs;
+    return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
 }
 
 /* ---- the replicas of this process (state.c) ---- */

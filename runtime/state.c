@@ -40,6 +40,9 @@ MPRT_GLOBAL int mprt_ranks = 1;
 /* The processes on this machine before this one: a CUDA trainer's GPUs
  * come after theirs (cuda.c), so that K processes share one machine's. */
 MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+/* The replica this process's first copy is, of every process's: rank x its
+ * copies; 0 where one pipeline spans the processes (they are one replica). */
+MPRT_GLOBAL int mprt_first_replica;
 
 /* ---- Dropout's counter-based generator ---- */
 

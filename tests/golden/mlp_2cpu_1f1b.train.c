@@ -2386,6 +2386,9 @@ MPRT_GLOBAL int mprt_ranks = 1;
 /* The processes on this machine before this one: a CUDA trainer's GPUs
  * come after theirs (cuda.c), so that K processes share one machine's. */
 MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+/* The replica this process's first copy is, of every process's: rank x its
+ * copies; 0 where one pipeline spans the processes (they are one replica). */
+MPRT_GLOBAL int mprt_first_replica;
 
 /* ---- Dropout's counter-based generator ---- */
 
@@ -7914,7 +7917,7 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
 {
-    return mprt_rank * mprt_replicas_here + mprt_dev_base / mprt_replica_devs;
+    return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
 }
 
 /* ---- the replicas of this process (state.c) ---- */
@@ -8469,10 +8472,6 @@ static void mprt_check_args(const MprtModel *m, const MprtArgs *a)
     if (a->check_replicas && m->replicas < 2)
         mprt_die("--check-replicas compares the replicas of a trainer; this one has one "
                  "(mpcc --data-parallel=R makes R)");
-    if (m->node_devs && (a->eval_data || a->eval_tokens))
-        mprt_die("evaluation with a pipeline across processes is not built yet; drop "
-                 "--eval-data (--eval-tokens) and evaluate the checkpoint with a trainer "
-                 "compiled without --nodes");
     if (a->tokens && (a->data || a->labels || a->synthetic))
         mprt_die("give --tokens, or --data and --labels, or --synthetic: one source of data");
     if (!a->tokens && !a->synthetic && (!a->data || !a->labels))
@@ -8855,7 +8854,7 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     int total = M * RL * (m->node_devs ? 1 : mprt_ranks);   /* every replica's */
     for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
         mprt_dev_base = c * m->ndev;
-        int64_t replica = (int64_t)mprt_rank * RL + c;
+        int64_t replica = (int64_t)mprt_first_replica + c;
         for (int mb = 0; mb < M; mb++) {
             int64_t first = (int64_t)s * m->batch + (replica * M + mb) * R;
             for (int64_t r = 0; r < R; r++)
@@ -8866,6 +8865,8 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     }
     mprt_step_no = s;
     mprt_lr = lr;
+    if (m->node_devs)   /* one pipeline across processes: the last stage's writes the losses, */
+        memset(mprt_losses, 0, (size_t)M * sizeof *mprt_losses);   /* the others add 0 (comm.c) */
     for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
@@ -9008,6 +9009,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_devs = m->ndev;
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
+    mprt_first_replica = m->node_devs ? 0 : mprt_rank * mprt_replicas_here;
     mprt_replicas_start(m);
     if (m->node_devs)
         mprt_pipeline_start(m);   /* this process's devices; copies over MPI */
@@ -9089,9 +9091,12 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
             mprt_comm_end();
             exit(0);
         }
-        if (lead && (a.eval_data || a.eval_tokens) &&
-            ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last))
-            mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
+        if ((a.eval_data || a.eval_tokens) &&
+            ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last)) {
+            mprt_comm_gather(m);   /* a pipeline across processes: rank 0 takes every stage */
+            if (lead)
+                mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
+        }
         if (lead && saved_step == s + 1)
             mprt_plot_checkpoint(&plot);   /* with this step's evaluation */
         t_aside += mprt_now() - now;

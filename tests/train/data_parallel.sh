@@ -24,7 +24,9 @@
 #   - a trainer started on the wrong number of processes says so in one
 #     line; a killed process stops the others within 30 s;
 #   - the MLP on 2 processes of 2 replicas against PyTorch, within
-#     compare_train.py's tolerance;
+#     compare_train.py's tolerance; on the rows of a data file, 2 processes
+#     of 2 replicas and a pipeline across 2 (evaluating too) give one
+#     process's bits;
 #   - --data-parallel=auto plans 1 and 2 replicas and keeps the faster;
 #   - layouts this version does not build are refused in one line (and
 #     planned with --dump).
@@ -109,8 +111,35 @@ grep -q '^ \* batch: *16 over 2 replicas (--data-parallel), each 8 in 4 micro-ba
 build mlp-ref
 mpirun -np 2 ./mlp-ref --data ref/x.npy --labels ref/y.npy --steps 4 --loss-log mlp-ref.txt \
     --save mlp-ref.safetensors 2>mlp-ref.log || { cat mlp-ref.log; exit 1; }
-/usr/bin/python3 "$here/compare_train.py" ref mlp-ref.txt mlp-ref.safetensors | tail -1
+/usr/bin/python3 "$here/compare_train.py" ref mlp-ref.txt mlp-ref.safetensors >mlp-ref.cmp ||
+    { cat mlp-ref.cmp; exit 1; }
+tail -1 mlp-ref.cmp
 echo "data_parallel: the MLP on 2 processes of 2 replicas against PyTorch: within tolerance"
+
+# the same rows of a data file (more rows than a batch, so each replica
+# reads rows of its own) on one process, 2 processes of 2 replicas and a
+# pipeline across 2: the same losses and checkpoint, byte for byte, and the
+# same evaluations (rank 0 takes every stage's weights to evaluate them)
+ev="--data ref/x.npy --labels ref/y.npy --steps 4 --eval-data ref/x.npy --eval-labels ref/y.npy --eval-every 2"
+compile mlp-one ref/model.onnx -cpus 1 --data-parallel=1 -batch 32 --microbatches=8 --lr=0.1 \
+    --momentum=0.9
+./mlp-one $ev --loss-log mlp-one.txt --save mlp-one.safetensors 2>mlp-one.log ||
+    { cat mlp-one.log; exit 1; }
+cmp mlp-one.txt mlp-ref.txt && cmp mlp-one.safetensors mlp-ref.safetensors ||
+    { echo "FAIL: the MLP on 2 processes of 2 replicas: not one process's numbers"; exit 1; }
+compile mlp-pipe ref/model.onnx -cpus 1 --data-parallel=1 --nodes=2 -batch 32 --microbatches=8 \
+    --lr=0.1 --momentum=0.9
+mpirun -np 2 ./mlp-pipe $ev --loss-log mlp-pipe.txt --save mlp-pipe.safetensors 2>mlp-pipe.log ||
+    { cat mlp-pipe.log; exit 1; }
+cmp mlp-one.txt mlp-pipe.txt && cmp mlp-one.safetensors mlp-pipe.safetensors ||
+    { echo "FAIL: the MLP as a pipeline across 2 processes: not one process's numbers"; exit 1; }
+grep '^eval step' mlp-one.log >mlp-one.eval
+grep '^eval step' mlp-pipe.log >mlp-pipe.eval
+[ "$(wc -l <mlp-one.eval)" -eq 2 ] && cmp mlp-one.eval mlp-pipe.eval ||
+    { cat mlp-one.eval mlp-pipe.eval; echo "FAIL: other evaluations across processes"; exit 1; }
+echo "data_parallel: the MLP on a data file: 2 processes of 2 replicas and a pipeline across" \
+    "2 give one process's losses and checkpoint; the pipeline's evaluations are one" \
+    "process's: $(tail -1 mlp-pipe.eval)"
 
 # --data-parallel=auto: every layout of 2 devices into replicas planned,
 # the fastest predicted kept and the others named; it trains to the same bits
@@ -198,11 +227,6 @@ cmp bn-1.txt bnp.txt && cmp bn-1.safetensors bnp.safetensors ||
     { echo "FAIL: cnn_bn: a pipeline across 2 processes: another checkpoint"; exit 1; }
 echo "data_parallel: cnn_bn: a pipeline across 2 processes: the losses and whole checkpoint" \
     "(running statistics too) of one process, byte for byte"
-if mpirun -np 2 ./bnp --synthetic --steps 1 --eval-tokens x.npy 2>bnp-eval.log; then
-    echo "FAIL: evaluation ran across processes"; exit 1
-fi
-grep -q 'evaluation with a pipeline across processes is not built yet' bnp-eval.log ||
-    { cat bnp-eval.log; exit 1; }
 bn_check bnh "$samples/cnn_bn.mp" "-cpus 4 --data-parallel=2" -batch 16 --microbatches=4
 bn_check resnet "$samples/resnet.mp" "-cpus 2 --data-parallel=2" -batch 8 --microbatches=4 --lr=0.05
 
