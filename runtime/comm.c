@@ -5,7 +5,8 @@
  *
  * What crosses between processes, all of it from fixed orders so that
  * every layout gives the same bits:
- *   - each stage's gradients, summed over the replicas before its update
+ *   - each stage's gradients, summed over the replicas once its last
+ *     micro-batch has finished them, before their norms and its update
  *     (mprt_replica_sum, on the device's thread; a communicator per stage,
  *     so that stages of one process sum at once without their calls
  *     interleaving): a reduce-scatter, each rank adding its share of the

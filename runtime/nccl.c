@@ -6,11 +6,12 @@
  * - One communicator per device, made at start-up: rank 0 asks NCCL for
  *   a unique id, MPI broadcasts it, and every process joins with its rank
  *   (ncclCommInitRank), device after device in the same order.
- * - The sum runs on the device's own communication stream. It waits for
- *   an event the compute stream records once the stage's gradients are
- *   complete, sums each of them in place in one NCCL group, and records
- *   an event that the update waits for. The other devices' work goes on
- *   meanwhile.
+ * - The sum runs on the device's own communication stream, issued at the
+ *   end of the action that finishes the stage's last gradients. It waits
+ *   for an event the compute stream records then, sums each of them in
+ *   place in one NCCL group, and records an event that the compute stream
+ *   waits for before the norms (--clip-norm) and the update. The other
+ *   devices' work goes on meanwhile.
  * - Every process issues the same sums in the same order (the step is one
  *   program), so the calls on each communicator match; the communicators
  *   of distinct devices never wait on each other.

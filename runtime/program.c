@@ -25,6 +25,7 @@ MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
 MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
+MPRT_KERNEL double *mprt_norms_here(void) { return mprt_norm_sq + (size_t)mprt_copy_of_thread() * (size_t)mprt_replica_norms; }
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mprt_copy_of_thread() * mprt_replica_mbs + mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */

@@ -27,6 +27,7 @@ MPRT_GLOBAL double *mprt_norm_sq;
 MPRT_GLOBAL _Thread_local int mprt_dev_base;
 MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
+MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
 /* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
  * process holds every device's arena, but runs only the operations of its

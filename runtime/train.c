@@ -487,7 +487,7 @@ static void mprt_start_devices(const MprtModel *m)
     mprt_ops->devices_open(N, names, shares);
     mprt_ops->losses_alloc(m->microbatches * RL);
     if (m->norm_terms)
-        mprt_ops->norm_alloc(m->norm_terms);
+        mprt_ops->norm_alloc(m->norm_terms * RL);
     mprt_size_arenas(m);
     mprt_host_arenas = calloc((size_t)N, sizeof *mprt_host_arenas);
     if (!mprt_host_arenas)
@@ -703,6 +703,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_devs = m->ndev;
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
+    mprt_replica_norms = m->norm_terms;
     mprt_first_replica = m->node_devs ? 0 : mprt_rank * mprt_replicas_here;
     mprt_replicas_start(m);
     if (m->node_devs)

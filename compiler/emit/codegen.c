@@ -3037,6 +3037,38 @@ static int clip_slot(CG *cg, uint32_t param)
     return param == NONE ? k : -1;
 }
 
+/* With replicas (--data-parallel), the kind of the action that finishes
+ * the stage's last gradients: there, after the last micro-batch, its
+ * gradients are summed over the replicas (and their norms taken). */
+static int last_grad_kind(CG *cg)
+{
+    Graph *g = cg->g;
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].trainable && cg->plan->st->home[v] == cg->stage &&
+            cg->plan->st->act[g->values[g->values[v].grad].producer] == ACT_WGRAD)
+            return ACT_WGRAD;
+    return ACT_BWD;
+}
+
+/* Whether the gradient of v is finished, summed and normed in this
+ * stage's actions of this kind. */
+static bool grad_done_in(CG *cg, uint32_t v, int kind)
+{
+    const Value *val = &cg->g->values[v];
+    if (cg->plan->st->home[v] != cg->stage)
+        return false;
+    if (cg->o->pipe.replicas > 1)
+        return kind == last_grad_kind(cg);
+    return cg->plan->st->act[cg->g->values[val->grad].producer] == kind;
+}
+
+/* --clip-norm: the table of squared norms; with replicas in the process,
+ * the calling thread's copy's (runtime/program.c). */
+static const char *norm_table(CG *cg)
+{
+    return cg->o->pipe.replicas_here > 1 ? "mprt_norms_here()" : "mprt_norm_sq";
+}
+
 /* After the last micro-batch's action finishing a gradient: its squared
  * norm, in the runtime's table (mprt_norm_sq); on a GPU, written by its
  * kernel, and an event that says this device's entries are in. */
@@ -3049,13 +3081,12 @@ static void emit_clip_partials(CG *cg, int kind)
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
         int k = val->trainable ? clip_slot(cg, v) : -1;
-        if (k < 0 || cg->plan->st->home[v] != cg->stage ||
-            cg->plan->st->act[g->values[val->grad].producer] != kind)
+        if (k < 0 || !grad_done_in(cg, v, kind))
             continue;
         emit(cg, "    if (mb == %d)  /* the squared norm of the gradient of '%s' */\n"
-             "        %s(%ld, %s, 1.0f / %d, &mprt_norm_sq[%d]);\n", cg->plan->sc->M - 1,
+             "        %s(%ld, %s, 1.0f / %d, &%s[%d]);\n", cg->plan->sc->M - 1,
              comment_text(cg, val->name), kernel(cg, "sq_norm"), numel(cg, v), grad_buf(cg, v),
-             cg->plan->sc->M, k);
+             step_microbatches(cg), norm_table(cg), k);
         any = true;
     }
     if (any && cuda_stage(cg))
@@ -3095,20 +3126,25 @@ static void emit_timed_end(CG *cg)
     cg->timed = false;
 }
 
-/* --data-parallel: the stage's gradients summed over the replicas, in
- * place, before its update (runtime/comm.c). */
-static void emit_replica_sum(CG *cg, const uint32_t *nodes, int n)
+/* --data-parallel: once the last micro-batch has finished the stage's
+ * gradients, they are summed over the replicas in place (runtime/comm.c),
+ * before their norms and the update. */
+static void emit_replica_sum(CG *cg, int kind)
 {
     int R = cg->o->pipe.replicas;
-    if (R <= 1 || n == 0)
+    size_t u = (size_t)cg->stage * ACT_KINDS + ACT_UPDATE;
+    const uint32_t *nodes = cg->plan->nodes[u];
+    int n = cg->plan->nnodes[u];
+    if (R <= 1 || n == 0 || kind != last_grad_kind(cg))
         return;
-    emit(cg, "    mprt_replica_sum(%d, %d, (float *const[]){", cg->stage, n);
+    emit(cg, "    if (mb == %d)   /* the last: the gradients summed over the %d replicas */\n"
+         "        mprt_replica_sum(%d, %d, (float *const[]){", cg->plan->sc->M - 1, R, cg->stage, n);
     for (int i = 0; i < n; i++)
         emit(cg, "%s%s", i ? ", " : "", grad_buf(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "},\n                     (const long[]){");
+    emit(cg, "},\n                         (const long[]){");
     for (int i = 0; i < n; i++)
         emit(cg, "%s%ld", i ? ", " : "", numel(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "});   /* the gradients summed over the %d replicas */\n", R);
+    emit(cg, "});\n");
 }
 
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
@@ -3116,7 +3152,6 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
     bool adamw = false;
     for (int i = 0; i < n; i++)
         adamw = adamw || cg->g->nodes[nodes[i]].op != OP_SGD;   /* emit_update_node */
-    emit_replica_sum(cg, nodes, n);
     emit(cg, "    float scale = 1.0f / %d, lr = mprt_lr;\n", step_microbatches(cg));
     if (adamw)
         emit(cg, "    long step = mprt_step_no + 1;   /* AdamW's bias correction */\n");
@@ -3125,8 +3160,8 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
     if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
         emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
     if (cg->o->train.clip_norm > 0)
-        emit(cg, "    scale *= mprt_clip_scale(%d, mprt_norm_sq, (float)%.9g);   /* every stage's "
-             "gradients */\n", clip_slot(cg, NONE), cg->o->train.clip_norm);
+        emit(cg, "    scale *= mprt_clip_scale(%d, %s, (float)%.9g);   /* every stage's "
+             "gradients */\n", clip_slot(cg, NONE), norm_table(cg), cg->o->train.clip_norm);
     for (int i = 0; i < n; i++)
         emit_update_node(cg, &cg->g->nodes[nodes[i]], profile_slot(cg, nodes[i]));
     emit_timed_end(cg);
@@ -3160,6 +3195,7 @@ static void emit_action_body(CG *cg, int kind)
     emit_timed_end(cg);
     if (kind != ACT_FWD) {
         emit_accumulate(cg, kind);
+        emit_replica_sum(cg, kind);
         emit_clip_partials(cg, kind);
     }
 }

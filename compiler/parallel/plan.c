@@ -102,7 +102,10 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
 }
 
 /* What each stage's update waits for to sum its gradients over the
- * replicas (replicas.c prices it). */
+ * replicas (replicas.c prices it). The trainer sums them at the end of
+ * the last micro-batch's last gradient action (codegen.c), which the
+ * update follows on the same device; an action's time is the same for
+ * every micro-batch, so the sum is charged to the update. */
 static void price_replica_sums(PB *b, const Options *o)
 {
     b->replica_sum = arena_array(b->a, (size_t)b->S, sizeof(double));

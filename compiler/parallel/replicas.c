@@ -87,9 +87,6 @@ static void check_layout(const Options *o, int R, int K)
                    "with N a multiple of %d (each replica on N/%d devices), got -%s %d",
                    R, RL, has_cuda(o) ? "gpus" : "cpus", RL, RL, has_cuda(o) ? "gpus" : "cpus",
                    N);
-    if (o->train.clip_norm > 0 && R > 1)
-        error_file(o->input, "--clip-norm with --data-parallel=%d: the global norm over "
-                   "replicas is not built yet; drop --clip-norm or train on one process", R);
 }
 
 /* -batch and --microbatches split evenly over the replicas, each replica's

@@ -2373,6 +2373,7 @@ MPRT_GLOBAL double *mprt_norm_sq;
 MPRT_GLOBAL _Thread_local int mprt_dev_base;
 MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
+MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
 /* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
  * process holds every device's arena, but runs only the operations of its
@@ -6769,6 +6770,7 @@ MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
 MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n) { mprt_ops->dev_copy(dst, src, n); }
+MPRT_KERNEL double *mprt_norms_here(void) { return mprt_norm_sq + (size_t)mprt_copy_of_thread() * (size_t)mprt_replica_norms; }
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss) { mprt_ops->keep_loss(mprt_copy_of_thread() * mprt_replica_mbs + mb, loss); }
 
 MPRT_GLOBAL unsigned char **mprt_arenas;   /* one per device */
@@ -7850,7 +7852,8 @@ static void mprt_plot_checkpoint(const MprtPlot *p)
  *
  * What crosses between processes, all of it from fixed orders so that
  * every layout gives the same bits:
- *   - each stage's gradients, summed over the replicas before its update
+ *   - each stage's gradients, summed over the replicas once its last
+ *     micro-batch has finished them, before their norms and its update
  *     (mprt_replica_sum, on the device's thread; a communicator per stage,
  *     so that stages of one process sum at once without their calls
  *     interleaving): a reduce-scatter, each rank adding its share of the
@@ -8793,7 +8796,7 @@ static void mprt_start_devices(const MprtModel *m)
     mprt_ops->devices_open(N, names, shares);
     mprt_ops->losses_alloc(m->microbatches * RL);
     if (m->norm_terms)
-        mprt_ops->norm_alloc(m->norm_terms);
+        mprt_ops->norm_alloc(m->norm_terms * RL);
     mprt_size_arenas(m);
     mprt_host_arenas = calloc((size_t)N, sizeof *mprt_host_arenas);
     if (!mprt_host_arenas)
@@ -9009,6 +9012,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_devs = m->ndev;
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
+    mprt_replica_norms = m->norm_terms;
     mprt_first_replica = m->node_devs ? 0 : mprt_rank * mprt_replicas_here;
     mprt_replicas_start(m);
     if (m->node_devs)

@@ -27,6 +27,7 @@
 #     compare_train.py's tolerance; on the rows of a data file, 2 processes
 #     of 2 replicas and a pipeline across 2 (evaluating too) give one
 #     process's bits;
+#   - --clip-norm over replicas in one process and across processes;
 #   - --data-parallel=auto plans 1 and 2 replicas and keeps the faster;
 #   - layouts this version does not build are refused in one line (and
 #     planned with --dump).
@@ -92,6 +93,29 @@ for layout in "2 1 gpipe" "2 2 1f1b" "4 1 interleaved" "2 2 zb"; do
     echo "data_parallel: gpt: one $3 pipeline across $1 processes of $2 device(s): the losses" \
         "and checkpoint (gathered by rank 0) of one process, byte for byte"
 done
+# --clip-norm: the norm of the gradients summed over every replica (each
+# stage's sum comes after its last backward, before the norms; under zero
+# bubble after its last weight gradients); every layout gives one replica's
+# bits, and the clipping is on (the losses are not those without it)
+noclip="-batch 16 --microbatches=8 --optimizer=adamw --lr=0.001"
+clip="$noclip --clip-norm=0.5"
+compile clip-1 "$samples/gpt.mp" -cpus 1 --data-parallel=1 $clip
+run 0 clip-1 --steps 4 --loss-log clip-1.txt --save clip-1.safetensors
+compile noclip "$samples/gpt.mp" -cpus 1 --data-parallel=1 $noclip
+run 0 noclip --steps 4 --loss-log noclip.txt
+if cmp -s clip-1.txt noclip.txt; then echo "FAIL: --clip-norm=0.5 clipped nothing"; exit 1; fi
+for layout in "1 4 2 zb" "2 2 2 1f1b" "2 2 4 zb"; do
+    set -- $layout
+    tag=clip-$1-$2-$3-$4
+    compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=$3 --nodes=$1 --schedule=$4 $clip
+    run $([ $1 = 1 ] && echo 0 || echo $1) $tag --steps 4 --loss-log $tag.txt \
+        --save $tag.safetensors
+    cmp clip-1.txt $tag.txt && cmp clip-1.safetensors $tag.safetensors ||
+        { echo "FAIL: --clip-norm on $1 process(es) of -cpus $2, $3 replicas, $4"; exit 1; }
+done
+echo "data_parallel: --clip-norm over 2 replicas in one process (zero bubble), 2 processes" \
+    "and 2 processes of 2: one replica's losses ($(tr '\n' ' ' <clip-1.txt)) and" \
+    "checkpoint, byte for byte"
 grep -q '^ \* processes: 2, one pipeline across them, 1 device(s) each: run as mpirun -np 2' \
     gpt-pipe-2-1-gpipe.c || { echo "FAIL: gpt-pipe-2-1-gpipe.c's head says nothing of processes"; exit 1; }
 
@@ -330,8 +354,6 @@ refuse 'a pipeline of CUDA devices across processes is not built yet' -gpus 2 -b
     --data-parallel=1 --nodes=2
 refuse 'give --nodes=4 (a replica per process, summed over NCCL)' -gpus 2 -batch 8 \
     --data-parallel=4 --nodes=2
-refuse 'the global norm over replicas is not built yet' -cpus 1 -batch 8 --clip-norm=1 \
-    --data-parallel=2 --nodes=2
 # ... but a plan of them may be asked for: 2 replicas of GPUs in each of 2 processes
 "$mpcc" "$samples/gpt.mp" -gpus 4 --data-parallel=4 --nodes=2 -batch 16 --microbatches=8 \
     --dump=partition >gpu-grid.txt 2>gpu-grid.err || { cat gpu-grid.err; exit 1; }
