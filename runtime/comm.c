@@ -163,6 +163,8 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 #ifdef MPRT_MPI
 #include <limits.h>
 #include <mpi.h>
+#include <signal.h>
+#include <stdatomic.h>
 
 static MPI_Comm *mprt_stage_comm;   /* [nstages] */
 typedef struct MprtSumScratch {
@@ -411,6 +413,58 @@ static void mprt_comm_gather(const MprtModel *m)
     }
 }
 
+/* ---- when mpirun stops the job: the step each process was in ---- */
+
+/* mpirun stops every process when one fails (or when it is signalled
+ * itself): SIGCONT first, SIGTERM a second later, SIGKILL a second after
+ * that. A process waiting on one that died never ends its step, so a
+ * watcher thread, woken by the SIGCONT, names the step it is in when no
+ * step has ended 0.3 s later: one line beside mpirun's, which names the
+ * process that failed. */
+static volatile sig_atomic_t mprt_woken;   /* SIGCONT came */
+static _Atomic long mprt_steps_done;
+static const char *mprt_watch_name;
+
+static void mprt_on_cont(int sig)
+{
+    (void)sig;
+    mprt_woken = 1;
+}
+
+static void *mprt_watch(void *arg)
+{
+    (void)arg;
+    while (!mprt_woken)
+        usleep(20000);
+    long before = mprt_steps_done;
+    usleep(300000);
+    if (mprt_steps_done == before)
+        fprintf(stderr, "%s: rank %d: stopped by mpirun during step %ld (when a process fails, "
+                "mpirun's lines name it)\n", mprt_watch_name, mprt_rank, before + 1);
+    return NULL;
+}
+
+/* At the start of training: the watcher, and the count of steps done. */
+static void mprt_comm_watch(const char *program, long done)
+{
+    mprt_watch_name = program;
+    mprt_steps_done = done;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mprt_on_cont;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, mprt_watch, NULL) == 0)
+        pthread_detach(t);
+}
+
+static void mprt_comm_step_done(long step)
+{
+    mprt_steps_done = step;
+}
+
 /* Whether any process has `flag` set. */
 static int mprt_comm_any(int flag)
 {
@@ -437,6 +491,16 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 static void mprt_comm_devices(void) {}
 
 static void mprt_comm_end(void) {}
+
+static void mprt_comm_watch(const char *program, long done)
+{
+    (void)program, (void)done;
+}
+
+static void mprt_comm_step_done(long step)
+{
+    (void)step;
+}
 
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {

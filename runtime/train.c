@@ -750,6 +750,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     if (a.resume && lead)
         fprintf(stderr, "resumed %s at step %ld\n", a.resume, start);
     mprt_catch_stop_signals();
+    mprt_comm_watch(m->program, start);   /* under mpirun: the step a failure stopped */
     long last = start + steps;
     double t0 = mprt_now(), t_aside = 0, last_loss = 0;
     char saved[4200] = "";
@@ -758,6 +759,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_tracing = a.trace && s + 1 == last;   /* time the last step */
         mprt_profiling = a.profile && (s > start || steps == 1);   /* after a warm-up */
         double loss = mprt_step(m, &data, &order, s, (float)a.lr, rows, losses);
+        mprt_comm_step_done(s + 1);
         if (a.check_replicas && (s + 1) % a.check_replicas == 0)
             mprt_check_replicas(m, s + 1, hashes);
         int stop = mprt_comm_any(mprt_stop_signal != 0);   /* every process after this step */

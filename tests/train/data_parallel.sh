@@ -22,7 +22,8 @@
 #   - SIGTERM to mpirun: every process stops after the same step, rank 0
 #     saves, and the run resumes from it bit for bit;
 #   - a trainer started on the wrong number of processes says so in one
-#     line; a killed process stops the others within 30 s;
+#     line; a killed process stops the others within 30 s, the others
+#     naming the step they were in;
 #   - the MLP on 2 processes of 2 replicas against PyTorch, within
 #     compare_train.py's tolerance; on the rows of a data file, 2 processes
 #     of 2 replicas and a pipeline across 2 (evaluating too) give one
@@ -308,11 +309,11 @@ fi
 grep -q 'but started as 1' alone.log || { cat alone.log; exit 1; }
 echo "data_parallel: started on 3 processes, or alone: $(grep -m1 'compiled for' wrong.log)"
 
-# a killed process: the others stop within 30 s
-mpirun -np 2 ./gpt-2-1-2 --synthetic --steps 100000 --log-every 1 2>kill.log &
+# a killed process: the others stop within 30 s, one line naming the step
+mpirun -np 2 ./gpt-2-1-2 --synthetic --steps 100000 --log-every 50 2>kill.log &
 launcher=$!
 for i in $(seq 1 300); do
-    grep -q '^step 2/' kill.log 2>/dev/null && break
+    grep -q '^step 50/' kill.log 2>/dev/null && break
     sleep 0.1
 done
 victim=$(pgrep -f 'gpt-2-1-2 --synthetic --steps 100000' | grep -v "^$launcher\$" | tail -1)
@@ -327,8 +328,10 @@ if kill -0 $launcher 2>/dev/null; then
 fi
 if wait $launcher; then echo "FAIL: mpirun exited 0 after a process was killed"; exit 1; fi
 grep -q 'exited on signal 9' kill.log || { cat kill.log; exit 1; }
+grep -Eq '^train: rank [01]: stopped by mpirun during step [0-9]+ \(when a process fails' \
+    kill.log || { cat kill.log; echo "FAIL: no line names the step"; exit 1; }
 echo "data_parallel: kill -9 of one process: mpirun stopped the run in $i tenths of a second:" \
-    "$(grep -m1 'exited on signal 9' kill.log | sed 's/^ *//')"
+    "$(grep -m1 'exited on signal 9' kill.log | sed 's/^ *//'); $(grep -m1 'during step' kill.log)"
 
 # what this version does not build: one line each, naming the way out
 refuse() {   # WHAT FLAGS...
