@@ -80,6 +80,14 @@ MPRT_KERNEL int mprt_replica_index(void)
     return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
 }
 
+/* The processes of one replica: 1, or with a pipeline across processes
+ * (--nodes=K --data-parallel=R, R < K) K/R, replica r's being ranks r*P ..
+ * r*P + P - 1. */
+static int mprt_procs_per_replica(const MprtModel *m)
+{
+    return m->node_devs ? m->nodes / (m->replicas > 1 ? m->replicas : 1) : 1;
+}
+
 /* ---- the replicas of this process (state.c) ---- */
 
 /* For each stage: its copies meet at a barrier, and show each other their
@@ -167,6 +175,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 #include <stdatomic.h>
 
 static MPI_Comm *mprt_stage_comm;   /* [nstages] */
+static int mprt_procs_each = 1;     /* the processes of one replica (mprt_procs_per_replica) */
 typedef struct MprtSumScratch {
     float *flat, *parts;            /* every gradient of the stage, one after another;
                                        the replicas' sums of this rank's share */
@@ -233,8 +242,13 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
         mprt_die("out of memory");
+    MPI_Comm same;   /* the processes that hold the same stages: one of each replica */
+    int P = mprt_procs_each = mprt_procs_per_replica(m);
+    mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank % P, mprt_rank, &same),
+                   "MPI_Comm_split");
     for (int s = 0; s < m->nstages; s++)
-        mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
+        mprt_mpi_check(MPI_Comm_dup(same, &mprt_stage_comm[s]), "MPI_Comm_dup");
+    MPI_Comm_free(&same);
 }
 
 /* Once the devices are open: NCCL's communicators between the GPUs. */
@@ -278,7 +292,10 @@ static MprtSumScratch *mprt_scratch(int stage, long n, int R)
  * summed over the processes in place. */
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    int R = mprt_ranks, me = mprt_rank;
+    MPI_Comm c = mprt_stage_comm[stage];   /* a process of each replica */
+    int R = 1, me = 0;
+    MPI_Comm_size(c, &R);
+    MPI_Comm_rank(c, &me);
     long total = 0;
     for (int i = 0; i < n; i++)
         total += len[i];
@@ -301,7 +318,6 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
         rat[r] = (int)(r * mine);
         part[r] = s->parts + r * mine;
     }
-    MPI_Comm c = mprt_stage_comm[stage];
     mprt_mpi_check(MPI_Alltoallv(s->flat, count, at, MPI_FLOAT, s->parts, rcount, rat,
                                  MPI_FLOAT, c), "the gradient sum (MPI_Alltoallv)");
     mprt_tree_vectors(part, R, mine);
@@ -313,17 +329,31 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 }
 #endif
 
-/* Every process's micro-batch losses, in rank order: all[r * M + mb];
- * with a pipeline across processes, the one process's that computes them
- * (the others' are 0, and x + 0 is x). */
+/* Every replica's micro-batch losses, in replica order: all[r * M + mb].
+ * With a pipeline across processes, each replica's are those of its
+ * process that computes them: the others' are 0, and x + 0 is x, so the
+ * P processes of a replica add up to it. */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
-    if (mprt_dev_lo || mprt_dev_hi != 1 << 30)
-        mprt_mpi_check(MPI_Allreduce(mine, all, M, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-                       "gathering the losses (MPI_Allreduce)");
-    else
+    if (mprt_procs_each == 1) {
         mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
                        "gathering the losses (MPI_Allgather)");
+        return;
+    }
+    float *each = malloc((size_t)mprt_ranks * (size_t)M * sizeof *each);
+    if (!each)
+        mprt_die("out of memory");
+    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, each, M, MPI_FLOAT, MPI_COMM_WORLD),
+                   "gathering the losses (MPI_Allgather)");
+    int P = mprt_procs_each;
+    for (int r = 0; r < mprt_ranks / P; r++)
+        for (int mb = 0; mb < M; mb++) {
+            float x = 0;
+            for (int q = 0; q < P; q++)
+                x += each[(size_t)(r * P + q) * (size_t)M + (size_t)mb];
+            all[(size_t)r * (size_t)M + (size_t)mb] = x;
+        }
+    free(each);
 }
 
 /* ---- a pipeline across processes ---- */
@@ -362,15 +392,18 @@ static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
                             MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
 }
 
-/* This process runs devices rank * node_devs .. of the model's. */
+/* The p-th process of a replica runs devices p * node_devs .. of the
+ * model's; the copies go between the processes of its replica. */
 static void mprt_pipeline_start(const MprtModel *m)
 {
+    int P = mprt_procs_per_replica(m);
     mprt_node_devs = m->node_devs;
-    mprt_dev_lo = mprt_rank * m->node_devs;
+    mprt_dev_lo = mprt_rank % P * m->node_devs;
     mprt_dev_hi = mprt_dev_lo + m->node_devs;
     mprt_stream_send = mprt_mpi_send;
     mprt_stream_recv = mprt_mpi_recv;
-    mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_p2p), "MPI_Comm_dup");
+    mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank / P, mprt_rank, &mprt_p2p),
+                   "MPI_Comm_split");
 }
 
 /* A copy between stages on two processes: the sender's stream sends... */

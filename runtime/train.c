@@ -290,7 +290,8 @@ static uint64_t mprt_replica_hash(const MprtModel *m)
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < m->nbuffers; i++) {
         const MprtBuffer *b = &m->buffers[i];
-        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0)
+        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0 ||
+            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi)   /* this process's devices */
             continue;
         const unsigned char *p = b->host ? mprt_slot(b, 0)
                                          : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);
@@ -315,13 +316,14 @@ static void mprt_check_replicas(const MprtModel *m, long step, uint64_t *hashes)
     }
     mprt_dev_base = 0;
     mprt_comm_hashes(here, hashes);
-    for (int r = 1; r < mprt_ranks; r++)
-        if (hashes[r] != hashes[0]) {
+    int P = mprt_procs_per_replica(m);   /* rank r holds the stages of rank r % P */
+    for (int r = P; r < mprt_ranks; r++)
+        if (hashes[r] != hashes[r % P]) {
             if (mprt_rank == 0)
                 fprintf(stderr, "%s: error: after step %ld the weights of replica %d (rank %d) "
                         "differ from replica 0's (--check-replicas): every process must get "
                         "the same flags and data; stopped, no checkpoint written\n",
-                        m->program, step, r * RL, r);
+                        m->program, step, r / P * RL, r);
             mprt_comm_end();
             exit(1);
         }
@@ -545,7 +547,7 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
     int M = m->microbatches, RL = mprt_replicas_here;
-    int total = M * RL * (m->node_devs ? 1 : mprt_ranks);   /* every replica's */
+    int total = M * RL * mprt_ranks / mprt_procs_per_replica(m);   /* every replica's */
     for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
         mprt_dev_base = c * m->ndev;
         int64_t replica = (int64_t)mprt_first_replica + c;
@@ -704,7 +706,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
     mprt_replica_norms = m->norm_terms;
-    mprt_first_replica = m->node_devs ? 0 : mprt_rank * mprt_replicas_here;
+    mprt_first_replica = mprt_rank / mprt_procs_per_replica(m) * mprt_replicas_here;
     mprt_replicas_start(m);
     if (m->node_devs)
         mprt_pipeline_start(m);   /* this process's devices; copies over MPI */
@@ -805,7 +807,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_summary(m, steps, busy, last_loss);
         if (a.check_replicas)
             fprintf(stderr, "replicas compared every %ld steps (--check-replicas): the %d hold "
-                    "the same weights\n", a.check_replicas, mprt_ranks * mprt_replicas_here);
+                    "the same weights\n", a.check_replicas, m->replicas);
         mprt_write_outputs(m, &a, &plot, last, steps, busy);
     }
     if (a.save)

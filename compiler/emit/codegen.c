@@ -2428,7 +2428,13 @@ static void emit_dnnl_line(CG *cg)
 static void emit_replicas_line(CG *cg)
 {
     int R = cg->o->pipe.replicas, K = cg->o->pipe.nodes, RL = cg->o->pipe.replicas_here;
-    if (R > 1 && K > 1)
+    if (R > 1 && R < K)
+        emit(cg, " * replicas: %d, each one pipeline across %d processes of %d device(s): run "
+             "as mpirun -np %d ./train ...; copies between a replica's processes over MPI; "
+             "each sums its micro-batches' gradients as a tree, then the replicas' sums over "
+             "MPI, each stage between the processes that hold it\n", R, K / R,
+             cg->o->pipe.node_devs, K);
+    else if (R > 1 && K > 1)
         emit(cg, " * replicas: %d, %d per process: run as mpirun -np %d ./train ...; each "
              "sums its micro-batches' gradients as a tree, then the replicas' sums%s over %s "
              "before each update\n", R, RL, K, RL > 1 ? " in each process, then" : "",
@@ -2520,7 +2526,7 @@ static void emit_header(CG *cg, const char *hash)
     emit(cg, " * build:    %s\n */\n", build_line(cg));
     emit(cg, "#define _DEFAULT_SOURCE\n#define _POSIX_C_SOURCE 200809L\n");
     if (cg->o->pipe.nodes > 1)
-        emit(cg, "#define MPRT_MPI 1   /* %d processes, one replica each: runtime/comm.c */\n",
+        emit(cg, "#define MPRT_MPI 1   /* %d processes: runtime/comm.c */\n",
              cg->o->pipe.nodes);
     if (cg->o->pipe.nodes > 1 && cg->cuda)
         emit(cg, "#define MPRT_NCCL 1   /* the GPUs' gradient sums over NCCL: runtime/nccl.c */\n");

@@ -38,13 +38,13 @@ static int64_t stage_memory(const Plan *p, int s)
 }
 
 /* --data-parallel: which process holds which replica on which devices,
- * and what each stage sums over the replicas before its update (the
+ * and what each stage sums over the replicas after its last gradients (the
  * predicted step counts it; the table's upd ms does not). */
 static void replica_grid(const Pipeline *pl, FILE *out)
 {
     const PipeOptions *po = &pl->opt.pipe;
     int R = po->replicas, RL = po->replicas_here > 1 ? po->replicas_here : 1, D = pl->ds.n;
-    if (po->node_devs) {   /* one pipeline across the processes */
+    if (po->node_devs && R <= 1) {   /* one pipeline across the processes */
         fprintf(out, "# processes: %d, one pipeline across them:", po->nodes);
         for (int d = 0; d < D; d++)
             fprintf(out, "%s %s (rank %d)", d ? "," : "", pl->ds.d[d].name, pl->ds.d[d].node);
@@ -53,17 +53,31 @@ static void replica_grid(const Pipeline *pl, FILE *out)
     }
     if (R <= 1)
         return;
-    fprintf(out, "# replicas: %d (--data-parallel), %d per process, each on its own copy of the "
-            "devices above:\n", R, RL);
-    for (int r = 0; r < R; r++) {
-        fprintf(out, "#   rank %d: replica %d, micro-batches %d .. %d of the step, on", r / RL, r,
-                r * pl->sc->M, (r + 1) * pl->sc->M - 1);
-        for (int d = 0; d < D; d++)   /* the trainer names a copy's devices after the first's */
-            fprintf(out, " %s:%d", pl->ds.d[d].kind == DEV_CPU ? "cpu" : "cuda",
-                    pl->ds.d[d].ordinal + r % RL * D);
-        fputc('\n', out);
+    if (po->node_devs) {   /* each replica one pipeline across P processes */
+        int P = po->nodes / R;
+        fprintf(out, "# replicas: %d (--data-parallel), each one pipeline across %d processes:\n",
+                R, P);
+        for (int r = 0; r < R; r++) {
+            fprintf(out, "#   replica %d, micro-batches %d .. %d of the step, on", r,
+                    r * pl->sc->M, (r + 1) * pl->sc->M - 1);
+            for (int d = 0; d < D; d++)
+                fprintf(out, "%s %s (rank %d)", d ? "," : "", pl->ds.d[d].name,
+                        r * P + pl->ds.d[d].node);
+            fputc('\n', out);
+        }
+    } else {
+        fprintf(out, "# replicas: %d (--data-parallel), %d per process, each on its own copy of "
+                "the devices above:\n", R, RL);
+        for (int r = 0; r < R; r++) {
+            fprintf(out, "#   rank %d: replica %d, micro-batches %d .. %d of the step, on", r / RL,
+                    r, r * pl->sc->M, (r + 1) * pl->sc->M - 1);
+            for (int d = 0; d < D; d++)   /* a copy's devices are named after the first's */
+                fprintf(out, " %s:%d", pl->ds.d[d].kind == DEV_CPU ? "cpu" : "cuda",
+                        pl->ds.d[d].ordinal + r % RL * D);
+            fputc('\n', out);
+        }
     }
-    fprintf(out, "# gradient sums over the replicas, before each stage's update:");
+    fprintf(out, "# gradient sums over the replicas, after each stage's last gradients:");
     for (int s = 0; s < pl->st->n; s++) {
         double bytes = stage_grad_bytes(pl->g, pl->st, s);
         fprintf(out, " stage %d %.2f MB %.3f ms%s", s, bytes / 1e6,

@@ -53,7 +53,7 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
     bool gpus = has_cuda(o) && !plans_only(o);
-    if (has_cuda(o) && plans_only(o) && (R == 1 ? K > 1 : R > K)) {
+    if (has_cuda(o) && plans_only(o) && R != K) {
         Loc loc = {.file = o->input, .index = -1};
         note_once(&loc, "a plan only: the trainer of this layout of CUDA devices is not built "
                   "yet (a GPU pipeline across processes, replicas of GPU pipelines in one "
@@ -66,12 +66,16 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--data-parallel=1 --nodes=%d: a pipeline of CUDA devices across "
                    "processes is not built yet; give --data-parallel=%d (a replica per "
                    "process, summed over NCCL), or CPU devices (-cpus N)", K, K);
-    if (R == 1 && K > 1)   /* one pipeline across the processes */
+    if (R < K && K % R == 0 && gpus && R > 1)
+        error_file(o->input, "--data-parallel=%d --nodes=%d: replicas of CUDA devices that "
+                   "span several processes are not built yet; give --data-parallel=%d (a "
+                   "replica per process), or CPU devices (-cpus N)", R, K, K);
+    if (R < K && K % R == 0)   /* each replica one pipeline across K/R processes */
         return;
-    if (R < K || R % K)
+    if (R % K)
         error_file(o->input, "--data-parallel=%d with --nodes=%d: each process holds whole "
-                   "replicas, the same number each, or (--data-parallel=1) one pipeline spans "
-                   "them all; give --data-parallel=1, %d or a multiple of it", R, K, K);
+                   "replicas, the same number each, or each replica spans the same number of "
+                   "processes; give a divisor or a multiple of %d", R, K, K);
     int RL = R / K;
     if (RL > 1 && gpus)
         error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
@@ -132,20 +136,24 @@ void replicas_apply(Options *o)
     int *count = has_cuda(o) ? &o->gpus : &o->cpus, N = devices_given(o);
     if (p->replicas_here > 1)
         *count = N / p->replicas_here;   /* one replica's devices */
-    if (R == 1 && K > 1) {   /* the plan spans every process's devices */
+    if (R < K) {   /* the plan spans the devices of a replica's K/R processes */
         p->node_devs = N;
-        *count = N * K;
+        *count = N * (K / R);
     }
 }
 
 /* R = K * RL with RL dividing each process's devices (a power of two over
  * several processes), the batch and the micro-batches split evenly, each
- * replica's a power of two; and one pipeline across the processes. */
+ * replica's a power of two; and R dividing K, each replica one pipeline
+ * across K/R processes (R = 1: one pipeline across them all). */
 int replicas_candidates(const Options *o, int *R, int max)
 {
     int K = o->pipe.nodes > 0 ? o->pipe.nodes : 1, N = devices_given(o), n = 0;
-    if (K > 1 && n < max)
-        R[n++] = 1;
+    for (int r = 1; r < K && n < max; r++)   /* each replica a pipeline across K/r processes */
+        if (K % r == 0 && (r == 1 || (!has_cuda(o) && o->batch && o->batch % r == 0 &&
+                                      (!o->pipe.micro_given || (o->train.microbatches % r == 0 &&
+                                       power_of_two(o->train.microbatches / r))))))
+            R[n++] = r;
     for (int RL = 1; RL <= N && n < max; RL++) {
         int r = K * RL, M = o->train.microbatches;
         if (N % RL || (K > 1 && !power_of_two(RL)) || !o->batch || o->batch % r)
@@ -205,7 +213,8 @@ static void node_link(const Devices *ds, double *bw, double *latency)
  * sending and receiving 2 (K-1)/K of the bytes in 2 (K-1) steps. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
 {
-    int R = o->pipe.replicas, K = o->pipe.nodes, RL = o->pipe.replicas_here;
+    int R = o->pipe.replicas, RL = o->pipe.replicas_here;
+    int K = R / (RL > 1 ? RL : 1);   /* the processes that sum each stage */
     if (R <= 1)
         return 0;
     double t = 0;

@@ -24,7 +24,7 @@ plan() {   # MODEL-AND-BATCH LABEL FLAGS...
     shift 2
     out=$("$mpcc" $model --profile=h100-sxm "$@" --dump=partition 2>&1 || true)
     step=$(echo "$out" | sed -n 's/^# predicted: step \([0-9.]*\) ms.*/\1/p')
-    sums=$(echo "$out" | sed -n 's/^# gradient sums over the replicas, before each stage.s update: //p' |
+    sums=$(echo "$out" | sed -n 's/^# gradient sums over the replicas, after each stage.s last gradients: //p' |
            tr ',' '\n' | awk '{ t += $5 } END { if (NR) printf "%.2f ms", t }')
     if [ -z "$step" ]; then
         echo "| $label | $(echo "$out" | grep -m1 -o 'error: .*') | |"

@@ -7923,6 +7923,14 @@ MPRT_KERNEL int mprt_replica_index(void)
     return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
 }
 
+/* The processes of one replica: 1, or with a pipeline across processes
+ * (--nodes=K --data-parallel=R, R < K) K/R, replica r's being ranks r*P ..
+ * r*P + P - 1. */
+static int mprt_procs_per_replica(const MprtModel *m)
+{
+    return m->node_devs ? m->nodes / (m->replicas > 1 ? m->replicas : 1) : 1;
+}
+
 /* ---- the replicas of this process (state.c) ---- */
 
 /* For each stage: its copies meet at a barrier, and show each other their
@@ -8010,6 +8018,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 #include <stdatomic.h>
 
 static MPI_Comm *mprt_stage_comm;   /* [nstages] */
+static int mprt_procs_each = 1;     /* the processes of one replica (mprt_procs_per_replica) */
 typedef struct MprtSumScratch {
     float *flat, *parts;            /* every gradient of the stage, one after another;
                                        the replicas' sums of this rank's share */
@@ -8076,8 +8085,13 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     mprt_sum_scratch = calloc((size_t)m->nstages, sizeof *mprt_sum_scratch);
     if (!mprt_stage_comm || !mprt_sum_scratch)
         mprt_die("out of memory");
+    MPI_Comm same;   /* the processes that hold the same stages: one of each replica */
+    int P = mprt_procs_each = mprt_procs_per_replica(m);
+    mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank % P, mprt_rank, &same),
+                   "MPI_Comm_split");
     for (int s = 0; s < m->nstages; s++)
-        mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_stage_comm[s]), "MPI_Comm_dup");
+        mprt_mpi_check(MPI_Comm_dup(same, &mprt_stage_comm[s]), "MPI_Comm_dup");
+    MPI_Comm_free(&same);
 }
 
 /* Once the devices are open: NCCL's communicators between the GPUs. */
@@ -8121,7 +8135,10 @@ static MprtSumScratch *mprt_scratch(int stage, long n, int R)
  * summed over the processes in place. */
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
-    int R = mprt_ranks, me = mprt_rank;
+    MPI_Comm c = mprt_stage_comm[stage];   /* a process of each replica */
+    int R = 1, me = 0;
+    MPI_Comm_size(c, &R);
+    MPI_Comm_rank(c, &me);
     long total = 0;
     for (int i = 0; i < n; i++)
         total += len[i];
@@ -8144,7 +8161,6 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
         rat[r] = (int)(r * mine);
         part[r] = s->parts + r * mine;
     }
-    MPI_Comm c = mprt_stage_comm[stage];
     mprt_mpi_check(MPI_Alltoallv(s->flat, count, at, MPI_FLOAT, s->parts, rcount, rat,
                                  MPI_FLOAT, c), "the gradient sum (MPI_Alltoallv)");
     mprt_tree_vectors(part, R, mine);
@@ -8156,17 +8172,31 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 }
 #endif
 
-/* Every process's micro-batch losses, in rank order: all[r * M + mb];
- * with a pipeline across processes, the one process's that computes them
- * (the others' are 0, and x + 0 is x). */
+/* Every replica's micro-batch losses, in replica order: all[r * M + mb].
+ * With a pipeline across processes, each replica's are those of its
+ * process that computes them: the others' are 0, and x + 0 is x, so the
+ * P processes of a replica add up to it. */
 static void mprt_comm_losses(int M, const float *mine, float *all)
 {
-    if (mprt_dev_lo || mprt_dev_hi != 1 << 30)
-        mprt_mpi_check(MPI_Allreduce(mine, all, M, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-                       "gathering the losses (MPI_Allreduce)");
-    else
+    if (mprt_procs_each == 1) {
         mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, all, M, MPI_FLOAT, MPI_COMM_WORLD),
                        "gathering the losses (MPI_Allgather)");
+        return;
+    }
+    float *each = malloc((size_t)mprt_ranks * (size_t)M * sizeof *each);
+    if (!each)
+        mprt_die("out of memory");
+    mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, each, M, MPI_FLOAT, MPI_COMM_WORLD),
+                   "gathering the losses (MPI_Allgather)");
+    int P = mprt_procs_each;
+    for (int r = 0; r < mprt_ranks / P; r++)
+        for (int mb = 0; mb < M; mb++) {
+            float x = 0;
+            for (int q = 0; q < P; q++)
+                x += each[(size_t)(r * P + q) * (size_t)M + (size_t)mb];
+            all[(size_t)r * (size_t)M + (size_t)mb] = x;
+        }
+    free(each);
 }
 
 /* ---- a pipeline across processes ---- */
@@ -8205,15 +8235,18 @@ static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
                             MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
 }
 
-/* This process runs devices rank * node_devs .. of the model's. */
+/* The p-th process of a replica runs devices p * node_devs .. of the
+ * model's; the copies go between the processes of its replica. */
 static void mprt_pipeline_start(const MprtModel *m)
 {
+    int P = mprt_procs_per_replica(m);
     mprt_node_devs = m->node_devs;
-    mprt_dev_lo = mprt_rank * m->node_devs;
+    mprt_dev_lo = mprt_rank % P * m->node_devs;
     mprt_dev_hi = mprt_dev_lo + m->node_devs;
     mprt_stream_send = mprt_mpi_send;
     mprt_stream_recv = mprt_mpi_recv;
-    mprt_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mprt_p2p), "MPI_Comm_dup");
+    mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank / P, mprt_rank, &mprt_p2p),
+                   "MPI_Comm_split");
 }
 
 /* A copy between stages on two processes: the sender's stream sends... */
@@ -8663,7 +8696,8 @@ static uint64_t mprt_replica_hash(const MprtModel *m)
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < m->nbuffers; i++) {
         const MprtBuffer *b = &m->buffers[i];
-        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0)
+        if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0 ||
+            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi)   /* this process's devices */
             continue;
         const unsigned char *p = b->host ? mprt_slot(b, 0)
                                          : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);
@@ -8688,13 +8722,14 @@ static void mprt_check_replicas(const MprtModel *m, long step, uint64_t *hashes)
     }
     mprt_dev_base = 0;
     mprt_comm_hashes(here, hashes);
-    for (int r = 1; r < mprt_ranks; r++)
-        if (hashes[r] != hashes[0]) {
+    int P = mprt_procs_per_replica(m);   /* rank r holds the stages of rank r % P */
+    for (int r = P; r < mprt_ranks; r++)
+        if (hashes[r] != hashes[r % P]) {
             if (mprt_rank == 0)
                 fprintf(stderr, "%s: error: after step %ld the weights of replica %d (rank %d) "
                         "differ from replica 0's (--check-replicas): every process must get "
                         "the same flags and data; stopped, no checkpoint written\n",
-                        m->program, step, r * RL, r);
+                        m->program, step, r / P * RL, r);
             mprt_comm_end();
             exit(1);
         }
@@ -8918,7 +8953,7 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS);
     int64_t R = in->shape[0];
     int M = m->microbatches, RL = mprt_replicas_here;
-    int total = M * RL * (m->node_devs ? 1 : mprt_ranks);   /* every replica's */
+    int total = M * RL * mprt_ranks / mprt_procs_per_replica(m);   /* every replica's */
     for (int c = 0; c < RL; c++) {   /* each replica here fills its own slots */
         mprt_dev_base = c * m->ndev;
         int64_t replica = (int64_t)mprt_first_replica + c;
@@ -9077,7 +9112,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     mprt_replica_events = m->nevents;
     mprt_replica_mbs = m->microbatches;
     mprt_replica_norms = m->norm_terms;
-    mprt_first_replica = m->node_devs ? 0 : mprt_rank * mprt_replicas_here;
+    mprt_first_replica = mprt_rank / mprt_procs_per_replica(m) * mprt_replicas_here;
     mprt_replicas_start(m);
     if (m->node_devs)
         mprt_pipeline_start(m);   /* this process's devices; copies over MPI */
@@ -9178,7 +9213,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_summary(m, steps, busy, last_loss);
         if (a.check_replicas)
             fprintf(stderr, "replicas compared every %ld steps (--check-replicas): the %d hold "
-                    "the same weights\n", a.check_replicas, mprt_ranks * mprt_replicas_here);
+                    "the same weights\n", a.check_replicas, m->replicas);
         mprt_write_outputs(m, &a, &plot, last, steps, busy);
     }
     if (a.save)

@@ -12,6 +12,8 @@
 #     one, samples/resnet.mp as 2 replicas in one: the losses and weights
 #     equal (each replica keeps its own running statistics:
 #     docs/distributed.md);
+#   - 2 replicas, each a pipeline across 2 of 4 processes (--data-parallel=2
+#     --nodes=4), in the layouts above and on a data file;
 #   - one pipeline across 2 or 4 processes (--data-parallel=1 --nodes=K;
 #     GPipe, 1F1B, interleaved, zero-bubble): the copies between stages
 #     of two processes over MPI, rank 0 gathering the checkpoint; the
@@ -62,7 +64,7 @@ layouts() {
     shift 2
     compile $name-1 "$model" -cpus 1 --data-parallel=1 "$@"
     run 0 $name-1 --steps 4 --loss-log $name-1.txt --save $name-1.safetensors
-    for layout in "1 2 2" "1 4 2" "2 1 2" "2 2 2" "4 1 4" "2 2 4"; do
+    for layout in "1 2 2" "1 4 2" "2 1 2" "2 2 2" "4 1 4" "2 2 4" "4 1 2"; do
         set -- $layout "$@"
         np=$1 cpus=$2 dp=$3
         shift 3
@@ -158,13 +160,23 @@ mpirun -np 2 ./mlp-pipe $ev --loss-log mlp-pipe.txt --save mlp-pipe.safetensors 
     { cat mlp-pipe.log; exit 1; }
 cmp mlp-one.txt mlp-pipe.txt && cmp mlp-one.safetensors mlp-pipe.safetensors ||
     { echo "FAIL: the MLP as a pipeline across 2 processes: not one process's numbers"; exit 1; }
+compile mlp-span ref/model.onnx -cpus 1 --data-parallel=2 --nodes=4 -batch 32 --microbatches=8 \
+    --lr=0.1 --momentum=0.9
+mpirun -np 4 ./mlp-span $ev --loss-log mlp-span.txt --save mlp-span.safetensors \
+    --check-replicas 2 2>mlp-span.log || { cat mlp-span.log; exit 1; }
+cmp mlp-one.txt mlp-span.txt && cmp mlp-one.safetensors mlp-span.safetensors ||
+    { echo "FAIL: the MLP as 2 replicas each across 2 processes: not one process's numbers"; exit 1; }
+grep -q 'replicas compared every 2 steps (--check-replicas): the 2 hold the same weights' \
+    mlp-span.log || { cat mlp-span.log; exit 1; }
 grep '^eval step' mlp-one.log >mlp-one.eval
-grep '^eval step' mlp-pipe.log >mlp-pipe.eval
-[ "$(wc -l <mlp-one.eval)" -eq 2 ] && cmp mlp-one.eval mlp-pipe.eval ||
-    { cat mlp-one.eval mlp-pipe.eval; echo "FAIL: other evaluations across processes"; exit 1; }
-echo "data_parallel: the MLP on a data file: 2 processes of 2 replicas and a pipeline across" \
-    "2 give one process's losses and checkpoint; the pipeline's evaluations are one" \
-    "process's: $(tail -1 mlp-pipe.eval)"
+for t in pipe span; do
+    grep '^eval step' mlp-$t.log >mlp-$t.eval
+    [ "$(wc -l <mlp-one.eval)" -eq 2 ] && cmp mlp-one.eval mlp-$t.eval ||
+        { cat mlp-one.eval mlp-$t.eval; echo "FAIL: other evaluations across processes"; exit 1; }
+done
+echo "data_parallel: the MLP on a data file: 2 processes of 2 replicas, a pipeline across 2" \
+    "and 2 replicas each across 2 of 4 processes give one process's losses and checkpoint," \
+    "and evaluations: $(tail -1 mlp-pipe.eval)"
 
 # --data-parallel=auto: every layout of 2 devices into replicas planned,
 # the fastest predicted kept and the others named; it trains to the same bits
@@ -190,7 +202,7 @@ echo "data_parallel: $(grep -o 'data-parallel=auto chose.*' gpt-auto.mpcc); the 
     >grid.txt 2>/dev/null
 grep -q '^#   rank 1: replica 1, micro-batches 4 .. 7 of the step, on cpu:0 cpu:1$' grid.txt ||
     { cat grid.txt; echo "FAIL: --dump=partition shows no replica grid"; exit 1; }
-grep -q '^# gradient sums over the replicas, before each stage.s update: stage 0 ' grid.txt ||
+grep -q '^# gradient sums over the replicas, after each stage.s last gradients: stage 0 ' grid.txt ||
     { cat grid.txt; exit 1; }
 "$mpcc" "$samples/gpt.mp" -cpus 2 -batch 8 --microbatches=4 --data-parallel=1 \
     --dump=partition >one.txt 2>/dev/null
@@ -343,7 +355,9 @@ refuse() {   # WHAT FLAGS...
     grep -q "$what" refused.err || { cat refused.err; exit 1; }
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
-refuse 'one pipeline spans them all' -cpus 1 -batch 8 --data-parallel=3 --nodes=2
+refuse 'give a divisor or a multiple of 2' -cpus 1 -batch 12 --data-parallel=3 --nodes=2
+refuse 'replicas of CUDA devices that span several processes are not built yet' -gpus 1 \
+    -batch 8 --data-parallel=2 --nodes=4
 refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'built for CPU devices (-cpus N) only so far; give --nodes=2' -gpus 2 -batch 8 \
