@@ -77,7 +77,7 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
 {
-    return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
+    return mprt_first_replica + mprt_copy_of_thread();
 }
 
 /* The processes of one replica: 1, or with a pipeline across processes
@@ -143,7 +143,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
         return;
     }
     MprtHere *h = &mprt_here[stage];
-    int me = mprt_dev_base / mprt_replica_devs;
+    int me = mprt_copy_of_thread();
     if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
         mprt_die("out of memory");
     pthread_barrier_wait(&h->meet);   /* the list is there */

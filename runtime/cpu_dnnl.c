@@ -60,13 +60,6 @@ static MprtDnnlPrim *mprt_dnnl_prims;   /* [replicas here * nconvs]: each copy o
                                            replica its own memory objects (state.c) */
 static int mprt_dnnl_nconvs, mprt_dnnl_npools;
 
-/* The calling thread's copy of the replica: its primitives start at this
- * times the count. */
-static int mprt_dnnl_copy(void)
-{
-    return mprt_dev_base / mprt_replica_devs;
-}
-
 static const char *const mprt_dnnl_kind[] = {"Conv", "ConvGradX", "ConvGradW"};
 
 /* A failed oneDNN call: one line naming the node (of kind `kind`), and
@@ -332,7 +325,7 @@ static void mprt_dnnl_reorder(const MprtDnnlConv *c, dnnl_stream_t s, MprtDnnlAr
 static void mprt_dnnl_run(int id, const void *a, const void *b, const float *bias, void *out,
                           float *scratch)
 {
-    MprtDnnlPrim *q = &mprt_dnnl_prims[mprt_dnnl_copy() * mprt_dnnl_nconvs + id];
+    MprtDnnlPrim *q = &mprt_dnnl_prims[mprt_copy_of_thread() * mprt_dnnl_nconvs + id];
     const MprtDnnlConv *c = q->spec;
     dnnl_stream_t s = mprt_dnnl_streams[mprt_dev_base + c->dev];
     char *w = (char *)scratch;
@@ -555,7 +548,7 @@ static void mprt_taps_piece(void *ctx, long lo, long hi)
  * (idx may be NULL), through oneDNN where it can. */
 MPRT_KERNEL void mprt_dnnl_maxpool(int id, const float *x, float *y, int64_t *idx, float *scratch)
 {
-    MprtDnnlPoolPrim *q = &mprt_dnnl_pool_prims[mprt_dnnl_copy() * mprt_dnnl_npools + id];
+    MprtDnnlPoolPrim *q = &mprt_dnnl_pool_prims[mprt_copy_of_thread() * mprt_dnnl_npools + id];
     const MprtDnnlPool *c = q->spec;
     const MprtPool *p = &c->p;
     long n = (long)p->N * p->C * p->D * p->H * p->W;

@@ -14,7 +14,6 @@
 /* With several replicas in the process (state.c), the calling thread's
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
-static int mprt_copy_of_thread(void) { return mprt_dev_base / mprt_replica_devs; }
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
 static int mprt_stream_here(int stream) { return stream / 3 >= mprt_dev_lo && stream / 3 < mprt_dev_hi; }
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }

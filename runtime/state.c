@@ -29,6 +29,12 @@ MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
+/* The copy the calling thread works for. */
+static inline int mprt_copy_of_thread(void)
+{
+    return mprt_dev_base / mprt_replica_devs;
+}
+
 /* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
  * process holds every device's arena, but runs only the operations of its
  * own devices, [mprt_dev_lo, mprt_dev_hi) (comm.c sets them); the devices'

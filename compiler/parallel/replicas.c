@@ -200,11 +200,6 @@ double node_latency(const Devices *ds)
     return p->node_latency > 0 ? p->node_latency : ds->d[0].kind == DEV_CUDA ? 5e-6 : 30e-6;
 }
 
-static void node_link(const Devices *ds, double *bw, double *latency)
-{
-    *bw = node_bandwidth(ds);
-    *latency = node_latency(ds);
-}
 
 /* The replicas of a process add their shares in memory (each reads its
  * share of every copy, and the others read the sum back: RL + 1 passes of
@@ -227,9 +222,7 @@ double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
         t += (RL + 1) * bytes / RL / copy;
     }
     if (K > 1) {
-        double bw, latency;
-        node_link(ds, &bw, &latency);
-        t += 2.0 * (K - 1) / K * bytes / bw + 2.0 * (K - 1) * latency;
+        t += 2.0 * (K - 1) / K * bytes / node_bandwidth(ds) + 2.0 * (K - 1) * node_latency(ds);
     }
     return t;
 }

@@ -2375,6 +2375,12 @@ MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
+/* The copy the calling thread works for. */
+static inline int mprt_copy_of_thread(void)
+{
+    return mprt_dev_base / mprt_replica_devs;
+}
+
 /* A pipeline across processes (mpcc --data-parallel=1 --nodes=K): every
  * process holds every device's arena, but runs only the operations of its
  * own devices, [mprt_dev_lo, mprt_dev_hi) (comm.c sets them); the devices'
@@ -6759,7 +6765,6 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
 /* With several replicas in the process (state.c), the calling thread's
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
-static int mprt_copy_of_thread(void) { return mprt_dev_base / mprt_replica_devs; }
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
 static int mprt_stream_here(int stream) { return stream / 3 >= mprt_dev_lo && stream / 3 < mprt_dev_hi; }
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
@@ -7920,7 +7925,7 @@ MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
  * of each batch, its dropout masks. */
 MPRT_KERNEL int mprt_replica_index(void)
 {
-    return mprt_first_replica + mprt_dev_base / mprt_replica_devs;
+    return mprt_first_replica + mprt_copy_of_thread();
 }
 
 /* The processes of one replica: 1, or with a pipeline across processes
@@ -7986,7 +7991,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
         return;
     }
     MprtHere *h = &mprt_here[stage];
-    int me = mprt_dev_base / mprt_replica_devs;
+    int me = mprt_copy_of_thread();
     if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
         mprt_die("out of memory");
     pthread_barrier_wait(&h->meet);   /* the list is there */
