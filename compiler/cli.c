@@ -102,6 +102,10 @@ MPCC_KERNELS_AUTO
 "                           --data-parallel=1 and CPU devices: one pipeline\n"
 "                           across the K processes' devices; with R dividing\n"
 "                           K, R pipelines across K/R processes each\n"
+"  --zero=1                 ZeRO stage 1 with --data-parallel across processes:\n"
+"                           each replica keeps and updates 1/R of the optimizer\n"
+"                           state; the gradients are reduce-scattered and the\n"
+"                           weights all-gathered (the same numbers, bit for bit)\n"
 "  --objective=time|memory  what the plan minimises: the step time (default), or\n"
 "                           the largest device's memory, spreading weights and\n"
 "                           activations evenly (for models that do not fit)\n"
@@ -285,7 +289,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
                OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_DATA_PARALLEL, OPT_NODES,
-               OPT_COUNT } OptId;
+               OPT_ZERO, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -309,6 +313,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
     {"offload", OPT_OFFLOAD, true},
     {"data-parallel", OPT_DATA_PARALLEL, true}, {"nodes", OPT_NODES, true},
+    {"zero", OPT_ZERO, true},
     {"objective", OPT_OBJECTIVE, true}, {"gantt-from", OPT_GANTT_FROM, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
@@ -416,6 +421,12 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
         p->nodes = (int)parse_count(opt, val, 4096);
         if (!p->nodes)
             usage_error("--nodes must be at least 1, got '%s'", val);
+        break;
+    case OPT_ZERO:
+        if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0)
+            usage_error("--zero takes 0 or 1 (ZeRO stage 1: the optimizer state sharded over "
+                        "the replicas), got '%s'", val);
+        p->zero = val[0] - '0';
         break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;

@@ -414,6 +414,8 @@ typedef struct PipeOptions {
     int node_devs;             /* a pipeline across processes (--data-parallel=1,
                                   --nodes=K): each process's devices, the plan's device
                                   d on process d / node_devs; 0: every one here */
+    int zero;                  /* --zero=1: the optimizer state and update sharded over
+                                  the replicas (ZeRO stage 1); 0: each replica all of it */
 } PipeOptions;
 
 #define REPLICAS_AUTO (-1)     /* --data-parallel=auto */
@@ -889,6 +891,8 @@ typedef struct Buf {
     bool host;                 /* in the device's host arena: an offloaded value */
     bool streamed;             /* an offloaded weight's, on the device or the host */
     int from;                  /* the buffer copies fill this one from, -1 if none */
+    int shard;                 /* --zero=1: optimizer state held in R shards, this one
+                                  the largest (bytes); 0: whole */
 } Buf;
 
 /* An activation offloaded (--offload): its stage's forward writes it to

@@ -57,8 +57,9 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
         const MprtBuffer *b = &c->buffers[i];
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
-        const void *data = b->host ? mprt_slot(b, 0)   /* an offloaded weight */
-                                   : mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes);
+        const void *data = b->shard > 1 ? mprt_shard_whole[i]   /* --zero=1: gathered */
+                           : b->host ? mprt_slot(b, 0)   /* an offloaded weight */
+                                     : mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes);
         e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, data, b->nbytes};
     }
     char steps[32], err[512];
@@ -68,7 +69,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
     int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
     for (int i = 0, k = 0; i < c->nbuffers; i++) {
         const MprtBuffer *b = &c->buffers[i];
-        if ((b->kind == MPRT_PARAM || b->kind == MPRT_STATE) && !b->host)
+        if ((b->kind == MPRT_PARAM || b->kind == MPRT_STATE) && !b->host && b->shard <= 1)
             mprt_ops->dev_unhold(e[k].data, mprt_slot(b, 0));
         k += b->kind == MPRT_PARAM || b->kind == MPRT_STATE;
     }

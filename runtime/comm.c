@@ -123,12 +123,6 @@ static void mprt_replicas_end(const MprtModel *m)
     mprt_here = NULL;
 }
 
-/* Replica or rank r's share of n floats: [lo(r), lo(r + 1)). */
-static long mprt_share_lo(long n, int r, int R)
-{
-    return n / R * r + (r < n % R ? r : n % R);
-}
-
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
 /* The n gradients of a stage (g[i], len[i] floats), summed over every
@@ -329,6 +323,131 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 }
 #endif
 
+/* ---- --zero=1: the optimizer state sharded over the processes ---- */
+
+/* The floats of rank r's shares of a stage's n tensors; at[i]: where
+ * tensor i's share starts among them. */
+static long mprt_zero_part(int n, const long *len, int r, int R, long *at)
+{
+    long k = 0;
+    for (int i = 0; i < n; i++) {
+        if (at)
+            at[i] = k;
+        k += mprt_share_lo(len[i], r + 1, R) - mprt_share_lo(len[i], r, R);
+    }
+    return k;
+}
+
+/* Counts and offsets of every rank's part, for MPI's v-calls. */
+static void mprt_zero_counts(int n, const long *len, int R, int *count, int *at)
+{
+    long k = 0;
+    for (int r = 0; r < R; r++) {
+        long c = mprt_zero_part(n, len, r, R, NULL);
+        if (k + c > INT_MAX)
+            mprt_die("a stage's gradients are more floats than one MPI call counts; split it "
+                     "over more stages (mpcc -cpus N)");
+        count[r] = (int)c, at[r] = (int)k;
+        k += c;
+    }
+}
+
+/* The stage's gradients summed over the replicas, each process only its
+ * shares (a reduce-scatter): the same tree over the ranks, element by
+ * element, as mprt_ranks_sum. */
+MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+{
+    MPI_Comm c = mprt_stage_comm[stage];
+    int R = mprt_ranks, me = mprt_rank;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    int *rcount = malloc((size_t)R * sizeof(int)), *rat = malloc((size_t)R * sizeof(int));
+    long *off = malloc((size_t)n * sizeof(long));
+    float **part = malloc((size_t)R * sizeof *part);
+    mprt_zero_counts(n, len, R, count, at);
+    long total = at[R - 1] + count[R - 1], mine = mprt_zero_part(n, len, me, R, off);
+    float *out = malloc((size_t)total * sizeof(float) + 1);
+    float *in = malloc((size_t)R * (size_t)mine * sizeof(float) + 1);
+    if (!count || !at || !rcount || !rat || !off || !part || !out || !in)
+        mprt_die("out of memory for the gradient sum of stage %d", stage);
+    for (int r = 0, k = 0; r < R; r++)   /* to rank r: its share of every tensor */
+        for (int i = 0; i < n; i++) {
+            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            memcpy(out + k, g[i] + lo, (size_t)(hi - lo) * sizeof(float));
+            k += (int)(hi - lo);
+        }
+    for (int r = 0; r < R; r++) {
+        rcount[r] = (int)mine, rat[r] = (int)(r * mine);
+        part[r] = in + (size_t)r * (size_t)mine;
+    }
+    mprt_mpi_check(MPI_Alltoallv(out, count, at, MPI_FLOAT, in, rcount, rat, MPI_FLOAT, c),
+                   "the gradient sum (MPI_Alltoallv)");
+    mprt_tree_vectors(part, R, mine);
+    for (int i = 0; i < n; i++) {
+        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        memcpy(g[i] + lo, part[0] + off[i], (size_t)(hi - lo) * sizeof(float));
+    }
+    free(count), free(at), free(rcount), free(rat), free(off), free(part), free(out), free(in);
+}
+
+/* After the update: every process takes the others' shares of the stage's
+ * weights (an all-gather). */
+MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+{
+    MPI_Comm c = mprt_stage_comm[stage];
+    int R = mprt_ranks, me = mprt_rank;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    if (!count || !at)
+        mprt_die("out of memory");
+    mprt_zero_counts(n, len, R, count, at);
+    long total = at[R - 1] + count[R - 1];
+    float *all = malloc((size_t)total * sizeof(float) + 1);
+    if (!all)
+        mprt_die("out of memory for the weights of stage %d", stage);
+    for (int i = 0, k = at[me]; i < n; i++) {   /* this rank's shares, in place */
+        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        memcpy(all + k, w[i] + lo, (size_t)(hi - lo) * sizeof(float));
+        k += (int)(hi - lo);
+    }
+    mprt_mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, all, count, at, MPI_FLOAT, c),
+                   "sharing the updated weights (MPI_Allgatherv)");
+    for (int r = 0; r < R; r++)
+        for (int i = 0, k = at[r]; i < n; i++) {
+            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            if (r != me)
+                memcpy(w[i] + lo, all + k, (size_t)(hi - lo) * sizeof(float));
+            k += (int)(hi - lo);
+        }
+    free(count), free(at), free(all);
+}
+
+/* Before a checkpoint: rank 0 gathers the shards of each sharded buffer
+ * into its whole copy (mprt_shard_whole, which checkpoint.c writes). */
+static void mprt_zero_gather_state(const MprtModel *m)
+{
+    int R = mprt_ranks;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    if (!count || !at)
+        mprt_die("out of memory");
+    if (!mprt_shard_whole && !(mprt_shard_whole = calloc((size_t)m->nbuffers, sizeof(void *))))
+        mprt_die("out of memory");
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if (b->shard <= 1)
+            continue;
+        long n = (long)(b->nbytes / sizeof(float));
+        for (int r = 0; r < R; r++) {
+            at[r] = (int)mprt_share_lo(n, r, R);
+            count[r] = (int)(mprt_share_lo(n, r + 1, R) - at[r]);
+        }
+        if (mprt_rank == 0 && !mprt_shard_whole[i] && !(mprt_shard_whole[i] = malloc(b->nbytes)))
+            mprt_die("out of memory for the checkpoint's '%s'", b->name);
+        mprt_mpi_check(MPI_Gatherv(mprt_slot(b, 0), count[mprt_rank], MPI_FLOAT,
+                                   mprt_shard_whole[i], count, at, MPI_FLOAT, 0, MPI_COMM_WORLD),
+                       "gathering the optimizer state (MPI_Gatherv)");
+    }
+    free(count), free(at);
+}
+
 /* Every replica's micro-batch losses, in replica order: all[r * M + mb].
  * With a pipeline across processes, each replica's are those of its
  * process that computes them: the others' are 0, and x + 0 is x, so the
@@ -429,6 +548,7 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
  * their arenas, in the buffer table's order. */
 static void mprt_comm_gather(const MprtModel *m)
 {
+    mprt_zero_gather_state(m);
     if (!m->node_devs)
         return;
     for (int i = 0; i < m->nbuffers; i++) {

@@ -92,10 +92,15 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        if (b->host)   /* an offloaded weight: host memory */
+        if (b->shard > 1) {   /* --zero=1: this replica's share (comm.c) */
+            long lo, k = mprt_shard((long)(b->nbytes / sizeof(float)), &lo);
+            mprt_dev_write(b->dev, mprt_slot(b, 0), (const float *)t->data + lo,
+                           (size_t)k * sizeof(float));
+        } else if (b->host) {   /* an offloaded weight: host memory */
             memcpy(mprt_slot(b, 0), t->data, b->nbytes);
-        else
+        } else {
             mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
+        }
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");

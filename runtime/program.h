@@ -71,6 +71,8 @@ typedef struct MprtBuffer {
     int host;
     int own;               /* each replica's own (BatchNorm's running statistics):
                               not compared by --check-replicas */
+    int shard;             /* --zero=1: the arena holds this replica's share of the
+                              nbytes (comm.c's mprt_shard), of `shard` replicas; 0: all */
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */

@@ -29,6 +29,10 @@ MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
+/* --zero=1: rank 0's whole copy of each sharded buffer (buffer table
+ * order; NULL for the others), gathered before a checkpoint (comm.c). */
+MPRT_GLOBAL void **mprt_shard_whole;
+
 /* The copy the calling thread works for. */
 static inline int mprt_copy_of_thread(void)
 {
@@ -47,6 +51,20 @@ MPRT_GLOBAL int mprt_ranks = 1;
 /* The processes on this machine before this one: a CUDA trainer's GPUs
  * come after theirs (cuda.c), so that K processes share one machine's. */
 MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+
+/* Replica or rank r's share of n floats (of R): [lo(r), lo(r + 1)). */
+static inline long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
+/* --zero=1: this process's share of a tensor of n floats, [*lo, *lo + k),
+ * k returned; the optimizer state holds it, and the update writes it. */
+MPRT_KERNEL long mprt_shard(long n, long *lo)
+{
+    *lo = mprt_share_lo(n, mprt_rank, mprt_ranks);
+    return mprt_share_lo(n, mprt_rank + 1, mprt_ranks) - *lo;
+}
 /* The replica this process's first copy is, of every process's: rank x its
  * copies; 0 where one pipeline spans the processes (they are one replica). */
 MPRT_GLOBAL int mprt_first_replica;

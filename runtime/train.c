@@ -291,7 +291,8 @@ static uint64_t mprt_replica_hash(const MprtModel *m)
     for (int i = 0; i < m->nbuffers; i++) {
         const MprtBuffer *b = &m->buffers[i];
         if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0 ||
-            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi)   /* this process's devices */
+            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi ||   /* this process's devices */
+            b->shard > 1)   /* --zero=1: each replica's share */
             continue;
         const unsigned char *p = b->host ? mprt_slot(b, 0)
                                          : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);

@@ -2971,7 +2971,7 @@ static void emit_constants(CG *cg)
             emit(cg, "    memset(H%d + %zu, 0, %zu);\n", bf->dev, bf->offset, value_bytes(val));
         else if (val->kind == VK_STATE && !bf->acc && !bf->streamed)
             emit(cg, "    mprt_dev_zero(%d, A%d + %zu, %zu);\n", bf->dev, bf->dev, bf->offset,
-                 value_bytes(val));
+                 bf->shard ? bf->bytes : value_bytes(val));   /* --zero=1: a shard */
         if (val->kind == VK_CONST)
             emit_const(cg, b);
     }
@@ -3103,17 +3103,25 @@ static void emit_update_node(CG *cg, const Node *n, int mark)
 {
     emit_mark(cg, mark);
     emit(cg, "/* %s */\n", comment_text(cg, n->name));
+    const char *count = arena_printf(cg->g->arena, "%ld", numel(cg, n->in[0])), *at = "";
+    if (cg->o->pipe.zero) {   /* this replica's shard of it: [lo, lo + k) */
+        emit(cg, "    {\n    long lo, k = mprt_shard(%ld, &lo);   /* --zero=1 */\n",
+             numel(cg, n->in[0]));
+        count = "k", at = " + lo";
+    }
     if (n->op == OP_SGD)
-        emit(cg, "    %s(%ld, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n", kernel(cg, "sgd"),
-             numel(cg, n->in[0]), buf(cg, n->in[0]), grad_buf(cg, n->in[0]),
+        emit(cg, "    %s(%s, %s%s, %s%s, %s, scale, lr, (float)%.9g, (float)%.9g, %d, 0);\n",
+             kernel(cg, "sgd"), count, buf(cg, n->in[0]), at, grad_buf(cg, n->in[0]), at,
              n->nin > 2 ? buf(cg, n->in[2]) : "NULL", attr_float(n, "momentum", 0),
              attr_float(n, "weight_decay", 0), (int)attr_int(n, "nesterov", 0));
     else
-        emit(cg, "    %s(%ld, %s, %s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, "
-             "(float)%.9g, (float)%.9g, step);\n", kernel(cg, "adamw"), numel(cg, n->in[0]), buf(cg, n->in[0]),
-             grad_buf(cg, n->in[0]), buf(cg, n->in[2]), buf(cg, n->in[3]),
+        emit(cg, "    %s(%s, %s%s, %s%s, %s, %s, scale, lr, (float)%.9g, (float)%.9g, "
+             "(float)%.9g, (float)%.9g, step);\n", kernel(cg, "adamw"), count, buf(cg, n->in[0]),
+             at, grad_buf(cg, n->in[0]), at, buf(cg, n->in[2]), buf(cg, n->in[3]),
              attr_float(n, "beta1", 0.9), attr_float(n, "beta2", 0.999),
              attr_float(n, "eps", 1e-8), attr_float(n, "weight_decay", 0));
+    if (cg->o->pipe.zero)
+        emit(cg, "    }\n");
 }
 
 /* Node `node` is timed by --profile: its index in the profile's table. */
@@ -3132,6 +3140,21 @@ static void emit_timed_end(CG *cg)
     cg->timed = false;
 }
 
+/* fn(stage, n, {the stage's gradients or weights}, {their sizes}) over
+ * the parameters the stage updates (runtime/comm.c). */
+static void emit_stage_tensors(CG *cg, const char *fn, const uint32_t *nodes, int n, bool grads)
+{
+    emit(cg, "%s(%d, %d, (float *const[]){", fn, cg->stage, n);
+    for (int i = 0; i < n; i++) {
+        uint32_t v = cg->g->nodes[nodes[i]].in[0];
+        emit(cg, "%s%s", i ? ", " : "", grads ? grad_buf(cg, v) : buf(cg, v));
+    }
+    emit(cg, "},\n                         (const long[]){");
+    for (int i = 0; i < n; i++)
+        emit(cg, "%s%ld", i ? ", " : "", numel(cg, cg->g->nodes[nodes[i]].in[0]));
+    emit(cg, "});\n");
+}
+
 /* --data-parallel: once the last micro-batch has finished the stage's
  * gradients, they are summed over the replicas in place (runtime/comm.c),
  * before their norms and the update. */
@@ -3143,14 +3166,10 @@ static void emit_replica_sum(CG *cg, int kind)
     int n = cg->plan->nnodes[u];
     if (R <= 1 || n == 0 || kind != last_grad_kind(cg))
         return;
-    emit(cg, "    if (mb == %d)   /* the last: the gradients summed over the %d replicas */\n"
-         "        mprt_replica_sum(%d, %d, (float *const[]){", cg->plan->sc->M - 1, R, cg->stage, n);
-    for (int i = 0; i < n; i++)
-        emit(cg, "%s%s", i ? ", " : "", grad_buf(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "},\n                         (const long[]){");
-    for (int i = 0; i < n; i++)
-        emit(cg, "%s%ld", i ? ", " : "", numel(cg, cg->g->nodes[nodes[i]].in[0]));
-    emit(cg, "});\n");
+    emit(cg, "    if (mb == %d)   /* the last: the gradients summed over the %d replicas%s */\n"
+         "        ", cg->plan->sc->M - 1, R, cg->o->pipe.zero ? ", each its shard" : "");
+    emit_stage_tensors(cg, cg->o->pipe.zero ? "mprt_zero_sum" : "mprt_replica_sum", nodes, n,
+                       true);
 }
 
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
@@ -3171,6 +3190,10 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
     for (int i = 0; i < n; i++)
         emit_update_node(cg, &cg->g->nodes[nodes[i]], profile_slot(cg, nodes[i]));
     emit_timed_end(cg);
+    if (cg->o->pipe.zero && n) {   /* every replica takes the others' shards */
+        emit(cg, "    ");
+        emit_stage_tensors(cg, "mprt_zero_gather", nodes, n, false);
+    }
 }
 
 /* The body of one stage's action (cg->stage, kind): its nodes, then the
@@ -3570,9 +3593,10 @@ static void emit_buffer_row(CG *cg, uint32_t v, const char *name, const char *ki
          val->shape.rank);
     for (int i = 0; i < val->shape.rank; i++)
         emit(cg, "%s%lld", i ? ", " : "", (long long)val->shape.d[i]);
-    emit(cg, "%s}, %d, %zu, %d, %zu, %zu, %d, %d},\n", val->shape.rank ? "" : "0",
+    emit(cg, "%s}, %d, %zu, %d, %zu, %zu, %d, %d, %d},\n", val->shape.rank ? "" : "0",
          bf ? bf->dev : -1, bf ? bf->offset : 0, bf ? bf->slots : 1, bf ? bf->bytes : 0,
-         value_bytes(val), bf && bf->host, val->kind == VK_PARAM && running_stat(cg, v));
+         value_bytes(val), bf && bf->host, val->kind == VK_PARAM && running_stat(cg, v),
+         bf ? bf->shard : 0);
 }
 
 static void emit_named_buffer(CG *cg, uint32_t v, const char *name, const char *kind)

@@ -70,9 +70,12 @@ static size_t block(const Buf *bf)
 static void device_rows(const Plan *p, int d, FILE *out)
 {
     size_t rows[M_ROWS] = {0}, total = 0;
+    int shard = 0;   /* --zero=1: the optimizer state is 1/shard of each tensor */
     for (int b = 0; b < p->nbufs; b++)
-        if (p->bufs[b].dev == d && !p->bufs[b].turns && !p->bufs[b].host)
+        if (p->bufs[b].dev == d && !p->bufs[b].turns && !p->bufs[b].host) {
             rows[row_of(p, &p->bufs[b])] += block(&p->bufs[b]);
+            shard = p->bufs[b].shard > shard ? p->bufs[b].shard : shard;
+        }
     rows[M_TURNS] = p->shared_bytes[d];
     rows[M_SCRATCH] = p->work_bytes[d];
     fprintf(out, "%s\n", p->ds->d[d].name);
@@ -83,6 +86,8 @@ static void device_rows(const Plan *p, int d, FILE *out)
         fprintf(out, "  %-18s %12.2f MB", row_names[r], mb(rows[r]));
         if (r == M_TURNS)
             fprintf(out, "   (%.2f MB apart)", mb(p->shared_apart[d]));
+        if (r == M_STATE && shard)
+            fprintf(out, "   (this replica's 1/%d of it, --zero=1)", shard);
         fputc('\n', out);
     }
     MPCC_ASSERT(total == p->arena_bytes[d]);

@@ -181,6 +181,30 @@ static void make_bufs(PB *b)
     }
 }
 
+/* --zero=1: each replica holds 1/R of every optimizer state tensor (the
+ * state inputs of SGD and AdamW), the largest share: ceil(n / R). */
+static void shard_optimizer_state(PB *b, const Options *o)
+{
+    int R = o->pipe.replicas;
+    if (!o->pipe.zero || R <= 1)
+        return;
+    Graph *g = b->g;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->op != OP_SGD && n->op != OP_ADAMW)
+            continue;
+        for (uint32_t k = 2; k < n->nin; k++) {
+            int r = n->in[k] == NONE ? -1 : plan_buf(b->p, n->in[k], b->st->stage[g->order[i]]);
+            if (r < 0)
+                continue;
+            Buf *bf = &b->p->bufs[r];
+            size_t numel = shape_numel(&g->values[n->in[k]].shape);
+            bf->shard = R;
+            bf->bytes = round64((numel + (size_t)R - 1) / (size_t)R * sizeof(float));
+        }
+    }
+}
+
 /* --offload=weights: each chosen weight's host buffer, where it lives
  * between steps (offload.c chose them and their windows). */
 static void make_streamed(PB *b)
@@ -893,6 +917,7 @@ Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices
     p->build = b;
     collect_nodes(b);
     make_bufs(b);
+    shard_optimizer_state(b, o);
     price_replica_sums(b, o);
     make_offload(b, o);
     mark_sent(b);

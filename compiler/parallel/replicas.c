@@ -93,6 +93,22 @@ static void check_layout(const Options *o, int R, int K)
                    N);
 }
 
+/* --zero=1: across processes of one replica each, on CPU devices. */
+static void check_zero(const Options *o, int R, int K)
+{
+    if (!o->pipe.zero)
+        return;
+    if (R <= 1 || R != K)
+        error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
+                   "of their own: give --data-parallel=K --nodes=K with K > 1");
+    if (has_cuda(o) && !plans_only(o))
+        error_file(o->input, "--zero=1 with CUDA devices is not built yet; drop it, or train "
+                   "on CPU devices (-cpus N)");
+    if (o->train.clip_norm > 0)
+        error_file(o->input, "--zero=1 with --clip-norm is not built yet (each process holds "
+                   "a shard of the summed gradients); drop one of them");
+}
+
 /* -batch and --microbatches split evenly over the replicas, each replica's
  * micro-batches a power of two (the tree's subtree). */
 static void check_split(const Options *o, int R)
@@ -117,6 +133,9 @@ void replicas_apply(Options *o)
     PipeOptions *p = &o->pipe;
     if (p->nodes < 1)
         p->nodes = 1;
+    if (!p->replicas && p->nodes == 1 && p->zero)
+        error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
+                   "of their own: give --data-parallel=K --nodes=K with K > 1");
     if (!p->replicas && p->nodes == 1)
         return;
     int K = p->nodes;
@@ -128,6 +147,7 @@ void replicas_apply(Options *o)
     }
     int R = p->replicas;
     check_layout(o, R, K);
+    check_zero(o, R, K);
     check_split(o, R);
     o->batch /= R;
     if (p->micro_given)

@@ -553,6 +553,8 @@ typedef struct MprtBuffer {
     int host;
     int own;               /* each replica's own (BatchNorm's running statistics):
                               not compared by --check-replicas */
+    int shard;             /* --zero=1: the arena holds this replica's share of the
+                              nbytes (comm.c's mprt_shard), of `shard` replicas; 0: all */
 } MprtBuffer;
 
 /* One operation of the step, for --trace (timeline.c). */
@@ -913,13 +915,13 @@ static void eval_forward(void)
 }
 
 static const MprtBuffer buffers[] = {
-    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816, 0, 0},
-    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024, 0, 0},
-    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240, 0, 0},
-    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40, 0, 0},
-    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088, 0, 0},
-    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64, 0, 0},
-    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0, 0},
+    {"0.weight", MPRT_PARAM, MPRT_F32, 2, {256, 784}, 0, 100352, 1, 802816, 802816, 0, 0, 0},
+    {"0.bias", MPRT_PARAM, MPRT_F32, 1, {256}, 0, 903168, 1, 1024, 1024, 0, 0, 0},
+    {"2.weight", MPRT_PARAM, MPRT_F32, 2, {10, 256}, 1, 16384, 1, 10240, 10240, 0, 0, 0},
+    {"2.bias", MPRT_PARAM, MPRT_F32, 1, {10}, 1, 26624, 1, 64, 40, 0, 0, 0},
+    {"x", MPRT_INPUT, MPRT_F32, 2, {8, 784}, 0, 0, 4, 25088, 25088, 0, 0, 0},
+    {"labels", MPRT_LABELS, MPRT_I64, 1, {8}, 1, 27008, 4, 64, 64, 0, 0, 0},
+    {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0, 0, 0},
 };
 
 static const size_t arena_bytes[] = {2544640, 81408};
@@ -2375,6 +2377,10 @@ MPRT_GLOBAL int mprt_replicas_here = 1;
 MPRT_GLOBAL int mprt_replica_devs = 1, mprt_replica_events, mprt_replica_mbs;
 MPRT_GLOBAL int mprt_replica_norms;   /* --clip-norm: each copy's squared norms, after those before */
 
+/* --zero=1: rank 0's whole copy of each sharded buffer (buffer table
+ * order; NULL for the others), gathered before a checkpoint (comm.c). */
+MPRT_GLOBAL void **mprt_shard_whole;
+
 /* The copy the calling thread works for. */
 static inline int mprt_copy_of_thread(void)
 {
@@ -2393,6 +2399,20 @@ MPRT_GLOBAL int mprt_ranks = 1;
 /* The processes on this machine before this one: a CUDA trainer's GPUs
  * come after theirs (cuda.c), so that K processes share one machine's. */
 MPRT_GLOBAL int mprt_local_rank, mprt_local_ranks = 1;
+
+/* Replica or rank r's share of n floats (of R): [lo(r), lo(r + 1)). */
+static inline long mprt_share_lo(long n, int r, int R)
+{
+    return n / R * r + (r < n % R ? r : n % R);
+}
+
+/* --zero=1: this process's share of a tensor of n floats, [*lo, *lo + k),
+ * k returned; the optimizer state holds it, and the update writes it. */
+MPRT_KERNEL long mprt_shard(long n, long *lo)
+{
+    *lo = mprt_share_lo(n, mprt_rank, mprt_ranks);
+    return mprt_share_lo(n, mprt_rank + 1, mprt_ranks) - *lo;
+}
 /* The replica this process's first copy is, of every process's: rank x its
  * copies; 0 where one pipeline spans the processes (they are one replica). */
 MPRT_GLOBAL int mprt_first_replica;
@@ -6843,10 +6863,15 @@ static void mprt_load_tensors(const MprtBuffer *bufs, int nbufs, const char *mod
             mprt_die("%s: tensor '%s' is %s %s, the model needs %s %s", path, b->name,
                      mprt_dtype_name(t->dtype), got, mprt_dtype_name(b->dtype), want);
         }
-        if (b->host)   /* an offloaded weight: host memory */
+        if (b->shard > 1) {   /* --zero=1: this replica's share (comm.c) */
+            long lo, k = mprt_shard((long)(b->nbytes / sizeof(float)), &lo);
+            mprt_dev_write(b->dev, mprt_slot(b, 0), (const float *)t->data + lo,
+                           (size_t)k * sizeof(float));
+        } else if (b->host) {   /* an offloaded weight: host memory */
             memcpy(mprt_slot(b, 0), t->data, b->nbytes);
-        else
+        } else {
             mprt_dev_write(b->dev, mprt_slot(b, 0), t->data, b->nbytes);
+        }
     }
     if (step) {
         const char *s = mprt_st_meta(&f, "step");
@@ -7422,8 +7447,9 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
         const MprtBuffer *b = &c->buffers[i];
         if (b->kind != MPRT_PARAM && b->kind != MPRT_STATE)
             continue;
-        const void *data = b->host ? mprt_slot(b, 0)   /* an offloaded weight */
-                                   : mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes);
+        const void *data = b->shard > 1 ? mprt_shard_whole[i]   /* --zero=1: gathered */
+                           : b->host ? mprt_slot(b, 0)   /* an offloaded weight */
+                                     : mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), b->nbytes);
         e[n++] = (MprtStEntry){b->name, b->dtype, b->rank, b->shape, data, b->nbytes};
     }
     char steps[32], err[512];
@@ -7433,7 +7459,7 @@ static void mprt_save(const MprtCkpt *c, const char *path, long step)
     int rc = mprt_st_save(path, e, n, meta, 4, err, sizeof err);
     for (int i = 0, k = 0; i < c->nbuffers; i++) {
         const MprtBuffer *b = &c->buffers[i];
-        if ((b->kind == MPRT_PARAM || b->kind == MPRT_STATE) && !b->host)
+        if ((b->kind == MPRT_PARAM || b->kind == MPRT_STATE) && !b->host && b->shard <= 1)
             mprt_ops->dev_unhold(e[k].data, mprt_slot(b, 0));
         k += b->kind == MPRT_PARAM || b->kind == MPRT_STATE;
     }
@@ -7971,12 +7997,6 @@ static void mprt_replicas_end(const MprtModel *m)
     mprt_here = NULL;
 }
 
-/* Replica or rank r's share of n floats: [lo(r), lo(r + 1)). */
-static long mprt_share_lo(long n, int r, int R)
-{
-    return n / R * r + (r < n % R ? r : n % R);
-}
-
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
 /* The n gradients of a stage (g[i], len[i] floats), summed over every
@@ -8177,6 +8197,131 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 }
 #endif
 
+/* ---- --zero=1: the optimizer state sharded over the processes ---- */
+
+/* The floats of rank r's shares of a stage's n tensors; at[i]: where
+ * tensor i's share starts among them. */
+static long mprt_zero_part(int n, const long *len, int r, int R, long *at)
+{
+    long k = 0;
+    for (int i = 0; i < n; i++) {
+        if (at)
+            at[i] = k;
+        k += mprt_share_lo(len[i], r + 1, R) - mprt_share_lo(len[i], r, R);
+    }
+    return k;
+}
+
+/* Counts and offsets of every rank's part, for MPI's v-calls. */
+static void mprt_zero_counts(int n, const long *len, int R, int *count, int *at)
+{
+    long k = 0;
+    for (int r = 0; r < R; r++) {
+        long c = mprt_zero_part(n, len, r, R, NULL);
+        if (k + c > INT_MAX)
+            mprt_die("a stage's gradients are more floats than one MPI call counts; split it "
+                     "over more stages (mpcc -cpus N)");
+        count[r] = (int)c, at[r] = (int)k;
+        k += c;
+    }
+}
+
+/* The stage's gradients summed over the replicas, each process only its
+ * shares (a reduce-scatter): the same tree over the ranks, element by
+ * element, as mprt_ranks_sum. */
+MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+{
+    MPI_Comm c = mprt_stage_comm[stage];
+    int R = mprt_ranks, me = mprt_rank;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    int *rcount = malloc((size_t)R * sizeof(int)), *rat = malloc((size_t)R * sizeof(int));
+    long *off = malloc((size_t)n * sizeof(long));
+    float **part = malloc((size_t)R * sizeof *part);
+    mprt_zero_counts(n, len, R, count, at);
+    long total = at[R - 1] + count[R - 1], mine = mprt_zero_part(n, len, me, R, off);
+    float *out = malloc((size_t)total * sizeof(float) + 1);
+    float *in = malloc((size_t)R * (size_t)mine * sizeof(float) + 1);
+    if (!count || !at || !rcount || !rat || !off || !part || !out || !in)
+        mprt_die("out of memory for the gradient sum of stage %d", stage);
+    for (int r = 0, k = 0; r < R; r++)   /* to rank r: its share of every tensor */
+        for (int i = 0; i < n; i++) {
+            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            memcpy(out + k, g[i] + lo, (size_t)(hi - lo) * sizeof(float));
+            k += (int)(hi - lo);
+        }
+    for (int r = 0; r < R; r++) {
+        rcount[r] = (int)mine, rat[r] = (int)(r * mine);
+        part[r] = in + (size_t)r * (size_t)mine;
+    }
+    mprt_mpi_check(MPI_Alltoallv(out, count, at, MPI_FLOAT, in, rcount, rat, MPI_FLOAT, c),
+                   "the gradient sum (MPI_Alltoallv)");
+    mprt_tree_vectors(part, R, mine);
+    for (int i = 0; i < n; i++) {
+        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        memcpy(g[i] + lo, part[0] + off[i], (size_t)(hi - lo) * sizeof(float));
+    }
+    free(count), free(at), free(rcount), free(rat), free(off), free(part), free(out), free(in);
+}
+
+/* After the update: every process takes the others' shares of the stage's
+ * weights (an all-gather). */
+MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+{
+    MPI_Comm c = mprt_stage_comm[stage];
+    int R = mprt_ranks, me = mprt_rank;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    if (!count || !at)
+        mprt_die("out of memory");
+    mprt_zero_counts(n, len, R, count, at);
+    long total = at[R - 1] + count[R - 1];
+    float *all = malloc((size_t)total * sizeof(float) + 1);
+    if (!all)
+        mprt_die("out of memory for the weights of stage %d", stage);
+    for (int i = 0, k = at[me]; i < n; i++) {   /* this rank's shares, in place */
+        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        memcpy(all + k, w[i] + lo, (size_t)(hi - lo) * sizeof(float));
+        k += (int)(hi - lo);
+    }
+    mprt_mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, all, count, at, MPI_FLOAT, c),
+                   "sharing the updated weights (MPI_Allgatherv)");
+    for (int r = 0; r < R; r++)
+        for (int i = 0, k = at[r]; i < n; i++) {
+            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            if (r != me)
+                memcpy(w[i] + lo, all + k, (size_t)(hi - lo) * sizeof(float));
+            k += (int)(hi - lo);
+        }
+    free(count), free(at), free(all);
+}
+
+/* Before a checkpoint: rank 0 gathers the shards of each sharded buffer
+ * into its whole copy (mprt_shard_whole, which checkpoint.c writes). */
+static void mprt_zero_gather_state(const MprtModel *m)
+{
+    int R = mprt_ranks;
+    int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
+    if (!count || !at)
+        mprt_die("out of memory");
+    if (!mprt_shard_whole && !(mprt_shard_whole = calloc((size_t)m->nbuffers, sizeof(void *))))
+        mprt_die("out of memory");
+    for (int i = 0; i < m->nbuffers; i++) {
+        const MprtBuffer *b = &m->buffers[i];
+        if (b->shard <= 1)
+            continue;
+        long n = (long)(b->nbytes / sizeof(float));
+        for (int r = 0; r < R; r++) {
+            at[r] = (int)mprt_share_lo(n, r, R);
+            count[r] = (int)(mprt_share_lo(n, r + 1, R) - at[r]);
+        }
+        if (mprt_rank == 0 && !mprt_shard_whole[i] && !(mprt_shard_whole[i] = malloc(b->nbytes)))
+            mprt_die("out of memory for the checkpoint's '%s'", b->name);
+        mprt_mpi_check(MPI_Gatherv(mprt_slot(b, 0), count[mprt_rank], MPI_FLOAT,
+                                   mprt_shard_whole[i], count, at, MPI_FLOAT, 0, MPI_COMM_WORLD),
+                       "gathering the optimizer state (MPI_Gatherv)");
+    }
+    free(count), free(at);
+}
+
 /* Every replica's micro-batch losses, in replica order: all[r * M + mb].
  * With a pipeline across processes, each replica's are those of its
  * process that computes them: the others' are 0, and x + 0 is x, so the
@@ -8277,6 +8422,7 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
  * their arenas, in the buffer table's order. */
 static void mprt_comm_gather(const MprtModel *m)
 {
+    mprt_zero_gather_state(m);
     if (!m->node_devs)
         return;
     for (int i = 0; i < m->nbuffers; i++) {
@@ -8702,7 +8848,8 @@ static uint64_t mprt_replica_hash(const MprtModel *m)
     for (int i = 0; i < m->nbuffers; i++) {
         const MprtBuffer *b = &m->buffers[i];
         if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->own || b->dev < 0 ||
-            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi)   /* this process's devices */
+            b->dev < mprt_dev_lo || b->dev >= mprt_dev_hi ||   /* this process's devices */
+            b->shard > 1)   /* --zero=1: each replica's share */
             continue;
         const unsigned char *p = b->host ? mprt_slot(b, 0)
                                          : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);
