@@ -54,6 +54,11 @@ bool mul_overflows(int64_t a, int64_t b, int64_t *out);  /* a,b >= 0 */
 bool add_overflows(int64_t a, int64_t b, int64_t *out);
 /* A whole file, NUL-terminated, to free(); errors name it as `what`. */
 char *file_read_all(const char *path, const char *what, size_t *n);
+/* An output file is written to out_tmp(path) and out_commit renames it over
+ * path once whole; a device or a pipe (/dev/null) is written in place, as a
+ * rename would replace it. */
+char *out_tmp(Arena *a, const char *path);
+bool out_commit(const char *tmp, const char *path);   /* false: errno says why */
 
 /* ------------------------------------------------------ core/diag.c */
 

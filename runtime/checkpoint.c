@@ -27,6 +27,12 @@
  * names the file in the message ("a checkpoint", "the loss plot"). */
 static void mprt_check_writable(const char *path, const char *what)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {   /* in place */
+        if (access(path, W_OK) != 0)
+            mprt_die("%s: cannot write %s there: %s", path, what, strerror(errno));
+        return;
+    }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wx");

@@ -80,6 +80,13 @@ int mprt_out_open(MprtOut *o, const char *path, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
     o->path = path;
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {   /* in place */
+        if (!(o->fp = fopen(path, "wb")))
+            return mprt_errf(err, errlen, "%s: cannot open for writing: %s", path,
+                             strerror(errno));
+        return 0;
+    }
     size_t len = strlen(path);
     o->tmp = malloc(len + 5);
     if (!o->tmp)
@@ -133,6 +140,11 @@ static void mprt_sync_dir(const char *path)
 int mprt_out_commit(MprtOut *o, char *err, size_t errlen)
 {
     const char *what = NULL;
+    if (!o->tmp) {   /* written in place */
+        int bad = fclose(o->fp) != 0;
+        o->fp = NULL;
+        return bad ? mprt_errf(err, errlen, "%s: cannot write: %s", o->path, strerror(errno)) : 0;
+    }
     if (fflush(o->fp) != 0)
         what = "write";
     else if (fsync(fileno(o->fp)) != 0)

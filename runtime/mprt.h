@@ -73,11 +73,13 @@ int mprt_shape_nbytes(MprtDType t, int rank, const int64_t *shape, size_t *out);
 
 /* A file written to PATH.tmp and renamed over PATH only when every byte is
  * written and synced, so PATH is either the old file or the new one. After
- * a failed call the write is already abandoned (PATH.tmp removed). */
+ * a failed call the write is already abandoned (PATH.tmp removed). A
+ * device or a pipe (/dev/null) is written in place: a rename would replace
+ * it. */
 typedef struct {
     FILE *fp;
     const char *path;
-    char *tmp;
+    char *tmp;                 /* NULL when written in place */
 } MprtOut;
 int mprt_out_open(MprtOut *o, const char *path, char *err, size_t errlen);
 int mprt_out_write(MprtOut *o, const void *p, size_t n, char *err, size_t errlen);

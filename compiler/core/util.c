@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct Chunk {
     struct Chunk *next;
@@ -269,4 +270,17 @@ char *file_read_all(const char *path, const char *what, size_t *n)
     fclose(f);
     buf[*n] = 0;
     return buf;
+}
+
+char *out_tmp(Arena *a, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+        return arena_strdup(a, path);
+    return arena_printf(a, "%s.tmp", path);
+}
+
+bool out_commit(const char *tmp, const char *path)
+{
+    return strcmp(tmp, path) == 0 || rename(tmp, path) == 0;
 }

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct EmbeddedFile {
     const char *name, *text;
@@ -3850,14 +3851,15 @@ static int cuda_devices(const Plan *plan)
 static void text_save(Graph *g, Text *t, const char *path)
 {
     text_close(g, t);
-    char *tmp = arena_printf(g->arena, "%s.tmp", path);
+    char *tmp = out_tmp(g->arena, path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
     bool ok = fwrite(t->buf, 1, t->n, f) == t->n;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+    if (fclose(f) != 0 || !ok || !out_commit(tmp, path)) {
         int err = errno;
-        remove(tmp);
+        if (strcmp(tmp, path) != 0)
+            remove(tmp);
         error_file(path, "write failed: %s", strerror(err));
     }
 }
@@ -3939,5 +3941,7 @@ void codegen(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
         emit_kernel_source(&cg);
     emit_main(&cg);
     text_save(g, text, o->output);
-    write_weights(&cg, weights);
+    struct stat st;   /* -o /dev/null or a pipe: no weights file beside it */
+    if (stat(o->output, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+        write_weights(&cg, weights);
 }

@@ -320,7 +320,7 @@ static void panel(const Svg *s, const Panel *pn)
 
 static FILE *svg_open(Arena *a, const char *path, char **tmp)
 {
-    *tmp = arena_printf(a, "%s.tmp", path);
+    *tmp = out_tmp(a, path);
     FILE *f = fopen(*tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
@@ -330,9 +330,11 @@ static FILE *svg_open(Arena *a, const char *path, char **tmp)
 static void svg_close(FILE *f, const char *tmp, const char *path)
 {
     fputs("</svg>\n", f);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        remove(tmp);
-        error_file(path, "write failed: %s", strerror(errno));
+    if (fclose(f) != 0 || !out_commit(tmp, path)) {
+        int err = errno;
+        if (strcmp(tmp, path) != 0)
+            remove(tmp);
+        error_file(path, "write failed: %s", strerror(err));
     }
 }
 

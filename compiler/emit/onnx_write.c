@@ -195,27 +195,21 @@ static Onnx__ValueInfoProto *output_info(W *w, const Value *v)
     return value_info(w, v->name, type_proto(w, tv->dtype, &tv->shape, sym));
 }
 
-static void write_file(const char *path, const uint8_t *buf, size_t n)
+static void write_file(Arena *a, const char *path, const uint8_t *buf, size_t n)
 {
-    char *tmp = malloc(strlen(path) + 8);
-    if (!tmp)
-        error_file(path, "out of memory");
-    sprintf(tmp, "%s.tmp", path);
+    char *tmp = out_tmp(a, path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(tmp);
+    if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
-    }
     bool ok = fwrite(buf, 1, n, f) == n;
     ok &= fclose(f) == 0;
-    ok = ok && rename(tmp, path) == 0;
+    ok = ok && out_commit(tmp, path);
     if (!ok) {
         int e = errno;
-        remove(tmp);
-        free(tmp);
+        if (strcmp(tmp, path) != 0)
+            remove(tmp);
         error_file(path, "write failed: %s", strerror(e));
     }
-    free(tmp);
 }
 
 void onnx_write(Graph *g, const Graph *typed, const char *path)
@@ -298,5 +292,5 @@ void onnx_write(Graph *g, const Graph *typed, const char *path)
         error_file(path, "out of memory (%zu bytes)", n);
     onnx__model_proto__pack(&m, buf);
     arena_defer(a, free, buf);
-    write_file(path, buf, n);
+    write_file(a, path, buf, n);
 }

@@ -280,7 +280,7 @@ static void trace_meta(FILE *f, const Pipeline *pl)
 void write_trace(const Pipeline *pl, const char *path)
 {
     const Plan *p = pl->plan;
-    char *tmp = arena_printf(pl->g->arena, "%s.tmp", path);
+    char *tmp = out_tmp(pl->g->arena, path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         error_file(path, "cannot open for writing: %s", strerror(errno));
@@ -305,6 +305,6 @@ void write_trace(const Pipeline *pl, const char *path)
     fprintf(f, "{\"name\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":%.3f}\n],\n"
             "\"otherData\":{\"source\":\"predicted\",\"schedule\":\"%s\",\"microbatches\":%d}}\n",
             p->step_time * 1e6, schedule_name(pl->sc->kind), pl->sc->M);
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
+    if (fclose(f) != 0 || !out_commit(tmp, path))
         error_file(path, "write failed: %s", strerror(errno));
 }

@@ -90,11 +90,13 @@ int mprt_shape_nbytes(MprtDType t, int rank, const int64_t *shape, size_t *out);
 
 /* A file written to PATH.tmp and renamed over PATH only when every byte is
  * written and synced, so PATH is either the old file or the new one. After
- * a failed call the write is already abandoned (PATH.tmp removed). */
+ * a failed call the write is already abandoned (PATH.tmp removed). A
+ * device or a pipe (/dev/null) is written in place: a rename would replace
+ * it. */
 typedef struct {
     FILE *fp;
     const char *path;
-    char *tmp;
+    char *tmp;                 /* NULL when written in place */
 } MprtOut;
 int mprt_out_open(MprtOut *o, const char *path, char *err, size_t errlen);
 int mprt_out_write(MprtOut *o, const void *p, size_t n, char *err, size_t errlen);
@@ -1033,6 +1035,13 @@ int mprt_out_open(MprtOut *o, const char *path, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
     o->path = path;
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {   /* in place */
+        if (!(o->fp = fopen(path, "wb")))
+            return mprt_errf(err, errlen, "%s: cannot open for writing: %s", path,
+                             strerror(errno));
+        return 0;
+    }
     size_t len = strlen(path);
     o->tmp = malloc(len + 5);
     if (!o->tmp)
@@ -1086,6 +1095,11 @@ static void mprt_sync_dir(const char *path)
 int mprt_out_commit(MprtOut *o, char *err, size_t errlen)
 {
     const char *what = NULL;
+    if (!o->tmp) {   /* written in place */
+        int bad = fclose(o->fp) != 0;
+        o->fp = NULL;
+        return bad ? mprt_errf(err, errlen, "%s: cannot write: %s", o->path, strerror(errno)) : 0;
+    }
     if (fflush(o->fp) != 0)
         what = "write";
     else if (fsync(fileno(o->fp)) != 0)
@@ -7417,6 +7431,12 @@ static void mprt_fill(const MprtData *d, int labels, const MprtBuffer *b, int64_
  * names the file in the message ("a checkpoint", "the loss plot"). */
 static void mprt_check_writable(const char *path, const char *what)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {   /* in place */
+        if (access(path, W_OK) != 0)
+            mprt_die("%s: cannot write %s there: %s", path, what, strerror(errno));
+        return;
+    }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wx");
