@@ -203,15 +203,21 @@ static void mprt_on_signal(int sig)
     mprt_stop_signal = sig;
 }
 
-static void mprt_catch_stop_signals(void)
+/* fn handles sig from now on; interrupted system calls restart. */
+static void mprt_catch(int sig, void (*fn)(int))
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mprt_on_signal;
+    sa.sa_handler = fn;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaction(sig, &sa, NULL);
+}
+
+static void mprt_catch_stop_signals(void)
+{
+    mprt_catch(SIGINT, mprt_on_signal);
+    mprt_catch(SIGTERM, mprt_on_signal);
 }
 
 static const char *mprt_signal_name(int sig)

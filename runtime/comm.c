@@ -165,6 +165,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 #ifdef MPRT_MPI
 #include <limits.h>
 #include <mpi.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 
@@ -574,21 +575,21 @@ static void mprt_comm_gather(const MprtModel *m)
  * watcher thread, woken by the SIGCONT, names the step it is in when no
  * step has ended 0.3 s later: one line beside mpirun's, which names the
  * process that failed. */
-static volatile sig_atomic_t mprt_woken;   /* SIGCONT came */
+static sem_t mprt_woken;   /* posted by SIGCONT's handler */
 static _Atomic long mprt_steps_done;
 static const char *mprt_watch_name;
 
 static void mprt_on_cont(int sig)
 {
     (void)sig;
-    mprt_woken = 1;
+    sem_post(&mprt_woken);   /* async-signal-safe */
 }
 
 static void *mprt_watch(void *arg)
 {
     (void)arg;
-    while (!mprt_woken)
-        usleep(20000);
+    while (sem_wait(&mprt_woken) != 0)   /* asleep until mpirun's SIGCONT */
+        ;
     long before = mprt_steps_done;
     usleep(300000);
     if (mprt_steps_done == before)
@@ -602,12 +603,9 @@ static void mprt_comm_watch(const char *program, long done)
 {
     mprt_watch_name = program;
     mprt_steps_done = done;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mprt_on_cont;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGCONT, &sa, NULL);
+    if (sem_init(&mprt_woken, 0, 0) != 0)
+        return;
+    mprt_catch(SIGCONT, mprt_on_cont);
     pthread_t t;
     if (pthread_create(&t, NULL, mprt_watch, NULL) == 0)
         pthread_detach(t);

@@ -7607,15 +7607,21 @@ static void mprt_on_signal(int sig)
     mprt_stop_signal = sig;
 }
 
-static void mprt_catch_stop_signals(void)
+/* fn handles sig from now on; interrupted system calls restart. */
+static void mprt_catch(int sig, void (*fn)(int))
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mprt_on_signal;
+    sa.sa_handler = fn;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaction(sig, &sa, NULL);
+}
+
+static void mprt_catch_stop_signals(void)
+{
+    mprt_catch(SIGINT, mprt_on_signal);
+    mprt_catch(SIGTERM, mprt_on_signal);
 }
 
 static const char *mprt_signal_name(int sig)
@@ -8059,6 +8065,7 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 #ifdef MPRT_MPI
 #include <limits.h>
 #include <mpi.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 
@@ -8468,21 +8475,21 @@ static void mprt_comm_gather(const MprtModel *m)
  * watcher thread, woken by the SIGCONT, names the step it is in when no
  * step has ended 0.3 s later: one line beside mpirun's, which names the
  * process that failed. */
-static volatile sig_atomic_t mprt_woken;   /* SIGCONT came */
+static sem_t mprt_woken;   /* posted by SIGCONT's handler */
 static _Atomic long mprt_steps_done;
 static const char *mprt_watch_name;
 
 static void mprt_on_cont(int sig)
 {
     (void)sig;
-    mprt_woken = 1;
+    sem_post(&mprt_woken);   /* async-signal-safe */
 }
 
 static void *mprt_watch(void *arg)
 {
     (void)arg;
-    while (!mprt_woken)
-        usleep(20000);
+    while (sem_wait(&mprt_woken) != 0)   /* asleep until mpirun's SIGCONT */
+        ;
     long before = mprt_steps_done;
     usleep(300000);
     if (mprt_steps_done == before)
@@ -8496,12 +8503,9 @@ static void mprt_comm_watch(const char *program, long done)
 {
     mprt_watch_name = program;
     mprt_steps_done = done;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mprt_on_cont;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGCONT, &sa, NULL);
+    if (sem_init(&mprt_woken, 0, 0) != 0)
+        return;
+    mprt_catch(SIGCONT, mprt_on_cont);
     pthread_t t;
     if (pthread_create(&t, NULL, mprt_watch, NULL) == 0)
         pthread_detach(t);
