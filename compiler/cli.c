@@ -106,6 +106,10 @@ MPCC_KERNELS_AUTO
 "                           each replica keeps and updates 1/R of the optimizer\n"
 "                           state; the gradients are reduce-scattered and the\n"
 "                           weights all-gathered (the same numbers, bit for bit)\n"
+"  --bucket-mb=X            with --data-parallel: the most megabytes of gradients\n"
+"                           one sum over the replicas takes (default 25); a stage's\n"
+"                           buckets are summed one after another on its device's\n"
+"                           communication stream once its last backward is done\n"
 "  --objective=time|memory  what the plan minimises: the step time (default), or\n"
 "                           the largest device's memory, spreading weights and\n"
 "                           activations evenly (for models that do not fit)\n"
@@ -289,7 +293,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
                OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_DATA_PARALLEL, OPT_NODES,
-               OPT_ZERO, OPT_COUNT } OptId;
+               OPT_ZERO, OPT_BUCKET, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -313,7 +317,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"recompute", OPT_RECOMPUTE, true}, {"trace", OPT_TRACE, true},
     {"offload", OPT_OFFLOAD, true},
     {"data-parallel", OPT_DATA_PARALLEL, true}, {"nodes", OPT_NODES, true},
-    {"zero", OPT_ZERO, true},
+    {"zero", OPT_ZERO, true},           {"bucket-mb", OPT_BUCKET, true},
     {"objective", OPT_OBJECTIVE, true}, {"gantt-from", OPT_GANTT_FROM, true},
     {"h", OPT_HELP, false},      {"help", OPT_HELP, false},
     {"version", OPT_VERSION, false},
@@ -428,6 +432,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
                         "the replicas), got '%s'", val);
         p->zero = val[0] - '0';
         break;
+    case OPT_BUCKET: p->bucket_mb = parse_real(opt, val, 1e-6, 1e6); break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;
     default: apply_training(id, opt, val, o); break;

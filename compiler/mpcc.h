@@ -421,6 +421,8 @@ typedef struct PipeOptions {
                                   d on process d / node_devs; 0: every one here */
     int zero;                  /* --zero=1: the optimizer state and update sharded over
                                   the replicas (ZeRO stage 1); 0: each replica all of it */
+    double bucket_mb;          /* --bucket-mb: the most megabytes of gradients one sum
+                                  over the replicas takes at once (plan.c's buckets) */
 } PipeOptions;
 
 #define REPLICAS_AUTO (-1)     /* --data-parallel=auto */
@@ -876,8 +878,22 @@ Schedule *schedule_build(Arena *a, SchedKind kind, const Stages *st, int ndev, i
 
 /* -------------------------------------------------- parallel/plan.c */
 
-/* The streams of a device: compute, and one copy stream per direction. */
-enum { STREAM_COMPUTE, STREAM_SEND_FWD, STREAM_SEND_BWD, STREAMS_PER_DEV };
+/* The streams of a device: compute, one copy stream per direction, and
+ * the gradient sums over the replicas (--data-parallel). */
+enum { STREAM_COMPUTE, STREAM_SEND_FWD, STREAM_SEND_BWD, STREAM_COMM, STREAMS_PER_DEV };
+extern const char *const stream_kinds[STREAMS_PER_DEV];   /* "compute" ... "comm" */
+
+/* --data-parallel: a bucket of a stage's gradients, summed over the
+ * replicas by one operation on its device's communication stream once
+ * the stage's last gradient action has finished them. The parameters are
+ * those of updates first .. first + count - 1 of the stage's update
+ * action (Plan.nodes), the last layers' first: the backward pass
+ * finishes them first. */
+typedef struct Bucket {
+    int stage, index;          /* its stage, and its place among the stage's buckets */
+    int first, count;
+    double bytes;
+} Bucket;
 
 /* One value's memory on one stage: the value's own (at its home stage) or
  * a received copy. A buffer holds `slots` micro-batches at once; micro-batch
@@ -939,14 +955,18 @@ static inline int streamed_evict_during(const Streamed *w, int k)
     return w->last[k] + 1;
 }
 
-typedef enum { OPK_RUN, OPK_COPY } OpKind;
+/* OPK_SUM: bucket `mb` of stage act.stage's gradients summed over the
+ * replicas (Plan.buckets), on the device's communication stream. */
+typedef enum { OPK_RUN, OPK_COPY, OPK_SUM } OpKind;
 
 typedef struct PlanOp {
     uint8_t kind;              /* OpKind */
     int dev, stream;           /* the stream that runs it: dev * STREAMS_PER_DEV + kind */
     int pos;                   /* its place in that stream */
-    Act act;                   /* OPK_RUN */
-    int src, dst, mb;          /* OPK_COPY: buffers and micro-batch */
+    Act act;                   /* OPK_RUN; OPK_SUM: act.stage */
+    int src, dst, mb;          /* OPK_COPY: buffers and micro-batch; OPK_SUM: mb the
+                                  bucket's index in its stage */
+    int bucket;                /* OPK_SUM: in Plan.buckets */
     int *deps, ndeps;          /* ops on other streams that must finish first */
     int event;                 /* the event recorded after it, -1 if none */
     double time, start, end;   /* predicted seconds (sim.c) */
@@ -959,6 +979,10 @@ typedef struct Plan {
     const Devices *ds;
     int nstreams;
     bool global_norm;          /* --clip-norm: every update reads every stage's gradients */
+    Bucket *buckets;           /* --data-parallel: the gradient sums over the replicas, */
+    int nbuckets;              /* stage by stage; 0 with one replica */
+    int *last_grad;            /* [nstages]: the ActKind of the stage's action that
+                                  finishes its last gradients (ACT_WGRAD under zb) */
     PlanOp *ops;               /* in host issue order: a topological order */
     int nops, nevents;
     Buf *bufs;
@@ -1124,6 +1148,9 @@ int tree_top(int count);   /* the level that holds the sum at the end */
 /* Seconds to sum `bytes` of gradients over the replicas: a reduce-scatter
  * and an all-gather over the link between nodes. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes);
+/* Plan.last_grad, and with replicas Plan.buckets: each stage's gradients
+ * in buckets of at most --bucket-mb, the last parameters first. */
+void plan_buckets(Plan *p, const Options *o);
 double stage_grad_bytes(const Graph *g, const Stages *st, int stage);
 double node_bandwidth(const Devices *ds);   /* the link between nodes, one direction */
 double node_latency(const Devices *ds);
@@ -1192,9 +1219,10 @@ typedef struct TlOp {
     int stream;                /* device * STREAMS_PER_DEV + stream kind */
     double start, end;         /* seconds from the step's start */
     bool copy;
-    int act, stage, mb;
+    int act, stage, mb;        /* act TL_SUM: a sum over the replicas, mb its bucket */
     int dst_dev;               /* copies: the receiving device, -1 if unknown */
 } TlOp;
+enum { TL_SUM = ACT_KINDS };
 
 /* A step as a timeline: the simulator's prediction, or a run a trainer
  * measured, read back from its --trace. What gantt.c draws. */

@@ -6,10 +6,11 @@
  * What crosses between processes, all of it from fixed orders so that
  * every layout gives the same bits:
  *   - each stage's gradients, summed over the replicas once its last
- *     micro-batch has finished them, before their norms and its update
- *     (mprt_replica_sum, on the device's thread; a communicator per stage,
- *     so that stages of one process sum at once without their calls
- *     interleaving): a reduce-scatter, each rank adding its share of the
+ *     micro-batch has finished them, bucket by bucket, before their norms
+ *     and its update (mprt_replica_sum, on the device's communication
+ *     stream; a communicator per stage, so that stages of one process sum
+ *     at once without their calls interleaving, and a stage's buckets one
+ *     after another): a reduce-scatter, each rank adding its share of the
  *     replicas' sums as the tree of program.c's mprt_tree_add adds
  *     micro-batches, then an all-gather;
  *   - the micro-batches' losses, gathered in replica order;
@@ -90,12 +91,13 @@ static int mprt_procs_per_replica(const MprtModel *m)
 
 /* ---- the replicas of this process (state.c) ---- */
 
-/* For each stage: its copies meet at a barrier, and show each other their
- * gradients. */
+/* For each stage: its copies' communication streams meet at a barrier,
+ * and show each other their gradients, a bucket at a time. */
 typedef struct MprtHere {
     pthread_barrier_t meet;
     float **g;                        /* [replicas here * n]: each copy's n gradients, kept
-                                         here: a copy's own list ends with its update */
+                                         here: a copy's own list ends with its sum */
+    int cap;                          /* n that g has room for */
 } MprtHere;
 static MprtHere *mprt_here;           /* [nstages] */
 
@@ -138,8 +140,13 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     }
     MprtHere *h = &mprt_here[stage];
     int me = mprt_copy_of_thread();
-    if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
-        mprt_die("out of memory");
+    pthread_barrier_wait(&h->meet);   /* every copy is done with the last bucket's list */
+    if (me == 0 && n > h->cap) {
+        free(h->g);
+        if (!(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
+            mprt_die("out of memory");
+        h->cap = n;
+    }
     pthread_barrier_wait(&h->meet);   /* the list is there */
     memcpy(h->g + (size_t)me * (size_t)n, g, (size_t)n * sizeof *g);
     pthread_barrier_wait(&h->meet);
@@ -214,7 +221,9 @@ static void mprt_local_ranks_find(void)
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
-    int many = m->ndev > 1 || m->node_devs;   /* device threads call MPI at once */
+    /* device threads call MPI at once: several devices, or the sums' stream
+     * beside the host's */
+    int many = m->ndev > 1 || m->node_devs || m->replicas > 1;
     int need = many ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
@@ -272,8 +281,9 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 #else
 static MprtSumScratch *mprt_scratch(int stage, long n, int R)
 {
-    MprtSumScratch *s = &mprt_sum_scratch[stage];
-    if (!s->flat) {
+    MprtSumScratch *s = &mprt_sum_scratch[stage];   /* the stage's largest bucket */
+    if (n > s->n) {
+        free(s->flat), free(s->parts);
         s->n = n;
         s->flat = malloc((size_t)n * sizeof(float));
         s->parts = malloc((size_t)(n / R + 1) * (size_t)R * sizeof(float));

@@ -72,12 +72,12 @@ static const char *mprt_cu_node;     /* the node being issued, for error message
 
 static MprtCuDevice *mprt_cu_devs;   /* [ndev] */
 static int mprt_cu_ndev;
-static cudaStream_t *mprt_cu_streams;    /* [ndev * 3]: compute, send, send-back */
+static cudaStream_t *mprt_cu_streams;    /* [ndev * MPRT_STREAMS]: compute, send, send-back, comm */
 static cudaEvent_t *mprt_cu_events;      /* created on first record, on its device */
 static int mprt_cu_nevents;
 static unsigned char *mprt_cu_direct;    /* [ndev * ndev]: a copy from a to b is a peer copy */
-static MprtCuStager *mprt_cu_stagers;    /* [ndev * 3]: per sender stream */
-static MprtCuLanding *mprt_cu_landings;  /* [ndev * 3 * ndev]: per sender stream and receiver */
+static MprtCuStager *mprt_cu_stagers;    /* [ndev * MPRT_STREAMS]: per sender stream */
+static MprtCuLanding *mprt_cu_landings;  /* [ndev * MPRT_STREAMS * ndev]: per sender stream and receiver */
 static unsigned char **mprt_cu_arena_base;   /* [ndev], to find a pointer's device */
 static size_t *mprt_cu_arena_size;
 static const char *const *mprt_cu_lines;   /* runtime/kernels.cu line by line, NULL-ended:
@@ -365,13 +365,13 @@ static void mprt_gpu_devices_open(int ndev, const char *const *names, const doub
     mprt_gpus_per_process(ndev, gpus);
     mprt_cu_ndev = ndev;
     mprt_cu_devs = calloc((size_t)ndev, sizeof *mprt_cu_devs);
-    mprt_cu_streams = calloc((size_t)ndev * 3, sizeof *mprt_cu_streams);
+    mprt_cu_streams = calloc((size_t)ndev * MPRT_STREAMS, sizeof *mprt_cu_streams);
     mprt_cu_modules = calloc((size_t)gpus, sizeof *mprt_cu_modules);
     mprt_cu_arena_base = calloc((size_t)ndev, sizeof *mprt_cu_arena_base);
     mprt_cu_arena_size = calloc((size_t)ndev, sizeof *mprt_cu_arena_size);
     mprt_cu_direct = calloc((size_t)ndev * ndev, 1);
-    mprt_cu_stagers = calloc((size_t)ndev * 3, sizeof *mprt_cu_stagers);
-    mprt_cu_landings = calloc((size_t)ndev * 3 * ndev, sizeof *mprt_cu_landings);
+    mprt_cu_stagers = calloc((size_t)ndev * MPRT_STREAMS, sizeof *mprt_cu_stagers);
+    mprt_cu_landings = calloc((size_t)ndev * MPRT_STREAMS * ndev, sizeof *mprt_cu_landings);
     if (!mprt_cu_devs || !mprt_cu_streams || !mprt_cu_modules || !mprt_cu_arena_base ||
         !mprt_cu_arena_size || !mprt_cu_direct || !mprt_cu_stagers || !mprt_cu_landings)
         mprt_cu_call_failed(1, "calloc", "out of memory");
@@ -386,10 +386,10 @@ static void mprt_gpu_devices_open(int ndev, const char *const *names, const doub
         c->ordinal = k % gpus;
         shared |= k >= gpus;
         MPRT_CUDA(cudaSetDevice(c->ordinal));
-        for (int k = 0; k < 3; k++)
-            MPRT_CUDA(cudaStreamCreateWithFlags(&mprt_cu_streams[d * 3 + k],
+        for (int k = 0; k < MPRT_STREAMS; k++)
+            MPRT_CUDA(cudaStreamCreateWithFlags(&mprt_cu_streams[d * MPRT_STREAMS + k],
                                                 cudaStreamNonBlocking));
-        c->compute = mprt_cu_streams[d * 3];
+        c->compute = mprt_cu_streams[d * MPRT_STREAMS];
         MPRT_CUBLAS(cublasCreate(&c->blas));
         MPRT_CUBLAS(cublasSetStream(c->blas, c->compute));
         MPRT_CUBLAS(cublasSetMathMode(c->blas, mprt_cu_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
@@ -494,7 +494,7 @@ MPRT_KERNEL void mprt_cu_trace_mark(int stream, int label, int end)
 {
     if (!mprt_tracing || label < 0 || label > mprt_cu_nops)
         return;
-    int d = stream / 3;
+    int d = stream / MPRT_STREAMS;
     mprt_cu_trace_refs();
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
     cudaEvent_t *e = end ? &mprt_cu_tend[label] : &mprt_cu_tstart[label];
@@ -523,7 +523,9 @@ MPRT_KERNEL void mprt_cu_trace_read(void)
 static void mprt_gpu_launch(int stream, void (*fn)(int), int mb, int label)
 {
     mprt_cu_trace_mark(stream, label, 0);
-    mprt_cu_use(stream / 3);
+    mprt_cu_use(stream / MPRT_STREAMS);
+    cudaStream_t own = mprt_cu->compute;   /* a sum over the replicas runs its NCCL calls */
+    mprt_cu->compute = mprt_cu_streams[stream];   /* and kernels on the comm stream */
 #ifdef MPCC_NVTX
     char range[64];
     snprintf(range, sizeof range, "stream %d mb %d op %d", stream, mb, label);
@@ -533,6 +535,7 @@ static void mprt_gpu_launch(int stream, void (*fn)(int), int mb, int label)
 #ifdef MPCC_NVTX
     nvtxRangePop();
 #endif
+    mprt_cu->compute = own;
     mprt_cu_node = NULL;
     mprt_cu_trace_mark(stream, label, 1);
 }
@@ -554,7 +557,7 @@ static MprtCuStager *mprt_cu_stager(int stream)
     MprtCuStager *s = &mprt_cu_stagers[stream];
     if (s->buf)
         return s;
-    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / MPRT_STREAMS].ordinal));
     MPRT_CUDA(cudaHostAlloc((void **)&s->buf, 2 * (size_t)MPRT_CU_STAGE_BYTES,
                             cudaHostAllocPortable));
     for (int b = 0; b < 2; b++)
@@ -602,7 +605,7 @@ static void mprt_cu_stage_copy(int stream, int to, void *dst, const void *src, s
     MprtCuStager *s = mprt_cu_stager(stream);
     MprtCuLanding *l = mprt_cu_landing(stream, to);
     cudaStream_t send = mprt_cu_streams[stream];
-    int from = mprt_cu_devs[stream / 3].ordinal, recv = mprt_cu_devs[to].ordinal;
+    int from = mprt_cu_devs[stream / MPRT_STREAMS].ordinal, recv = mprt_cu_devs[to].ordinal;
     const size_t chunk = MPRT_CU_STAGE_BYTES, chunks = (n + chunk - 1) / chunk;
     for (size_t i = 0; i < chunks; i++) {
         int b = (int)(i % 2);
@@ -630,7 +633,7 @@ static void mprt_cu_stage_copy(int stream, int to, void *dst, const void *src, s
  * CPU device, whose arena is pinned, by one DMA. */
 static void mprt_gpu_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
-    int to = mprt_cu_owner(dst), from = stream / 3;
+    int to = mprt_cu_owner(dst), from = stream / MPRT_STREAMS;
     mprt_cu_trace_mark(stream, label, 0);
     MPRT_CUDA(cudaSetDevice(mprt_cu_devs[from].ordinal));
     if (to < 0)
@@ -652,7 +655,7 @@ static void mprt_gpu_wait_event(int stream, int ev)
 
 static void mprt_gpu_record_event(int stream, int ev)
 {
-    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / 3].ordinal));
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[stream / MPRT_STREAMS].ordinal));
     if (!mprt_cu_events[ev])
         MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_events[ev], cudaEventDisableTiming));
     MPRT_CUDA(cudaEventRecord(mprt_cu_events[ev], mprt_cu_streams[stream]));
@@ -696,13 +699,13 @@ MPRT_KERNEL void mprt_cu_check_faults(void)
 static void mprt_gpu_sync(void)
 {
     mprt_cu_node = "the step";
-    for (int s = 0; s < 3 * mprt_cu_ndev; s++) {
-        if (mprt_cu_devs[s / 3].ordinal < 0)
+    for (int s = 0; s < MPRT_STREAMS * mprt_cu_ndev; s++) {
+        if (mprt_cu_devs[s / MPRT_STREAMS].ordinal < 0)
             continue;
-        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / 3].ordinal));
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[s / MPRT_STREAMS].ordinal));
         MPRT_CUDA(cudaStreamSynchronize(mprt_cu_streams[s]));
     }
-    for (int k = 0; k < 3 * mprt_cu_ndev * mprt_cu_ndev; k++)   /* idle: their senders waited */
+    for (int k = 0; k < MPRT_STREAMS * mprt_cu_ndev * mprt_cu_ndev; k++)   /* idle: their senders waited */
         if (mprt_cu_landings[k].stream) {
             MPRT_CUDA(cudaSetDevice(mprt_cu_devs[k % mprt_cu_ndev].ordinal));
             MPRT_CUDA(cudaStreamSynchronize(mprt_cu_landings[k].stream));

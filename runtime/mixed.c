@@ -83,18 +83,18 @@ static int mprt_mx_streams_start(int nstreams, int nevents, int nops, char *err,
 
 static void mprt_mx_launch(int stream, void (*fn)(int), int mb, int label)
 {
-    mprt_mx_dev(stream / 3)->launch(stream, fn, mb, label);
+    mprt_mx_dev(stream / MPRT_STREAMS)->launch(stream, fn, mb, label);
 }
 
 static void mprt_mx_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
 {
-    mprt_mx_dev(stream / 3)->memcpy_async(stream, dst, src, n, label);
+    mprt_mx_dev(stream / MPRT_STREAMS)->memcpy_async(stream, dst, src, n, label);
 }
 
 static void mprt_mx_record_event(int stream, int ev)
 {
-    mprt_mx_event_gpu[ev] = (unsigned char)mprt_mx_gpu(stream / 3);
-    mprt_mx_dev(stream / 3)->record_event(stream, ev);
+    mprt_mx_event_gpu[ev] = (unsigned char)mprt_mx_gpu(stream / MPRT_STREAMS);
+    mprt_mx_dev(stream / MPRT_STREAMS)->record_event(stream, ev);
 }
 
 /* Run by a CPU stream's worker: waits for GPU event ev. */
@@ -105,9 +105,9 @@ static void mprt_mx_wait_gpu_event(int ev)
 
 static void mprt_mx_wait_event(int stream, int ev)
 {
-    int gpu_waits = mprt_mx_gpu(stream / 3), gpu_event = mprt_mx_event_gpu[ev];
+    int gpu_waits = mprt_mx_gpu(stream / MPRT_STREAMS), gpu_event = mprt_mx_event_gpu[ev];
     if (gpu_waits == gpu_event)
-        mprt_mx_dev(stream / 3)->wait_event(stream, ev);
+        mprt_mx_dev(stream / MPRT_STREAMS)->wait_event(stream, ev);
     else if (gpu_waits)
         mprt_host_wait(ev);
     else

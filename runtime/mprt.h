@@ -37,6 +37,10 @@
 
 #define MPRT_MAX_RANK 8
 
+/* The streams of a device: compute, copies on, copies back, and the sums
+ * over the replicas (comm); stream s is device s / MPRT_STREAMS's. */
+enum { MPRT_STREAM_COMM = 3, MPRT_STREAMS = 4 };
+
 /* Element types. Sizes and names live in one table in mprt.c. */
 typedef enum {
     MPRT_F32,

@@ -6,12 +6,12 @@
  * - One communicator per device, made at start-up: rank 0 asks NCCL for
  *   a unique id, MPI broadcasts it, and every process joins with its rank
  *   (ncclCommInitRank), device after device in the same order.
- * - The sum runs on the device's own communication stream, issued at the
- *   end of the action that finishes the stage's last gradients. It waits
- *   for an event the compute stream records then, sums each of them in
- *   place in one NCCL group, and records an event that the compute stream
- *   waits for before the norms (--clip-norm) and the update. The other
- *   devices' work goes on meanwhile.
+ * - A bucket's sum is an operation of the step on its device's
+ *   communication stream (the plan's, as on CPU devices): it waits for
+ *   the event of the stage's last gradient action, sums each gradient of
+ *   the bucket in place in one NCCL group, and records the event the
+ *   stage's update waits for. The device's compute stream and the other
+ *   devices' go on meanwhile.
  * - Every process issues the same sums in the same order (the step is one
  *   program), so the calls on each communicator match; the communicators
  *   of distinct devices never wait on each other.
@@ -30,9 +30,6 @@
 
 typedef struct MprtNccl {
     ncclComm_t comm;          /* this device with the same device of every other process */
-    cudaStream_t stream;      /* the communication stream, on this device */
-    cudaEvent_t ready;        /* on the compute stream: the stage's gradients are complete */
-    cudaEvent_t summed;       /* on the communication stream: they are summed */
 } MprtNccl;
 static MprtNccl *mprt_nccl;   /* [the devices of this process] */
 
@@ -58,27 +55,20 @@ static void mprt_nccl_start(void)
             mprt_die("broadcasting NCCL's unique id (MPI_Bcast) failed");
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
         MPRT_NCCL_CALL(ncclCommInitRank(&c->comm, mprt_ranks, id, mprt_rank));
-        MPRT_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-        MPRT_CUDA(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
-        MPRT_CUDA(cudaEventCreateWithFlags(&c->summed, cudaEventDisableTiming));
     }
 }
 
-/* The n gradients of a stage of the device being issued (g[i], len[i]
- * floats), summed over the processes in place, on its communication
- * stream; its compute stream waits for them. */
+/* The n gradients of a bucket of the device being issued (g[i], len[i]
+ * floats), summed over the processes in place, on the stream its sum is
+ * issued to (the device's communication stream: cuda.c's launch). */
 static void mprt_nccl_sum(int n, float *const *g, const long *len)
 {
     MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
-    MPRT_CUDA(cudaEventRecord(c->ready, mprt_cu->compute));
-    MPRT_CUDA(cudaStreamWaitEvent(c->stream, c->ready, 0));
     MPRT_NCCL_CALL(ncclGroupStart());
     for (int i = 0; i < n; i++)
         MPRT_NCCL_CALL(ncclAllReduce(g[i], g[i], (size_t)len[i], ncclFloat, ncclSum, c->comm,
-                                     c->stream));
+                                     mprt_cu->compute));
     MPRT_NCCL_CALL(ncclGroupEnd());
-    MPRT_CUDA(cudaEventRecord(c->summed, c->stream));
-    MPRT_CUDA(cudaStreamWaitEvent(mprt_cu->compute, c->summed, 0));
 }
 
 /* At the end, after the last step's streams are drained (the streams and
@@ -90,7 +80,6 @@ static void mprt_nccl_end(void)
     for (int d = 0; d < mprt_cu_ndev; d++) {
         MprtNccl *c = &mprt_nccl[d];
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
-        MPRT_CUDA(cudaStreamSynchronize(c->stream));
         MPRT_NCCL_CALL(ncclCommDestroy(c->comm));
     }
     free(mprt_nccl);

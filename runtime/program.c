@@ -15,11 +15,11 @@
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
-static int mprt_stream_here(int stream) { return stream / 3 >= mprt_dev_lo && stream / 3 < mprt_dev_hi; }
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }

@@ -21,7 +21,7 @@
 #endif
 
 /* A kind of device's operations: stream.c's CPU devices, cuda.c's GPUs;
- * stream s is device s / 3's. The program calls them through its table,
+ * stream s is device s / MPRT_STREAMS's. The program calls them through its table,
  * mprt_ops (mixed.c's picks the table of each device): one indirect call. */
 typedef struct MprtDeviceOps {
     void (*launch)(int stream, void (*fn)(int), int mb, int label);
@@ -77,7 +77,7 @@ typedef struct MprtBuffer {
 
 /* One operation of the step, for --trace (timeline.c). */
 typedef struct MprtOpInfo {
-    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
+    int stream;            /* device * MPRT_STREAMS + (0 compute, 1 send, 2 send-back, 3 comm) */
     const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
     int dst_dev;           /* copies: the receiving device; -1 otherwise */
 } MprtOpInfo;

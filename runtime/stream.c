@@ -90,7 +90,9 @@ static void mprt_recorded(int ev)
 MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
-    mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
+    mprt_thread_dev = s->index / MPRT_STREAMS;   /* pool.c: its device's thread count */
+    if (s->index % MPRT_STREAMS == MPRT_STREAM_COMM)
+        mprt_pool_worker = 1;   /* the sums run on this thread alone, beside the kernels */
     if (mprt_replicas_here > 1)   /* state.c: its device's copy of the replica */
         mprt_dev_base = mprt_thread_dev / mprt_replica_devs * mprt_replica_devs;
     pthread_mutex_lock(&mprt_mu);

@@ -30,7 +30,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
                                  const char *const *devices, const size_t *arena_bytes,
                                  int ndev, const MprtRunInfo *run, char *err, size_t errlen)
 {
-    static const char *const kinds[] = {"compute", "send", "send-back"};
+    static const char *const kinds[] = {"compute", "send", "send-back", "comm"};
     MprtOut out;
     if (mprt_out_open(&out, path, err, errlen) != 0)
         return 1;
@@ -42,7 +42,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
     for (int d = 0; d < ndev; d++) {
         fprintf(out.fp, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":"
                 "{\"name\":\"%s\"}},\n", d, devices[d]);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < MPRT_STREAMS; k++)
             fprintf(out.fp, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                     "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
         fprintf(out.fp, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":"
@@ -50,7 +50,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
     }
     for (int i = 0; i < nops; i++) {
         double ts = (mprt_op_start[i] - t0) * 1e6, te = (mprt_op_end[i] - t0) * 1e6;
-        int pid = ops[i].stream / 3, tid = ops[i].stream % 3;
+        int pid = ops[i].stream / MPRT_STREAMS, tid = ops[i].stream % MPRT_STREAMS;
         fprintf(out.fp, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
                 "\"ts\":%.3f,\"dur\":%.3f},\n", ops[i].name, ops[i].dst_dev < 0 ? "compute" :
                 "copy", pid, tid, ts, te - ts);

@@ -3044,28 +3044,14 @@ static int clip_slot(CG *cg, uint32_t param)
     return param == NONE ? k : -1;
 }
 
-/* With replicas (--data-parallel), the kind of the action that finishes
- * the stage's last gradients: there, after the last micro-batch, its
- * gradients are summed over the replicas (and their norms taken). */
-static int last_grad_kind(CG *cg)
-{
-    Graph *g = cg->g;
-    for (uint32_t v = 0; v < g->nvalues; v++)
-        if (g->values[v].trainable && cg->plan->st->home[v] == cg->stage &&
-            cg->plan->st->act[g->values[g->values[v].grad].producer] == ACT_WGRAD)
-            return ACT_WGRAD;
-    return ACT_BWD;
-}
-
-/* Whether the gradient of v is finished, summed and normed in this
- * stage's actions of this kind. */
+/* Whether the gradient of v is finished and normed in this stage's
+ * actions of this kind; with replicas (--data-parallel) never: the sums
+ * over the replicas take the norms of what they sum (emit_bucket_sum). */
 static bool grad_done_in(CG *cg, uint32_t v, int kind)
 {
     const Value *val = &cg->g->values[v];
-    if (cg->plan->st->home[v] != cg->stage)
+    if (cg->plan->st->home[v] != cg->stage || cg->o->pipe.replicas > 1)
         return false;
-    if (cg->o->pipe.replicas > 1)
-        return kind == last_grad_kind(cg);
     return cg->plan->st->act[cg->g->values[val->grad].producer] == kind;
 }
 
@@ -3156,23 +3142,6 @@ static void emit_stage_tensors(CG *cg, const char *fn, const uint32_t *nodes, in
     emit(cg, "});\n");
 }
 
-/* --data-parallel: once the last micro-batch has finished the stage's
- * gradients, they are summed over the replicas in place (runtime/comm.c),
- * before their norms and the update. */
-static void emit_replica_sum(CG *cg, int kind)
-{
-    int R = cg->o->pipe.replicas;
-    size_t u = (size_t)cg->stage * ACT_KINDS + ACT_UPDATE;
-    const uint32_t *nodes = cg->plan->nodes[u];
-    int n = cg->plan->nnodes[u];
-    if (R <= 1 || n == 0 || kind != last_grad_kind(cg))
-        return;
-    emit(cg, "    if (mb == %d)   /* the last: the gradients summed over the %d replicas%s */\n"
-         "        ", cg->plan->sc->M - 1, R, cg->o->pipe.zero ? ", each its shard" : "");
-    emit_stage_tensors(cg, cg->o->pipe.zero ? "mprt_zero_sum" : "mprt_replica_sum", nodes, n,
-                       true);
-}
-
 static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
 {
     bool adamw = false;
@@ -3225,7 +3194,6 @@ static void emit_action_body(CG *cg, int kind)
     emit_timed_end(cg);
     if (kind != ACT_FWD) {
         emit_accumulate(cg, kind);
-        emit_replica_sum(cg, kind);
         emit_clip_partials(cg, kind);
     }
 }
@@ -3244,27 +3212,59 @@ static void emit_action(CG *cg, int stage, int kind)
                                       act_names[kind]));
 }
 
+/* --data-parallel: bucket b of a stage's gradients summed over the
+ * replicas in place (runtime/comm.c), on its device's communication
+ * stream once the stage's last gradient action has finished them; with
+ * --clip-norm, then their squared norms. */
+static void emit_bucket_sum(CG *cg, const Bucket *b)
+{
+    const Plan *p = cg->plan;
+    const uint32_t *nodes = p->nodes[(size_t)b->stage * ACT_KINDS + ACT_UPDATE] + b->first;
+    cg->stage = b->stage;
+    cg->kind = ACT_UPDATE;
+    Function f = begin_function(cg);
+    emit(cg, "    ");
+    emit_stage_tensors(cg, cg->o->pipe.zero ? "mprt_zero_sum" : "mprt_replica_sum", nodes,
+                       b->count, true);
+    for (int i = 0; cg->o->train.clip_norm > 0 && i < b->count; i++) {
+        uint32_t v = cg->g->nodes[nodes[i]].in[0];
+        emit(cg, "    %s(%ld, %s, 1.0f / %d, &%s[%d]);   /* the squared norm of '%s' */\n",
+             kernel(cg, "sq_norm"), numel(cg, v), grad_buf(cg, v), step_microbatches(cg),
+             norm_table(cg), clip_slot(cg, v), comment_text(cg, cg->g->values[v].name));
+    }
+    if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
+        emit(cg, "    mprt_cu_norm_mark();\n");
+    end_function(cg, &f, arena_printf(cg->g->arena, "\n/* --- stage %d on %s: its gradients' "
+                                      "bucket %d summed over the %d replicas%s --- */\n"
+                                      "static void s%d_sum%d(int mb)\n", b->stage,
+                                      p->ds->d[p->st->dev[b->stage]].name, b->index,
+                                      cg->o->pipe.replicas,
+                                      cg->o->pipe.zero ? ", each its shard" : "", b->stage,
+                                      b->index));
+}
+
 static void emit_actions(CG *cg)
 {
     for (int s = 0; s < cg->plan->st->n; s++)
         for (int k = 0; k < ACT_KINDS; k++)
             if (k != ACT_WGRAD || cg->plan->sc->kind == SCHED_ZB)
                 emit_action(cg, s, k);
+    for (int k = 0; k < cg->plan->nbuckets; k++)
+        emit_bucket_sum(cg, &cg->plan->buckets[k]);
 }
 
 /* ---- the step: the plan's operations in issue order ---- */
 
 static const char *stream_name(CG *cg, int stream)
 {
-    static const char *const kinds[] = {"compute", "send", "send-back"};
     return arena_printf(cg->g->arena, "%s %s", cg->plan->ds->d[stream / STREAMS_PER_DEV].name,
-                        kinds[stream % STREAMS_PER_DEV]);
+                        stream_kinds[stream % STREAMS_PER_DEV]);
 }
 
 /* A stream's name in the program: CPU0_COMPUTE, CUDA1_SEND_BACK. */
 static const char *stream_ident(CG *cg, int stream)
 {
-    static const char *const kinds[] = {"COMPUTE", "SEND", "SEND_BACK"};
+    static const char *const kinds[] = {"COMPUTE", "SEND", "SEND_BACK", "COMM"};
     const char *dev = cg->plan->ds->d[stream / STREAMS_PER_DEV].name;
     char *r = arena_alloc(cg->g->arena, strlen(dev) + 1), *w = r;
     for (; *dev; dev++)
@@ -3291,7 +3291,9 @@ static const char *event_ident(CG *cg, const PlanOp *op, const char *const *take
     static const char *const acts[] = {"FWD", "BWD", "WGRAD", "UPDATE"};
     const Plan *p = cg->plan;
     const char *base;
-    if (op->kind == OPK_RUN && op->act.kind == ACT_UPDATE)
+    if (op->kind == OPK_SUM)
+        base = arena_printf(cg->g->arena, "EV_S%d_SUM%d", op->act.stage, op->mb);
+    else if (op->kind == OPK_RUN && op->act.kind == ACT_UPDATE)
         base = arena_printf(cg->g->arena, "EV_S%d_UPDATE", op->act.stage);
     else if (op->kind == OPK_RUN)
         base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
@@ -3317,11 +3319,12 @@ static const char *event_ident(CG *cg, const PlanOp *op, const char *const *take
 static const char **emit_step_names(CG *cg)
 {
     const Plan *p = cg->plan;
-    emit(cg, "\n/* The step's streams: each device's kernels, copies on and copies back. */\n"
-         "enum {\n");
+    emit(cg, "\n/* The step's streams: each device's kernels, copies on, copies back and "
+         "sums over\n * the replicas. */\nenum {\n");
     for (int d = 0; d < p->sc->ndev; d++)
-        emit(cg, "    %s, %s, %s,\n", stream_ident(cg, d * STREAMS_PER_DEV),
-             stream_ident(cg, d * STREAMS_PER_DEV + 1), stream_ident(cg, d * STREAMS_PER_DEV + 2));
+        emit(cg, "    %s, %s, %s, %s,\n", stream_ident(cg, d * STREAMS_PER_DEV),
+             stream_ident(cg, d * STREAMS_PER_DEV + 1), stream_ident(cg, d * STREAMS_PER_DEV + 2),
+             stream_ident(cg, d * STREAMS_PER_DEV + 3));
     emit(cg, "};\n");
     const char **ev = arena_array(cg->g->arena, (size_t)p->nevents + 1, sizeof *ev);
     for (int i = 0; i < p->nops; i++)
@@ -3403,6 +3406,9 @@ static void emit_op(CG *cg, int i, const char *const *ev)
     if (op->kind == OPK_RUN) {
         emit(cg, "    mprt_launch(%s, s%d_%s, %d, %d);\n", stream, op->act.stage,
              act_names[op->act.kind], op->act.mb, i);
+    } else if (op->kind == OPK_SUM) {
+        emit(cg, "    mprt_launch(%s, s%d_sum%d, 0, %d);   /* %.2f MB over the replicas */\n",
+             stream, op->act.stage, op->mb, i, p->buckets[op->bucket].bytes / 1e6);
     } else {
         const Buf *dst = &p->bufs[op->dst];
         const char *to = plan_offload_copy(p, op->dst)
@@ -3458,6 +3464,8 @@ static void emit_op_table(CG *cg)
         if (op->kind == OPK_RUN)
             emit(cg, "    {%d, \"%s s%d mb%d\", -1},\n", op->stream, act_names[op->act.kind],
                  op->act.stage, op->act.mb);
+        else if (op->kind == OPK_SUM)
+            emit(cg, "    {%d, \"sum s%d b%d\", -1},\n", op->stream, op->act.stage, op->mb);
         else if (p->bufs[op->dst].streamed)
             emit(cg, "    {%d, \"weight %s w%d s%d\", %d},\n", op->stream,
                  p->bufs[op->dst].host ? "out" : "in", op->mb, p->bufs[op->dst].stage,

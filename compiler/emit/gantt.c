@@ -2,8 +2,8 @@
  *
  * A self-contained SVG (no script, no font but the viewer's sans-serif)
  * of one or more timelines (timeline.c), each a panel: one row per device
- * stream that has work (compute, send, send-back), one box per operation
- * at its start and end, coloured by stage and labelled F/B/W/U with its
+ * stream that has work (compute, send, send-back, comm), one box per operation
+ * at its start and end, coloured by stage and labelled F/B/W/U/S with its
  * micro-batch, copies as grey boxes on the sender's row with an arrow to
  * the device that receives them. A time axis in ms, the idle time of each
  * compute row shaded (the bubble), and at the end of each device's first
@@ -35,7 +35,6 @@ static const char *const palette[] = {
 };
 enum { NPALETTE = sizeof palette / sizeof palette[0] };
 
-static const char *const stream_kinds[] = {"compute", "send", "send-back"};
 
 typedef struct Svg {
     FILE *f;
@@ -99,14 +98,16 @@ static void text_escaped(FILE *f, const char *t)
         }
 }
 
-/* The label of a box: F3, B1.3 with several stages per device, U0, or a
- * copy's micro-batch. */
+/* The label of a box: F3, B1.3 with several stages per device, U0, S1.0
+ * (stage 1's bucket 0 summed over the replicas), or a copy's micro-batch. */
 static const char *op_label(Arena *a, const Timeline *tl, const TlOp *op)
 {
     if (op->copy)
         return arena_printf(a, "%d", op->mb);
     if (op->act == ACT_UPDATE)
         return arena_printf(a, "U%d", op->stage);
+    if (op->act == TL_SUM)
+        return arena_printf(a, "S%d.%d", op->stage, op->mb);
     const char *kinds = "FBWU";
     if (tl->nstages > tl->ndev)
         return arena_printf(a, "%c%d.%d", kinds[op->act], op->stage, op->mb);
@@ -184,7 +185,8 @@ static void box(const Svg *s, const Panel *pn, const int *idx, int n)
                                             n, op->copy ? "copies" : "actions")
                              : op->copy ? "copy" : "action";
     fprintf(s->f, "<g class=\"op\" data-stream=\"%d\" data-index=\"%d\" data-kind=\"%s\" "
-            "data-stage=\"%d\" data-label=\"%s\"", op->stream, idx[0], op->copy ? "copy" : "run",
+            "data-stage=\"%d\" data-label=\"%s\"", op->stream, idx[0],
+            op->copy ? "copy" : op->act == TL_SUM ? "sum" : "run",
             op->stage, label);
     if (n > 1)
         fprintf(s->f, " data-count=\"%d\"", n);

@@ -126,6 +126,8 @@ static char op_char(const PlanOp *op)
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     if (op->kind == OPK_COPY)
         return '>';
+    if (op->kind == OPK_SUM)
+        return 'S';
     if (op->act.kind == ACT_UPDATE)
         return 'U';
     return digits[op->act.mb % 36];
@@ -133,7 +135,6 @@ static char op_char(const PlanOp *op)
 
 static void gantt_row(const Plan *p, int stream, FILE *out)
 {
-    static const char *const kinds[] = {"compute", "send", "send-back"};
     char row[GANTT_WIDTH + 1];
     memset(row, '.', GANTT_WIDTH);
     row[GANTT_WIDTH] = 0;
@@ -152,7 +153,7 @@ static void gantt_row(const Plan *p, int stream, FILE *out)
     }
     if (any)
         fprintf(out, "%-8s %-9s |%s|\n", p->ds->d[stream / STREAMS_PER_DEV].name,
-                kinds[stream % STREAMS_PER_DEV], row);
+                stream_kinds[stream % STREAMS_PER_DEV], row);
 }
 
 static void action_list(const Pipeline *pl, FILE *out)
@@ -172,6 +173,32 @@ static void action_list(const Pipeline *pl, FILE *out)
     }
 }
 
+/* --data-parallel: each device's sums over the replicas, in their order
+ * on its communication stream: S1.0 is stage 1's bucket 0. */
+static void sum_list(const Pipeline *pl, FILE *out)
+{
+    const Plan *p = pl->plan;
+    if (!p->nbuckets)
+        return;
+    fprintf(out, "# sums over the replicas per device, on its comm stream (S stage.bucket; "
+            "--bucket-mb=X sizes the buckets)\n");
+    for (int d = 0; d < pl->sc->ndev; d++) {
+        fprintf(out, "%-8s", pl->ds.d[d].name);
+        for (int pos = 0;; pos++) {
+            int i = 0;
+            while (i < p->nops && !(p->ops[i].kind == OPK_SUM && p->ops[i].dev == d &&
+                                    p->ops[i].pos == pos))
+                i++;
+            if (i == p->nops)
+                break;
+            const Bucket *b = &p->buckets[p->ops[i].bucket];
+            fprintf(out, " S%d.%d (%d tensors, %.2f MB)", b->stage, b->index, b->count,
+                    b->bytes / 1e6);
+        }
+        fputc('\n', out);
+    }
+}
+
 void dump_schedule(const Pipeline *pl, FILE *out)
 {
     const Plan *p = pl->plan;
@@ -179,12 +206,14 @@ void dump_schedule(const Pipeline *pl, FILE *out)
             "bubble %.1f%%\n", schedule_name(pl->sc->kind), pl->st->n, pl->sc->M,
             p->step_time * 1e3, 100 * p->bubble);
     fprintf(out, "# each column is %.3f ms; digits: the micro-batch an action works on, "
-            "'>' a copy, 'U' the update, '.' idle\n", p->step_time * 1e3 / GANTT_WIDTH);
+            "'>' a copy, 'U' the update, %s'.' idle\n", p->step_time * 1e3 / GANTT_WIDTH,
+            p->nbuckets ? "'S' a sum over the replicas, " : "");
     for (int s = 0; s < p->nstreams; s++)
         gantt_row(p, s, out);
     fprintf(out, "# actions per device, in order (F forward, B backward, W weight "
             "gradients, U update; stage.micro-batch with several stages per device)\n");
     action_list(pl, out);
+    sum_list(pl, out);
     fprintf(out, "# busy:");
     for (int d = 0; d < pl->ds.n; d++)
         fprintf(out, " %s %.3f ms (%.0f%%)", pl->ds.d[d].name, p->busy[d] * 1e3,
@@ -248,6 +277,8 @@ static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
     if (op->kind == OPK_RUN) {
         name = arena_printf(pl->g->arena, "%s s%d mb%d", kinds[op->act.kind], op->act.stage,
                             op->act.mb);
+    } else if (op->kind == OPK_SUM) {
+        name = arena_printf(pl->g->arena, "sum s%d b%d", op->act.stage, op->mb);
     } else {
         const Buf *b = &pl->plan->bufs[op->dst];
         const char *v = pl->g->values[b->value].name;
@@ -265,13 +296,12 @@ static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
 
 static void trace_meta(FILE *f, const Pipeline *pl)
 {
-    static const char *const kinds[] = {"compute", "send", "send-back"};
     for (int d = 0; d < pl->ds.n; d++) {
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}},"
                 "\n", d, pl->ds.d[d].name);
         for (int k = 0; k < STREAMS_PER_DEV; k++)
             fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                    "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
+                    "\"args\":{\"name\":\"%s\"}},\n", d, k, stream_kinds[k]);
         fprintf(f, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":{\"bytes\":"
                 "%zu}},\n", d, pl->plan->arena_bytes[d]);
     }
@@ -292,7 +322,8 @@ void write_trace(const Pipeline *pl, const char *path)
         fputs("{\"name\":", f);
         trace_name(f, pl, op);
         fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f},\n",
-                op->kind == OPK_RUN ? "compute" : "copy", dev, tid, op->start * 1e6,
+                op->kind == OPK_RUN ? "compute" : op->kind == OPK_SUM ? "comm" : "copy", dev, tid,
+                op->start * 1e6,
                 (op->end - op->start) * 1e6);
         if (op->kind == OPK_COPY) {
             const Buf *dst = &p->bufs[op->dst];

@@ -214,8 +214,8 @@ static bool host_copy_name(const char *name, const char *last, TlOp *op)
     return false;
 }
 
-/* "forward s0 mb1", "backward ..", "wgrad ..", "update s0 mb0",
- * "copy NAME mb1 to s1", or a copy to host memory and back (NAME may hold
+/* "forward s0 mb1", "backward ..", "wgrad ..", "update s0 mb0", "sum s1
+ * b0" (a bucket summed over the replicas), "copy NAME mb1 to s1", or a copy to host memory and back (NAME may hold
  * anything: read from the end). */
 static bool op_name(const char *name, TlOp *op)
 {
@@ -227,6 +227,10 @@ static bool op_name(const char *name, TlOp *op)
             op->act = k, op->copy = false;
             return op_numbers(op);
         }
+    }
+    if (sscanf(name, "sum s%d b%d", &op->stage, &op->mb) == 2) {
+        op->act = TL_SUM, op->copy = false;
+        return op_numbers(op);
     }
     const char *to = strrchr(name, ' '), *mb = NULL;
     op->copy = true;
@@ -249,7 +253,7 @@ static void complete(Reader *r, const Event *e)
     if (!(e->tid >= 0 && e->tid < STREAMS_PER_DEV && e->tid == floor(e->tid)) ||
         !(e->dur >= 0 && e->dur <= MAX_TRACE_US) || !trace_time(e->ts, &op.start) ||
         !trace_time(e->ts + e->dur, &op.end))
-        bad(r, "an operation without a stream (tid 0 to 2), a start and a duration (in us, "
+        bad(r, "an operation without a stream (tid 0 to 3), a start and a duration (in us, "
             "up to 1e12)");
     op.stream = device_of(r, e->pid) * STREAMS_PER_DEV + (int)e->tid;
     Timeline *tl = r->tl;
@@ -418,9 +422,9 @@ static void plan_op(const Plan *p, const PlanOp *op, TlOp *t)
         t->mb = op->mb;
         t->dst_dev = p->bufs[op->dst].dev;
     } else {
-        t->act = op->act.kind;
+        t->act = op->kind == OPK_SUM ? TL_SUM : op->act.kind;
         t->stage = op->act.stage;
-        t->mb = op->act.mb;
+        t->mb = op->kind == OPK_SUM ? op->mb : op->act.mb;
     }
 }
 

@@ -25,11 +25,18 @@
  * back (make_streamed, streamed_copies, streamed_deps). The simulator
  * (sim.c) times every operation; the host issues them in order of
  * predicted start, a topological order of the dependencies.
+ * With replicas (--data-parallel), each bucket of a stage's gradients
+ * (replicas.c, plan_buckets) is summed over the replicas by an operation
+ * on its device's communication stream: it waits for the stage's last
+ * gradient action, and the stage's update (with --clip-norm, every
+ * update) waits for it (sum_ops).
  */
 #include "mpcc.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+const char *const stream_kinds[STREAMS_PER_DEV] = {"compute", "send", "send-back", "comm"};
 
 typedef struct PlanBuild {
     Plan *p;
@@ -42,12 +49,12 @@ typedef struct PlanBuild {
     int *run_pos;                /* [act_key]: position of an action in its device's sequence */
     int *run_op;                 /* [act_key]: its op */
     int *copy_op;                /* [nbufs * M] */
+    int *sum_op;                 /* [nbuckets] */
     bool *sent;                  /* [nbufs]: a home buffer some stage receives */
     int *host_of;                /* [nbufs]: the host buffer an offloaded one goes to, -1 */
     bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
     bool tree;                   /* the gradient sums are trees (replicas.c) */
-    double *replica_sum;         /* [S]: seconds to sum a stage's gradients over the
-                                    replicas, before its update */
+    const Options *o;
     int cap_bufs, cap_ops;
 } PB;   /* what the entry points below share, kept in Plan.build */
 
@@ -99,18 +106,6 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
                              .slots = 1, .levels = 1,
                              .bytes = round64(bytes ? bytes : 1), .received = received, .from = -1};
     return p->nbufs++;
-}
-
-/* What each stage's update waits for to sum its gradients over the
- * replicas (replicas.c prices it). The trainer sums them at the end of
- * the last micro-batch's last gradient action (codegen.c), which the
- * update follows on the same device; an action's time is the same for
- * every micro-batch, so the sum is charged to the update. */
-static void price_replica_sums(PB *b, const Options *o)
-{
-    b->replica_sum = arena_array(b->a, (size_t)b->S, sizeof(double));
-    for (int s = 0; s < b->S; s++)
-        b->replica_sum[s] = replica_sum_seconds(o, b->p->ds, stage_grad_bytes(b->g, b->st, s));
 }
 
 /* BatchNormalization writes its running statistics into the parameters
@@ -450,7 +445,7 @@ static double action_time(const PB *b, Act a)
     const Plan *p = b->p;
     size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
     const Profile *prof = &p->ds->d[b->st->dev[a.stage]].prof;
-    double t = b->st->time[k] + (a.kind == ACT_UPDATE ? b->replica_sum[a.stage] : 0);
+    double t = b->st->time[k];
     for (int j = 0; j < p->nnodes[k]; j++)
         t -= fused_saving(b->g, &b->g->nodes[p->nodes[k][j]], p->fu, prof, b->st->measured);
     return t > 0 ? t : 0;
@@ -762,13 +757,47 @@ static void run_deps(PB *b, int op)
 }
 
 /* --clip-norm: the gradient norm is global, so each update waits for the
- * last micro-batch's backward (and weight gradients) of every stage. */
+ * last micro-batch's backward (and weight gradients) of every stage, and
+ * with replicas for every sum (which takes the norms of what it sums). */
 static void norm_deps(PB *b, int op)
 {
     for (int s = 0; s < b->S; s++) {
         add_dep(b, op, b->run_op[act_key(b, ACT_BWD, s, b->M - 1)]);
         if (b->sc->kind == SCHED_ZB)
             add_dep(b, op, b->run_op[act_key(b, ACT_WGRAD, s, b->M - 1)]);
+    }
+    for (int k = 0; k < b->p->nbuckets; k++)
+        add_dep(b, op, b->sum_op[k]);
+}
+
+/* --data-parallel: each device's communication stream sums its stages'
+ * buckets in the order their last gradient actions run, bucket after
+ * bucket; a sum waits for that action, and the stage's update for it. */
+static void sum_ops(PB *b)
+{
+    Plan *p = b->p;
+    b->sum_op = arena_array(b->a, (size_t)p->nbuckets + 1, sizeof(int));
+    for (int d = 0; d < b->sc->ndev; d++) {
+        int pos = 0;
+        for (int i = 0; i < b->sc->nseq[d]; i++) {
+            Act a = b->sc->seq[d][i];
+            if (a.mb != b->M - 1 || a.kind == ACT_UPDATE || a.kind != p->last_grad[a.stage])
+                continue;
+            int last = b->run_op[act_key(b, a.kind, a.stage, a.mb)];
+            int update = b->run_op[act_key(b, ACT_UPDATE, a.stage, 0)];
+            for (int k = 0; k < p->nbuckets; k++) {
+                const Bucket *bk = &p->buckets[k];
+                if (bk->stage != a.stage)
+                    continue;
+                PlanOp op = {.kind = OPK_SUM, .dev = d, .stream = d * STREAMS_PER_DEV + STREAM_COMM,
+                             .pos = pos++, .act = {.kind = ACT_UPDATE, .stage = a.stage},
+                             .src = -1, .dst = -1, .mb = bk->index, .bucket = k,
+                             .time = replica_sum_seconds(b->o, p->ds, bk->bytes) + 1e-9};
+                b->sum_op[k] = new_op(b, op);
+                add_dep(b, b->sum_op[k], last);
+                add_dep(b, update, b->sum_op[k]);
+            }
+        }
     }
 }
 
@@ -914,11 +943,14 @@ Plan *plan_buffers(Graph *g, const Stages *st, const Schedule *sc, const Devices
     PB *b = arena_alloc(g->arena, sizeof *b);
     *b = (PB){.p = p, .g = g, .st = st, .sc = sc, .a = g->arena, .S = st->n, .M = sc->M,
               .own_slots = own_slots, .tree = replicas_tree(o)};
+    Options *keep = arena_alloc(g->arena, sizeof *keep);   /* sum_ops prices with it */
+    *keep = *o;
+    b->o = keep;
     p->build = b;
     collect_nodes(b);
+    plan_buckets(p, o);
     make_bufs(b);
     shard_optimizer_state(b, o);
-    price_replica_sums(b, o);
     make_offload(b, o);
     mark_sent(b);
     return p;
@@ -939,6 +971,7 @@ void plan_ops(Plan *p)
 {
     PB *b = builder(p);
     run_ops(b);
+    sum_ops(b);
     copy_ops(b);
     add_deps(b);
 }

@@ -256,3 +256,53 @@ double stage_grad_bytes(const Graph *g, const Stages *st, int stage)
             bytes += (double)shape_numel(&g->values[v].shape) * sizeof(float);
     return bytes;
 }
+
+/* The kind of each stage's action that finishes its last gradients: the
+ * weight gradients where the schedule runs them apart (zb) and the stage
+ * has any there, else the backward. */
+static void last_grads(Plan *p)
+{
+    const Graph *g = p->g;
+    p->last_grad = arena_array(g->arena, (size_t)p->st->n + 1, sizeof(int));
+    for (int s = 0; s < p->st->n; s++)
+        p->last_grad[s] = ACT_BWD;
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        if (g->values[v].trainable && p->st->home[v] >= 0 &&
+            p->st->act[g->values[g->values[v].grad].producer] == ACT_WGRAD)
+            p->last_grad[p->st->home[v]] = ACT_WGRAD;
+}
+
+/* With replicas, each stage's parameters in buckets of at most
+ * --bucket-mb (25 by default, as PyTorch's DistributedDataParallel; a
+ * larger parameter is a bucket alone), from the last update of the
+ * stage's update action back: the backward finishes the last layers'
+ * gradients first. */
+void plan_buckets(Plan *p, const Options *o)
+{
+    last_grads(p);
+    if (o->pipe.replicas <= 1 || o->infer)
+        return;
+    const Graph *g = p->g;
+    double cap = (o->pipe.bucket_mb > 0 ? o->pipe.bucket_mb : 25) * 1e6;
+    for (int s = 0; s < p->st->n; s++) {
+        const uint32_t *nodes = p->nodes[(size_t)s * ACT_KINDS + ACT_UPDATE];
+        int end = p->nnodes[(size_t)s * ACT_KINDS + ACT_UPDATE];
+        for (int index = 0; end > 0; index++) {
+            int first = end;
+            double bytes = 0;
+            while (first > 0) {
+                const Value *w = &g->values[g->nodes[nodes[first - 1]].in[0]];
+                double more = (double)shape_numel(&w->shape) * sizeof(float);
+                if (first < end && bytes + more > cap)
+                    break;
+                bytes += more;
+                first--;
+            }
+            p->buckets = arena_grow(g->arena, p->buckets, (size_t)p->nbuckets,
+                                    (size_t)p->nbuckets + 1, sizeof(Bucket));
+            p->buckets[p->nbuckets++] = (Bucket){.stage = s, .index = index, .first = first,
+                                                 .count = end - first, .bytes = bytes};
+            end = first;
+        }
+    }
+}

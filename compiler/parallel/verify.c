@@ -10,7 +10,10 @@
  *     slot's next micro-batch) before the copy has ended, and its
  *     destination slot is not refilled before its readers are done;
  *   - with --clip-norm, every update happens after every action that
- *     finishes a gradient (the norm reads them all);
+ *     finishes a gradient (the norm reads them all), and after every sum;
+ *   - with replicas, a stage's sums run on one stream in bucket order
+ *     (every process then calls the stage's communicator in the same
+ *     order), after its last gradient action and before its update;
  *   - an offloaded value's copy out of micro-batch mb ends before the
  *     action after its window starts, and its copy back starts after the
  *     action before its window ends (share.c lets the actions outside the
@@ -81,6 +84,9 @@ const char *plan_describe_op(const Plan *p, int i)
     if (op->kind == OPK_RUN)
         return arena_printf(p->g->arena, "#%d %s of stage %d, micro-batch %d", i,
                             kinds[op->act.kind], op->act.stage, op->act.mb);
+    if (op->kind == OPK_SUM)
+        return arena_printf(p->g->arena, "#%d sum over the replicas of stage %d's gradients, "
+                            "bucket %d", i, op->act.stage, op->mb);
     const Buf *dst = &p->bufs[op->dst];
     if (plan_offload_copy(p, op->dst))
         return arena_printf(p->g->arena, "#%d copy of '%s' %s host memory, micro-batch %d", i,
@@ -167,6 +173,31 @@ static void check_norm(const VC *vc, int u)
         if (op->kind == OPK_RUN && op->act.mb == p->sc->M - 1 &&
             (op->act.kind == ACT_BWD || op->act.kind == ACT_WGRAD) && !before(vc, i, u))
             fail(p, "an update may read gradients not yet finished", i, u);
+        if (op->kind == OPK_SUM && !before(vc, i, u))
+            fail(p, "an update may read gradients not yet summed over the replicas", i, u);
+    }
+}
+
+/* Sum op i of bucket b: on the stream of the stage's other sums, after
+ * them, after the stage's last gradient action and before its update. */
+static void check_sum(const VC *vc, int i, const int *prev)
+{
+    const Plan *p = vc->p;
+    const PlanOp *op = &p->ops[i];
+    int s = op->act.stage;
+    if (prev[s] < 0 ? op->mb != 0
+                    : op->mb != p->ops[prev[s]].mb + 1 || p->ops[prev[s]].stream != op->stream ||
+                          !before(vc, prev[s], i))
+        fail(p, "a stage's sums over the replicas may run out of bucket order",
+             prev[s] < 0 ? i : prev[s], i);
+    for (int k = 0; k < p->nops; k++) {
+        const PlanOp *r = &p->ops[k];
+        if (r->kind != OPK_RUN || r->act.stage != s)
+            continue;
+        if (r->act.kind == p->last_grad[s] && r->act.mb == p->sc->M - 1 && !before(vc, k, i))
+            fail(p, "a sum over the replicas may read gradients not yet finished", k, i);
+        if (r->act.kind == ACT_UPDATE && !before(vc, i, k))
+            fail(p, "an update may read gradients not yet summed over the replicas", i, k);
     }
 }
 
@@ -347,7 +378,14 @@ void plan_verify(const Plan *p)
     for (int i = 0; i < p->nwofl; i++)
         check_streamed(&vc, &p->wofl[i]);
     check_copy_pairs(&vc);
+    int *prev = arena_array(p->g->arena, (size_t)p->st->n + 1, sizeof(int));   /* check_sum */
+    memset(prev, 0xff, ((size_t)p->st->n + 1) * sizeof(int));
     for (int i = 0; i < p->nops; i++) {
+        if (p->ops[i].kind == OPK_SUM) {
+            check_sum(&vc, i, prev);
+            prev[p->ops[i].act.stage] = i;
+            continue;
+        }
         if (p->ops[i].kind == OPK_COPY && plan_offload_copy(p, p->ops[i].dst))
             check_beside(&vc, i);
         if (p->ops[i].kind == OPK_COPY && p->bufs[p->ops[i].dst].streamed)

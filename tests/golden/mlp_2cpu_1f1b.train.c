@@ -54,6 +54,10 @@
 
 #define MPRT_MAX_RANK 8
 
+/* The streams of a device: compute, copies on, copies back, and the sums
+ * over the replicas (comm); stream s is device s / MPRT_STREAMS's. */
+enum { MPRT_STREAM_COMM = 3, MPRT_STREAMS = 4 };
+
 /* Element types. Sizes and names live in one table in mprt.c. */
 typedef enum {
     MPRT_F32,
@@ -505,7 +509,7 @@ MPRT_INLINE float mprt_tanhf(float x)
 #endif
 
 /* A kind of device's operations: stream.c's CPU devices, cuda.c's GPUs;
- * stream s is device s / 3's. The program calls them through its table,
+ * stream s is device s / MPRT_STREAMS's. The program calls them through its table,
  * mprt_ops (mixed.c's picks the table of each device): one indirect call. */
 typedef struct MprtDeviceOps {
     void (*launch)(int stream, void (*fn)(int), int mb, int label);
@@ -561,7 +565,7 @@ typedef struct MprtBuffer {
 
 /* One operation of the step, for --trace (timeline.c). */
 typedef struct MprtOpInfo {
-    int stream;            /* device * 3 + (0 compute, 1 send, 2 send-back) */
+    int stream;            /* device * MPRT_STREAMS + (0 compute, 1 send, 2 send-back, 3 comm) */
     const char *name;      /* "forward s0 mb1", "copy x mb1 to s1" */
     int dst_dev;           /* copies: the receiving device; -1 otherwise */
 } MprtOpInfo;
@@ -778,10 +782,11 @@ static void s1_update(int mb)
     mprt_prof_end();
 }
 
-/* The step's streams: each device's kernels, copies on and copies back. */
+/* The step's streams: each device's kernels, copies on, copies back and sums over
+ * the replicas. */
 enum {
-    CPU0_COMPUTE, CPU0_SEND, CPU0_SEND_BACK,
-    CPU1_COMPUTE, CPU1_SEND, CPU1_SEND_BACK,
+    CPU0_COMPUTE, CPU0_SEND, CPU0_SEND_BACK, CPU0_COMM,
+    CPU1_COMPUTE, CPU1_SEND, CPU1_SEND_BACK, CPU1_COMM,
 };
 
 /* The step's events, each recorded when what it names is done: EV_S1_BWD_MB2,
@@ -881,27 +886,27 @@ static const MprtOpInfo op_info[] = {
     {0, "forward s0 mb0", -1},
     {0, "forward s0 mb1", -1},
     {1, "copy mb0 s0 to s1", 1},
-    {3, "forward s1 mb0", -1},
-    {3, "backward s1 mb0", -1},
-    {5, "copy mb0 s1 to s0", 0},
+    {4, "forward s1 mb0", -1},
+    {4, "backward s1 mb0", -1},
+    {6, "copy mb0 s1 to s0", 0},
     {0, "backward s0 mb0", -1},
     {1, "copy mb1 s0 to s1", 1},
-    {3, "forward s1 mb1", -1},
-    {3, "backward s1 mb1", -1},
-    {5, "copy mb1 s1 to s0", 0},
+    {4, "forward s1 mb1", -1},
+    {4, "backward s1 mb1", -1},
+    {6, "copy mb1 s1 to s0", 0},
     {0, "forward s0 mb2", -1},
     {0, "backward s0 mb1", -1},
     {1, "copy mb2 s0 to s1", 1},
-    {3, "forward s1 mb2", -1},
-    {3, "backward s1 mb2", -1},
-    {5, "copy mb2 s1 to s0", 0},
+    {4, "forward s1 mb2", -1},
+    {4, "backward s1 mb2", -1},
+    {6, "copy mb2 s1 to s0", 0},
     {0, "forward s0 mb3", -1},
     {0, "backward s0 mb2", -1},
     {1, "copy mb3 s0 to s1", 1},
-    {3, "forward s1 mb3", -1},
-    {3, "backward s1 mb3", -1},
-    {3, "update s1 mb0", -1},
-    {5, "copy mb3 s1 to s0", 0},
+    {4, "forward s1 mb3", -1},
+    {4, "backward s1 mb3", -1},
+    {4, "update s1 mb0", -1},
+    {6, "copy mb3 s1 to s0", 0},
     {0, "backward s0 mb3", -1},
     {0, "update s0 mb0", -1},
 };
@@ -944,7 +949,7 @@ static const MprtModel model = {
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
     .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,
     .host_bytes = host_bytes,
-    .nstreams = 6, .nevents = 16, .nops = 26,
+    .nstreams = 8, .nevents = 16, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
     .log_prob_dev = 1, .log_prob_offset = 27328,
@@ -2495,7 +2500,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
                                  const char *const *devices, const size_t *arena_bytes,
                                  int ndev, const MprtRunInfo *run, char *err, size_t errlen)
 {
-    static const char *const kinds[] = {"compute", "send", "send-back"};
+    static const char *const kinds[] = {"compute", "send", "send-back", "comm"};
     MprtOut out;
     if (mprt_out_open(&out, path, err, errlen) != 0)
         return 1;
@@ -2507,7 +2512,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
     for (int d = 0; d < ndev; d++) {
         fprintf(out.fp, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":"
                 "{\"name\":\"%s\"}},\n", d, devices[d]);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < MPRT_STREAMS; k++)
             fprintf(out.fp, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                     "\"args\":{\"name\":\"%s\"}},\n", d, k, kinds[k]);
         fprintf(out.fp, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":0,\"args\":"
@@ -2515,7 +2520,7 @@ MPRT_KERNEL int mprt_write_trace(const char *path, const MprtOpInfo *ops, int no
     }
     for (int i = 0; i < nops; i++) {
         double ts = (mprt_op_start[i] - t0) * 1e6, te = (mprt_op_end[i] - t0) * 1e6;
-        int pid = ops[i].stream / 3, tid = ops[i].stream % 3;
+        int pid = ops[i].stream / MPRT_STREAMS, tid = ops[i].stream % MPRT_STREAMS;
         fprintf(out.fp, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
                 "\"ts\":%.3f,\"dur\":%.3f},\n", ops[i].name, ops[i].dst_dev < 0 ? "compute" :
                 "copy", pid, tid, ts, te - ts);
@@ -6500,7 +6505,9 @@ static void mprt_recorded(int ev)
 MPRT_KERNEL void *mprt_stream_main(void *arg)
 {
     MprtStream *s = arg;
-    mprt_thread_dev = s->index / 3;   /* pool.c: its device's thread count */
+    mprt_thread_dev = s->index / MPRT_STREAMS;   /* pool.c: its device's thread count */
+    if (s->index % MPRT_STREAMS == MPRT_STREAM_COMM)
+        mprt_pool_worker = 1;   /* the sums run on this thread alone, beside the kernels */
     if (mprt_replicas_here > 1)   /* state.c: its device's copy of the replica */
         mprt_dev_base = mprt_thread_dev / mprt_replica_devs * mprt_replica_devs;
     pthread_mutex_lock(&mprt_mu);
@@ -6800,11 +6807,11 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
-static int mprt_stream_here(int stream) { return stream / 3 >= mprt_dev_lo && stream / 3 < mprt_dev_hi; }
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(3 * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(3 * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(3 * mprt_dev_base + stream, mprt_ev(ev)); }
+static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
@@ -7910,10 +7917,11 @@ static void mprt_plot_checkpoint(const MprtPlot *p)
  * What crosses between processes, all of it from fixed orders so that
  * every layout gives the same bits:
  *   - each stage's gradients, summed over the replicas once its last
- *     micro-batch has finished them, before their norms and its update
- *     (mprt_replica_sum, on the device's thread; a communicator per stage,
- *     so that stages of one process sum at once without their calls
- *     interleaving): a reduce-scatter, each rank adding its share of the
+ *     micro-batch has finished them, bucket by bucket, before their norms
+ *     and its update (mprt_replica_sum, on the device's communication
+ *     stream; a communicator per stage, so that stages of one process sum
+ *     at once without their calls interleaving, and a stage's buckets one
+ *     after another): a reduce-scatter, each rank adding its share of the
  *     replicas' sums as the tree of program.c's mprt_tree_add adds
  *     micro-batches, then an all-gather;
  *   - the micro-batches' losses, gathered in replica order;
@@ -7990,12 +7998,13 @@ static int mprt_procs_per_replica(const MprtModel *m)
 
 /* ---- the replicas of this process (state.c) ---- */
 
-/* For each stage: its copies meet at a barrier, and show each other their
- * gradients. */
+/* For each stage: its copies' communication streams meet at a barrier,
+ * and show each other their gradients, a bucket at a time. */
 typedef struct MprtHere {
     pthread_barrier_t meet;
     float **g;                        /* [replicas here * n]: each copy's n gradients, kept
-                                         here: a copy's own list ends with its update */
+                                         here: a copy's own list ends with its sum */
+    int cap;                          /* n that g has room for */
 } MprtHere;
 static MprtHere *mprt_here;           /* [nstages] */
 
@@ -8038,8 +8047,13 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     }
     MprtHere *h = &mprt_here[stage];
     int me = mprt_copy_of_thread();
-    if (me == 0 && !h->g && !(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
-        mprt_die("out of memory");
+    pthread_barrier_wait(&h->meet);   /* every copy is done with the last bucket's list */
+    if (me == 0 && n > h->cap) {
+        free(h->g);
+        if (!(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
+            mprt_die("out of memory");
+        h->cap = n;
+    }
     pthread_barrier_wait(&h->meet);   /* the list is there */
     memcpy(h->g + (size_t)me * (size_t)n, g, (size_t)n * sizeof *g);
     pthread_barrier_wait(&h->meet);
@@ -8114,7 +8128,9 @@ static void mprt_local_ranks_find(void)
 /* Start-up: the world must be the one compiled for. */
 static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
 {
-    int many = m->ndev > 1 || m->node_devs;   /* device threads call MPI at once */
+    /* device threads call MPI at once: several devices, or the sums' stream
+     * beside the host's */
+    int many = m->ndev > 1 || m->node_devs || m->replicas > 1;
     int need = many ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, have = 0, size = 0;
     mprt_mpi_check(MPI_Init_thread(argc, argv, need, &have), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &mprt_rank);
@@ -8172,8 +8188,9 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
 #else
 static MprtSumScratch *mprt_scratch(int stage, long n, int R)
 {
-    MprtSumScratch *s = &mprt_sum_scratch[stage];
-    if (!s->flat) {
+    MprtSumScratch *s = &mprt_sum_scratch[stage];   /* the stage's largest bucket */
+    if (n > s->n) {
+        free(s->flat), free(s->parts);
         s->n = n;
         s->flat = malloc((size_t)n * sizeof(float));
         s->parts = malloc((size_t)(n / R + 1) * (size_t)R * sizeof(float));

@@ -83,7 +83,7 @@ def expand(boxes, per, step_us):
     checks of a picture that does not aggregate."""
     out, merged = {}, 0
     for stream, row in boxes.items():
-        ev = sorted(per.get((stream // 3, stream % 3), []))
+        ev = sorted(per.get((stream // 4, stream % 4), []))
         if sum(b[6] for b in row) != len(ev):
             fail("stream %d: its boxes stand for %d operations, the trace has %d" % (
                 stream, sum(b[6] for b in row), len(ev)))
@@ -126,7 +126,7 @@ def check_order(case, boxes, actions, ndev_streams):
 
 def check_times(case, boxes, per, step_us):
     for stream, row in boxes.items():
-        ev = sorted(per.get((stream // 3, stream % 3), []))
+        ev = sorted(per.get((stream // 4, stream % 4), []))
         if len(ev) != len(row):
             fail("%s: stream %d has %d boxes, the trace %d events" % (case, stream, len(row),
                                                                      len(ev)))
@@ -141,7 +141,7 @@ def busy_by_row(boxes, per):
     """row top -> [(stage, seconds)] of the run boxes, timed by the trace."""
     rows = {}
     for stream, row in boxes.items():
-        ev = sorted(per.get((stream // 3, stream % 3), []))
+        ev = sorted(per.get((stream // 4, stream % 4), []))
         for (x, w, label, kind, stage, y, _), (ts, dur) in zip(sorted(row), ev):
             if kind == "run":
                 rows.setdefault(y, []).append((stage, dur / 1e6))
@@ -172,7 +172,7 @@ def main():
             drawn = sum(len(r) for r in boxes.values())
             boxes = expand(boxes, per, step_us)
         else:
-            check_order(case, boxes, actions, 3)
+            check_order(case, boxes, actions, 4)
         check_times(case, boxes, per, step_us)
         img = render.screenshot(svg, svg[:-4] + ".png", root)
         stages = render.check_stages(fail, case, img, busy_by_row(boxes, per),

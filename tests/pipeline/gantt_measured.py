@@ -64,7 +64,7 @@ def trace(path):
                 label = "U" + word[1][1:]
             else:
                 label = KINDS[word[0]] + word[2][2:]       # one stage per device here
-            per.setdefault(e["pid"] * 3 + e["tid"], []).append(
+            per.setdefault(e["pid"] * 4 + e["tid"], []).append(
                 (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6, label))
             step = max(step, (e["ts"] + e["dur"]) / 1e6)
         elif e.get("ph") == "i" and e.get("name") == "step":

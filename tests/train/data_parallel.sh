@@ -112,15 +112,51 @@ if cmp -s clip-1.txt noclip.txt; then echo "FAIL: --clip-norm=0.5 clipped nothin
 for layout in "1 4 2 zb" "2 2 2 1f1b" "2 2 4 zb"; do
     set -- $layout
     tag=clip-$1-$2-$3-$4
-    compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=$3 --nodes=$1 --schedule=$4 $clip
+    compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=$3 --nodes=$1 --schedule=$4 $clip \
+        --bucket-mb=0.01
     run $([ $1 = 1 ] && echo 0 || echo $1) $tag --steps 4 --loss-log $tag.txt \
         --save $tag.safetensors
     cmp clip-1.txt $tag.txt && cmp clip-1.safetensors $tag.safetensors ||
         { echo "FAIL: --clip-norm on $1 process(es) of -cpus $2, $3 replicas, $4"; exit 1; }
 done
 echo "data_parallel: --clip-norm over 2 replicas in one process (zero bubble), 2 processes" \
-    "and 2 processes of 2: one replica's losses ($(tr '\n' ' ' <clip-1.txt)) and" \
-    "checkpoint, byte for byte"
+    "and 2 processes of 2, the gradients summed in buckets of 0.01 MB: one replica's losses" \
+    "($(tr '\n' ' ' <clip-1.txt)) and checkpoint, byte for byte"
+
+# the sums on the communication streams: --dump=schedule draws each
+# device's comm row and lists its buckets (one function each in train.c);
+# in the predicted trace and the one the trainer measures, each sum is on
+# its device's comm thread, after the stage's last weight gradients and
+# before every update (--clip-norm), and --gantt-from draws the measured
+"$mpcc" "$samples/gpt.mp" -cpus 4 --data-parallel=2 --schedule=zb $clip --bucket-mb=0.01 \
+    --dump=schedule --trace=sums-predicted.json -o sums-schedule.txt 2>sums.mpcc ||
+    { cat sums.mpcc; exit 1; }
+grep -q '^cpu:1 *comm *|[.]*S' sums-schedule.txt ||
+    { cat sums-schedule.txt; echo "FAIL: --dump=schedule draws no sums on cpu:1's comm row"; exit 1; }
+listed=$(grep -A2 '^# sums over the replicas' sums-schedule.txt | grep -o ' S[0-9]*\.[0-9]* ' | wc -l)
+defined=$(grep -c '^static void s[0-9]*_sum[0-9]*(int mb)' clip-1-4-2-zb.c)
+[ "$listed" = "$defined" ] && [ "$listed" -gt 2 ] ||
+    { echo "FAIL: --dump=schedule lists $listed buckets, train.c sums $defined"; exit 1; }
+run 0 clip-1-4-2-zb --steps 2 --trace sums-measured.json
+/usr/bin/python3 - sums-predicted.json sums-measured.json <<'EOF'
+import json, re, sys
+for path in sys.argv[1:]:
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    end = lambda e: e["ts"] + e["dur"] - 0.002   # both rounded to 0.001 us
+    sums = [e for e in ev if re.fullmatch(r"sum s\d+ b\d+", e["name"])]
+    assert len(sums) > 2, (path, "no sums")
+    for e in sums:
+        s = int(e["name"].split()[1][1:])
+        assert e["tid"] == 3, (path, e["name"], "not on the comm stream")
+        last = [x for x in ev if x["name"] == "wgrad s%d mb3" % s]
+        assert len(last) == 1 and e["ts"] >= end(last[0]), (path, e["name"], "before its gradients")
+        for u in (x for x in ev if x["name"].startswith("update ")):
+            assert u["ts"] >= end(e), (path, u["name"], "before", e["name"])
+    print("data_parallel: %s: %d sums on the comm streams, each after its stage's last weight "
+          "gradients and before every update" % (path, len(sums)))
+EOF
+"$mpcc" --gantt-from=sums-measured.json -o sums.svg 2>sums-gantt.err || { cat sums-gantt.err; exit 1; }
+grep -q 'data-kind="sum"' sums.svg || { echo "FAIL: --gantt-from draws no sums"; exit 1; }
 grep -q '^ \* processes: 2, one pipeline across them, 1 device(s) each: run as mpirun -np 2' \
     gpt-pipe-2-1-gpipe.c || { echo "FAIL: gpt-pipe-2-1-gpipe.c's head says nothing of processes"; exit 1; }
 
