@@ -363,6 +363,20 @@ static void mprt_zero_counts(int n, const long *len, int R, int *count, int *at)
     }
 }
 
+#ifdef MPRT_NCCL
+/* The GPUs' shares: NCCL's reductions and broadcasts (nccl.c). */
+MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+{
+    (void)stage;
+    mprt_nccl_zero_sum(n, g, len);
+}
+
+MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+{
+    (void)stage;
+    mprt_nccl_zero_gather(n, w, len);
+}
+#else
 /* The stage's gradients summed over the replicas, each process only its
  * shares (a reduce-scatter): the same tree over the ranks, element by
  * element, as mprt_ranks_sum. */
@@ -430,6 +444,7 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
         }
     free(count), free(at), free(all);
 }
+#endif
 
 /* Before a checkpoint: rank 0 gathers the shards of each sharded buffer
  * into its whole copy (mprt_shard_whole, which checkpoint.c writes). */
@@ -452,9 +467,12 @@ static void mprt_zero_gather_state(const MprtModel *m)
         }
         if (mprt_rank == 0 && !mprt_shard_whole[i] && !(mprt_shard_whole[i] = malloc(b->nbytes)))
             mprt_die("out of memory for the checkpoint's '%s'", b->name);
-        mprt_mpi_check(MPI_Gatherv(mprt_slot(b, 0), count[mprt_rank], MPI_FLOAT,
-                                   mprt_shard_whole[i], count, at, MPI_FLOAT, 0, MPI_COMM_WORLD),
+        size_t mine = (size_t)count[mprt_rank] * sizeof(float);   /* on a GPU: to the host */
+        const void *share = mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), mine);
+        mprt_mpi_check(MPI_Gatherv(share, count[mprt_rank], MPI_FLOAT, mprt_shard_whole[i],
+                                   count, at, MPI_FLOAT, 0, MPI_COMM_WORLD),
                        "gathering the optimizer state (MPI_Gatherv)");
+        mprt_ops->dev_unhold(share, mprt_slot(b, 0));
     }
     free(count), free(at);
 }

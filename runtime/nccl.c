@@ -71,6 +71,42 @@ static void mprt_nccl_sum(int n, float *const *g, const long *len)
     MPRT_NCCL_CALL(ncclGroupEnd());
 }
 
+/* --zero=1: a bucket's gradients summed over the processes, each rank
+ * receiving only its shares (mprt_share_lo): one ncclReduce per tensor
+ * and rank, rooted at the rank whose share it is, in one group (the
+ * shares differ by an element, which ncclReduceScatter's may not). */
+static void mprt_nccl_zero_sum(int n, float *const *g, const long *len)
+{
+    MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
+    MPRT_NCCL_CALL(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < mprt_ranks; r++) {
+            long lo = mprt_share_lo(len[i], r, mprt_ranks);
+            long k = mprt_share_lo(len[i], r + 1, mprt_ranks) - lo;
+            if (k > 0)
+                MPRT_NCCL_CALL(ncclReduce(g[i] + lo, g[i] + lo, (size_t)k, ncclFloat, ncclSum, r,
+                                          c->comm, mprt_cu->compute));
+        }
+    MPRT_NCCL_CALL(ncclGroupEnd());
+}
+
+/* --zero=1, after the update: every rank's share of each weight goes to
+ * the others (one ncclBroadcast per tensor and rank, in one group). */
+static void mprt_nccl_zero_gather(int n, float *const *w, const long *len)
+{
+    MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
+    MPRT_NCCL_CALL(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < mprt_ranks; r++) {
+            long lo = mprt_share_lo(len[i], r, mprt_ranks);
+            long k = mprt_share_lo(len[i], r + 1, mprt_ranks) - lo;
+            if (k > 0)
+                MPRT_NCCL_CALL(ncclBroadcast(w[i] + lo, w[i] + lo, (size_t)k, ncclFloat, r,
+                                             c->comm, mprt_cu->compute));
+        }
+    MPRT_NCCL_CALL(ncclGroupEnd());
+}
+
 /* At the end, after the last step's streams are drained (the streams and
  * events go with the process, as cuda.c's do). */
 static void mprt_nccl_end(void)

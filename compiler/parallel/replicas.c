@@ -93,7 +93,7 @@ static void check_layout(const Options *o, int R, int K)
                    N);
 }
 
-/* --zero=1: across processes of one replica each, on CPU devices. */
+/* --zero=1: across processes of one replica each (GPUs: over NCCL). */
 static void check_zero(const Options *o, int R, int K)
 {
     if (!o->pipe.zero)
@@ -101,9 +101,6 @@ static void check_zero(const Options *o, int R, int K)
     if (R <= 1 || R != K)
         error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
                    "of their own: give --data-parallel=K --nodes=K with K > 1");
-    if (has_cuda(o) && !plans_only(o))
-        error_file(o->input, "--zero=1 with CUDA devices is not built yet; drop it, or train "
-                   "on CPU devices (-cpus N)");
     if (o->train.clip_norm > 0)
         error_file(o->input, "--zero=1 with --clip-norm is not built yet (each process holds "
                    "a shard of the summed gradients); drop one of them");

@@ -7,10 +7,11 @@
  *   world rank and the world's size, from a GPU no other rank of it uses
  *   (the processes share one machine's GPUs, as NCCL requires of ranks on
  *   one machine); each communicator remembers that GPU.
- * - ncclAllReduce takes float sums only, on a stream of the communicator's
- *   GPU, of buffers that GPU holds, as NCCL requires. It runs as an
- *   operation of that stream (fakegpu_enqueue_async): when the stream
- *   comes to it, MPI_Iallreduce starts, and the stream waits until it
+ * - ncclAllReduce and ncclReduce take float sums only, ncclBroadcast
+ *   floats, on a stream of the communicator's GPU, of buffers that GPU
+ *   holds, as NCCL requires. Each runs as an operation of that stream
+ *   (fakegpu_enqueue_async): when the stream comes to it, MPI_Iallreduce
+ *   (MPI_Ireduce, MPI_Ibcast) starts, and the stream waits until it
  *   completes, while the other streams run on. So a sum issued before its
  *   gradients are complete, or an update that does not wait for its sum,
  *   shows as wrong numbers, as with the fake GPUs' own waits.
@@ -110,7 +111,10 @@ ncclResult_t ncclGroupEnd(void)
     return ncclSuccess;
 }
 
+enum { ALL_REDUCE, REDUCE, BROADCAST };
+
 typedef struct Sum {
+    int kind, root;           /* root: REDUCE's and BROADCAST's */
     const void *send;
     void *recv;
     int count;
@@ -122,9 +126,18 @@ typedef struct Sum {
 static void sum_start(void *arg)
 {
     Sum *s = arg;
-    if (MPI_Iallreduce(s->send == s->recv ? MPI_IN_PLACE : s->send, s->recv, s->count, MPI_FLOAT,
-                       MPI_SUM, s->comm, &s->req) != MPI_SUCCESS)
-        fail("MPI_Iallreduce failed");
+    int me = 0, rc;
+    MPI_Comm_rank(s->comm, &me);
+    const void *send = s->send == s->recv ? MPI_IN_PLACE : s->send;
+    if (s->kind == ALL_REDUCE)
+        rc = MPI_Iallreduce(send, s->recv, s->count, MPI_FLOAT, MPI_SUM, s->comm, &s->req);
+    else if (s->kind == REDUCE)   /* in place at the root; the others only send */
+        rc = MPI_Ireduce(me == s->root ? send : s->send, s->recv, s->count, MPI_FLOAT, MPI_SUM,
+                         s->root, s->comm, &s->req);
+    else
+        rc = MPI_Ibcast(s->recv, s->count, MPI_FLOAT, s->root, s->comm, &s->req);
+    if (rc != MPI_SUCCESS)
+        fail("a nonblocking MPI collective failed to start");
 }
 
 static int sum_done(void *arg)
@@ -135,23 +148,50 @@ static int sum_done(void *arg)
     return s->done;
 }
 
+static ncclResult_t enqueue(int kind, int root, const void *sendbuff, void *recvbuff,
+                            size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                            ncclComm_t comm, cudaStream_t stream)
+{
+    if (datatype != ncclFloat || op != ncclSum)
+        fail("ncclAllReduce, ncclReduce, ncclBroadcast: only float sums are faked");
+    if (count == 0 || count > INT_MAX)
+        fail("a collective of 0 elements, or beyond one MPI call");
+    if (root < 0 || root >= comm->nranks)
+        fail("a root outside the communicator");
+    if (fakegpu_stream_device(stream) != comm->device)
+        fail("a collective on a stream not on the communicator's GPU");
+    size_t n = count * sizeof(float);
+    if ((kind != BROADCAST && fakegpu_owner(sendbuff, n) != comm->device) ||
+        fakegpu_owner(recvbuff, n) != comm->device)
+        fail("a collective's buffer not in the communicator's GPU's memory");
+    Sum *s = calloc(1, sizeof *s);
+    if (!s)
+        fail("out of memory");
+    *s = (Sum){.kind = kind, .root = root, .send = sendbuff, .recv = recvbuff,
+               .count = (int)count, .comm = comm->comm};
+    fakegpu_enqueue_async(stream, sum_start, sum_done, s);
+    return ncclSuccess;
+}
+
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    if (datatype != ncclFloat || op != ncclSum)
-        fail("ncclAllReduce: only float sums are faked");
-    if (count == 0 || count > INT_MAX)
-        fail("ncclAllReduce: a count of 0 or beyond one MPI call");
-    if (fakegpu_stream_device(stream) != comm->device)
-        fail("ncclAllReduce: the stream is not on the communicator's GPU");
-    size_t n = count * sizeof(float);
-    if (fakegpu_owner(sendbuff, n) != comm->device || fakegpu_owner(recvbuff, n) != comm->device)
-        fail("ncclAllReduce: a buffer not in the communicator's GPU's memory");
-    Sum *s = calloc(1, sizeof *s);
-    if (!s)
-        fail("out of memory");
-    *s = (Sum){.send = sendbuff, .recv = recvbuff, .count = (int)count, .comm = comm->comm};
-    fakegpu_enqueue_async(stream, sum_start, sum_done, s);
-    return ncclSuccess;
+    return enqueue(ALL_REDUCE, 0, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                        cudaStream_t stream)
+{
+    return enqueue(REDUCE, root, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream)
+{
+    if (sendbuff != recvbuff)
+        fail("ncclBroadcast: only in place is faked");
+    return enqueue(BROADCAST, root, sendbuff, recvbuff, count, datatype, ncclSum, comm, stream);
 }

@@ -432,8 +432,6 @@ refuse '--zero=1 shards the optimizer state over replicas in processes of their 
     -batch 8 --data-parallel=2 --zero=1
 refuse '--zero=1 with --clip-norm is not built yet' -cpus 1 -batch 8 --data-parallel=2 \
     --nodes=2 --zero=1 --clip-norm=1
-refuse '--zero=1 with CUDA devices is not built yet' -gpus 1 -batch 8 --data-parallel=2 \
-    --nodes=2 --zero=1
 refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'built for CPU devices (-cpus N) only so far; give --nodes=2' -gpus 2 -batch 8 \
