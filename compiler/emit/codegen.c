@@ -3215,7 +3215,10 @@ static void emit_action(CG *cg, int stage, int kind)
 /* --data-parallel: bucket b of a stage's gradients summed over the
  * replicas in place (runtime/comm.c), on its device's communication
  * stream once the stage's last gradient action has finished them; with
- * --clip-norm, then their squared norms. */
+ * --clip-norm, then their squared norms. Under --zero=1 each process
+ * receives only its shares of the sums; with --clip-norm too, every one
+ * receives them whole, whose norms are then one process's, bit for bit
+ * (the update still reads only its shares). */
 static void emit_bucket_sum(CG *cg, const Bucket *b)
 {
     const Plan *p = cg->plan;
@@ -3223,9 +3226,9 @@ static void emit_bucket_sum(CG *cg, const Bucket *b)
     cg->stage = b->stage;
     cg->kind = ACT_UPDATE;
     Function f = begin_function(cg);
+    bool shares = cg->o->pipe.zero && cg->o->train.clip_norm <= 0;
     emit(cg, "    ");
-    emit_stage_tensors(cg, cg->o->pipe.zero ? "mprt_zero_sum" : "mprt_replica_sum", nodes,
-                       b->count, true);
+    emit_stage_tensors(cg, shares ? "mprt_zero_sum" : "mprt_replica_sum", nodes, b->count, true);
     for (int i = 0; cg->o->train.clip_norm > 0 && i < b->count; i++) {
         uint32_t v = cg->g->nodes[nodes[i]].in[0];
         emit(cg, "    %s(%ld, %s, 1.0f / %d, &%s[%d]);   /* the squared norm of '%s' */\n",
@@ -3238,8 +3241,8 @@ static void emit_bucket_sum(CG *cg, const Bucket *b)
                                       "bucket %d summed over the %d replicas%s --- */\n"
                                       "static void s%d_sum%d(int mb)\n", b->stage,
                                       p->ds->d[p->st->dev[b->stage]].name, b->index,
-                                      cg->o->pipe.replicas,
-                                      cg->o->pipe.zero ? ", each its shard" : "", b->stage,
+                                      cg->o->pipe.replicas, shares ? ", each its shard" : "",
+                                      b->stage,
                                       b->index));
 }
 

@@ -101,9 +101,6 @@ static void check_zero(const Options *o, int R, int K)
     if (R <= 1 || R != K)
         error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
                    "of their own: give --data-parallel=K --nodes=K with K > 1");
-    if (o->train.clip_norm > 0)
-        error_file(o->input, "--zero=1 with --clip-norm is not built yet (each process holds "
-                   "a shard of the summed gradients); drop one of them");
 }
 
 /* -batch and --microbatches split evenly over the replicas, each replica's

@@ -287,10 +287,18 @@ state() {   # the optimizer state of cpu:0 in MB, from --dump=memory with FLAGS
         --optimizer=adamw "$@" --dump=memory 2>/dev/null |
         sed -n '/^cpu:0/,/arena/s/^  optimizer state *\([0-9.]*\) MB.*/\1/p'
 }
+# with --clip-norm, the sums come whole to every process (their norms are
+# then one process's), the update and state still each process's share
+compile clip-zero "$samples/gpt.mp" -cpus 2 --data-parallel=2 --nodes=2 --zero=1 $clip \
+    --schedule=zb --bucket-mb=0.01
+grep -q 'mprt_shard(' clip-zero.c || { echo "FAIL: clip-zero.c updates no shard"; exit 1; }
+run 2 clip-zero --steps 4 --loss-log clip-zero.txt --save clip-zero.safetensors
+cmp clip-1.txt clip-zero.txt && cmp clip-1.safetensors clip-zero.safetensors ||
+    { echo "FAIL: --zero=1 --clip-norm on 2 processes: not one process's bits"; exit 1; }
 whole=$(state --zero=0) part=$(state --zero=1)
 /usr/bin/python3 -c "import sys; sys.exit(not (0.45 < $part / $whole < 0.55))" ||
     { echo "FAIL: --dump=memory: the state is $part MB with --zero=1, $whole MB without"; exit 1; }
-echo "data_parallel: --zero=1 on 2 and 4 processes: one process's losses and checkpoint (the" \
+echo "data_parallel: --zero=1 on 2 and 4 processes, and with --clip-norm: one process's losses and checkpoint (the" \
     "state gathered), byte for byte, resumed both ways; cpu:0's optimizer state $whole MB ->" \
     "$part MB"
 
@@ -430,8 +438,6 @@ refuse 'replicas of CUDA devices that span several processes are not built yet' 
     -batch 8 --data-parallel=2 --nodes=4
 refuse '--zero=1 shards the optimizer state over replicas in processes of their own' -cpus 2 \
     -batch 8 --data-parallel=2 --zero=1
-refuse '--zero=1 with --clip-norm is not built yet' -cpus 1 -batch 8 --data-parallel=2 \
-    --nodes=2 --zero=1 --clip-norm=1
 refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'built for CPU devices (-cpus N) only so far; give --nodes=2' -gpus 2 -batch 8 \
