@@ -1148,6 +1148,7 @@ int tree_top(int count);   /* the level that holds the sum at the end */
 /* Seconds to sum `bytes` of gradients over the replicas: a reduce-scatter
  * and an all-gather over the link between nodes. */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes);
+double zero_gather_seconds(const Options *o, const Devices *ds, double bytes);
 /* Plan.last_grad, and with replicas Plan.buckets: each stage's gradients
  * in buckets of at most --bucket-mb, the last parameters first. */
 void plan_buckets(Plan *p, const Options *o);

@@ -446,6 +446,8 @@ static double action_time(const PB *b, Act a)
     size_t k = (size_t)a.stage * ACT_KINDS + a.kind;
     const Profile *prof = &p->ds->d[b->st->dev[a.stage]].prof;
     double t = b->st->time[k];
+    if (a.kind == ACT_UPDATE)   /* --zero=1: the updated weights' all-gather */
+        t += zero_gather_seconds(b->o, p->ds, stage_grad_bytes(b->g, b->st, a.stage));
     for (int j = 0; j < p->nnodes[k]; j++)
         t -= fused_saving(b->g, &b->g->nodes[p->nodes[k][j]], p->fu, prof, b->st->measured);
     return t > 0 ? t : 0;

@@ -219,7 +219,10 @@ double node_latency(const Devices *ds)
  * share of every copy, and the others read the sum back: RL + 1 passes of
  * the bytes at the device's copy bandwidth, over RL threads); the
  * processes then exchange as a ring reduce-scatter and all-gather, each
- * sending and receiving 2 (K-1)/K of the bytes in 2 (K-1) steps. */
+ * sending and receiving 2 (K-1)/K of the bytes in 2 (K-1) steps. Under
+ * --zero=1 (without --clip-norm, which sums whole) the sum is the
+ * reduce-scatter alone, half of that; the all-gather of the updated
+ * weights follows in the update (zero_gather_seconds). */
 double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
 {
     int R = o->pipe.replicas, RL = o->pipe.replicas_here;
@@ -236,9 +239,20 @@ double replica_sum_seconds(const Options *o, const Devices *ds, double bytes)
         t += (RL + 1) * bytes / RL / copy;
     }
     if (K > 1) {
-        t += 2.0 * (K - 1) / K * bytes / node_bandwidth(ds) + 2.0 * (K - 1) * node_latency(ds);
+        double half = (double)(K - 1) / K * bytes / node_bandwidth(ds) + (K - 1) * node_latency(ds);
+        t += o->pipe.zero && o->train.clip_norm <= 0 ? half : 2 * half;
     }
     return t;
+}
+
+/* --zero=1: the update's all-gather of a stage's `bytes` of updated
+ * weights between the K processes, a ring's second half; 0 otherwise. */
+double zero_gather_seconds(const Options *o, const Devices *ds, double bytes)
+{
+    int K = o->pipe.replicas;
+    if (!o->pipe.zero || K <= 1)
+        return 0;
+    return (double)(K - 1) / K * bytes / node_bandwidth(ds) + (K - 1) * node_latency(ds);
 }
 
 /* The bytes of a stage's gradients: what it sums over the replicas. */

@@ -10,11 +10,15 @@
  *     gradient action and its update after it (every update after every
  *     sum with --clip-norm).
  *   - plan_verify catches a sum that no longer waits for the gradients,
- *     and two buckets taken out of order. */
+ *     and two buckets taken out of order.
+ * Across 2 processes, --zero=1's sum of a bucket is a reduce-scatter,
+ * half the ring of a whole sum (and whole again with --clip-norm), and
+ * the update carries the all-gather. */
 #include "mpcc.h"
 #include "check.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -158,6 +162,48 @@ static void check_schedule(const char *schedule, bool clip)
     arena_free(a);
 }
 
+static Pipeline *plan_nodes(Arena *a, const char *zero, const char *clip)
+{
+    char model[1024];
+    snprintf(model, sizeof model, "%s/gpt.mp", samples);
+    char *argv[] = {"mpcc", model, "-cpus", "1", "-batch", "16", "--microbatches=8",
+                    "--data-parallel=2", "--nodes=2", "--bucket-mb=0.01", "--optimizer=adamw",
+                    "--schedule=1f1b", (char *)zero, (char *)clip};
+    Options o;
+    cli_parse(a, (int)(sizeof argv / sizeof argv[0]), argv, &o);
+    replicas_apply(&o);
+    return pipeline_choose(a, &o, &driver_passes);
+}
+
+static double sum_time(const Plan *p, int k)
+{
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i].kind == OPK_SUM && p->ops[i].bucket == k)
+            return p->ops[i].time;
+    CHECK(!"no sum of the bucket");
+    return 0;
+}
+
+static void check_zero_prices(void)
+{
+    Arena *a = arena_new();
+    const Plan *whole = plan_nodes(a, "--zero=0", "--lr=0.001")->plan;
+    const Plan *shares = plan_nodes(a, "--zero=1", "--lr=0.001")->plan;
+    const Plan *clipped = plan_nodes(a, "--zero=1", "--clip-norm=1")->plan;
+    CHECK(whole->nbuckets == shares->nbuckets && whole->nbuckets == clipped->nbuckets);
+    for (int k = 0; k < whole->nbuckets; k++) {
+        double w = sum_time(whole, k) - 1e-9, z = sum_time(shares, k) - 1e-9;
+        CHECK(w > 0 && fabs(z / w - 0.5) < 1e-6);
+        CHECK(sum_time(clipped, k) == sum_time(whole, k));
+    }
+    for (int s = 0; s < whole->st->n; s++)
+        CHECK(run_op(shares, ACT_UPDATE, s, 0)->time > run_op(whole, ACT_UPDATE, s, 0)->time);
+    printf("test_sums: --zero=1 across 2 processes: each of %d buckets' sums half the time of a "
+           "whole one, whole again with --clip-norm; the updates carry the all-gather\n",
+           whole->nbuckets);
+    arena_free(a);
+}
+
 int main(int argc, char **argv)
 {
     samples = argc > 1 ? argv[1] : "samples";
@@ -165,5 +211,6 @@ int main(int argc, char **argv)
     check_schedule("--schedule=1f1b", true);
     check_schedule("--schedule=zb", false);
     check_schedule("--schedule=zb", true);
+    check_zero_prices();
     return check_summary("sums");
 }
