@@ -893,6 +893,9 @@ typedef struct Bucket {
     int stage, index;          /* its stage, and its place among the stage's buckets */
     int first, count;
     double bytes;
+    int cut;                   /* the node of the stage's last gradient action (its place
+                                  in Plan.nodes) after which the bucket's gradients are
+                                  done; -1: before the action */
 } Bucket;
 
 /* One value's memory on one stage: the value's own (at its home stage) or
@@ -968,6 +971,7 @@ typedef struct PlanOp {
                                   bucket's index in its stage */
     int bucket;                /* OPK_SUM: in Plan.buckets */
     int *deps, ndeps;          /* ops on other streams that must finish first */
+    int part;                  /* OPK_RUN: the part of a split action (Plan.part_end) */
     int event;                 /* the event recorded after it, -1 if none */
     double time, start, end;   /* predicted seconds (sim.c) */
 } PlanOp;
@@ -983,6 +987,11 @@ typedef struct Plan {
     int nbuckets;              /* stage by stage; 0 with one replica */
     int *last_grad;            /* [nstages]: the ActKind of the stage's action that
                                   finishes its last gradients (ACT_WGRAD under zb) */
+    int *nparts;               /* [nstages]: with buckets, the last micro-batch's last
+                                  gradient action runs as parts, each ending where a
+                                  bucket's gradients are done, so that its sum starts
+                                  while the rest of the action runs; 1: whole */
+    int **part_end;            /* [nstages][nparts]: the node each part ends before */
     PlanOp *ops;               /* in host issue order: a topological order */
     int nops, nevents;
     Buf *bufs;
@@ -1012,6 +1021,13 @@ typedef struct Plan {
     double *busy;              /* [ndev]: compute seconds per step */
     struct PlanBuild *build;   /* plan.c's work between its passes; NULL once ordered */
 } Plan;
+
+/* Whether op runs a part of a split action (Plan.part_end). */
+static inline bool plan_split_part(const Plan *p, const PlanOp *op)
+{
+    return op->kind == OPK_RUN && p->nparts && p->nparts[op->act.stage] > 1 &&
+           op->act.kind == p->last_grad[op->act.stage] && op->act.mb == p->sc->M - 1;
+}
 
 /* The step's program, in passes the driver runs in order (driver.c):
  * plan_buffers (the nodes of each action, a buffer per value and stage),

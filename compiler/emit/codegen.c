@@ -3002,8 +3002,23 @@ static size_t tree_stride(CG *cg, int acc)
     return bf->bytes / (size_t)bf->levels / sizeof(float);
 }
 
-/* After the action computing a parameter's gradient: add it to the sum. */
-static void emit_accumulate(CG *cg, int kind)
+/* Node id's place in the action (stage, kind), the last of its fused
+ * chain's for a node inside one (where the chain runs); -1 if not there. */
+static int place_in_action(CG *cg, int kind, uint32_t id)
+{
+    const Plan *p = cg->plan;
+    size_t k = (size_t)cg->stage * ACT_KINDS + kind;
+    if (p->fu && p->fu->tail[id] != NONE)
+        id = p->fu->tail[id];
+    for (int j = 0; j < p->nnodes[k]; j++)
+        if (p->nodes[k][j] == id)
+            return j;
+    return -1;
+}
+
+/* After the action computing a parameter's gradient (the nodes lo .. hi -
+ * 1 of it, of a part: Plan.part_end): add it to the sum. */
+static void emit_accumulate(CG *cg, int kind, int lo, int hi)
 {
     Graph *g = cg->g;
     for (uint32_t v = 0; v < g->nvalues; v++) {
@@ -3012,6 +3027,9 @@ static void emit_accumulate(CG *cg, int kind)
             continue;
         uint32_t pn = g->values[val->grad].producer;
         if (cg->plan->st->act[pn] != kind)
+            continue;
+        int at = place_in_action(cg, kind, pn);
+        if (at < lo || at >= hi)
             continue;
         int acc = cg->plan->acc_of[v];
         if (cg->plan->bufs[acc].levels > 1)
@@ -3193,9 +3211,40 @@ static void emit_action_body(CG *cg, int kind)
     }
     emit_timed_end(cg);
     if (kind != ACT_FWD) {
-        emit_accumulate(cg, kind);
+        emit_accumulate(cg, kind, 0, p->nnodes[k]);
         emit_clip_partials(cg, kind);
     }
+}
+
+/* Part q of the stage's last gradient action, which the last micro-batch
+ * runs in parts so that the sums of the buckets done by each start while
+ * the rest runs: its nodes, and the gradients they finish added to their
+ * sums. The same kernels as the whole action's, in the same order. */
+static void emit_action_part(CG *cg, int stage, int q)
+{
+    const Plan *p = cg->plan;
+    int kind = p->last_grad[stage], lo = q ? p->part_end[stage][q - 1] : 0;
+    int hi = p->part_end[stage][q];
+    size_t k = (size_t)stage * ACT_KINDS + kind, f = (size_t)stage * ACT_KINDS + ACT_FWD;
+    cg->stage = stage;
+    cg->kind = kind;
+    Function fn = begin_function(cg);
+    if (q == 0 && kind == ACT_BWD && p->st->recompute[stage]) {
+        emit(cg, "    /* the forward again (--recompute): its activations were not kept */\n");
+        cg->recomputing = true;
+        for (int i = 0; i < p->nnodes[f]; i++)
+            emit_node(cg, &cg->g->nodes[p->nodes[f][i]], -1);
+        cg->recomputing = false;
+    }
+    for (int i = lo; i < hi; i++)
+        emit_node(cg, &cg->g->nodes[p->nodes[k][i]], -1);
+    emit_accumulate(cg, kind, lo, hi);
+    end_function(cg, &fn, arena_printf(cg->g->arena, "\n/* --- stage %d on %s: %s of the last "
+                                       "micro-batch, part %d of %d (--data-parallel: the sums "
+                                       "of the buckets it finishes start after it) --- */\n"
+                                       "static void s%d_%s_part%d(int mb)\n", stage,
+                                       p->ds->d[p->st->dev[stage]].name, act_names[kind], q + 1,
+                                       p->nparts[stage], stage, act_names[kind], q));
 }
 
 /* One stage's action as a function of the micro-batch. */
@@ -3252,6 +3301,9 @@ static void emit_actions(CG *cg)
         for (int k = 0; k < ACT_KINDS; k++)
             if (k != ACT_WGRAD || cg->plan->sc->kind == SCHED_ZB)
                 emit_action(cg, s, k);
+    for (int s = 0; s < cg->plan->st->n; s++)
+        for (int q = 0; cg->plan->nparts[s] > 1 && q < cg->plan->nparts[s]; q++)
+            emit_action_part(cg, s, q);
     for (int k = 0; k < cg->plan->nbuckets; k++)
         emit_bucket_sum(cg, &cg->plan->buckets[k]);
 }
@@ -3299,8 +3351,9 @@ static const char *event_ident(CG *cg, const PlanOp *op, const char *const *take
     else if (op->kind == OPK_RUN && op->act.kind == ACT_UPDATE)
         base = arena_printf(cg->g->arena, "EV_S%d_UPDATE", op->act.stage);
     else if (op->kind == OPK_RUN)
-        base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d", op->act.stage, acts[op->act.kind],
-                            op->act.mb);
+        base = arena_printf(cg->g->arena, "EV_S%d_%s_MB%d%s", op->act.stage, acts[op->act.kind],
+                            op->act.mb, plan_split_part(cg->plan, op) ? arena_printf(cg->g->arena, "_PART%d",
+                                                                          op->part) : "");
     else if (p->bufs[op->dst].streamed)
         base = arena_printf(cg->g->arena, "EV_WEIGHT_%s_S%d_W%d",
                             p->bufs[op->dst].host ? "OUT" : "IN", p->bufs[op->dst].stage, op->mb);
@@ -3407,8 +3460,10 @@ static void emit_op(CG *cg, int i, const char *const *ev)
     for (int k = 0; k < op->ndeps; k++)
         emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[p->ops[op->deps[k]].event]);
     if (op->kind == OPK_RUN) {
-        emit(cg, "    mprt_launch(%s, s%d_%s, %d, %d);\n", stream, op->act.stage,
-             act_names[op->act.kind], op->act.mb, i);
+        emit(cg, "    mprt_launch(%s, s%d_%s%s, %d, %d);\n", stream, op->act.stage,
+             act_names[op->act.kind], plan_split_part(cg->plan, op) ? arena_printf(cg->g->arena, "_part%d",
+                                                                        op->part) : "",
+             op->act.mb, i);
     } else if (op->kind == OPK_SUM) {
         emit(cg, "    mprt_launch(%s, s%d_sum%d, 0, %d);   /* %.2f MB over the replicas */\n",
              stream, op->act.stage, op->mb, i, p->buckets[op->bucket].bytes / 1e6);
@@ -3465,8 +3520,9 @@ static void emit_op_table(CG *cg)
     for (int i = 0; i < p->nops; i++) {
         const PlanOp *op = &p->ops[i];
         if (op->kind == OPK_RUN)
-            emit(cg, "    {%d, \"%s s%d mb%d\", -1},\n", op->stream, act_names[op->act.kind],
-                 op->act.stage, op->act.mb);
+            emit(cg, "    {%d, \"%s s%d mb%d%s\", -1},\n", op->stream, act_names[op->act.kind],
+                 op->act.stage, op->act.mb, plan_split_part(cg->plan, op) ? arena_printf(cg->g->arena,
+                 " part %d", op->part) : "");
         else if (op->kind == OPK_SUM)
             emit(cg, "    {%d, \"sum s%d b%d\", -1},\n", op->stream, op->act.stage, op->mb);
         else if (p->bufs[op->dst].streamed)

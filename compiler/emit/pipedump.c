@@ -277,6 +277,8 @@ static void trace_name(FILE *f, const Pipeline *pl, const PlanOp *op)
     if (op->kind == OPK_RUN) {
         name = arena_printf(pl->g->arena, "%s s%d mb%d", kinds[op->act.kind], op->act.stage,
                             op->act.mb);
+        if (plan_split_part(pl->plan, op))   /* --data-parallel: the last, in parts */
+            name = arena_printf(pl->g->arena, "%s part %d", name, op->part);
     } else if (op->kind == OPK_SUM) {
         name = arena_printf(pl->g->arena, "sum s%d b%d", op->act.stage, op->mb);
     } else {

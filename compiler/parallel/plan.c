@@ -27,9 +27,10 @@
  * predicted start, a topological order of the dependencies.
  * With replicas (--data-parallel), each bucket of a stage's gradients
  * (replicas.c, plan_buckets) is summed over the replicas by an operation
- * on its device's communication stream: it waits for the stage's last
- * gradient action, and the stage's update (with --clip-norm, every
- * update) waits for it (sum_ops).
+ * on its device's communication stream: the last micro-batch's last
+ * gradient action runs in parts that end where buckets are done, a sum
+ * waits for its part, and the stage's update (with --clip-norm, every
+ * update) waits for the sum (bucket_cuts, split_actions, sum_ops).
  */
 #include "mpcc.h"
 
@@ -50,6 +51,7 @@ typedef struct PlanBuild {
     int *run_op;                 /* [act_key]: its op */
     int *copy_op;                /* [nbufs * M] */
     int *sum_op;                 /* [nbuckets] */
+    int **part_op;               /* [S][nparts]: the ops of a split action */
     bool *sent;                  /* [nbufs]: a home buffer some stage receives */
     int *host_of;                /* [nbufs]: the host buffer an offloaded one goes to, -1 */
     bool own_slots;              /* every micro-batch its own slot: no reuse to wait for */
@@ -453,16 +455,101 @@ static double action_time(const PB *b, Act a)
     return t > 0 ? t : 0;
 }
 
+/* ---- the last gradient action in parts (--data-parallel) ---- */
+
+/* Where a bucket's gradients are done in its stage's last gradient
+ * action: after the last node that writes one of them (the chain's last
+ * where fused), -1 where none is written there (an earlier action did). */
+static void bucket_cuts(PB *b)
+{
+    Plan *p = b->p;
+    for (int k = 0; k < p->nbuckets; k++) {
+        Bucket *bk = &p->buckets[k];
+        size_t a = (size_t)bk->stage * ACT_KINDS + p->last_grad[bk->stage];
+        const uint32_t *upd = p->nodes[(size_t)bk->stage * ACT_KINDS + ACT_UPDATE];
+        bk->cut = -1;
+        for (int i = bk->first; i < bk->first + bk->count; i++) {
+            uint32_t id = b->g->values[b->g->values[b->g->nodes[upd[i]].in[0]].grad].producer;
+            if (p->fu && p->fu->tail[id] != NONE)
+                id = p->fu->tail[id];
+            for (int j = 0; j < p->nnodes[a]; j++)
+                if (p->nodes[a][j] == id && j > bk->cut)
+                    bk->cut = j;
+        }
+    }
+}
+
+/* Each stage with buckets runs its last micro-batch's last gradient
+ * action in parts that end where buckets are done (not under --offload,
+ * whose windows are whole actions). */
+static void split_actions(PB *b)
+{
+    Plan *p = b->p;
+    p->nparts = arena_array(b->a, (size_t)b->S, sizeof(int));
+    p->part_end = arena_array(b->a, (size_t)b->S, sizeof(int *));
+    b->part_op = arena_array(b->a, (size_t)b->S, sizeof(int *));
+    for (int s = 0; s < b->S; s++) {
+        int n = p->nnodes[(size_t)s * ACT_KINDS + p->last_grad[s]];
+        p->part_end[s] = arena_array(b->a, (size_t)n + 1, sizeof(int));
+        for (int k = 0; k < p->nbuckets && !p->noffl && !p->nwofl; k++) {
+            int end = p->buckets[k].cut + 1, at = 0;
+            if (p->buckets[k].stage != s || end <= 0 || end >= n)
+                continue;
+            while (at < p->nparts[s] && p->part_end[s][at] < end)
+                at++;
+            if (at < p->nparts[s] && p->part_end[s][at] == end)
+                continue;
+            memmove(&p->part_end[s][at + 1], &p->part_end[s][at],
+                    (size_t)(p->nparts[s] - at) * sizeof(int));
+            p->part_end[s][at] = end;
+            p->nparts[s]++;
+        }
+        p->part_end[s][p->nparts[s]++] = n;
+        b->part_op[s] = arena_array(b->a, (size_t)p->nparts[s], sizeof(int));
+    }
+}
+
+/* The share of the action's predicted time that its nodes lo .. hi - 1
+ * take (a recomputing backward's forward again with its first part). */
+static double part_share(const PB *b, Act a, int lo, int hi)
+{
+    const Plan *p = b->p;
+    const Profile *prof = &p->ds->d[b->st->dev[a.stage]].prof;
+    size_t k = (size_t)a.stage * ACT_KINDS + a.kind, f = (size_t)a.stage * ACT_KINDS + ACT_FWD;
+    bool again = a.kind == ACT_BWD && b->st->recompute[a.stage];
+    double part = 0, all = 0;
+    for (int j = 0; again && j < p->nnodes[f]; j++) {
+        double t = node_time(b->g, &b->g->nodes[p->nodes[f][j]], prof, b->st->measured);
+        all += t, part += lo == 0 ? t : 0;
+    }
+    for (int j = 0; j < p->nnodes[k]; j++) {
+        double t = node_time(b->g, &b->g->nodes[p->nodes[k][j]], prof, b->st->measured);
+        all += t, part += j >= lo && j < hi ? t : 0;
+    }
+    return all > 0 ? part / all : (double)(hi - lo) / (p->nnodes[k] ? p->nnodes[k] : 1);
+}
+
 static void run_ops(PB *b)
 {
+    Plan *p = b->p;
     b->run_op = arena_array(b->a, (size_t)b->S * ACT_KINDS * b->M, sizeof(int));
     for (int d = 0; d < b->sc->ndev; d++)
-        for (int i = 0; i < b->sc->nseq[d]; i++) {
+        for (int i = 0, pos = 0; i < b->sc->nseq[d]; i++) {
             Act a = b->sc->seq[d][i];
-            PlanOp op = {.kind = OPK_RUN, .dev = d, .stream = d * STREAMS_PER_DEV,
-                         .pos = i, .act = a,
-                         .time = action_time(b, a) + 1e-9};
-            b->run_op[act_key(b, a.kind, a.stage, a.mb)] = new_op(b, op);
+            bool split = a.mb == b->M - 1 && a.kind != ACT_UPDATE &&
+                         a.kind == p->last_grad[a.stage];
+            int parts = split ? p->nparts[a.stage] : 1;
+            for (int q = 0, lo = 0; q < parts; q++) {
+                double share = parts > 1 ? part_share(b, a, lo, p->part_end[a.stage][q]) : 1;
+                PlanOp op = {.kind = OPK_RUN, .dev = d, .stream = d * STREAMS_PER_DEV,
+                             .pos = pos++, .act = a, .part = q,
+                             .time = action_time(b, a) * share + 1e-9};
+                int id = new_op(b, op);
+                b->run_op[act_key(b, a.kind, a.stage, a.mb)] = id;
+                if (split)
+                    b->part_op[a.stage][q] = id;
+                lo = p->part_end[a.stage][q];
+            }
         }
 }
 
@@ -774,7 +861,8 @@ static void norm_deps(PB *b, int op)
 
 /* --data-parallel: each device's communication stream sums its stages'
  * buckets in the order their last gradient actions run, bucket after
- * bucket; a sum waits for that action, and the stage's update for it. */
+ * bucket; a sum waits for the part of that action after which its
+ * gradients are done (split_actions), and the stage's update for it. */
 static void sum_ops(PB *b)
 {
     Plan *p = b->p;
@@ -785,12 +873,15 @@ static void sum_ops(PB *b)
             Act a = b->sc->seq[d][i];
             if (a.mb != b->M - 1 || a.kind == ACT_UPDATE || a.kind != p->last_grad[a.stage])
                 continue;
-            int last = b->run_op[act_key(b, a.kind, a.stage, a.mb)];
             int update = b->run_op[act_key(b, ACT_UPDATE, a.stage, 0)];
             for (int k = 0; k < p->nbuckets; k++) {
                 const Bucket *bk = &p->buckets[k];
                 if (bk->stage != a.stage)
                     continue;
+                int q = 0;   /* the part after which its gradients are done */
+                while (p->part_end[a.stage][q] <= bk->cut)
+                    q++;
+                int last = b->part_op[a.stage][q];
                 PlanOp op = {.kind = OPK_SUM, .dev = d, .stream = d * STREAMS_PER_DEV + STREAM_COMM,
                              .pos = pos++, .act = {.kind = ACT_UPDATE, .stage = a.stage},
                              .src = -1, .dst = -1, .mb = bk->index, .bucket = k,
@@ -972,6 +1063,8 @@ void plan_workspace(Plan *p)
 void plan_ops(Plan *p)
 {
     PB *b = builder(p);
+    bucket_cuts(b);
+    split_actions(b);
     run_ops(b);
     sum_ops(b);
     copy_ops(b);

@@ -178,8 +178,28 @@ static void check_norm(const VC *vc, int u)
     }
 }
 
+/* Whether the part of the stage's last gradient action that op r runs
+ * writes a gradient of bucket bk (a node of its range produces one). */
+static bool part_writes_bucket(const Plan *p, const PlanOp *r, const Bucket *bk)
+{
+    const Graph *g = p->g;
+    int s = bk->stage, lo = r->part ? p->part_end[s][r->part - 1] : 0;
+    size_t a = (size_t)s * ACT_KINDS + p->last_grad[s];
+    const uint32_t *upd = p->nodes[(size_t)s * ACT_KINDS + ACT_UPDATE];
+    for (int j = lo; j < p->part_end[s][r->part]; j++)
+        for (int i = bk->first; i < bk->first + bk->count; i++) {
+            uint32_t id = g->values[g->values[g->nodes[upd[i]].in[0]].grad].producer;
+            if (p->fu && p->fu->tail[id] != NONE)
+                id = p->fu->tail[id];
+            if (p->nodes[a][j] == id)
+                return true;
+        }
+    return false;
+}
+
 /* Sum op i of bucket b: on the stream of the stage's other sums, after
- * them, after the stage's last gradient action and before its update. */
+ * them, after every part of the stage's last gradient action that writes
+ * its gradients (and the parts before), and before its update. */
 static void check_sum(const VC *vc, int i, const int *prev)
 {
     const Plan *p = vc->p;
@@ -194,7 +214,10 @@ static void check_sum(const VC *vc, int i, const int *prev)
         const PlanOp *r = &p->ops[k];
         if (r->kind != OPK_RUN || r->act.stage != s)
             continue;
-        if (r->act.kind == p->last_grad[s] && r->act.mb == p->sc->M - 1 && !before(vc, k, i))
+        bool grads = r->act.mb == p->sc->M - 1 &&
+                     (r->act.kind == ACT_BWD || r->act.kind == ACT_WGRAD);
+        if (grads && !before(vc, k, i) &&
+            (r->act.kind != p->last_grad[s] || part_writes_bucket(p, r, &p->buckets[op->bucket])))
             fail(p, "a sum over the replicas may read gradients not yet finished", k, i);
         if (r->act.kind == ACT_UPDATE && !before(vc, i, k))
             fail(p, "an update may read gradients not yet summed over the replicas", i, k);

@@ -124,10 +124,13 @@ echo "data_parallel: --clip-norm over 2 replicas in one process (zero bubble), 2
     "($(tr '\n' ' ' <clip-1.txt)) and checkpoint, byte for byte"
 
 # the sums on the communication streams: --dump=schedule draws each
-# device's comm row and lists its buckets (one function each in train.c);
-# in the predicted trace and the one the trainer measures, each sum is on
-# its device's comm thread, after the stage's last weight gradients and
-# before every update (--clip-norm), and --gantt-from draws the measured
+# device's comm row and lists its buckets (one function each in train.c).
+# The last micro-batch's weight gradients run in parts, and each sum waits
+# for the part that finishes its bucket (run_step's waits say which): in
+# the predicted trace and the one the trainer measures, each sum is on its
+# device's comm thread after that part and before every update
+# (--clip-norm); in the prediction some start before their stage's last
+# part has ended. --gantt-from draws the measured one.
 "$mpcc" "$samples/gpt.mp" -cpus 4 --data-parallel=2 --schedule=zb $clip --bucket-mb=0.01 \
     --dump=schedule --trace=sums-predicted.json -o sums-schedule.txt 2>sums.mpcc ||
     { cat sums.mpcc; exit 1; }
@@ -138,22 +141,36 @@ defined=$(grep -c '^static void s[0-9]*_sum[0-9]*(int mb)' clip-1-4-2-zb.c)
 [ "$listed" = "$defined" ] && [ "$listed" -gt 2 ] ||
     { echo "FAIL: --dump=schedule lists $listed buckets, train.c sums $defined"; exit 1; }
 run 0 clip-1-4-2-zb --steps 2 --trace sums-measured.json
-/usr/bin/python3 - sums-predicted.json sums-measured.json <<'EOF'
+/usr/bin/python3 - clip-1-4-2-zb.c sums-predicted.json sums-measured.json <<'EOF'
 import json, re, sys
-for path in sys.argv[1:]:
+after, part = {}, {}   # each sum's part, by the waits of its comm stream before it
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*mprt_wait_event\((CPU\d+_COMM), EV_S(\d+)_WGRAD_MB3_PART(\d+)\);", line)
+    if m:
+        part[m.group(1)] = "wgrad s%s mb3 part %s" % (m.group(2), m.group(3))
+    m = re.match(r"\s*mprt_launch\((CPU\d+_COMM), s(\d+)_sum(\d+),", line)
+    if m:
+        after["sum s%s b%s" % (m.group(2), m.group(3))] = part[m.group(1)]
+assert len(after) > 2 and len(set(after.values())) > 2, after
+for path in sys.argv[2:]:
     ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     end = lambda e: e["ts"] + e["dur"] - 0.002   # both rounded to 0.001 us
+    at = {e["name"]: e for e in ev}
     sums = [e for e in ev if re.fullmatch(r"sum s\d+ b\d+", e["name"])]
-    assert len(sums) > 2, (path, "no sums")
+    assert len(sums) == len(after), (path, len(sums), "sums")
+    early = 0
     for e in sums:
-        s = int(e["name"].split()[1][1:])
+        s = e["name"].split()[1]
         assert e["tid"] == 3, (path, e["name"], "not on the comm stream")
-        last = [x for x in ev if x["name"] == "wgrad s%d mb3" % s]
-        assert len(last) == 1 and e["ts"] >= end(last[0]), (path, e["name"], "before its gradients")
+        assert e["ts"] >= end(at[after[e["name"]]]), (path, e["name"], "before its gradients")
+        parts = [x for x in ev if x["name"].startswith("wgrad %s mb3 part " % s)]
+        early += e["ts"] < max(end(x) for x in parts)
         for u in (x for x in ev if x["name"].startswith("update ")):
             assert u["ts"] >= end(e), (path, u["name"], "before", e["name"])
-    print("data_parallel: %s: %d sums on the comm streams, each after its stage's last weight "
-          "gradients and before every update" % (path, len(sums)))
+    assert early or "measured" in path, (path, "no sum overlaps the last weight gradients")
+    print("data_parallel: %s: %d sums on the comm streams, each after the part of the last "
+          "weight gradients that finishes it and before every update; %d start while their "
+          "stage's last weight gradients still run" % (path, len(sums), early))
 EOF
 "$mpcc" --gantt-from=sums-measured.json -o sums.svg 2>sums-gantt.err || { cat sums-gantt.err; exit 1; }
 grep -q 'data-kind="sum"' sums.svg || { echo "FAIL: --gantt-from draws no sums"; exit 1; }

@@ -6,10 +6,15 @@
  *     none over the cap but a tensor alone, each of the bytes of its
  *     parameters.
  *   - One sum per bucket, on the communication stream of its stage's
- *     device; the simulated step starts it after the stage's last
- *     gradient action and its update after it (every update after every
- *     sum with --clip-norm).
+ *     device. The last micro-batch's last gradient action runs in parts,
+ *     one ending after each node that finishes a bucket's gradients; the
+ *     simulated step starts a sum after the part that finishes its
+ *     bucket (found here from the graph: the last node of the action
+ *     that writes one of its gradients), and its update after it (every
+ *     update after every sum with --clip-norm); some sum starts before
+ *     its stage's action has ended.
  *   - plan_verify catches a sum that no longer waits for the gradients,
+ *     one that waits only for the part before the one finishing them,
  *     and two buckets taken out of order.
  * Across 2 processes, --zero=1's sum of a bucket is a reduce-scatter,
  * half the ring of a whole sum (and whole again with --clip-norm), and
@@ -79,23 +84,67 @@ static const PlanOp *run_op(const Plan *p, int kind, int stage, int mb)
     return &p->ops[0];
 }
 
+/* The end of the last micro-batch's last gradient action of stage s, and
+ * of its part that runs node j of it. */
+static double action_end(const Plan *p, int s, int j, double *part_end)
+{
+    double end = 0;
+    int nodes = 0;
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->kind != OPK_RUN || op->act.stage != s || op->act.kind != p->last_grad[s] ||
+            op->act.mb != p->sc->M - 1)
+            continue;
+        CHECK(op->part == nodes++);
+        end = op->end > end ? op->end : end;
+        int lo = op->part ? p->part_end[s][op->part - 1] : 0;
+        if (j >= lo && j < p->part_end[s][op->part])
+            *part_end = op->end;
+    }
+    CHECK(nodes == p->nparts[s]);
+    return end;
+}
+
+/* The last node of the stage's last gradient action that writes one of
+ * the bucket's gradients, by the graph: -1 if none does. */
+static int bucket_done(const Plan *p, const Bucket *b)
+{
+    size_t a = (size_t)b->stage * ACT_KINDS + p->last_grad[b->stage];
+    const uint32_t *upd = p->nodes[(size_t)b->stage * ACT_KINDS + ACT_UPDATE];
+    int last = -1;
+    for (int i = b->first; i < b->first + b->count; i++) {
+        uint32_t id = p->g->values[p->g->values[p->g->nodes[upd[i]].in[0]].grad].producer;
+        if (p->fu && p->fu->tail[id] != NONE)
+            id = p->fu->tail[id];
+        for (int j = 0; j < p->nnodes[a]; j++)
+            if (p->nodes[a][j] == id && j > last)
+                last = j;
+    }
+    return last;
+}
+
 static void check_sum_ops(const Plan *p, bool clip)
 {
-    int sums = 0;
+    int sums = 0, early = 0;
     for (int i = 0; i < p->nops; i++) {
         const PlanOp *op = &p->ops[i];
         if (op->kind != OPK_SUM)
             continue;
         sums++;
         int s = op->act.stage;
+        const Bucket *b = &p->buckets[op->bucket];
         CHECK(op->stream == p->st->dev[s] * STREAMS_PER_DEV + STREAM_COMM);
-        CHECK(p->buckets[op->bucket].stage == s && p->buckets[op->bucket].index == op->mb);
-        CHECK(op->start >= run_op(p, p->last_grad[s], s, p->sc->M - 1)->end);
+        CHECK(b->stage == s && b->index == op->mb);
+        CHECK(b->cut == bucket_done(p, b));
+        double part = 0, all = action_end(p, s, b->cut < 0 ? 0 : b->cut, &part);
+        CHECK(part > 0 && op->start >= part);
+        early += op->start < all;
         for (int t = 0; t < p->st->n; t++)
             if (t == s || clip)
                 CHECK(run_op(p, ACT_UPDATE, t, 0)->start >= op->end);
     }
     CHECK(sums == p->nbuckets);
+    CHECK(early > 0);   /* overlapped with the rest of the backward */
 }
 
 /* Runs fn on the plan, then plan_verify, in a child: true if it aborted. */
@@ -134,6 +183,23 @@ static void unwait(Plan *p)   /* the first sum waits for nothing */
     p->ops[first_sum(p)].ndeps = 0;
 }
 
+static void too_early(Plan *p)   /* a sum waits for the part before its own */
+{
+    for (int i = 0; i < p->nops; i++) {
+        PlanOp *op = &p->ops[i];
+        if (op->kind != OPK_SUM || op->ndeps != 1 || p->ops[op->deps[0]].part == 0)
+            continue;
+        const PlanOp *part = &p->ops[op->deps[0]];
+        for (int k = 0; k < op->deps[0]; k++)
+            if (p->ops[k].kind == OPK_RUN && p->ops[k].stream == part->stream &&
+                p->ops[k].pos == part->pos - 1) {
+                op->deps[0] = k;
+                return;
+            }
+    }
+    CHECK(!"no sum waits for a later part");
+}
+
 static void reorder(Plan *p)   /* its stage's first two buckets the other way round */
 {
     int i = first_sum(p);
@@ -155,9 +221,11 @@ static void check_schedule(const char *schedule, bool clip)
     check_sum_ops(p, clip);
     CHECK(!aborts(p, as_is));   /* the plan itself passes */
     CHECK(aborts(p, unwait));
+    CHECK(aborts(p, too_early));
     CHECK(aborts(p, reorder));
-    printf("test_sums: %s%s: %d buckets summed on the comm streams after each stage's last "
-           "gradients; a sum that does not wait, and buckets out of order, are caught\n",
+    printf("test_sums: %s%s: %d buckets summed on the comm streams, each after the part of its "
+           "stage's last gradient action that finishes it; a sum that does not wait, one that "
+           "waits for too early a part, and buckets out of order are caught\n",
            schedule, clip ? " --clip-norm" : "", p->nbuckets);
     arena_free(a);
 }
