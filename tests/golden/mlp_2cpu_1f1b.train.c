@@ -8089,8 +8089,13 @@ typedef struct MprtSumScratch {
     float *flat, *parts;            /* every gradient of the stage, one after another;
                                        the replicas' sums of this rank's share */
     long n;
+    float *out, *in;                /* --zero=1: what a bucket's reduce-scatter sends and
+                                       receives (the all-gather of the update: out) */
+    size_t out_cap, in_cap;
 } MprtSumScratch;
-static MprtSumScratch *mprt_sum_scratch;   /* [nstages], each used by its device alone */
+/* [nstages], each used by its device alone, and by one stream at a time:
+ * the stage's sums on its communication stream, then its update */
+static MprtSumScratch *mprt_sum_scratch;
 
 static void mprt_mpi_check(int rc, const char *what)
 {
@@ -8186,6 +8191,18 @@ static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len)
     mprt_nccl_sum(n, g, len);
 }
 #else
+/* *p with room for n floats, kept from one step to the next. */
+static float *mprt_room(float **p, size_t *cap, size_t n, int stage)
+{
+    if (n > *cap) {
+        free(*p);
+        if (!(*p = malloc(n * sizeof(float) + 1)))
+            mprt_die("out of memory for the gradient sum of stage %d (%zu floats)", stage, n);
+        *cap = n;
+    }
+    return *p;
+}
+
 static MprtSumScratch *mprt_scratch(int stage, long n, int R)
 {
     MprtSumScratch *s = &mprt_sum_scratch[stage];   /* the stage's largest bucket */
@@ -8296,11 +8313,12 @@ MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *le
     long *off = malloc((size_t)n * sizeof(long));
     float **part = malloc((size_t)R * sizeof *part);
     mprt_zero_counts(n, len, R, count, at);
-    long total = at[R - 1] + count[R - 1], mine = mprt_zero_part(n, len, me, R, off);
-    float *out = malloc((size_t)total * sizeof(float) + 1);
-    float *in = malloc((size_t)R * (size_t)mine * sizeof(float) + 1);
-    if (!count || !at || !rcount || !rat || !off || !part || !out || !in)
+    if (!count || !at || !rcount || !rat || !off || !part)
         mprt_die("out of memory for the gradient sum of stage %d", stage);
+    long total = at[R - 1] + count[R - 1], mine = mprt_zero_part(n, len, me, R, off);
+    MprtSumScratch *s = &mprt_sum_scratch[stage];
+    float *out = mprt_room(&s->out, &s->out_cap, (size_t)total, stage);
+    float *in = mprt_room(&s->in, &s->in_cap, (size_t)R * (size_t)mine, stage);
     for (int r = 0, k = 0; r < R; r++)   /* to rank r: its share of every tensor */
         for (int i = 0; i < n; i++) {
             long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
@@ -8318,7 +8336,7 @@ MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *le
         long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
         memcpy(g[i] + lo, part[0] + off[i], (size_t)(hi - lo) * sizeof(float));
     }
-    free(count), free(at), free(rcount), free(rat), free(off), free(part), free(out), free(in);
+    free(count), free(at), free(rcount), free(rat), free(off), free(part);
 }
 
 /* After the update: every process takes the others' shares of the stage's
@@ -8332,9 +8350,8 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
         mprt_die("out of memory");
     mprt_zero_counts(n, len, R, count, at);
     long total = at[R - 1] + count[R - 1];
-    float *all = malloc((size_t)total * sizeof(float) + 1);
-    if (!all)
-        mprt_die("out of memory for the weights of stage %d", stage);
+    MprtSumScratch *s = &mprt_sum_scratch[stage];
+    float *all = mprt_room(&s->out, &s->out_cap, (size_t)total, stage);
     for (int i = 0, k = at[me]; i < n; i++) {   /* this rank's shares, in place */
         long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
         memcpy(all + k, w[i] + lo, (size_t)(hi - lo) * sizeof(float));
@@ -8349,7 +8366,7 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
                 memcpy(w[i] + lo, all + k, (size_t)(hi - lo) * sizeof(float));
             k += (int)(hi - lo);
         }
-    free(count), free(at), free(all);
+    free(count), free(at);
 }
 #endif
 
