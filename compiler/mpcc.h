@@ -1022,6 +1022,10 @@ typedef struct Plan {
     struct PlanBuild *build;   /* plan.c's work between its passes; NULL once ordered */
 } Plan;
 
+/* The node that writes parameter v's gradient of a micro-batch: its
+ * producer, or where fused, the last node of its chain, which runs it. */
+uint32_t plan_grad_writer(const Plan *p, uint32_t v);
+
 /* Whether op runs a part of a split action (Plan.part_end). */
 static inline bool plan_split_part(const Plan *p, const PlanOp *op)
 {

@@ -71,38 +71,25 @@ static void mprt_nccl_sum(int n, float *const *g, const long *len)
     MPRT_NCCL_CALL(ncclGroupEnd());
 }
 
-/* --zero=1: a bucket's gradients summed over the processes, each rank
- * receiving only its shares (mprt_share_lo): one ncclReduce per tensor
- * and rank, rooted at the rank whose share it is, in one group (the
- * shares differ by an element, which ncclReduceScatter's may not). */
-static void mprt_nccl_zero_sum(int n, float *const *g, const long *len)
+/* --zero=1: every rank's share (mprt_share_lo) of each of n tensors, in
+ * one group: summed to the rank whose share it is (ncclReduce: a
+ * bucket's reduce-scatter, the shares differing by an element, which
+ * ncclReduceScatter's may not), or sent from it to the others
+ * (ncclBroadcast: the all-gather of the updated weights). */
+static void mprt_nccl_shares(int n, float *const *t, const long *len, int reduce)
 {
     MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
     MPRT_NCCL_CALL(ncclGroupStart());
     for (int i = 0; i < n; i++)
         for (int r = 0; r < mprt_ranks; r++) {
             long lo = mprt_share_lo(len[i], r, mprt_ranks);
-            long k = mprt_share_lo(len[i], r + 1, mprt_ranks) - lo;
-            if (k > 0)
-                MPRT_NCCL_CALL(ncclReduce(g[i] + lo, g[i] + lo, (size_t)k, ncclFloat, ncclSum, r,
+            size_t k = (size_t)(mprt_share_lo(len[i], r + 1, mprt_ranks) - lo);
+            if (k > 0 && reduce)
+                MPRT_NCCL_CALL(ncclReduce(t[i] + lo, t[i] + lo, k, ncclFloat, ncclSum, r,
                                           c->comm, mprt_cu->compute));
-        }
-    MPRT_NCCL_CALL(ncclGroupEnd());
-}
-
-/* --zero=1, after the update: every rank's share of each weight goes to
- * the others (one ncclBroadcast per tensor and rank, in one group). */
-static void mprt_nccl_zero_gather(int n, float *const *w, const long *len)
-{
-    MprtNccl *c = &mprt_nccl[mprt_cu - mprt_cu_devs];
-    MPRT_NCCL_CALL(ncclGroupStart());
-    for (int i = 0; i < n; i++)
-        for (int r = 0; r < mprt_ranks; r++) {
-            long lo = mprt_share_lo(len[i], r, mprt_ranks);
-            long k = mprt_share_lo(len[i], r + 1, mprt_ranks) - lo;
-            if (k > 0)
-                MPRT_NCCL_CALL(ncclBroadcast(w[i] + lo, w[i] + lo, (size_t)k, ncclFloat, r,
-                                             c->comm, mprt_cu->compute));
+            else if (k > 0)
+                MPRT_NCCL_CALL(ncclBroadcast(t[i] + lo, t[i] + lo, k, ncclFloat, r, c->comm,
+                                             mprt_cu->compute));
         }
     MPRT_NCCL_CALL(ncclGroupEnd());
 }

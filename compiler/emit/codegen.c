@@ -3002,14 +3002,13 @@ static size_t tree_stride(CG *cg, int acc)
     return bf->bytes / (size_t)bf->levels / sizeof(float);
 }
 
-/* Node id's place in the action (stage, kind), the last of its fused
- * chain's for a node inside one (where the chain runs); -1 if not there. */
-static int place_in_action(CG *cg, int kind, uint32_t id)
+/* The place in the action (stage, kind) of the node that writes
+ * parameter v's gradient (plan_grad_writer); -1 if not there. */
+static int grad_place(CG *cg, int kind, uint32_t v)
 {
     const Plan *p = cg->plan;
     size_t k = (size_t)cg->stage * ACT_KINDS + kind;
-    if (p->fu && p->fu->tail[id] != NONE)
-        id = p->fu->tail[id];
+    uint32_t id = plan_grad_writer(p, v);
     for (int j = 0; j < p->nnodes[k]; j++)
         if (p->nodes[k][j] == id)
             return j;
@@ -3028,7 +3027,7 @@ static void emit_accumulate(CG *cg, int kind, int lo, int hi)
         uint32_t pn = g->values[val->grad].producer;
         if (cg->plan->st->act[pn] != kind)
             continue;
-        int at = place_in_action(cg, kind, pn);
+        int at = grad_place(cg, kind, v);
         if (at < lo || at >= hi)
             continue;
         int acc = cg->plan->acc_of[v];

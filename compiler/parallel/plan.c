@@ -457,6 +457,12 @@ static double action_time(const PB *b, Act a)
 
 /* ---- the last gradient action in parts (--data-parallel) ---- */
 
+uint32_t plan_grad_writer(const Plan *p, uint32_t v)
+{
+    uint32_t id = p->g->values[p->g->values[v].grad].producer;
+    return p->fu && p->fu->tail[id] != NONE ? p->fu->tail[id] : id;
+}
+
 /* Where a bucket's gradients are done in its stage's last gradient
  * action: after the last node that writes one of them (the chain's last
  * where fused), -1 where none is written there (an earlier action did). */
@@ -469,9 +475,7 @@ static void bucket_cuts(PB *b)
         const uint32_t *upd = p->nodes[(size_t)bk->stage * ACT_KINDS + ACT_UPDATE];
         bk->cut = -1;
         for (int i = bk->first; i < bk->first + bk->count; i++) {
-            uint32_t id = b->g->values[b->g->values[b->g->nodes[upd[i]].in[0]].grad].producer;
-            if (p->fu && p->fu->tail[id] != NONE)
-                id = p->fu->tail[id];
+            uint32_t id = plan_grad_writer(p, b->g->nodes[upd[i]].in[0]);
             for (int j = 0; j < p->nnodes[a]; j++)
                 if (p->nodes[a][j] == id && j > bk->cut)
                     bk->cut = j;

@@ -188,10 +188,7 @@ static bool part_writes_bucket(const Plan *p, const PlanOp *r, const Bucket *bk)
     const uint32_t *upd = p->nodes[(size_t)s * ACT_KINDS + ACT_UPDATE];
     for (int j = lo; j < p->part_end[s][r->part]; j++)
         for (int i = bk->first; i < bk->first + bk->count; i++) {
-            uint32_t id = g->values[g->values[g->nodes[upd[i]].in[0]].grad].producer;
-            if (p->fu && p->fu->tail[id] != NONE)
-                id = p->fu->tail[id];
-            if (p->nodes[a][j] == id)
+            if (p->nodes[a][j] == plan_grad_writer(p, g->nodes[upd[i]].in[0]))
                 return true;
         }
     return false;

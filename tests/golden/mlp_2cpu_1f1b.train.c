@@ -8292,13 +8292,13 @@ static void mprt_zero_counts(int n, const long *len, int R, int *count, int *at)
 MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
 {
     (void)stage;
-    mprt_nccl_zero_sum(n, g, len);
+    mprt_nccl_shares(n, g, len, 1);
 }
 
 MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
 {
     (void)stage;
-    mprt_nccl_zero_gather(n, w, len);
+    mprt_nccl_shares(n, w, len, 0);
 }
 #else
 /* The stage's gradients summed over the replicas, each process only its

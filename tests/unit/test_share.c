@@ -29,13 +29,10 @@
  */
 #include "mpcc.h"
 #include "check.h"
+#include "plan_child.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char *samples;
 
@@ -50,25 +47,11 @@ static Pipeline *plan(Arena *a, const char *model, const char **flags)
     return pipeline_choose(a, &o, &driver_passes);
 }
 
-/* Runs fn on the plan in a child, then the static check when `statics`,
- * then the replay: true if the child aborted. */
+/* In a child: the replay after fn, and the static check first when
+ * `statics` (plan_child.h). */
 static bool aborts_in(Plan *p, void (*fn)(Plan *), bool statics)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
-        fn(p);
-        if (statics)
-            plan_verify(p);
-        plan_verify_memory(p);
-        _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    return plan_aborts(p, fn, statics, true);
 }
 
 static bool aborts(Plan *p, void (*fn)(Plan *))

@@ -21,13 +21,10 @@
  * the update carries the all-gather. */
 #include "mpcc.h"
 #include "check.h"
+#include "plan_child.h"
 
-#include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char *samples;
 static const double cap_mb = 0.01;
@@ -147,22 +144,10 @@ static void check_sum_ops(const Plan *p, bool clip)
     CHECK(early > 0);   /* overlapped with the rest of the backward */
 }
 
-/* Runs fn on the plan, then plan_verify, in a child: true if it aborted. */
+/* fn, then plan_verify, in a child: true if it aborted (plan_child.h). */
 static bool aborts(Plan *p, void (*fn)(Plan *))
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
-        fn(p);
-        plan_verify(p);
-        _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    return plan_aborts(p, fn, true, false);
 }
 
 static int first_sum(const Plan *p)
