@@ -33,7 +33,9 @@
  *   starts when its stream comes to it and holds the stream until the
  *   other processes' parts are done (fakegpu_enqueue_async); meanwhile
  *   the other streams run, and with nothing else to run the host waits
- *   for it, up to $FAKEGPU_PATIENCE seconds (default 120).
+ *   for it, up to $FAKEGPU_PATIENCE seconds (default 120). And while the
+ *   host waits in the trainer's own MPI_Allreduce, the streams run
+ *   (fakegpu_run_while), as a real GPU's would.
  * One mutex guards everything: a mixed trainer's CPU worker threads call
  * in too.
  */
@@ -268,6 +270,17 @@ static int waited_too_long(struct timespec *since)
     return now.tv_sec - since->tv_sec > (c && atoi(c) > 0 ? atoi(c) : 120);
 }
 
+/* One operation of a random one of the k runnable streams. */
+static void run_any(int k)
+{
+    int pick = (int)(next_random() % (uint64_t)k);
+    for (int i = 0; i < nstreams; i++)
+        if (runnable(streams[i]) && pick-- == 0) {
+            run_one(streams[i]);
+            return;
+        }
+}
+
 /* Runs streams, one operation at a time from a random runnable one, until
  * done(arg) holds. With nothing runnable but operations in flight (another
  * process's part of them), it waits for them, up to FAKEGPU_PATIENCE
@@ -290,12 +303,7 @@ static void run_until(int (*done)(const void *), const void *arg)
             fail("deadlock: every stream with work waits for an event that no stream will "
                  "record");
         since.tv_sec = 0;
-        int pick = (int)(next_random() % (uint64_t)k);
-        for (int i = 0; i < nstreams; i++)
-            if (runnable(streams[i]) && pick-- == 0) {
-                run_one(streams[i]);
-                break;
-            }
+        run_any(k);
     }
 }
 
@@ -307,6 +315,29 @@ static int stream_empty(const void *s)
 static int event_done(const void *e)
 {
     return ((const struct CUevent_st *)e)->done >= ((const struct CUevent_st *)e)->recorded;
+}
+
+/* For tests/cuda/fakenccl.c: while the host waits in MPI (busy(arg)), the
+ * streams run, as a real GPU's do; with nothing to run, the host waits up
+ * to FAKEGPU_PATIENCE seconds. */
+void fakegpu_run_while(int (*busy)(void *), void *arg);
+void fakegpu_run_while(int (*busy)(void *), void *arg)
+{
+    struct timespec since = {0, 0};
+    pthread_mutex_lock(&mu);
+    while (busy(arg)) {
+        int k = 0;
+        for (int i = 0; i < nstreams; i++)
+            k += runnable(streams[i]);
+        if (!k && waited_too_long(&since))
+            fail("deadlock across processes: the host's MPI call has not completed in "
+                 "$FAKEGPU_PATIENCE seconds");
+        if (!k)
+            continue;
+        since.tv_sec = 0;
+        run_any(k);
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 /* For tests/cuda/fakecudnn.c: fn(arg) as stream s's next operation; arg
