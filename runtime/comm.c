@@ -178,6 +178,16 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 
 static MPI_Comm *mprt_stage_comm;   /* [nstages] */
 static int mprt_procs_each = 1;     /* the processes of one replica (mprt_procs_per_replica) */
+static MPI_Comm mprt_p2p;           /* a pipeline across processes: those of one replica,
+                                       for the copies between their stages */
+static int mprt_node_devs;          /* each process's devices of the pipeline */
+
+/* A pipeline across processes: the rank in mprt_p2p of model device dev's
+ * process. */
+static int mprt_p2p_rank(int dev)
+{
+    return dev / mprt_node_devs;
+}
 typedef struct MprtSumScratch {
     float *flat, *parts;            /* every gradient of the stage, one after another;
                                        the replicas' sums of this rank's share */
@@ -260,11 +270,17 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     MPI_Comm_free(&same);
 }
 
-/* Once the devices are open: NCCL's communicators between the GPUs. */
-static void mprt_comm_devices(void)
+/* Once the devices are open: NCCL's communicators between the GPUs, for
+ * the sums over replicas, or the copies of a pipeline across processes. */
+static void mprt_comm_devices(const MprtModel *m)
 {
 #ifdef MPRT_NCCL
-    mprt_nccl_start();
+    if (m->nlinks)
+        mprt_nccl_links(m, mprt_p2p, mprt_p2p_rank);
+    if (m->replicas > 1)   /* the sums: between the processes of one stage, a replica each */
+        mprt_nccl_start(mprt_procs_each, mprt_stage_comm[0]);
+#else
+    (void)m;
 #endif
 }
 
@@ -523,16 +539,6 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 
 /* ---- a pipeline across processes ---- */
 
-#ifdef MPRT_NCCL   /* of CPU devices only, so far (mpcc refuses GPUs) */
-static void mprt_pipeline_start(const MprtModel *m)
-{
-    (void)m;
-}
-#else
-
-static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
-static int mprt_node_devs;
-
 static void mprt_p2p_check(size_t n, int tag, const char *what)
 {
     static int *ub;
@@ -543,6 +549,7 @@ static void mprt_p2p_check(size_t n, int tag, const char *what)
         mprt_die("%s of %zu bytes, operation %d: beyond what one MPI call counts", what, n, tag);
 }
 
+#ifndef MPRT_NCCL   /* CPU devices: the copies are MPI's */
 static void mprt_mpi_send(const void *src, size_t n, int dev, int tag)
 {
     mprt_p2p_check(n, tag, "a copy to another process");
@@ -556,6 +563,7 @@ static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
     mprt_mpi_check(MPI_Recv(dst, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p,
                             MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
 }
+#endif
 
 /* The p-th process of a replica runs devices p * node_devs .. of the
  * model's; the copies go between the processes of its replica. */
@@ -565,12 +573,27 @@ static void mprt_pipeline_start(const MprtModel *m)
     mprt_node_devs = m->node_devs;
     mprt_dev_lo = mprt_rank % P * m->node_devs;
     mprt_dev_hi = mprt_dev_lo + m->node_devs;
+#ifndef MPRT_NCCL
     mprt_stream_send = mprt_mpi_send;
     mprt_stream_recv = mprt_mpi_recv;
+#endif
     mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank / P, mprt_rank, &mprt_p2p),
                    "MPI_Comm_split");
 }
 
+#ifdef MPRT_NCCL   /* GPUs: NCCL's sends and receives (nccl.c) */
+MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_nccl_p2p(stream, (void *)src, n, dev, label, 1);
+}
+
+MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_nccl_p2p(stream, dst, n, dev, label, 0);
+}
+#else
 /* A copy between stages on two processes: the sender's stream sends... */
 MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
 {
@@ -589,6 +612,55 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
 
 #endif
 
+/* Evaluation of a pipeline across processes (codegen.c's eval_forward):
+ * an activation of micro-batch 0 from device `from` to device `to`, where
+ * either may be another process's; through host memory between them. */
+MPRT_KERNEL void mprt_eval_copy(void *dst, int to, const void *src, int from, size_t n)
+{
+    int a = mprt_dev_here(from), b = mprt_dev_here(to);
+    if (a && b) {
+        mprt_dev_copy(dst, src, n);
+    } else if (a) {
+        mprt_p2p_check(n, 0, "an evaluation's copy to another process");
+        mprt_mpi_check(MPI_Send(mprt_ops->dev_read(from, src, n, 0), (int)n, MPI_BYTE,
+                                mprt_p2p_rank(to), 0, mprt_p2p),
+                       "an evaluation's copy to another process (MPI_Send)");
+    } else if (b) {
+        void *h = mprt_ops->dev_stage(to, dst, n);
+        mprt_p2p_check(n, 0, "an evaluation's copy from another process");
+        mprt_mpi_check(MPI_Recv(h, (int)n, MPI_BYTE, mprt_p2p_rank(from), 0, mprt_p2p,
+                                MPI_STATUS_IGNORE),
+                       "an evaluation's copy from another process (MPI_Recv)");
+        mprt_ops->dev_commit(to, dst, h, n);
+    }
+}
+
+/* --clip-norm with a pipeline across processes: the squared norms of the
+ * other processes' stages (k entries, each process's own written this
+ * step and the others' 0: train.c's mprt_step), added into this one's
+ * table, once a step, by the first update that asks (the plan has every
+ * update wait for this process's stages' norms). x + 0 is x: the table
+ * is one process's, bit for bit. */
+MPRT_KERNEL void mprt_norms_across(int k)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static long done = -1;
+    pthread_mutex_lock(&mu);
+    if (done != mprt_step_no)
+        mprt_mpi_check(MPI_Allreduce(MPI_IN_PLACE, mprt_norm_sq, k, MPI_DOUBLE, MPI_SUM,
+                                     mprt_p2p), "adding the squared norms (MPI_Allreduce)");
+    done = mprt_step_no;
+    pthread_mutex_unlock(&mu);
+}
+
+/* ... and its scores, n sums, added over the processes of the pipeline
+ * into rank 0's (the process of the last stage scores; the others add 0). */
+static void mprt_eval_sum(double *v, int n)
+{
+    mprt_mpi_check(MPI_Reduce(mprt_rank == 0 ? MPI_IN_PLACE : v, v, n, MPI_DOUBLE, MPI_SUM, 0,
+                              mprt_p2p), "adding the evaluation's scores (MPI_Reduce)");
+}
+
 /* Before a checkpoint: rank 0 takes the weights, optimizer state and
  * running statistics of the other processes' devices into its copies of
  * their arenas, in the buffer table's order. */
@@ -602,9 +674,10 @@ static void mprt_comm_gather(const MprtModel *m)
         int owner = b->dev / m->node_devs;
         if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->dev < 0 || owner == 0)
             continue;
-        if (mprt_rank == owner)
-            mprt_mpi_check(MPI_Send(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, 0, i,
-                                    MPI_COMM_WORLD), "gathering the checkpoint (MPI_Send)");
+        if (mprt_rank == owner)   /* a GPU's, through host memory */
+            mprt_mpi_check(MPI_Send(mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0),
+                                    (int)b->nbytes, MPI_BYTE, 0, i, MPI_COMM_WORLD),
+                           "gathering the checkpoint (MPI_Send)");
         else if (mprt_rank == 0)
             mprt_mpi_check(MPI_Recv(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, owner, i,
                                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
@@ -684,7 +757,10 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     (void)m, (void)argc, (void)argv;
 }
 
-static void mprt_comm_devices(void) {}
+static void mprt_comm_devices(const MprtModel *m)
+{
+    (void)m;
+}
 
 static void mprt_comm_end(void) {}
 
@@ -711,6 +787,11 @@ static void mprt_pipeline_start(const MprtModel *m)
 static void mprt_comm_gather(const MprtModel *m)
 {
     (void)m;
+}
+
+static void mprt_eval_sum(double *v, int n)
+{
+    (void)v, (void)n;
 }
 
 static void mprt_comm_losses(int M, const float *mine, float *all)

@@ -38,7 +38,11 @@
 #endif
 
 typedef struct MprtCuDevice {
-    int ordinal;                 /* the physical GPU; -1: a CPU device of a mixed trainer */
+    int ordinal;                 /* the physical GPU; -1: a CPU device of a mixed trainer, or
+                                    another process's */
+    int away;                    /* another process's GPU (a pipeline across processes): no
+                                    streams here; its arena host memory, which only rank 0
+                                    fills, with what a checkpoint gathers */
     cudaStream_t compute;        /* kernels, cuBLAS and cuDNN run here */
     cublasHandle_t blas;         /* bound to compute */
     cudnnHandle_t dnn;           /* bound to compute */
@@ -358,11 +362,20 @@ static void mprt_gpus_per_process(int ndev, int gpus)
     exit(1);   /* mpirun stops the others */
 }
 
+/* A pipeline across processes: this process's devices are [mprt_dev_lo,
+ * mprt_dev_hi) (comm.c), its GPUs counted from 0. */
+static int mprt_cu_away(int d)
+{
+    return d < mprt_dev_lo || d >= mprt_dev_hi;
+}
+
 static void mprt_gpu_devices_open(int ndev, const char *const *names, const double *shares)
 {
     (void)shares;   /* the CPU devices' (stream.c) */
-    int gpus = mprt_cu_count();
-    mprt_gpus_per_process(ndev, gpus);
+    int gpus = mprt_cu_count(), here = 0, first = -1;
+    for (int d = 0; d < ndev; d++)
+        here += !mprt_cu_away(d);
+    mprt_gpus_per_process(here, gpus);
     mprt_cu_ndev = ndev;
     mprt_cu_devs = calloc((size_t)ndev, sizeof *mprt_cu_devs);
     mprt_cu_streams = calloc((size_t)ndev * MPRT_STREAMS, sizeof *mprt_cu_streams);
@@ -379,10 +392,14 @@ static void mprt_gpu_devices_open(int ndev, const char *const *names, const doub
     for (int d = 0; d < ndev; d++) {
         MprtCuDevice *c = &mprt_cu_devs[d];
         c->ordinal = -1;
-        if (strncmp(names[d], "cpu", 3) == 0)
+        c->away = mprt_cu_away(d);
+        if (strncmp(names[d], "cpu", 3) == 0 || c->away)
             continue;
-        int k = (strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5) : d) +
-                mprt_local_rank * ndev;   /* after those of this machine's other processes */
+        if (first < 0)
+            first = d;
+        int k = (here < ndev ? d - first : strncmp(names[d], "cuda:", 5) == 0 ? atoi(names[d] + 5)
+                                                                             : d) +
+                mprt_local_rank * here;   /* after those of this machine's other processes */
         c->ordinal = k % gpus;
         shared |= k >= gpus;
         MPRT_CUDA(cudaSetDevice(c->ordinal));
@@ -736,9 +753,21 @@ MPRT_KERNEL void mprt_cu_prof_node(int k)
 
 /* ---- device memory ---- */
 
+/* Another process's device: host memory, its pages untouched until a
+ * checkpoint's gather (or the weights' load) writes them. */
+static unsigned char *mprt_cu_away_alloc(size_t n)
+{
+    unsigned char *p = calloc(1, n ? n : 1);
+    if (!p)
+        mprt_cu_call_failed(1, "calloc", "out of host memory for another process's arena");
+    return p;
+}
+
 static unsigned char *mprt_gpu_arena_alloc(int dev, const char *name, size_t n)
 {
     void *p = NULL;
+    if (mprt_cu_devs[dev].away)
+        return mprt_cu_away_alloc(n);
     mprt_cu_use(dev);
     cudaError_t e = cudaMalloc(&p, n ? n : 1);
     if (e != cudaSuccess) {
@@ -773,6 +802,10 @@ static size_t mprt_gpu_dev_extra(int dev)
 
 static void mprt_gpu_arena_free(int dev, unsigned char *p)
 {
+    if (mprt_cu_devs[dev].away) {
+        free(p);
+        return;
+    }
     mprt_cu_use(dev);
     cudaFree(p);
 }
@@ -781,6 +814,8 @@ static void mprt_gpu_arena_free(int dev, unsigned char *p)
 static unsigned char *mprt_gpu_host_alloc(int dev, const char *name, size_t n)
 {
     void *p = NULL;
+    if (mprt_cu_devs[dev].away)
+        return mprt_cu_away_alloc(n);
     mprt_cu_use(dev);
     if (cudaHostAlloc(&p, n ? n : 1, cudaHostAllocPortable) != cudaSuccess) {
         fprintf(stderr, "train: error: out of pinned host memory: %s's host arena for "
@@ -794,12 +829,18 @@ static unsigned char *mprt_gpu_host_alloc(int dev, const char *name, size_t n)
 
 static void mprt_gpu_host_free(int dev, unsigned char *p)
 {
-    (void)dev;
-    cudaFreeHost(p);
+    if (mprt_cu_devs[dev].away)
+        free(p);
+    else
+        cudaFreeHost(p);
 }
 
 static void mprt_gpu_dev_write(int dev, void *dst, const void *src, size_t n)
 {
+    if (mprt_cu_devs[dev].away) {
+        memcpy(dst, src, n);
+        return;
+    }
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
 }
@@ -821,6 +862,8 @@ MPRT_KERNEL void *mprt_cu_staging(int k, size_t n)
 
 static const void *mprt_gpu_dev_read(int dev, const void *src, size_t n, int k)
 {
+    if (mprt_cu_devs[dev].away)
+        return src;
     void *h = mprt_cu_staging(k, n);
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(h, src, n, cudaMemcpyDeviceToHost));
@@ -832,6 +875,8 @@ static const void *mprt_gpu_dev_hold(int dev, const void *src, size_t n)
     void *h = malloc(n ? n : 1);
     if (!h)
         mprt_cu_call_failed(1, "malloc", "out of host memory for a checkpoint");
+    if (mprt_cu_devs[dev].away)
+        return memcpy(h, src, n);
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemcpy(h, src, n, cudaMemcpyDeviceToHost));
     return h;
@@ -856,6 +901,10 @@ static void mprt_gpu_dev_commit(int dev, void *dst, const void *staged, size_t n
 
 static void mprt_gpu_dev_zero(int dev, void *dst, size_t n)
 {
+    if (mprt_cu_devs[dev].away) {
+        memset(dst, 0, n);
+        return;
+    }
     mprt_cu_use(dev);
     MPRT_CUDA(cudaMemset(dst, 0, n));
 }

@@ -1,7 +1,8 @@
-/* nccl.c — the gradient sums of CUDA trainers across processes (mpcc
- * -gpus N --nodes=K): each process holds one replica on its N GPUs, and
- * device d's gradients are summed with device d's of every other process
- * by NCCL all-reduces.
+/* nccl.c — CUDA trainers across processes over NCCL: the gradient sums
+ * of replicas (mpcc -gpus N --nodes=K: each process holds one replica on
+ * its N GPUs, and device d's gradients are summed with device d's of
+ * every other process by NCCL all-reduces), and the copies of one
+ * pipeline across processes (--data-parallel=1, below).
  *
  * - One communicator per device, made at start-up: rank 0 asks NCCL for
  *   a unique id, MPI broadcasts it, and every process joins with its rank
@@ -33,6 +34,19 @@ typedef struct MprtNccl {
 } MprtNccl;
 static MprtNccl *mprt_nccl;   /* [the devices of this process] */
 
+/* A pipeline across processes: a communicator of two ranks for each pair
+ * of streams whose copies cross (the model's links), rank 0 the lower
+ * stream's. Each stream takes its sends and receives in the step's order
+ * and nothing else uses the communicator, so the calls on it match, and
+ * a send that waits for its receive (NCCL may) waits only as the plan's
+ * check (mpcc's verify_nodes.c) allows. */
+typedef struct MprtLink {
+    int stream, peer;         /* this process's stream, the other's */
+    ncclComm_t comm;
+} MprtLink;
+static MprtLink *mprt_links;
+static int mprt_nlinks;
+
 #define MPRT_NCCL_CALL(call)                                           \
     do {                                                               \
         ncclResult_t e_ = (call);                                      \
@@ -40,8 +54,65 @@ static MprtNccl *mprt_nccl;   /* [the devices of this process] */
             mprt_cu_call_failed(1, #call, ncclGetErrorString(e_));     \
     } while (0)
 
-/* After the devices are open: a communicator per device, over every process. */
-static void mprt_nccl_start(void)
+/* The communicators of the copies between processes, made at start-up in
+ * the model's order of its links (each process joins those of its
+ * streams; a pair's two processes meet in the same order, so no join
+ * waits on one that waits for it). rank_of gives the process of a device
+ * in `world`, where the lower stream's rank hands the unique id over. */
+static void mprt_nccl_links(const MprtModel *m, MPI_Comm world, int (*rank_of)(int dev))
+{
+    mprt_links = calloc((size_t)m->nlinks + 1, sizeof *mprt_links);
+    if (!mprt_links)
+        mprt_die("out of memory");
+    for (int k = 0; k < m->nlinks; k++) {
+        int a = m->links[2 * k], b = m->links[2 * k + 1], lo = a < b ? a : b, hi = a ^ b ^ lo;
+        int mine = mprt_stream_here(lo) ? lo : mprt_stream_here(hi) ? hi : -1;
+        if (mine < 0)
+            continue;
+        int peer = mine == lo ? hi : lo, other = rank_of(peer / MPRT_STREAMS);
+        ncclUniqueId id;
+        if (mine == lo) {
+            MPRT_NCCL_CALL(ncclGetUniqueId(&id));
+            if (MPI_Send(&id, (int)sizeof id, MPI_BYTE, other, k, world) != MPI_SUCCESS)
+                mprt_die("handing NCCL's unique id to another process (MPI_Send) failed");
+        } else if (MPI_Recv(&id, (int)sizeof id, MPI_BYTE, other, k, world, MPI_STATUS_IGNORE) !=
+                   MPI_SUCCESS) {
+            mprt_die("taking NCCL's unique id from another process (MPI_Recv) failed");
+        }
+        MprtLink *l = &mprt_links[mprt_nlinks++];
+        l->stream = mine, l->peer = peer;
+        mprt_cu_use(mine / MPRT_STREAMS);
+        MPRT_NCCL_CALL(ncclCommInitRank(&l->comm, 2, id, mine == lo ? 0 : 1));
+    }
+}
+
+/* A copy between processes, on this process's side: n bytes sent from
+ * (or received into) buf on stream `stream`, to (from) device dev's
+ * stream of the same kind, as the step issues it (comm.c's mprt_send). */
+static void mprt_nccl_p2p(int stream, void *buf, size_t n, int dev, int label, int send)
+{
+    int peer = dev * MPRT_STREAMS + stream % MPRT_STREAMS;
+    MprtLink *l = mprt_links;
+    while (l < mprt_links + mprt_nlinks && !(l->stream == stream && l->peer == peer))
+        l++;
+    if (l == mprt_links + mprt_nlinks)
+        mprt_die("a copy between processes, operation %d, on a pair of streams the model "
+                 "does not list (its links): a fault of mpcc", label);
+    mprt_cu_trace_mark(stream, label, 0);
+    mprt_cu_use(stream / MPRT_STREAMS);
+    int other = stream < peer ? 1 : 0;
+    if (send)
+        MPRT_NCCL_CALL(ncclSend(buf, n, ncclUint8, other, l->comm, mprt_cu_streams[stream]));
+    else
+        MPRT_NCCL_CALL(ncclRecv(buf, n, ncclUint8, other, l->comm, mprt_cu_streams[stream]));
+    mprt_cu_trace_mark(stream, label, 1);
+}
+
+/* After the devices are open: a communicator per device of this process,
+ * over the processes that hold the same device of every replica (`same`,
+ * this process's rank in it mprt_rank / P, P the processes of one
+ * replica: 1, or more where each replica is a pipeline across them). */
+static void mprt_nccl_start(int P, MPI_Comm same)
 {
     mprt_nccl = calloc((size_t)mprt_cu_ndev, sizeof *mprt_nccl);
     if (!mprt_nccl)
@@ -49,12 +120,14 @@ static void mprt_nccl_start(void)
     for (int d = 0; d < mprt_cu_ndev; d++) {
         MprtNccl *c = &mprt_nccl[d];
         ncclUniqueId id;
-        if (mprt_rank == 0)
+        if (mprt_cu_devs[d].away)
+            continue;
+        if (mprt_rank / P == 0)
             MPRT_NCCL_CALL(ncclGetUniqueId(&id));
-        if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        if (MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, same) != MPI_SUCCESS)
             mprt_die("broadcasting NCCL's unique id (MPI_Bcast) failed");
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
-        MPRT_NCCL_CALL(ncclCommInitRank(&c->comm, mprt_ranks, id, mprt_rank));
+        MPRT_NCCL_CALL(ncclCommInitRank(&c->comm, mprt_ranks / P, id, mprt_rank / P));
     }
 }
 
@@ -98,10 +171,16 @@ static void mprt_nccl_shares(int n, float *const *t, const long *len, int reduce
  * events go with the process, as cuda.c's do). */
 static void mprt_nccl_end(void)
 {
+    for (int k = 0; k < mprt_nlinks; k++)
+        MPRT_NCCL_CALL(ncclCommDestroy(mprt_links[k].comm));
+    free(mprt_links);
+    mprt_links = NULL, mprt_nlinks = 0;
     if (!mprt_nccl)
         return;
     for (int d = 0; d < mprt_cu_ndev; d++) {
         MprtNccl *c = &mprt_nccl[d];
+        if (!c->comm)
+            continue;   /* another process's device */
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[d].ordinal));
         MPRT_NCCL_CALL(ncclCommDestroy(c->comm));
     }

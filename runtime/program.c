@@ -15,6 +15,7 @@
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
+MPRT_KERNEL int mprt_dev_here(int dev) { return dev >= mprt_dev_lo && dev < mprt_dev_hi; }
 static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
 MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }

@@ -15,6 +15,7 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
 /* --clip-norm: each parameter's squared gradient norm, in the order of the
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
+MPRT_GLOBAL long mprt_step_no;   /* the step being run, from 0 (train.c) */
 
 /* --data-parallel with several replicas in one process (CPU devices): the
  * process holds mprt_replicas_here copies of one replica's D devices, the

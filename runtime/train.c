@@ -16,7 +16,6 @@
 #include <sys/resource.h>
 #include <time.h>
 
-MPRT_GLOBAL long mprt_step_no;        /* the step being run, from 0 */
 MPRT_GLOBAL float mprt_lr;            /* its learning rate */
 
 typedef struct MprtArgs {
@@ -374,7 +373,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
 /* Runs the model forward in inference mode over every row of d, in
  * micro-batches (the last one padded), prints the mean loss and the
  * accuracy, and returns the loss (NaN when nothing was scored). Only
- * activations, the loss and the input buffers change. */
+ * activations, the loss and the input buffers change. A pipeline across
+ * processes: each of its processes runs its stages, the last one's
+ * scores, and rank 0 adds them up and prints (mprt_eval_sum). */
 static double mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int64_t *rows)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS),
@@ -390,9 +391,17 @@ static double mprt_evaluate(const MprtModel *m, const MprtData *d, long step, in
         mprt_fill(d, 0, in, R, rows, n, 0, 0);
         mprt_fill(d, 1, lb, R, rows, n, ce ? m->ignore_index : 0, 0);
         m->eval_forward();
-        mprt_score(m, out, lb, n, R, &sc);
+        if (mprt_dev_here(out->dev))
+            mprt_score(m, out, lb, n, R, &sc);
     }
     mprt_training = 1;
+    if (m->node_devs) {
+        double v[3] = {sc.loss, (double)sc.correct, (double)sc.count};
+        mprt_eval_sum(v, 3);
+        sc = (MprtScore){v[0], (int64_t)v[1], (int64_t)v[2]};
+        if (mprt_rank != 0)
+            return NAN;
+    }
     if (!sc.count) {
         fprintf(stderr, "eval step %ld: nothing to score in %s (every label is the ignore "
                 "index %lld)\n", step, d->name, (long long)m->ignore_index);
@@ -562,8 +571,11 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     }
     mprt_step_no = s;
     mprt_lr = lr;
-    if (m->node_devs)   /* one pipeline across processes: the last stage's writes the losses, */
+    if (m->node_devs) {   /* one pipeline across processes: the last stage's writes the losses, */
         memset(mprt_losses, 0, (size_t)M * sizeof *mprt_losses);   /* the others add 0 (comm.c) */
+        if (m->norm_terms)   /* so too each stage's squared norms (mprt_norms_across) */
+            memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
+    }
     for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
@@ -721,7 +733,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
-    mprt_comm_devices();   /* NCCL's communicators, where GPUs sum over processes */
+    mprt_comm_devices(m);   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
     mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);
@@ -793,9 +805,11 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         }
         if ((a.eval_data || a.eval_tokens) &&
             ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last)) {
-            mprt_comm_gather(m);   /* a pipeline across processes: rank 0 takes every stage */
+            double e = NAN;   /* a pipeline across processes: replica 0's evaluate it */
+            if (lead || (m->node_devs && mprt_rank < mprt_procs_per_replica(m)))
+                e = mprt_evaluate(m, &eval, s + 1, rows);
             if (lead)
-                mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
+                mprt_plot_eval(&plot, s + 1, e);
         }
         if (lead && saved_step == s + 1)
             mprt_plot_checkpoint(&plot);   /* with this step's evaluation */

@@ -31,6 +31,9 @@ typedef struct MprtModel {
     int node_devs;              /* a pipeline across processes: each one's devices, rank
                                    r's r * node_devs ..; 0: every device here (comm.c) */
     int nstages;                /* with replicas: a communicator each (comm.c) */
+    const int *links;           /* a GPU pipeline across processes: nlinks pairs of streams
+                                   (sender, receiver) whose copies cross (nccl.c) */
+    int nlinks;
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */

@@ -2446,8 +2446,9 @@ static void emit_replicas_line(CG *cg)
              "replicas' sums before each update\n", R, R * cg->plan->sc->ndev);
     else if (R == 1 && K > 1)
         emit(cg, " * processes: %d, one pipeline across them, %d device(s) each: run as mpirun "
-             "-np %d ./train ...; copies between them over MPI; the micro-batches' gradients "
-             "summed as a tree, as on more replicas\n", K, cg->o->pipe.node_devs, K);
+             "-np %d ./train ...; copies between them over %s; the micro-batches' gradients "
+             "summed as a tree, as on more replicas\n", K, cg->o->pipe.node_devs, K,
+             cg->cuda ? "NCCL (a send and a receive each)" : "MPI");
     else if (R == 1)
         emit(cg, " * replicas: 1 (--data-parallel=1): the micro-batches' gradients summed as "
              "a tree, as on more replicas\n");
@@ -2530,7 +2531,8 @@ static void emit_header(CG *cg, const char *hash)
         emit(cg, "#define MPRT_MPI 1   /* %d processes: runtime/comm.c */\n",
              cg->o->pipe.nodes);
     if (cg->o->pipe.nodes > 1 && cg->cuda)
-        emit(cg, "#define MPRT_NCCL 1   /* the GPUs' gradient sums over NCCL: runtime/nccl.c */\n");
+        emit(cg, "#define MPRT_NCCL 1   /* the GPUs' %s over NCCL: runtime/nccl.c */\n",
+             cg->o->pipe.node_devs ? "copies between processes" : "gradient sums");
     if (cg->mixed)
         emit(cg, "#define MPRT_MIXED 1   /* CPU and CUDA devices: runtime/mixed.c */\n");
     if (cg->dnnl_gemm)
@@ -3171,6 +3173,9 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
         emit(cg, "    (void)scale, (void)lr;\n");
     if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
         emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
+    if (cg->o->train.clip_norm > 0 && cg->o->pipe.node_devs)
+        emit(cg, "    mprt_norms_across(%d);   /* and the other processes' stages' */\n",
+             clip_slot(cg, NONE));
     if (cg->o->train.clip_norm > 0)
         emit(cg, "    scale *= mprt_clip_scale(%d, %s, (float)%.9g);   /* every stage's "
              "gradients */\n", clip_slot(cg, NONE), norm_table(cg), cg->o->train.clip_norm);
@@ -3446,6 +3451,15 @@ static void emit_cross_copy(CG *cg, int i, const char *const *ev)
     }
 }
 
+/* The process records op's event: its stream's, and a copy between
+ * processes' receiver's too. */
+static bool recorded_on(CG *cg, const PlanOp *op, int node)
+{
+    const Plan *p = cg->plan;
+    return node_of(cg, op->stream / STREAMS_PER_DEV) == node ||
+           (op->kind == OPK_COPY && node_of(cg, p->bufs[op->dst].dev) == node);
+}
+
 static void emit_op(CG *cg, int i, const char *const *ev)
 {
     const Plan *p = cg->plan;
@@ -3456,8 +3470,14 @@ static void emit_op(CG *cg, int i, const char *const *ev)
         emit_cross_copy(cg, i, ev);
         return;
     }
-    for (int k = 0; k < op->ndeps; k++)
-        emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[p->ops[op->deps[k]].event]);
+    for (int k = 0; k < op->ndeps; k++) {   /* an update under --clip-norm waits for */
+        const PlanOp *dep = &p->ops[op->deps[k]];   /* the other processes' norms in it */
+        if (recorded_on(cg, dep, node_of(cg, op->stream / STREAMS_PER_DEV)))
+            emit(cg, "    mprt_wait_event(%s, %s);\n", stream, ev[dep->event]);
+        else
+            MPCC_ASSERT(op->kind == OPK_RUN && op->act.kind == ACT_UPDATE &&
+                        cg->o->train.clip_norm > 0);
+    }
     if (op->kind == OPK_RUN) {
         emit(cg, "    mprt_launch(%s, s%d_%s%s, %d, %d);\n", stream, op->act.stage,
              act_names[op->act.kind], plan_split_part(cg->plan, op) ? arena_printf(cg->g->arena, "_part%d",
@@ -3552,20 +3572,27 @@ static void emit_eval_fetch(CG *cg, int s)
     }
 }
 
-/* Forward of micro-batch 0 through every stage, for evaluation. */
+/* Forward of micro-batch 0 through every stage, for evaluation. A
+ * pipeline across processes: each process runs its own stages, and the
+ * activations cross between processes (mprt_eval_copy, comm.c). */
 static void emit_eval(CG *cg)
 {
     const Plan *p = cg->plan;
-    bool on_cpu = false;
+    bool on_cpu = false, across = cg->o->pipe.node_devs > 0;
     emit(cg, "\nstatic void eval_forward(void)\n{\n");
     for (int s = 0; s < p->st->n; s++) {
         cg->stage = s;
+        const char *in = across ? "    " : "";
+        if (across)
+            emit(cg, "    if (mprt_dev_here(%d)) {\n", p->st->dev[s]);
         emit_eval_fetch(cg, s);
         if (cuda_stage(cg))   /* issued on the stage's device, finished before the copies */
-            emit(cg, "    mprt_cu_use(%d);\n    s%d_forward(0);\n    mprt_sync();\n",
-                 p->st->dev[s], s);
+            emit(cg, "%s    mprt_cu_use(%d);\n%s    s%d_forward(0);\n%s    mprt_sync();\n", in,
+                 p->st->dev[s], in, s, in);
         else   /* on the host's thread, with the device's thread count (pool.c) */
-            emit(cg, "    mprt_run_as(%d);\n    s%d_forward(0);\n", p->st->dev[s], s);
+            emit(cg, "%s    mprt_run_as(%d);\n%s    s%d_forward(0);\n", in, p->st->dev[s], in, s);
+        if (across)
+            emit(cg, "    }\n");
         on_cpu |= !cuda_stage(cg);
         for (int r = 0; r < p->nbufs; r++) {
             const Buf *bf = &p->bufs[r];
@@ -3573,9 +3600,15 @@ static void emit_eval(CG *cg)
             if (!bf->received || p->st->home[v] != s ||
                 (pn != NONE && cg->g->nodes[pn].phase != PH_FORWARD))
                 continue;
-            emit(cg, "    mprt_dev_copy(%s, %s, %zu);   /* '%s' to stage %d */\n",
-                 slot_addr(cg, r, 0), slot_addr(cg, plan_buf(p, v, s), 0), bf->bytes,
-                 comment_text(cg, cg->g->values[v].name), bf->stage);
+            if (across)
+                emit(cg, "    mprt_eval_copy(%s, %d, %s, %d, %zu);   /* '%s' to stage %d */\n",
+                     slot_addr(cg, r, 0), bf->dev, slot_addr(cg, plan_buf(p, v, s), 0),
+                     p->st->dev[s], bf->bytes, comment_text(cg, cg->g->values[v].name),
+                     bf->stage);
+            else
+                emit(cg, "    mprt_dev_copy(%s, %s, %zu);   /* '%s' to stage %d */\n",
+                     slot_addr(cg, r, 0), slot_addr(cg, plan_buf(p, v, s), 0), bf->bytes,
+                     comment_text(cg, cg->g->values[v].name), bf->stage);
         }
     }
     if (on_cpu)
@@ -3708,10 +3741,41 @@ static void emit_loss_fields(CG *cg)
     }
 }
 
+/* A GPU pipeline across processes: the pairs of streams, sender's and
+ * receiver's, whose copies cross between processes, each once, in the
+ * order of the step's first copy between them. The trainer joins an NCCL
+ * communicator of each pair at start-up, every process in this order. */
+static void emit_links(CG *cg)
+{
+    const Plan *p = cg->plan;
+    int *seen = arena_array(cg->g->arena, (size_t)p->nops * 2 + 2, sizeof *seen), n = 0;
+    emit(cg, "\n/* The pairs of streams (sender, receiver) whose copies cross between processes:\n"
+         " * an NCCL communicator each. */\nstatic const int links[] = {");
+    for (int i = 0; i < p->nops; i++) {
+        const PlanOp *op = &p->ops[i];
+        if (op->kind != OPK_COPY || node_of(cg, p->bufs[op->src].dev) ==
+                                        node_of(cg, p->bufs[op->dst].dev))
+            continue;
+        int a = op->stream, b = p->bufs[op->dst].dev * STREAMS_PER_DEV + op->stream % STREAMS_PER_DEV;
+        bool known = false;
+        for (int k = 0; k < n; k++)
+            known |= (seen[2 * k] == a && seen[2 * k + 1] == b) ||
+                     (seen[2 * k] == b && seen[2 * k + 1] == a);
+        if (known)
+            continue;
+        seen[2 * n] = a, seen[2 * n + 1] = b;
+        emit(cg, "%s%d, %d", n++ ? ", " : "", a, b);
+    }
+    MPCC_ASSERT(n > 0);
+    emit(cg, "};\n");
+}
+
 static void emit_model(CG *cg, const char *hash, const char *weights)
 {
     Graph *g = cg->g;
     const Plan *p = cg->plan;
+    if (cg->cuda && cg->o->pipe.node_devs)
+        emit_links(cg);
     emit(cg, "\nstatic const MprtBuffer buffers[] = {\n");
     for (uint32_t v = 0; v < g->nvalues; v++) {
         const Value *val = &g->values[v];
@@ -3767,6 +3831,8 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
         emit(cg, "    .replicas = %d, .nodes = %d, .replicas_here = %d, .nstages = %d,\n"
              "    .node_devs = %d,\n", cg->o->pipe.replicas, cg->o->pipe.nodes,
              cg->o->pipe.replicas_here, p->st->n, cg->o->pipe.node_devs);
+    if (cg->cuda && cg->o->pipe.node_devs)
+        emit(cg, "    .links = links, .nlinks = (int)(sizeof links / sizeof links[0] / 2),\n");
     if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"

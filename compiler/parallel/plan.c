@@ -957,6 +957,19 @@ static int *issue_perm(PB *b)
     return perm;
 }
 
+/* A pipeline across processes under --clip-norm: an update keeps its wait
+ * for every stage's last gradients, implied or not. The trainer drops
+ * the waits on another process's (their norms come over MPI,
+ * runtime/comm.c's mprt_norms_across), and what remains must still cover
+ * this process's stages. */
+static bool keeps_norm_waits(const Plan *p, const PlanOp *op)
+{
+    bool across = false;
+    for (int d = 0; d < p->ds->n; d++)
+        across = across || p->ds->d[d].node != 0;
+    return across && p->global_norm && op->kind == OPK_RUN && op->act.kind == ACT_UPDATE;
+}
+
 /* Drops each wait that others imply: one for an operation that an earlier
  * operation of the same stream, or another wait of this one, already
  * follows (streams run in order). Vector clocks over the issue order: the
@@ -978,8 +991,8 @@ static void prune_waits(PB *b)
         int n = 0;
         for (int k = 0; k < op->ndeps; k++) {
             const PlanOp *d = &p->ops[op->deps[k]];
-            bool implied = c[d->stream] >= d->pos;
-            for (int j = 0; j < op->ndeps && !implied; j++)
+            bool implied = c[d->stream] >= d->pos && !keeps_norm_waits(p, op);
+            for (int j = 0; j < op->ndeps && !implied && !keeps_norm_waits(p, op); j++)
                 implied = j != k && clock[(size_t)op->deps[j] * S + d->stream] >= d->pos;
             if (!implied)
                 op->deps[n++] = op->deps[k];

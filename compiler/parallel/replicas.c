@@ -53,23 +53,14 @@ static void check_layout(const Options *o, int R, int K)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
     bool gpus = has_cuda(o) && !plans_only(o);
-    if (has_cuda(o) && plans_only(o) && R != K) {
+    if (has_cuda(o) && plans_only(o) && R > K) {
         Loc loc = {.file = o->input, .index = -1};
         note_once(&loc, "a plan only: the trainer of this layout of CUDA devices is not built "
-                  "yet (a GPU pipeline across processes, replicas of GPU pipelines in one "
-                  "process)");
+                  "yet (replicas of GPU pipelines in one process)");
     }
     if (o->pipe.devices && (K > 1 || R > K))
         error_file(o->input, "--data-parallel and --nodes take -cpus N or -gpus N (each "
                    "process's devices), not --devices");
-    if (gpus && R == 1 && K > 1)
-        error_file(o->input, "--data-parallel=1 --nodes=%d: a pipeline of CUDA devices across "
-                   "processes is not built yet; give --data-parallel=%d (a replica per "
-                   "process, summed over NCCL), or CPU devices (-cpus N)", K, K);
-    if (R < K && K % R == 0 && gpus && R > 1)
-        error_file(o->input, "--data-parallel=%d --nodes=%d: replicas of CUDA devices that "
-                   "span several processes are not built yet; give --data-parallel=%d (a "
-                   "replica per process), or CPU devices (-cpus N)", R, K, K);
     if (R < K && K % R == 0)   /* each replica one pipeline across K/R processes */
         return;
     if (R % K)

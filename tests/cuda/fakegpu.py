@@ -18,6 +18,11 @@ model, batch and micro-batch count.
       trainer across processes (--nodes=K) runs as its header says (mpirun
       -np K), the processes sharing K times the GPUs, its NCCL made of MPI
       (fakenccl.c)
+  fakegpu.py evaluate SRC MPCC CC CUDA_HOME LIBDIR WORK MODEL GPU_OPTIONS -- CPU_OPTIONS
+      as run, then both trainers train 2 steps on a data file of 37 rows
+      (random, of the model's input and label shapes) and evaluate it
+      (--eval-data, its last micro-batch padded): the evaluations' lines
+      the same, byte for byte
   fakegpu.py oom MPCC CC LIBDIR WORK MODEL GPU_OPTIONS
       runs the CUDA trainer on fake GPUs one byte short of the largest
       arena ($FAKEGPU_MEMORY): it must exit 1 with the out-of-memory line
@@ -336,6 +341,47 @@ def main_run(args):
           % (" ".join(gpu_opts), "%s processes sharing " % np if np else "",
              env["FAKEGPU_COUNT"], STEPS, len(SEEDS),
              " ".join(ref_losses), len(ref_w), " ".join(cpu_opts)))
+    return work, env, launch
+
+
+def data_files(work, gpu_c, rows):
+    """x.npy and y.npy of `rows` random rows, of the shapes and types of
+    the trainer's input and labels, and the classes of its output (its
+    buffer table: the classes first); integer inputs are tokens below
+    that."""
+    import numpy as np
+    with open(gpu_c) as f:
+        text = f.read()
+    shape, dtype = {}, {}
+    for kind in ("INPUT", "LABELS", "OUTPUT"):
+        m = re.search(r'^    \{"[^"]*", MPRT_%s, MPRT_(\w+), \d+, \{([0-9, ]+)\}' % kind, text,
+                      re.M)
+        if not m:
+            sys.exit("FAIL: no %s buffer in %s" % (kind.lower(), gpu_c))
+        dtype[kind], shape[kind] = m.group(1), [int(n) for n in m.group(2).split(",")]
+    classes = shape["OUTPUT"][1]
+    rng = np.random.default_rng(5)
+    if dtype["INPUT"] == "F32":
+        x = rng.standard_normal([rows] + shape["INPUT"][1:]).astype(np.float32)
+    else:
+        x = rng.integers(0, classes, [rows] + shape["INPUT"][1:]).astype(np.int64)
+    y = rng.integers(0, classes, [rows] + shape["LABELS"][1:]).astype(np.int64)
+    np.save(os.path.join(work, "x.npy"), x)
+    np.save(os.path.join(work, "y.npy"), y)
+
+
+def main_evaluate(args):
+    work, env, launch = main_run(args)
+    data_files(work, os.path.join(work, "gpu.c"), 37)
+    ev = ["--data", "x.npy", "--labels", "y.npy", "--steps", "2", "--eval-data", "x.npy",
+          "--eval-labels", "y.npy", "--eval-every", "1"]
+    lines = {}
+    for name, pre in (("cpu", []), ("gpu", launch)):
+        r = run(pre + [os.path.join(work, name)] + ev, env=env, cwd=work)
+        lines[name] = [ln for ln in r.stderr.splitlines() if ln.startswith("eval step")]
+    if len(lines["cpu"]) != 2 or lines["gpu"] != lines["cpu"]:
+        sys.exit("FAIL: evaluations %s, the CPU trainer's %s" % (lines["gpu"], lines["cpu"]))
+    print("fakegpu: the evaluations of 37 rows bit for bit the CPU trainer's: %s" % lines["gpu"][-1])
 
 
 def main():
@@ -343,6 +389,8 @@ def main():
         build(*sys.argv[2:7])
     elif len(sys.argv) > 1 and sys.argv[1] == "run":
         main_run(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "evaluate":
+        main_evaluate(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "offload":
         main_offload(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "oom":

@@ -37,7 +37,7 @@ fi
 echo "build: $build -Wall -Werror -pedantic"
 $build -Wall -Werror -pedantic
 # across processes (--nodes=K): mpicc, NCCL, started as the header says
-np=$(sed -n 's/^ \* replicas: .*run as mpirun -np \([0-9]*\) .*/\1/p' train.c)
+np=$(sed -n 's/^ \* \(replicas\|processes\): .*run as mpirun -np \([0-9]*\) .*/\2/p' train.c)
 launch=
 if [ -n "$np" ]; then
     case $build in
@@ -53,7 +53,9 @@ if [ -n "$np" ]; then   # mpirun's own lines left out; each process's first
     grep '^train:' err.txt | sort -u >train-err.txt
     mv train-err.txt err.txt
 fi
-gpus_needed=$(( ${np:-1} * $(grep -c '^ \* cuda:[0-9]* ' train.c) ))
+# each process's GPUs: those of process 0 where a pipeline spans processes
+per=$(grep -c '^ \* cuda:[0-9]* .*; process 0' train.c) || per=$(grep -c '^ \* cuda:[0-9]* ' train.c)
+gpus_needed=$(( ${np:-1} * per ))
 if [ -e /proc/driver/nvidia/version ] && [ -n "$np" ] &&
    [ "$(nvidia-smi -L | grep -c '^GPU')" -lt "$gpus_needed" ]; then
     if [ $status -ne 1 ] || ! grep -q 'NCCL needs a GPU of its own for each' err.txt; then

@@ -613,6 +613,9 @@ typedef struct MprtModel {
     int node_devs;              /* a pipeline across processes: each one's devices, rank
                                    r's r * node_devs ..; 0: every device here (comm.c) */
     int nstages;                /* with replicas: a communicator each (comm.c) */
+    const int *links;           /* a GPU pipeline across processes: nlinks pairs of streams
+                                   (sender, receiver) whose copies cross (nccl.c) */
+    int nlinks;
     const MprtBuffer *buffers;
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
@@ -2382,6 +2385,7 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
 /* --clip-norm: each parameter's squared gradient norm, in the order of the
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
+MPRT_GLOBAL long mprt_step_no;   /* the step being run, from 0 (train.c) */
 
 /* --data-parallel with several replicas in one process (CPU devices): the
  * process holds mprt_replicas_here copies of one replica's D devices, the
@@ -6807,6 +6811,7 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
  * copy: its streams, events and losses come after the copies' before it;
  * only the first copy's operations are timed (--trace, --profile). */
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
+MPRT_KERNEL int mprt_dev_here(int dev) { return dev >= mprt_dev_lo && dev < mprt_dev_hi; }
 static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
 MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
 MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
@@ -8085,6 +8090,16 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
 
 static MPI_Comm *mprt_stage_comm;   /* [nstages] */
 static int mprt_procs_each = 1;     /* the processes of one replica (mprt_procs_per_replica) */
+static MPI_Comm mprt_p2p;           /* a pipeline across processes: those of one replica,
+                                       for the copies between their stages */
+static int mprt_node_devs;          /* each process's devices of the pipeline */
+
+/* A pipeline across processes: the rank in mprt_p2p of model device dev's
+ * process. */
+static int mprt_p2p_rank(int dev)
+{
+    return dev / mprt_node_devs;
+}
 typedef struct MprtSumScratch {
     float *flat, *parts;            /* every gradient of the stage, one after another;
                                        the replicas' sums of this rank's share */
@@ -8167,11 +8182,17 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     MPI_Comm_free(&same);
 }
 
-/* Once the devices are open: NCCL's communicators between the GPUs. */
-static void mprt_comm_devices(void)
+/* Once the devices are open: NCCL's communicators between the GPUs, for
+ * the sums over replicas, or the copies of a pipeline across processes. */
+static void mprt_comm_devices(const MprtModel *m)
 {
 #ifdef MPRT_NCCL
-    mprt_nccl_start();
+    if (m->nlinks)
+        mprt_nccl_links(m, mprt_p2p, mprt_p2p_rank);
+    if (m->replicas > 1)   /* the sums: between the processes of one stage, a replica each */
+        mprt_nccl_start(mprt_procs_each, mprt_stage_comm[0]);
+#else
+    (void)m;
 #endif
 }
 
@@ -8430,16 +8451,6 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
 
 /* ---- a pipeline across processes ---- */
 
-#ifdef MPRT_NCCL   /* of CPU devices only, so far (mpcc refuses GPUs) */
-static void mprt_pipeline_start(const MprtModel *m)
-{
-    (void)m;
-}
-#else
-
-static MPI_Comm mprt_p2p;   /* the copies between stages of two processes */
-static int mprt_node_devs;
-
 static void mprt_p2p_check(size_t n, int tag, const char *what)
 {
     static int *ub;
@@ -8450,6 +8461,7 @@ static void mprt_p2p_check(size_t n, int tag, const char *what)
         mprt_die("%s of %zu bytes, operation %d: beyond what one MPI call counts", what, n, tag);
 }
 
+#ifndef MPRT_NCCL   /* CPU devices: the copies are MPI's */
 static void mprt_mpi_send(const void *src, size_t n, int dev, int tag)
 {
     mprt_p2p_check(n, tag, "a copy to another process");
@@ -8463,6 +8475,7 @@ static void mprt_mpi_recv(void *dst, size_t n, int dev, int tag)
     mprt_mpi_check(MPI_Recv(dst, (int)n, MPI_BYTE, dev / mprt_node_devs, tag, mprt_p2p,
                             MPI_STATUS_IGNORE), "a copy from another process (MPI_Recv)");
 }
+#endif
 
 /* The p-th process of a replica runs devices p * node_devs .. of the
  * model's; the copies go between the processes of its replica. */
@@ -8472,12 +8485,27 @@ static void mprt_pipeline_start(const MprtModel *m)
     mprt_node_devs = m->node_devs;
     mprt_dev_lo = mprt_rank % P * m->node_devs;
     mprt_dev_hi = mprt_dev_lo + m->node_devs;
+#ifndef MPRT_NCCL
     mprt_stream_send = mprt_mpi_send;
     mprt_stream_recv = mprt_mpi_recv;
+#endif
     mprt_mpi_check(MPI_Comm_split(MPI_COMM_WORLD, mprt_rank / P, mprt_rank, &mprt_p2p),
                    "MPI_Comm_split");
 }
 
+#ifdef MPRT_NCCL   /* GPUs: NCCL's sends and receives (nccl.c) */
+MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_nccl_p2p(stream, (void *)src, n, dev, label, 1);
+}
+
+MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_nccl_p2p(stream, dst, n, dev, label, 0);
+}
+#else
 /* A copy between stages on two processes: the sender's stream sends... */
 MPRT_KERNEL void mprt_send(int stream, const void *src, size_t n, int dev, int label)
 {
@@ -8496,6 +8524,55 @@ MPRT_KERNEL void mprt_recv(int stream, void *dst, size_t n, int dev, int label)
 
 #endif
 
+/* Evaluation of a pipeline across processes (codegen.c's eval_forward):
+ * an activation of micro-batch 0 from device `from` to device `to`, where
+ * either may be another process's; through host memory between them. */
+MPRT_KERNEL void mprt_eval_copy(void *dst, int to, const void *src, int from, size_t n)
+{
+    int a = mprt_dev_here(from), b = mprt_dev_here(to);
+    if (a && b) {
+        mprt_dev_copy(dst, src, n);
+    } else if (a) {
+        mprt_p2p_check(n, 0, "an evaluation's copy to another process");
+        mprt_mpi_check(MPI_Send(mprt_ops->dev_read(from, src, n, 0), (int)n, MPI_BYTE,
+                                mprt_p2p_rank(to), 0, mprt_p2p),
+                       "an evaluation's copy to another process (MPI_Send)");
+    } else if (b) {
+        void *h = mprt_ops->dev_stage(to, dst, n);
+        mprt_p2p_check(n, 0, "an evaluation's copy from another process");
+        mprt_mpi_check(MPI_Recv(h, (int)n, MPI_BYTE, mprt_p2p_rank(from), 0, mprt_p2p,
+                                MPI_STATUS_IGNORE),
+                       "an evaluation's copy from another process (MPI_Recv)");
+        mprt_ops->dev_commit(to, dst, h, n);
+    }
+}
+
+/* --clip-norm with a pipeline across processes: the squared norms of the
+ * other processes' stages (k entries, each process's own written this
+ * step and the others' 0: train.c's mprt_step), added into this one's
+ * table, once a step, by the first update that asks (the plan has every
+ * update wait for this process's stages' norms). x + 0 is x: the table
+ * is one process's, bit for bit. */
+MPRT_KERNEL void mprt_norms_across(int k)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static long done = -1;
+    pthread_mutex_lock(&mu);
+    if (done != mprt_step_no)
+        mprt_mpi_check(MPI_Allreduce(MPI_IN_PLACE, mprt_norm_sq, k, MPI_DOUBLE, MPI_SUM,
+                                     mprt_p2p), "adding the squared norms (MPI_Allreduce)");
+    done = mprt_step_no;
+    pthread_mutex_unlock(&mu);
+}
+
+/* ... and its scores, n sums, added over the processes of the pipeline
+ * into rank 0's (the process of the last stage scores; the others add 0). */
+static void mprt_eval_sum(double *v, int n)
+{
+    mprt_mpi_check(MPI_Reduce(mprt_rank == 0 ? MPI_IN_PLACE : v, v, n, MPI_DOUBLE, MPI_SUM, 0,
+                              mprt_p2p), "adding the evaluation's scores (MPI_Reduce)");
+}
+
 /* Before a checkpoint: rank 0 takes the weights, optimizer state and
  * running statistics of the other processes' devices into its copies of
  * their arenas, in the buffer table's order. */
@@ -8509,9 +8586,10 @@ static void mprt_comm_gather(const MprtModel *m)
         int owner = b->dev / m->node_devs;
         if ((b->kind != MPRT_PARAM && b->kind != MPRT_STATE) || b->dev < 0 || owner == 0)
             continue;
-        if (mprt_rank == owner)
-            mprt_mpi_check(MPI_Send(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, 0, i,
-                                    MPI_COMM_WORLD), "gathering the checkpoint (MPI_Send)");
+        if (mprt_rank == owner)   /* a GPU's, through host memory */
+            mprt_mpi_check(MPI_Send(mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0),
+                                    (int)b->nbytes, MPI_BYTE, 0, i, MPI_COMM_WORLD),
+                           "gathering the checkpoint (MPI_Send)");
         else if (mprt_rank == 0)
             mprt_mpi_check(MPI_Recv(mprt_slot(b, 0), (int)b->nbytes, MPI_BYTE, owner, i,
                                     MPI_COMM_WORLD, MPI_STATUS_IGNORE),
@@ -8591,7 +8669,10 @@ static void mprt_comm_start(const MprtModel *m, int *argc, char ***argv)
     (void)m, (void)argc, (void)argv;
 }
 
-static void mprt_comm_devices(void) {}
+static void mprt_comm_devices(const MprtModel *m)
+{
+    (void)m;
+}
 
 static void mprt_comm_end(void) {}
 
@@ -8618,6 +8699,11 @@ static void mprt_pipeline_start(const MprtModel *m)
 static void mprt_comm_gather(const MprtModel *m)
 {
     (void)m;
+}
+
+static void mprt_eval_sum(double *v, int n)
+{
+    (void)v, (void)n;
 }
 
 static void mprt_comm_losses(int M, const float *mine, float *all)
@@ -8649,7 +8735,6 @@ static void mprt_comm_hashes(uint64_t mine, uint64_t *all)
  * The buffer table, errors and weight loading are program.c's.
  */
 
-MPRT_GLOBAL long mprt_step_no;        /* the step being run, from 0 */
 MPRT_GLOBAL float mprt_lr;            /* its learning rate */
 
 typedef struct MprtArgs {
@@ -9007,7 +9092,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
 /* Runs the model forward in inference mode over every row of d, in
  * micro-batches (the last one padded), prints the mean loss and the
  * accuracy, and returns the loss (NaN when nothing was scored). Only
- * activations, the loss and the input buffers change. */
+ * activations, the loss and the input buffers change. A pipeline across
+ * processes: each of its processes runs its stages, the last one's
+ * scores, and rank 0 adds them up and prints (mprt_eval_sum). */
 static double mprt_evaluate(const MprtModel *m, const MprtData *d, long step, int64_t *rows)
 {
     const MprtBuffer *in = mprt_buffer_of(m, MPRT_INPUT), *lb = mprt_buffer_of(m, MPRT_LABELS),
@@ -9023,9 +9110,17 @@ static double mprt_evaluate(const MprtModel *m, const MprtData *d, long step, in
         mprt_fill(d, 0, in, R, rows, n, 0, 0);
         mprt_fill(d, 1, lb, R, rows, n, ce ? m->ignore_index : 0, 0);
         m->eval_forward();
-        mprt_score(m, out, lb, n, R, &sc);
+        if (mprt_dev_here(out->dev))
+            mprt_score(m, out, lb, n, R, &sc);
     }
     mprt_training = 1;
+    if (m->node_devs) {
+        double v[3] = {sc.loss, (double)sc.correct, (double)sc.count};
+        mprt_eval_sum(v, 3);
+        sc = (MprtScore){v[0], (int64_t)v[1], (int64_t)v[2]};
+        if (mprt_rank != 0)
+            return NAN;
+    }
     if (!sc.count) {
         fprintf(stderr, "eval step %ld: nothing to score in %s (every label is the ignore "
                 "index %lld)\n", step, d->name, (long long)m->ignore_index);
@@ -9195,8 +9290,11 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     }
     mprt_step_no = s;
     mprt_lr = lr;
-    if (m->node_devs)   /* one pipeline across processes: the last stage's writes the losses, */
+    if (m->node_devs) {   /* one pipeline across processes: the last stage's writes the losses, */
         memset(mprt_losses, 0, (size_t)M * sizeof *mprt_losses);   /* the others add 0 (comm.c) */
+        if (m->norm_terms)   /* so too each stage's squared norms (mprt_norms_across) */
+            memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
+    }
     for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
@@ -9354,7 +9452,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
-    mprt_comm_devices();   /* NCCL's communicators, where GPUs sum over processes */
+    mprt_comm_devices(m);   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);
     mprt_load_consts(m->buffers, m->nbuffers, m->model_file, m->weights_file);
@@ -9426,9 +9524,11 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         }
         if ((a.eval_data || a.eval_tokens) &&
             ((a.eval_every && (s + 1) % a.eval_every == 0) || s + 1 == last)) {
-            mprt_comm_gather(m);   /* a pipeline across processes: rank 0 takes every stage */
+            double e = NAN;   /* a pipeline across processes: replica 0's evaluate it */
+            if (lead || (m->node_devs && mprt_rank < mprt_procs_per_replica(m)))
+                e = mprt_evaluate(m, &eval, s + 1, rows);
             if (lead)
-                mprt_plot_eval(&plot, s + 1, mprt_evaluate(m, &eval, s + 1, rows));
+                mprt_plot_eval(&plot, s + 1, e);
         }
         if (lead && saved_step == s + 1)
             mprt_plot_checkpoint(&plot);   /* with this step's evaluation */

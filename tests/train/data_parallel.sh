@@ -109,7 +109,7 @@ run 0 clip-1 --steps 4 --loss-log clip-1.txt --save clip-1.safetensors
 compile noclip "$samples/gpt.mp" -cpus 1 --data-parallel=1 $noclip
 run 0 noclip --steps 4 --loss-log noclip.txt
 if cmp -s clip-1.txt noclip.txt; then echo "FAIL: --clip-norm=0.5 clipped nothing"; exit 1; fi
-for layout in "1 4 2 zb" "2 2 2 1f1b" "2 2 4 zb"; do
+for layout in "1 4 2 zb" "2 2 2 1f1b" "2 2 4 zb" "2 2 1 zb" "4 1 2 1f1b"; do
     set -- $layout
     tag=clip-$1-$2-$3-$4
     compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=$3 --nodes=$1 --schedule=$4 $clip \
@@ -120,7 +120,8 @@ for layout in "1 4 2 zb" "2 2 2 1f1b" "2 2 4 zb"; do
         { echo "FAIL: --clip-norm on $1 process(es) of -cpus $2, $3 replicas, $4"; exit 1; }
 done
 echo "data_parallel: --clip-norm over 2 replicas in one process (zero bubble), 2 processes" \
-    "and 2 processes of 2, the gradients summed in buckets of 0.01 MB: one replica's losses" \
+    "and 2 processes of 2, the gradients summed in buckets of 0.01 MB, a pipeline across 2" \
+    "processes (each adds the other's norms) and 2 replicas each across 2 of 4: one replica's losses" \
     "($(tr '\n' ' ' <clip-1.txt)) and checkpoint, byte for byte"
 
 # the sums on the communication streams: --dump=schedule draws each
@@ -201,7 +202,7 @@ echo "data_parallel: the MLP on 2 processes of 2 replicas against PyTorch: withi
 # the same rows of a data file (more rows than a batch, so each replica
 # reads rows of its own) on one process, 2 processes of 2 replicas and a
 # pipeline across 2: the same losses and checkpoint, byte for byte, and the
-# same evaluations (rank 0 takes every stage's weights to evaluate them)
+# same evaluations (each process runs its stages, rank 0 adds the scores)
 ev="--data ref/x.npy --labels ref/y.npy --steps 4 --eval-data ref/x.npy --eval-labels ref/y.npy --eval-every 2"
 compile mlp-one ref/model.onnx -cpus 1 --data-parallel=1 -batch 32 --microbatches=8 --lr=0.1 \
     --momentum=0.9
@@ -451,8 +452,6 @@ refuse() {   # WHAT FLAGS...
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
 refuse 'give a divisor or a multiple of 2' -cpus 1 -batch 12 --data-parallel=3 --nodes=2
-refuse 'replicas of CUDA devices that span several processes are not built yet' -gpus 1 \
-    -batch 8 --data-parallel=2 --nodes=4
 refuse '--zero=1 shards the optimizer state over replicas in processes of their own' -cpus 2 \
     -batch 8 --data-parallel=2 --zero=1
 refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
@@ -464,8 +463,6 @@ refuse 'replicas in each process must be a power of two' -cpus 3 -batch 12 --mic
 refuse 'each replica needs a power of two of them' -cpus 1 -batch 12 --microbatches=6 \
     --data-parallel=2 --nodes=2
 refuse 'does not split over 2 replicas' -cpus 1 -batch 7 --data-parallel=2 --nodes=2
-refuse 'a pipeline of CUDA devices across processes is not built yet' -gpus 2 -batch 8 \
-    --data-parallel=1 --nodes=2
 refuse 'give --nodes=4 (a replica per process, summed over NCCL)' -gpus 2 -batch 8 \
     --data-parallel=4 --nodes=2
 # ... but a plan of them may be asked for: 2 replicas of GPUs in each of 2 processes
