@@ -8433,8 +8433,8 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
                        "gathering the losses (MPI_Allgather)");
         return;
     }
-    float *each = malloc((size_t)mprt_ranks * (size_t)M * sizeof *each);
-    if (!each)
+    static float *each;   /* kept from step to step: M is the model's */
+    if (!each && !(each = malloc((size_t)mprt_ranks * (size_t)M * sizeof *each)))
         mprt_die("out of memory");
     mprt_mpi_check(MPI_Allgather(mine, M, MPI_FLOAT, each, M, MPI_FLOAT, MPI_COMM_WORLD),
                    "gathering the losses (MPI_Allgather)");
@@ -8446,7 +8446,6 @@ static void mprt_comm_losses(int M, const float *mine, float *all)
                 x += each[(size_t)(r * P + q) * (size_t)M + (size_t)mb];
             all[(size_t)r * (size_t)M + (size_t)mb] = x;
         }
-    free(each);
 }
 
 /* ---- a pipeline across processes ---- */
