@@ -59,19 +59,20 @@ MPRT_KERNEL void mprt_tree_add(void (*acc)(long, float *, const float *, int), l
         }
 }
 
-/* v[0] = the sum of v[0 .. r), as the tree of mprt_tree_add: halves of a
- * power of two; else the largest power of two below r, then the rest. */
+static void mprt_host_add(long n, float *sum, const float *g, int first)
+{
+    if (first)
+        memcpy(sum, g, (size_t)n * sizeof *sum);
+    else
+        for (long i = 0; i < n; i++)
+            sum[i] += g[i];
+}
+
+/* v[0] = the sum of v[0 .. r) of n floats in host memory, as the tree of
+ * mprt_tree_add (state.c's mprt_tree_with). */
 MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
 {
-    if (r == 1)
-        return;
-    int p = 1;
-    while (2 * p < r)
-        p *= 2;
-    mprt_tree_vectors(v, p, n);
-    mprt_tree_vectors(v + p, r - p, n);
-    for (long i = 0; i < n; i++)
-        v[0][i] += v[p][i];
+    mprt_tree_with(mprt_host_add, v, r, n);
 }
 
 /* The replica the calling thread works for, of every process's: its rows
@@ -136,6 +137,10 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     int RL = mprt_replicas_here;
     if (RL == 1) {
         mprt_ranks_sum(stage, n, g, len);
+        return;
+    }
+    if (mprt_ops->copies_sum) {   /* GPUs: one host thread issues every copy's sum */
+        mprt_ops->copies_sum(stage, n, g, len, mprt_ranks_sum);
         return;
     }
     MprtHere *h = &mprt_here[stage];

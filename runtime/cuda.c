@@ -965,6 +965,115 @@ MPRT_KERNEL void mprt_cu_norm_wait(void)
             MPRT_CUDA(cudaEventSynchronize(mprt_cu_devs[d].norm_done));
 }
 
+/* ---- replicas in one process: a bucket's sum over the copies ---- */
+
+/* Per device of one replica: what its copies' sums share. */
+typedef struct MprtCuCopies {
+    cudaEvent_t done;            /* on copy 0's GPU: its bucket summed */
+    cudaEvent_t *tail;           /* [copies]: copy c's communication stream reached its sum */
+    float *staging;              /* on copy 0's GPU: the other copies' gradients */
+    size_t cap;                  /* floats */
+} MprtCuCopies;
+static MprtCuCopies *mprt_cu_copies;   /* [devices of one replica] */
+
+static MprtCuCopies *mprt_cu_copies_of(int dl)
+{
+    int RL = mprt_replicas_here, D = mprt_replica_devs;
+    if (!mprt_cu_copies && !(mprt_cu_copies = calloc((size_t)D, sizeof *mprt_cu_copies)))
+        mprt_cu_call_failed(1, "calloc", "out of memory");
+    MprtCuCopies *cc = &mprt_cu_copies[dl];
+    if (cc->tail)
+        return cc;
+    if (!(cc->tail = calloc((size_t)RL, sizeof *cc->tail)))
+        mprt_cu_call_failed(1, "calloc", "out of memory");
+    for (int c = 0; c < RL; c++) {
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[c * D + dl].ordinal));
+        MPRT_CUDA(cudaEventCreateWithFlags(&cc->tail[c], cudaEventDisableTiming));
+    }
+    MPRT_CUDA(cudaSetDevice(mprt_cu_devs[dl].ordinal));
+    MPRT_CUDA(cudaEventCreateWithFlags(&cc->done, cudaEventDisableTiming));
+    return cc;
+}
+
+/* sum = (first ? 0 : sum) + g on the current GPU's current stream (the
+ * additions of state.c's mprt_tree_with). */
+static void mprt_cu_add(long n, float *sum, const float *g, int first)
+{
+    void *args[] = {&n, &sum, &g, &first};
+    if (n > 0)
+        mprt_cu_launch("accumulate", mprt_cu_blocks(n, 256), 256, 0, args);
+}
+
+/* Replicas in one process (--data-parallel=R, R > processes): the n
+ * gradients of a bucket (g[i], len[i] floats: this copy's), summed over
+ * the copies, on the communication stream of the calling copy's GPU (the
+ * launch's current stream). Every copy's step is issued in turn (program.c's
+ * mprt_issue_in_turn), so when copy 0's sum is issued, every copy's
+ * communication stream has reached its wait for its gradients: copy 0
+ * waits for each, copies their gradients into staging on its GPU, adds
+ * them as the tree (the CPU's bits), sums over the processes (ranks_sum:
+ * NCCL's), and records `done`; every other copy waits for that and takes
+ * copy 0's sums. */
+static void mprt_cu_copies_sum(int stage, int n, float *const *g, const long *len,
+                               void (*ranks_sum)(int stage, int n, float *const *g,
+                                                 const long *len))
+{
+    int RL = mprt_replicas_here, D = mprt_replica_devs, d = (int)(mprt_cu - mprt_cu_devs);
+    int me = d / D, dl = d % D;
+    MprtCuCopies *cc = mprt_cu_copies_of(dl);
+    cudaStream_t s = mprt_cu->compute;   /* the communication stream (mprt_gpu_launch) */
+    if (me != 0) {
+        MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
+        MPRT_CUDA(cudaStreamWaitEvent(s, cc->done, 0));
+        for (int i = 0; i < n; i++) {
+            const float *from = (const float *)(mprt_cu_arena_base[dl] +
+                                                ((unsigned char *)g[i] - mprt_cu_arena_base[d]));
+            MPRT_CUDA(cudaMemcpyPeerAsync(g[i], mprt_cu->ordinal, from, mprt_cu_devs[dl].ordinal,
+                                          (size_t)len[i] * sizeof(float), s));
+        }
+        return;
+    }
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (size_t)len[i];
+    for (int c = 1; c < RL; c++) {   /* each copy's stream has reached its sum */
+        int x = c * D + dl;
+        MPRT_CUDA(cudaSetDevice(mprt_cu_devs[x].ordinal));
+        MPRT_CUDA(cudaEventRecord(cc->tail[c], mprt_cu_streams[x * MPRT_STREAMS + MPRT_STREAM_COMM]));
+    }
+    MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
+    for (int c = 1; c < RL; c++)
+        MPRT_CUDA(cudaStreamWaitEvent(s, cc->tail[c], 0));
+    if (total * (size_t)(RL - 1) > cc->cap) {   /* the first step: a larger bucket */
+        MPRT_CUDA(cudaStreamSynchronize(s));   /* the buckets before it are done with it */
+        MPRT_CUDA(cudaFree(cc->staging));
+        MPRT_CUDA(cudaMalloc((void **)&cc->staging, total * (size_t)(RL - 1) * sizeof(float)));
+        cc->cap = total * (size_t)(RL - 1);
+    }
+    float **v = malloc((size_t)RL * sizeof *v);
+    if (!v)
+        mprt_cu_call_failed(1, "malloc", "out of memory");
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        v[0] = g[i];
+        for (int c = 1; c < RL; c++) {
+            int x = c * D + dl;
+            v[c] = cc->staging + (size_t)(c - 1) * total + at;
+            MPRT_CUDA(cudaMemcpyPeerAsync(v[c], mprt_cu->ordinal,
+                                          mprt_cu_arena_base[x] +
+                                              ((unsigned char *)g[i] - mprt_cu_arena_base[d]),
+                                          mprt_cu_devs[x].ordinal,
+                                          (size_t)len[i] * sizeof(float), s));
+        }
+        mprt_tree_with(mprt_cu_add, v, RL, len[i]);
+        at += (size_t)len[i];
+    }
+    free(v);
+    ranks_sum(stage, n, g, len);
+    MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
+    MPRT_CUDA(cudaEventRecord(cc->done, s));
+}
+
 MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .launch = mprt_gpu_launch, .memcpy_async = mprt_gpu_memcpy_async,
     .wait_event = mprt_gpu_wait_event, .record_event = mprt_gpu_record_event,
@@ -977,7 +1086,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .dev_commit = mprt_gpu_dev_commit, .keep_loss = mprt_gpu_keep_loss,
     .devices_open = mprt_gpu_devices_open, .streams_start = mprt_gpu_streams_start,
     .sync = mprt_gpu_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
-    .dev_copy = mprt_gpu_dev_copy,
+    .dev_copy = mprt_gpu_dev_copy, .copies_sum = mprt_cu_copies_sum,
 };
 
 #ifndef MPRT_MIXED   /* GPUs only; mixed.c has the table of a trainer with both */

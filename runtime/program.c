@@ -17,10 +17,7 @@
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
 MPRT_KERNEL int mprt_dev_here(int dev) { return dev >= mprt_dev_lo && dev < mprt_dev_hi; }
 static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
+
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
@@ -53,6 +50,81 @@ static _Noreturn void mprt_die(const char *fmt, ...)
     va_end(ap);
     exit(1);
 }
+
+/* Replicas in one process whose steps one host thread issues (a device
+ * kind with copies_sum: GPUs): each copy's run_step only lists its
+ * operations here (mprt_deferring), and mprt_issue_in_turn issues them,
+ * operation k of every copy before operation k + 1 of any. So when a
+ * copy's bucket sum is issued, every copy's gradients it adds, and their
+ * events, have been (cuda.c's mprt_cu_copies_sum). */
+enum { MPRT_DO_LAUNCH, MPRT_DO_COPY, MPRT_DO_WAIT, MPRT_DO_RECORD };
+typedef struct MprtDeferred {
+    int kind, stream, mb, label, ev;
+    void (*fn)(int);
+    void *dst;
+    const void *src;
+    size_t n;
+} MprtDeferred;
+typedef struct MprtDeferredList {
+    MprtDeferred *op;
+    int n, cap;
+} MprtDeferredList;
+static MprtDeferredList *mprt_deferred;   /* [replicas here] */
+MPRT_GLOBAL int mprt_deferring;
+
+static void mprt_do(const MprtDeferred *d)
+{
+    if (d->kind == MPRT_DO_LAUNCH)
+        mprt_ops->launch(d->stream, d->fn, d->mb, d->label);
+    else if (d->kind == MPRT_DO_COPY)
+        mprt_ops->memcpy_async(d->stream, d->dst, d->src, d->n, d->label);
+    else if (d->kind == MPRT_DO_WAIT)
+        mprt_ops->wait_event(d->stream, d->ev);
+    else
+        mprt_ops->record_event(d->stream, d->ev);
+}
+
+/* An operation of the calling thread's copy: issued now, or listed. */
+static void mprt_issue(MprtDeferred d)
+{
+    if (!mprt_deferring) {
+        mprt_do(&d);
+        return;
+    }
+    if (!mprt_deferred && !(mprt_deferred = calloc((size_t)mprt_replicas_here, sizeof *mprt_deferred)))
+        mprt_die("out of memory");
+    MprtDeferredList *l = &mprt_deferred[mprt_copy_of_thread()];
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        if (!(l->op = realloc(l->op, (size_t)l->cap * sizeof *l->op)))
+            mprt_die("out of memory");
+    }
+    l->op[l->n++] = d;
+}
+
+/* Every copy's listed operations, in turn (each copy's step is the same
+ * program, so the lists are as long); the lists are then empty. */
+static void mprt_issue_in_turn(void)
+{
+    int RL = mprt_replicas_here;
+    for (int c = 1; c < RL; c++)
+        if (mprt_deferred[c].n != mprt_deferred[0].n)
+            mprt_die("the replicas' steps listed %d and %d operations: a fault of mpcc",
+                     mprt_deferred[0].n, mprt_deferred[c].n);
+    for (int k = 0; k < mprt_deferred[0].n; k++)
+        for (int c = 0; c < RL; c++) {
+            mprt_dev_base = c * mprt_replica_devs;   /* the launched functions' copy */
+            mprt_do(&mprt_deferred[c].op[k]);
+        }
+    mprt_dev_base = 0;
+    for (int c = 0; c < RL; c++)
+        mprt_deferred[c].n = 0;
+}
+
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_LAUNCH, .stream = MPRT_STREAMS * mprt_dev_base + stream, .fn = fn, .mb = mb, .label = mprt_dev_base ? -1 : label}); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_COPY, .stream = MPRT_STREAMS * mprt_dev_base + stream, .dst = dst, .src = src, .n = n, .label = mprt_dev_base ? -1 : label}); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_WAIT, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_RECORD, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
 
 /* A shape as numpy prints it: (2, 3), (5,), (). */
 static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)

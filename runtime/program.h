@@ -45,6 +45,11 @@ typedef struct MprtDeviceOps {
     void (*dev_copy)(void *dst, const void *src, size_t n);
     int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */
     size_t (*dev_extra)(int dev);  /* memory taken beyond the arena (cuDNN's workspace); NULL: none */
+    /* replicas in one process: a bucket's sum over the copies, where one
+     * host thread issues every copy's step in turn (cuda.c); NULL: each
+     * copy's thread meets the others' (comm.c) */
+    void (*copies_sum)(int stage, int n, float *const *g, const long *len,
+                       void (*ranks_sum)(int stage, int n, float *const *g, const long *len));
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or

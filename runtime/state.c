@@ -93,6 +93,24 @@ MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
     return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
 }
 
+/* v[0] = the sum of v[0 .. r) of n floats, as the tree of comm.c's
+ * mprt_tree_add adds micro-batches: halves of a power of two; else the
+ * largest power of two below r, then the rest. acc(n, sum, g, 0) adds g
+ * into sum, on the device that holds them (the host's loop, or a GPU's
+ * kernel on its current stream). */
+MPRT_KERNEL void mprt_tree_with(void (*acc)(long, float *, const float *, int),
+                                float *const *v, int r, long n)
+{
+    if (r == 1)
+        return;
+    int p = 1;
+    while (2 * p < r)
+        p *= 2;
+    mprt_tree_with(acc, v, p, n);
+    mprt_tree_with(acc, v + p, r - p, n);
+    acc(n, v[0], v[p], 0);
+}
+
 /* The factor that clips the gradients to a global L2 norm, as
  * torch.nn.utils.clip_grad_norm_, from every parameter's share (summed in
  * the table's order, the same on every layout), on the host for every kind

@@ -475,6 +475,8 @@ static void mprt_here_devices(const MprtModel *m, const char ***names, double **
     for (int d = 0; d < N; d++) {
         char name[32];
         snprintf(name, sizeof name, "cpu:%d", d);
+        if (strncmp(m->device_names[d % m->ndev], "cuda", 4) == 0)   /* a copy's GPU */
+            snprintf(name, sizeof name, "cuda:%d", d);
         (*names)[d] = d < m->ndev ? m->device_names[d] : strdup(name);
         int here = d >= mprt_dev_lo && d < mprt_dev_hi;   /* a pipeline across processes */
         (*shares)[d] = !here ? 0 : m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
@@ -517,12 +519,12 @@ static void mprt_start_devices(const MprtModel *m)
 }
 
 /* The replicas of this process start as copy 0: weights, optimizer state,
- * constants (CPU devices: their memory is the host's). */
+ * constants. */
 static void mprt_copy_replicas(const MprtModel *m)
 {
     for (int d = m->ndev; d < mprt_ndev_here(m); d++) {
         int md = d % m->ndev;
-        memcpy(mprt_arenas[d], mprt_arenas[md], m->arena_bytes[md]);
+        mprt_ops->dev_copy(mprt_arenas[d], mprt_arenas[md], m->arena_bytes[md]);
         if (m->host_bytes[md])
             memcpy(mprt_host_arenas[d], mprt_host_arenas[md], m->host_bytes[md]);
     }
@@ -571,16 +573,21 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     }
     mprt_step_no = s;
     mprt_lr = lr;
+    int turn = RL > 1 && mprt_ops->copies_sum;   /* one host thread issues every copy's step */
     if (m->node_devs) {   /* one pipeline across processes: the last stage's writes the losses, */
         memset(mprt_losses, 0, (size_t)M * sizeof *mprt_losses);   /* the others add 0 (comm.c) */
         if (m->norm_terms)   /* so too each stage's squared norms (mprt_norms_across) */
             memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
     }
+    mprt_deferring = turn;   /* GPUs: each copy's run_step lists its operations (program.c) */
     for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
     }
+    mprt_deferring = 0;
     mprt_dev_base = 0;
+    if (turn)
+        mprt_issue_in_turn();
     if (RL > 1)
         mprt_sync();
     mprt_comm_losses(M * RL, mprt_losses, losses);

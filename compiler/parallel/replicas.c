@@ -36,15 +36,6 @@ static int devices_given(const Options *o)
     return o->gpus > 0 ? o->gpus : o->cpus > 0 ? o->cpus : 1;
 }
 
-/* Only the plan is asked for (--dump=partition, schedule, memory, ...):
- * layouts whose trainer is not built yet may still be planned, to see
- * what they would do. */
-static bool plans_only(const Options *o)
-{
-    return o->dump_partition || o->dump_schedule || o->dump_dot || o->dump_fuse ||
-           o->dump_memory || o->dump_costs || o->dump_gantt || o->dump_sweep;
-}
-
 /* What this version does not build yet, each as one line that says what
  * to give instead. */
 static void check_layout(const Options *o, int R, int K)
@@ -52,12 +43,6 @@ static void check_layout(const Options *o, int R, int K)
     if (o->infer)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
-    bool gpus = has_cuda(o) && !plans_only(o);
-    if (has_cuda(o) && plans_only(o) && R > K) {
-        Loc loc = {.file = o->input, .index = -1};
-        note_once(&loc, "a plan only: the trainer of this layout of CUDA devices is not built "
-                  "yet (replicas of GPU pipelines in one process)");
-    }
     if (o->pipe.devices && (K > 1 || R > K))
         error_file(o->input, "--data-parallel and --nodes take -cpus N or -gpus N (each "
                    "process's devices), not --devices");
@@ -68,10 +53,6 @@ static void check_layout(const Options *o, int R, int K)
                    "replicas, the same number each, or each replica spans the same number of "
                    "processes; give a divisor or a multiple of %d", R, K, K);
     int RL = R / K;
-    if (RL > 1 && gpus)
-        error_file(o->input, "--data-parallel=%d: %d replicas in one process are built for "
-                   "CPU devices (-cpus N) only so far; give --nodes=%d (a replica per process, "
-                   "summed over NCCL), or --dump=partition to plan them", R, RL, R);
     if (RL > 1 && K > 1 && (RL & (RL - 1)))
         error_file(o->input, "--data-parallel=%d over --nodes=%d: %d replicas in each process "
                    "must be a power of two (their sum is a subtree of the fixed tree over "
@@ -155,7 +136,7 @@ int replicas_candidates(const Options *o, int *R, int max)
 {
     int K = o->pipe.nodes > 0 ? o->pipe.nodes : 1, N = devices_given(o), n = 0;
     for (int r = 1; r < K && n < max; r++)   /* each replica a pipeline across K/r processes */
-        if (K % r == 0 && (r == 1 || (!has_cuda(o) && o->batch && o->batch % r == 0 &&
+        if (K % r == 0 && (r == 1 || (o->batch && o->batch % r == 0 &&
                                       (!o->pipe.micro_given || (o->train.microbatches % r == 0 &&
                                        power_of_two(o->train.microbatches / r))))))
             R[n++] = r;

@@ -7,9 +7,7 @@
 # 80%), from one GPU to 2 nodes of 8: pipelines, replicas in a node,
 # replicas over nodes, and one pipeline across both nodes. The same global
 # batch (GPT: 64 sequences in 16 micro-batches; ResNet-50: 256 images in 16)
-# on every layout. Planning only (--dump=partition): nothing runs (the
-# trainers of these layouts but replicas of GPU pipelines in one process
-# are built).
+# on every layout. Planning only (--dump=partition): nothing runs.
 # Usage: scale_predict.sh MPCC [WORKDIR]
 set -eu
 mpcc=$(realpath "$1") work=${2:-/tmp/scale_predict}

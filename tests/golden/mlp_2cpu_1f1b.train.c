@@ -533,6 +533,11 @@ typedef struct MprtDeviceOps {
     void (*dev_copy)(void *dst, const void *src, size_t n);
     int (*dev_threads)(int dev);   /* a CPU device's threads; NULL or 0: not one */
     size_t (*dev_extra)(int dev);  /* memory taken beyond the arena (cuDNN's workspace); NULL: none */
+    /* replicas in one process: a bucket's sum over the copies, where one
+     * host thread issues every copy's step in turn (cuda.c); NULL: each
+     * copy's thread meets the others' (comm.c) */
+    void (*copies_sum)(int stage, int n, float *const *g, const long *len,
+                       void (*ranks_sum)(int stage, int n, float *const *g, const long *len));
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
@@ -650,15 +655,15 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
 MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr, float momentum, float wd, int nesterov, int first);
 MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first);
 MPRT_KERNEL void mprt_run_as(int dev);
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label);
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label);
-MPRT_KERNEL void mprt_wait_event(int stream, int ev);
-MPRT_KERNEL void mprt_record_event(int stream, int ev);
 MPRT_KERNEL void mprt_sync(void);
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n);
 MPRT_KERNEL void mprt_dev_copy(void *dst, const void *src, size_t n);
 MPRT_KERNEL void mprt_keep_loss(int mb, const float *loss);
 MPRT_GLOBAL unsigned char **mprt_arenas;
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label);
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label);
+MPRT_KERNEL void mprt_wait_event(int stream, int ev);
+MPRT_KERNEL void mprt_record_event(int stream, int ev);
 MPRT_GLOBAL float mprt_lr;
 
 /* ==== the model ==== */
@@ -2461,6 +2466,24 @@ MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
     uint64_t k = mprt_mix64(mprt_dropout_seed + 0x9e3779b97f4a7c15ULL);
     k = mprt_mix64(k ^ (node * 0xd1b54a32d192ed03ULL));
     return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
+}
+
+/* v[0] = the sum of v[0 .. r) of n floats, as the tree of comm.c's
+ * mprt_tree_add adds micro-batches: halves of a power of two; else the
+ * largest power of two below r, then the rest. acc(n, sum, g, 0) adds g
+ * into sum, on the device that holds them (the host's loop, or a GPU's
+ * kernel on its current stream). */
+MPRT_KERNEL void mprt_tree_with(void (*acc)(long, float *, const float *, int),
+                                float *const *v, int r, long n)
+{
+    if (r == 1)
+        return;
+    int p = 1;
+    while (2 * p < r)
+        p *= 2;
+    mprt_tree_with(acc, v, p, n);
+    mprt_tree_with(acc, v + p, r - p, n);
+    acc(n, v[0], v[p], 0);
 }
 
 /* The factor that clips the gradients to a global L2 norm, as
@@ -6813,10 +6836,7 @@ MPRT_GLOBAL const MprtDeviceOps *mprt_ops = &mprt_cpu_ops;
 static int mprt_ev(int ev) { return mprt_copy_of_thread() * mprt_replica_events + ev; }
 MPRT_KERNEL int mprt_dev_here(int dev) { return dev >= mprt_dev_lo && dev < mprt_dev_hi; }
 static int mprt_stream_here(int stream) { return stream / MPRT_STREAMS >= mprt_dev_lo && stream / MPRT_STREAMS < mprt_dev_hi; }
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_ops->launch(MPRT_STREAMS * mprt_dev_base + stream, fn, mb, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_ops->memcpy_async(MPRT_STREAMS * mprt_dev_base + stream, dst, src, n, mprt_dev_base ? -1 : label); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->wait_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_ops->record_event(MPRT_STREAMS * mprt_dev_base + stream, mprt_ev(ev)); }
+
 MPRT_KERNEL void mprt_sync(void) { mprt_ops->sync(); }
 MPRT_KERNEL void mprt_dev_write(int dev, void *dst, const void *src, size_t n) { mprt_ops->dev_write(mprt_dev_base + dev, dst, src, n); }
 MPRT_KERNEL void mprt_dev_zero(int dev, void *dst, size_t n) { mprt_ops->dev_zero(mprt_dev_base + dev, dst, n); }
@@ -6849,6 +6869,81 @@ static _Noreturn void mprt_die(const char *fmt, ...)
     va_end(ap);
     exit(1);
 }
+
+/* Replicas in one process whose steps one host thread issues (a device
+ * kind with copies_sum: GPUs): each copy's run_step only lists its
+ * operations here (mprt_deferring), and mprt_issue_in_turn issues them,
+ * operation k of every copy before operation k + 1 of any. So when a
+ * copy's bucket sum is issued, every copy's gradients it adds, and their
+ * events, have been (cuda.c's mprt_cu_copies_sum). */
+enum { MPRT_DO_LAUNCH, MPRT_DO_COPY, MPRT_DO_WAIT, MPRT_DO_RECORD };
+typedef struct MprtDeferred {
+    int kind, stream, mb, label, ev;
+    void (*fn)(int);
+    void *dst;
+    const void *src;
+    size_t n;
+} MprtDeferred;
+typedef struct MprtDeferredList {
+    MprtDeferred *op;
+    int n, cap;
+} MprtDeferredList;
+static MprtDeferredList *mprt_deferred;   /* [replicas here] */
+MPRT_GLOBAL int mprt_deferring;
+
+static void mprt_do(const MprtDeferred *d)
+{
+    if (d->kind == MPRT_DO_LAUNCH)
+        mprt_ops->launch(d->stream, d->fn, d->mb, d->label);
+    else if (d->kind == MPRT_DO_COPY)
+        mprt_ops->memcpy_async(d->stream, d->dst, d->src, d->n, d->label);
+    else if (d->kind == MPRT_DO_WAIT)
+        mprt_ops->wait_event(d->stream, d->ev);
+    else
+        mprt_ops->record_event(d->stream, d->ev);
+}
+
+/* An operation of the calling thread's copy: issued now, or listed. */
+static void mprt_issue(MprtDeferred d)
+{
+    if (!mprt_deferring) {
+        mprt_do(&d);
+        return;
+    }
+    if (!mprt_deferred && !(mprt_deferred = calloc((size_t)mprt_replicas_here, sizeof *mprt_deferred)))
+        mprt_die("out of memory");
+    MprtDeferredList *l = &mprt_deferred[mprt_copy_of_thread()];
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        if (!(l->op = realloc(l->op, (size_t)l->cap * sizeof *l->op)))
+            mprt_die("out of memory");
+    }
+    l->op[l->n++] = d;
+}
+
+/* Every copy's listed operations, in turn (each copy's step is the same
+ * program, so the lists are as long); the lists are then empty. */
+static void mprt_issue_in_turn(void)
+{
+    int RL = mprt_replicas_here;
+    for (int c = 1; c < RL; c++)
+        if (mprt_deferred[c].n != mprt_deferred[0].n)
+            mprt_die("the replicas' steps listed %d and %d operations: a fault of mpcc",
+                     mprt_deferred[0].n, mprt_deferred[c].n);
+    for (int k = 0; k < mprt_deferred[0].n; k++)
+        for (int c = 0; c < RL; c++) {
+            mprt_dev_base = c * mprt_replica_devs;   /* the launched functions' copy */
+            mprt_do(&mprt_deferred[c].op[k]);
+        }
+    mprt_dev_base = 0;
+    for (int c = 0; c < RL; c++)
+        mprt_deferred[c].n = 0;
+}
+
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_LAUNCH, .stream = MPRT_STREAMS * mprt_dev_base + stream, .fn = fn, .mb = mb, .label = mprt_dev_base ? -1 : label}); }
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_COPY, .stream = MPRT_STREAMS * mprt_dev_base + stream, .dst = dst, .src = src, .n = n, .label = mprt_dev_base ? -1 : label}); }
+MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_WAIT, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
+MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_RECORD, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
 
 /* A shape as numpy prints it: (2, 3), (5,), (). */
 static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)
@@ -7971,19 +8066,20 @@ MPRT_KERNEL void mprt_tree_add(void (*acc)(long, float *, const float *, int), l
         }
 }
 
-/* v[0] = the sum of v[0 .. r), as the tree of mprt_tree_add: halves of a
- * power of two; else the largest power of two below r, then the rest. */
+static void mprt_host_add(long n, float *sum, const float *g, int first)
+{
+    if (first)
+        memcpy(sum, g, (size_t)n * sizeof *sum);
+    else
+        for (long i = 0; i < n; i++)
+            sum[i] += g[i];
+}
+
+/* v[0] = the sum of v[0 .. r) of n floats in host memory, as the tree of
+ * mprt_tree_add (state.c's mprt_tree_with). */
 MPRT_KERNEL void mprt_tree_vectors(float *const *v, int r, long n)
 {
-    if (r == 1)
-        return;
-    int p = 1;
-    while (2 * p < r)
-        p *= 2;
-    mprt_tree_vectors(v, p, n);
-    mprt_tree_vectors(v + p, r - p, n);
-    for (long i = 0; i < n; i++)
-        v[0][i] += v[p][i];
+    mprt_tree_with(mprt_host_add, v, r, n);
 }
 
 /* The replica the calling thread works for, of every process's: its rows
@@ -8048,6 +8144,10 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     int RL = mprt_replicas_here;
     if (RL == 1) {
         mprt_ranks_sum(stage, n, g, len);
+        return;
+    }
+    if (mprt_ops->copies_sum) {   /* GPUs: one host thread issues every copy's sum */
+        mprt_ops->copies_sum(stage, n, g, len, mprt_ranks_sum);
         return;
     }
     MprtHere *h = &mprt_here[stage];
@@ -9193,6 +9293,8 @@ static void mprt_here_devices(const MprtModel *m, const char ***names, double **
     for (int d = 0; d < N; d++) {
         char name[32];
         snprintf(name, sizeof name, "cpu:%d", d);
+        if (strncmp(m->device_names[d % m->ndev], "cuda", 4) == 0)   /* a copy's GPU */
+            snprintf(name, sizeof name, "cuda:%d", d);
         (*names)[d] = d < m->ndev ? m->device_names[d] : strdup(name);
         int here = d >= mprt_dev_lo && d < mprt_dev_hi;   /* a pipeline across processes */
         (*shares)[d] = !here ? 0 : m->cpu_shares ? m->cpu_shares[d % m->ndev] : 1;
@@ -9235,12 +9337,12 @@ static void mprt_start_devices(const MprtModel *m)
 }
 
 /* The replicas of this process start as copy 0: weights, optimizer state,
- * constants (CPU devices: their memory is the host's). */
+ * constants. */
 static void mprt_copy_replicas(const MprtModel *m)
 {
     for (int d = m->ndev; d < mprt_ndev_here(m); d++) {
         int md = d % m->ndev;
-        memcpy(mprt_arenas[d], mprt_arenas[md], m->arena_bytes[md]);
+        mprt_ops->dev_copy(mprt_arenas[d], mprt_arenas[md], m->arena_bytes[md]);
         if (m->host_bytes[md])
             memcpy(mprt_host_arenas[d], mprt_host_arenas[md], m->host_bytes[md]);
     }
@@ -9289,16 +9391,21 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
     }
     mprt_step_no = s;
     mprt_lr = lr;
+    int turn = RL > 1 && mprt_ops->copies_sum;   /* one host thread issues every copy's step */
     if (m->node_devs) {   /* one pipeline across processes: the last stage's writes the losses, */
         memset(mprt_losses, 0, (size_t)M * sizeof *mprt_losses);   /* the others add 0 (comm.c) */
         if (m->norm_terms)   /* so too each stage's squared norms (mprt_norms_across) */
             memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
     }
+    mprt_deferring = turn;   /* GPUs: each copy's run_step lists its operations (program.c) */
     for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
     }
+    mprt_deferring = 0;
     mprt_dev_base = 0;
+    if (turn)
+        mprt_issue_in_turn();
     if (RL > 1)
         mprt_sync();
     mprt_comm_losses(M * RL, mprt_losses, losses);

@@ -24,6 +24,8 @@ static _Noreturn void mprt_die(const char *fmt, ...)
     exit(1);
 }
 
+MPRT_GLOBAL const MprtDeviceOps *mprt_ops;   /* the devices' (stream.c, cuda.c): none here */
+
 #include "comm.c"
 
 #include "check.h"
