@@ -99,6 +99,8 @@ typedef struct MprtHere {
     float **g;                        /* [replicas here * n]: each copy's n gradients, kept
                                          here: a copy's own list ends with its sum */
     int cap;                          /* n that g has room for */
+    float **w;                        /* --zero=1: each copy's n weights, as g */
+    int wcap;
 } MprtHere;
 static MprtHere *mprt_here;           /* [nstages] */
 
@@ -121,6 +123,7 @@ static void mprt_replicas_end(const MprtModel *m)
     for (int s = 0; s < m->nstages; s++) {
         pthread_barrier_destroy(&mprt_here[s].meet);
         free(mprt_here[s].g);
+        free(mprt_here[s].w);
     }
     free(mprt_here);
     mprt_here = NULL;
@@ -128,33 +131,37 @@ static void mprt_replicas_end(const MprtModel *m)
 
 static void mprt_ranks_sum(int stage, int n, float *const *g, const long *len);
 
+/* The copies of this process meet for a stage: each shows the others its
+ * n tensors t (in *list, grown to *cap by copy 0), and after this every
+ * copy's are in the list, copy r's at r * n. */
+static float **mprt_here_meet(MprtHere *h, float ***list, int *cap, int n, float *const *t)
+{
+    int RL = mprt_replicas_here, me = mprt_copy_of_thread();
+    pthread_barrier_wait(&h->meet);   /* every copy is done with the last list */
+    if (me == 0 && n > *cap) {
+        free(*list);
+        if (!(*list = calloc((size_t)RL * (size_t)n, sizeof **list)))
+            mprt_die("out of memory");
+        *cap = n;
+    }
+    pthread_barrier_wait(&h->meet);   /* the list is there */
+    memcpy(*list + (size_t)me * (size_t)n, t, (size_t)n * sizeof *t);
+    pthread_barrier_wait(&h->meet);
+    return *list;
+}
+
 /* The n gradients of a stage (g[i], len[i] floats), summed over every
  * replica in place: over the copies of this process (each adds its share
  * of the elements, as the tree adds them, into copy 0's), then over the
- * processes (copy 0's thread), then every copy takes copy 0's sums. */
-MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+ * processes (copy 0's thread: ranks_sum), then every copy takes copy 0's
+ * sums, or (share: --zero=1) only its share of them. */
+static void mprt_here_sum(int stage, int n, float *const *g, const long *len,
+                          void (*ranks_sum)(int, int, float *const *, const long *), int share)
 {
     int RL = mprt_replicas_here;
-    if (RL == 1) {
-        mprt_ranks_sum(stage, n, g, len);
-        return;
-    }
-    if (mprt_ops->copies_sum) {   /* GPUs: one host thread issues every copy's sum */
-        mprt_ops->copies_sum(stage, n, g, len, mprt_ranks_sum);
-        return;
-    }
     MprtHere *h = &mprt_here[stage];
     int me = mprt_copy_of_thread();
-    pthread_barrier_wait(&h->meet);   /* every copy is done with the last bucket's list */
-    if (me == 0 && n > h->cap) {
-        free(h->g);
-        if (!(h->g = calloc((size_t)RL * (size_t)n, sizeof *h->g)))
-            mprt_die("out of memory");
-        h->cap = n;
-    }
-    pthread_barrier_wait(&h->meet);   /* the list is there */
-    memcpy(h->g + (size_t)me * (size_t)n, g, (size_t)n * sizeof *g);
-    pthread_barrier_wait(&h->meet);
+    mprt_here_meet(h, &h->g, &h->cap, n, g);
     float **v = malloc((size_t)RL * sizeof *v);
     if (!v)
         mprt_die("out of memory");
@@ -167,11 +174,105 @@ MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long 
     free(v);
     pthread_barrier_wait(&h->meet);
     if (me == 0)
-        mprt_ranks_sum(stage, n, g, len);
+        ranks_sum(stage, n, g, len);
     pthread_barrier_wait(&h->meet);
-    if (me != 0)
-        for (int i = 0; i < n; i++)
-            memcpy(g[i], h->g[i], (size_t)len[i] * sizeof(float));
+    for (int i = 0; i < n && me != 0; i++) {
+        long lo = 0, k = len[i];
+        if (share)
+            k = mprt_shard(len[i], &lo);
+        memcpy(g[i] + lo, h->g[i] + lo, (size_t)k * sizeof(float));
+    }
+}
+
+MPRT_KERNEL void mprt_replica_sum(int stage, int n, float *const *g, const long *len)
+{
+    if (mprt_replicas_here == 1)
+        mprt_ranks_sum(stage, n, g, len);
+    else if (mprt_ops->copies_sum)   /* GPUs: one host thread issues every copy's sum */
+        mprt_ops->copies_sum(stage, n, g, len, mprt_ranks_sum);
+    else
+        mprt_here_sum(stage, n, g, len, mprt_ranks_sum, 0);
+}
+
+/* Process r's part of n floats: the shares of its replicas, which follow
+ * one another ([lo(r), lo(r + 1)); one replica each: its share). */
+static long mprt_part_lo(long n, int r)
+{
+    return mprt_share_lo(n, r * mprt_replicas_here, mprt_ranks * mprt_replicas_here);
+}
+
+static void mprt_zero_ranks_sum(int stage, int n, float *const *g, const long *len);
+static void mprt_zero_ranks_gather(int stage, int n, float *const *w, const long *len);
+
+/* --zero=1: a bucket of the stage's gradients summed over the replicas,
+ * each replica keeping only its share (mprt_shard): over the copies of
+ * this process as mprt_replica_sum's tree, then between the processes
+ * each its part (a reduce-scatter), and each copy takes its share. */
+MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+{
+    if (mprt_replicas_here == 1)
+        mprt_zero_ranks_sum(stage, n, g, len);
+    else
+        mprt_here_sum(stage, n, g, len, mprt_zero_ranks_sum, 1);
+}
+
+/* After the update, which wrote each replica's share of the stage's
+ * weights: every copy takes the other copies' shares (from their
+ * weights), copy 0 the other processes' parts (an all-gather), and the
+ * other copies those from copy 0. */
+MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+{
+    if (mprt_replicas_here == 1) {
+        mprt_zero_ranks_gather(stage, n, w, len);
+        return;
+    }
+    MprtHere *h = &mprt_here[stage];
+    int RL = mprt_replicas_here, me = mprt_copy_of_thread(), base = mprt_first_replica;
+    int R = mprt_ranks * RL;
+    float **all = mprt_here_meet(h, &h->w, &h->wcap, n, w);
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < RL; c++) {
+            long lo = mprt_share_lo(len[i], base + c, R), hi = mprt_share_lo(len[i], base + c + 1, R);
+            if (c != me)
+                memcpy(w[i] + lo, all[(size_t)c * (size_t)n + (size_t)i] + lo,
+                       (size_t)(hi - lo) * sizeof(float));
+        }
+    pthread_barrier_wait(&h->meet);
+    if (me == 0)
+        mprt_zero_ranks_gather(stage, n, w, len);
+    pthread_barrier_wait(&h->meet);
+    for (int i = 0; i < n && me != 0; i++) {   /* the other processes' parts */
+        long lo = mprt_part_lo(len[i], mprt_rank), hi = mprt_part_lo(len[i], mprt_rank + 1);
+        memcpy(w[i], all[i], (size_t)lo * sizeof(float));
+        memcpy(w[i] + hi, all[i] + hi, (size_t)(len[i] - hi) * sizeof(float));
+    }
+}
+
+/* Rank 0's whole copy of sharded buffer i (mprt_shard_whole, which
+ * checkpoint.c writes), made at its first checkpoint. */
+static float *mprt_whole(const MprtModel *m, int i)
+{
+    if (!mprt_shard_whole && !(mprt_shard_whole = calloc((size_t)m->nbuffers, sizeof(void *))))
+        mprt_die("out of memory");
+    if (!mprt_shard_whole[i] && !(mprt_shard_whole[i] = malloc(m->buffers[i].nbytes)))
+        mprt_die("out of memory for the checkpoint's '%s'", m->buffers[i].name);
+    return mprt_shard_whole[i];
+}
+
+/* This process's part of sharded buffer b (n floats whole), on the host:
+ * its copies' shards, one after another (each at the start of its slot). */
+static void mprt_zero_part_of(const MprtBuffer *b, long n, float *out)
+{
+    long first = mprt_part_lo(n, mprt_rank);
+    for (int c = 0; c < mprt_replicas_here; c++) {
+        mprt_dev_base = c * mprt_replica_devs;
+        long lo, k = mprt_shard(n, &lo);   /* on a GPU: to the host */
+        const void *p = mprt_ops->dev_hold(mprt_dev_base + b->dev, mprt_slot(b, 0),
+                                           (size_t)k * sizeof(float));
+        memcpy(out + (lo - first), p, (size_t)k * sizeof(float));
+        mprt_ops->dev_unhold(p, mprt_slot(b, 0));
+    }
+    mprt_dev_base = 0;
 }
 
 #ifdef MPRT_MPI
@@ -382,7 +483,7 @@ static long mprt_zero_part(int n, const long *len, int r, int R, long *at)
     for (int i = 0; i < n; i++) {
         if (at)
             at[i] = k;
-        k += mprt_share_lo(len[i], r + 1, R) - mprt_share_lo(len[i], r, R);
+        k += mprt_part_lo(len[i], r + 1) - mprt_part_lo(len[i], r);
     }
     return k;
 }
@@ -403,22 +504,22 @@ static void mprt_zero_counts(int n, const long *len, int R, int *count, int *at)
 
 #ifdef MPRT_NCCL
 /* The GPUs' shares: NCCL's reductions and broadcasts (nccl.c). */
-MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+static void mprt_zero_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
     (void)stage;
     mprt_nccl_shares(n, g, len, 1);
 }
 
-MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+static void mprt_zero_ranks_gather(int stage, int n, float *const *w, const long *len)
 {
     (void)stage;
     mprt_nccl_shares(n, w, len, 0);
 }
 #else
-/* The stage's gradients summed over the replicas, each process only its
- * shares (a reduce-scatter): the same tree over the ranks, element by
+/* The stage's gradients summed over the processes, each process only its
+ * part (a reduce-scatter): the same tree over the ranks, element by
  * element, as mprt_ranks_sum. */
-MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *len)
+static void mprt_zero_ranks_sum(int stage, int n, float *const *g, const long *len)
 {
     MPI_Comm c = mprt_stage_comm[stage];
     int R = mprt_ranks, me = mprt_rank;
@@ -435,7 +536,7 @@ MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *le
     float *in = mprt_room(&s->in, &s->in_cap, (size_t)R * (size_t)mine, stage);
     for (int r = 0, k = 0; r < R; r++)   /* to rank r: its share of every tensor */
         for (int i = 0; i < n; i++) {
-            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            long lo = mprt_part_lo(len[i], r), hi = mprt_part_lo(len[i], r + 1);
             memcpy(out + k, g[i] + lo, (size_t)(hi - lo) * sizeof(float));
             k += (int)(hi - lo);
         }
@@ -447,15 +548,15 @@ MPRT_KERNEL void mprt_zero_sum(int stage, int n, float *const *g, const long *le
                    "the gradient sum (MPI_Alltoallv)");
     mprt_tree_vectors(part, R, mine);
     for (int i = 0; i < n; i++) {
-        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        long lo = mprt_part_lo(len[i], me), hi = mprt_part_lo(len[i], me + 1);
         memcpy(g[i] + lo, part[0] + off[i], (size_t)(hi - lo) * sizeof(float));
     }
     free(count), free(at), free(rcount), free(rat), free(off), free(part);
 }
 
-/* After the update: every process takes the others' shares of the stage's
+/* After the update: every process takes the others' parts of the stage's
  * weights (an all-gather). */
-MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long *len)
+static void mprt_zero_ranks_gather(int stage, int n, float *const *w, const long *len)
 {
     MPI_Comm c = mprt_stage_comm[stage];
     int R = mprt_ranks, me = mprt_rank;
@@ -467,7 +568,7 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
     MprtSumScratch *s = &mprt_sum_scratch[stage];
     float *all = mprt_room(&s->out, &s->out_cap, (size_t)total, stage);
     for (int i = 0, k = at[me]; i < n; i++) {   /* this rank's shares, in place */
-        long lo = mprt_share_lo(len[i], me, R), hi = mprt_share_lo(len[i], me + 1, R);
+        long lo = mprt_part_lo(len[i], me), hi = mprt_part_lo(len[i], me + 1);
         memcpy(all + k, w[i] + lo, (size_t)(hi - lo) * sizeof(float));
         k += (int)(hi - lo);
     }
@@ -475,7 +576,7 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
                    "sharing the updated weights (MPI_Allgatherv)");
     for (int r = 0; r < R; r++)
         for (int i = 0, k = at[r]; i < n; i++) {
-            long lo = mprt_share_lo(len[i], r, R), hi = mprt_share_lo(len[i], r + 1, R);
+            long lo = mprt_part_lo(len[i], r), hi = mprt_part_lo(len[i], r + 1);
             if (r != me)
                 memcpy(w[i] + lo, all + k, (size_t)(hi - lo) * sizeof(float));
             k += (int)(hi - lo);
@@ -492,25 +593,24 @@ static void mprt_zero_gather_state(const MprtModel *m)
     int *count = malloc((size_t)R * sizeof(int)), *at = malloc((size_t)R * sizeof(int));
     if (!count || !at)
         mprt_die("out of memory");
-    if (!mprt_shard_whole && !(mprt_shard_whole = calloc((size_t)m->nbuffers, sizeof(void *))))
-        mprt_die("out of memory");
     for (int i = 0; i < m->nbuffers; i++) {
         const MprtBuffer *b = &m->buffers[i];
         if (b->shard <= 1)
             continue;
         long n = (long)(b->nbytes / sizeof(float));
         for (int r = 0; r < R; r++) {
-            at[r] = (int)mprt_share_lo(n, r, R);
-            count[r] = (int)(mprt_share_lo(n, r + 1, R) - at[r]);
+            at[r] = (int)mprt_part_lo(n, r);
+            count[r] = (int)(mprt_part_lo(n, r + 1) - at[r]);
         }
-        if (mprt_rank == 0 && !mprt_shard_whole[i] && !(mprt_shard_whole[i] = malloc(b->nbytes)))
+        float *whole = mprt_rank == 0 ? mprt_whole(m, i) : NULL;
+        float *mine = malloc((size_t)count[mprt_rank] * sizeof(float) + 1);
+        if (!mine)
             mprt_die("out of memory for the checkpoint's '%s'", b->name);
-        size_t mine = (size_t)count[mprt_rank] * sizeof(float);   /* on a GPU: to the host */
-        const void *share = mprt_ops->dev_hold(b->dev, mprt_slot(b, 0), mine);
-        mprt_mpi_check(MPI_Gatherv(share, count[mprt_rank], MPI_FLOAT, mprt_shard_whole[i],
+        mprt_zero_part_of(b, n, mine);
+        mprt_mpi_check(MPI_Gatherv(mine, count[mprt_rank], MPI_FLOAT, whole,
                                    count, at, MPI_FLOAT, 0, MPI_COMM_WORLD),
                        "gathering the optimizer state (MPI_Gatherv)");
-        mprt_ops->dev_unhold(share, mprt_slot(b, 0));
+        free(mine);
     }
     free(count), free(at);
 }
@@ -788,9 +888,23 @@ static void mprt_pipeline_start(const MprtModel *m)
     (void)m;
 }
 
+static void mprt_zero_ranks_sum(int stage, int n, float *const *g, const long *len)
+{
+    (void)stage, (void)n, (void)g, (void)len;
+}
+
+static void mprt_zero_ranks_gather(int stage, int n, float *const *w, const long *len)
+{
+    (void)stage, (void)n, (void)w, (void)len;
+}
+
+/* --zero=1: the whole of each sharded buffer, from the copies' shards. */
 static void mprt_comm_gather(const MprtModel *m)
 {
-    (void)m;
+    for (int i = 0; i < m->nbuffers; i++)
+        if (m->buffers[i].shard > 1)
+            mprt_zero_part_of(&m->buffers[i], (long)(m->buffers[i].nbytes / sizeof(float)),
+                              mprt_whole(m, i));
 }
 
 static void mprt_eval_sum(double *v, int n)

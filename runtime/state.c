@@ -59,16 +59,19 @@ static inline long mprt_share_lo(long n, int r, int R)
     return n / R * r + (r < n % R ? r : n % R);
 }
 
-/* --zero=1: this process's share of a tensor of n floats, [*lo, *lo + k),
- * k returned; the optimizer state holds it, and the update writes it. */
-MPRT_KERNEL long mprt_shard(long n, long *lo)
-{
-    *lo = mprt_share_lo(n, mprt_rank, mprt_ranks);
-    return mprt_share_lo(n, mprt_rank + 1, mprt_ranks) - *lo;
-}
 /* The replica this process's first copy is, of every process's: rank x its
  * copies; 0 where one pipeline spans the processes (they are one replica). */
 MPRT_GLOBAL int mprt_first_replica;
+
+/* --zero=1: the calling thread's replica's share of a tensor of n floats,
+ * [*lo, *lo + k), k returned; its optimizer state holds it, and its update
+ * writes it (every replica a process's, or a copy in one). */
+MPRT_KERNEL long mprt_shard(long n, long *lo)
+{
+    int R = mprt_ranks * mprt_replicas_here, r = mprt_first_replica + mprt_copy_of_thread();
+    *lo = mprt_share_lo(n, r, R);
+    return mprt_share_lo(n, r + 1, R) - *lo;
+}
 
 /* ---- Dropout's counter-based generator ---- */
 

@@ -530,6 +530,20 @@ static void mprt_copy_replicas(const MprtModel *m)
     }
 }
 
+/* --zero=1 with replicas in this process, on --resume: each copy's own
+ * share of the optimizer state (mprt_copy_replicas gave them copy 0's). */
+static void mprt_load_shards(const MprtModel *m, const char *path)
+{
+    int sharded = 0;
+    for (int i = 0; i < m->nbuffers; i++)
+        sharded |= m->buffers[i].shard > 1;
+    for (int c = 1; sharded && c < mprt_replicas_here; c++) {
+        mprt_dev_base = c * m->ndev;
+        mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, path, 1 << MPRT_STATE, NULL);
+    }
+    mprt_dev_base = 0;
+}
+
 /* Once the data and the weights are in: where the step will run. */
 static void mprt_report_devices(const MprtModel *m)
 {
@@ -749,6 +763,8 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
         mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.resume,
                           1 << MPRT_PARAM | 1 << MPRT_STATE, &start);
     mprt_copy_replicas(m);
+    if (a.resume)
+        mprt_load_shards(m, a.resume);
     MprtSeries series;
     mprt_series_init(&series, a.save, m->program, a.keep);
     if (lead)

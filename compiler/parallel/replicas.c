@@ -65,14 +65,20 @@ static void check_layout(const Options *o, int R, int K)
                    N);
 }
 
-/* --zero=1: across processes of one replica each (GPUs: over NCCL). */
+/* --zero=1: over replicas that each hold whole stages (GPUs: one per
+ * process, over NCCL). */
 static void check_zero(const Options *o, int R, int K)
 {
     if (!o->pipe.zero)
         return;
-    if (R <= 1 || R != K)
-        error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
-                   "of their own: give --data-parallel=K --nodes=K with K > 1");
+    if (R <= 1 || R < K)
+        error_file(o->input, "--zero=1 shards the optimizer state over replicas that each "
+                   "hold whole stages: give --data-parallel=R with R > 1 and R a multiple of "
+                   "--nodes");
+    if (R > K && has_cuda(o))
+        error_file(o->input, "--zero=1 with %d replicas in each process is built for CPU "
+                   "devices (-cpus N); on GPUs give a replica per process: --data-parallel=%d "
+                   "--nodes=%d", R / K, R, R);
 }
 
 /* -batch and --microbatches split evenly over the replicas, each replica's
@@ -100,8 +106,8 @@ void replicas_apply(Options *o)
     if (p->nodes < 1)
         p->nodes = 1;
     if (!p->replicas && p->nodes == 1 && p->zero)
-        error_file(o->input, "--zero=1 shards the optimizer state over replicas in processes "
-                   "of their own: give --data-parallel=K --nodes=K with K > 1");
+        error_file(o->input, "--zero=1 shards the optimizer state over replicas: give "
+                   "--data-parallel=R with R > 1 (and --nodes=K to spread them over processes)");
     if (!p->replicas && p->nodes == 1)
         return;
     int K = p->nodes;

@@ -31,11 +31,12 @@
 #     of 2 replicas and a pipeline across 2 (evaluating too) give one
 #     process's bits;
 #   - --clip-norm over replicas in one process and across processes;
-#   - --zero=1 (the optimizer state sharded) on 2 and 4 processes, resumed
+#   - --zero=1 (the optimizer state sharded) on 2 and 4 processes, over
+#     replicas in one process and 2 processes of 2 replicas, resumed
 #     both ways; --dump=memory shows the state halved;
 #   - --data-parallel=auto plans 1 and 2 replicas and keeps the faster;
-#   - layouts this version does not build are refused in one line (and
-#     planned with --dump).
+#   - layouts this version does not build are refused in one line; the
+#     grid of GPUs is drawn with --dump.
 # Usage: data_parallel.sh MPCC SAMPLES WORKDIR
 set -eu
 mpcc=$1 samples=$2 work=$3
@@ -280,26 +281,32 @@ cmp gpt-1.safetensors one-4.safetensors
 echo "data_parallel: gpt: resumed from 1 process onto 2 replicas and onto a pipeline across 2," \
     "and from 2 onto 1, byte for byte"
 
-# --zero=1: each process keeps and updates its share of the optimizer state
+# --zero=1: each replica keeps and updates its share of the optimizer state
 # (AdamW's two moments), the gradients reduce-scattered and the weights
 # all-gathered; rank 0 gathers the state into the checkpoint. The same bits
-# as one process, on 2 and 4 processes (zero bubble on 2 devices each), and
-# resumed from one process and back; --dump=memory halves the state.
-for layout in "2 1 gpipe" "4 2 zb"; do
+# as one process: replicas R over K processes of -cpus N (zero bubble on 2
+# devices each; 2 replicas in one process; 2 processes of 2), and resumed
+# from one process and back; --dump=memory halves the state.
+for layout in "2 2 1 gpipe" "4 4 2 zb" "2 1 2 1f1b" "4 2 2 zb"; do
     set -- $layout
-    tag=gpt-zero-$1-$2-$3
-    compile $tag "$samples/gpt.mp" -cpus $2 --data-parallel=$1 --nodes=$1 --zero=1 \
-        --schedule=$3 -batch 16 --microbatches=8 --optimizer=adamw
+    tag=gpt-zero-$1-$2-$3-$4
+    compile $tag "$samples/gpt.mp" -cpus $3 --data-parallel=$1 --nodes=$2 --zero=1 \
+        --schedule=$4 -batch 16 --microbatches=8 --optimizer=adamw
     grep -q 'mprt_shard(' $tag.c || { echo "FAIL: $tag.c updates no shard"; exit 1; }
-    run $1 $tag --steps 4 --loss-log $tag.txt --save $tag.safetensors
+    run $([ $2 = 1 ] && echo 0 || echo $2) $tag --steps 4 --loss-log $tag.txt \
+        --save $tag.safetensors
     cmp gpt-1.txt $tag.txt && cmp gpt-1.safetensors $tag.safetensors ||
-        { echo "FAIL: --zero=1 on $1 processes of $2 device(s): not one process's bits"; exit 1; }
+        { echo "FAIL: --zero=1, $1 replicas on $2 process(es) of $3 device(s): not one" \
+            "process's bits"; exit 1; }
 done
-run 2 gpt-zero-2-1-gpipe --resume one-2.safetensors --steps 2 --save zero-4.safetensors
-cmp gpt-1.safetensors zero-4.safetensors || { echo "FAIL: --zero=1 resumed from 1 process"; exit 1; }
-run 2 gpt-zero-2-1-gpipe --steps 2 --save zero-2.safetensors
-run 0 gpt-1 --resume zero-2.safetensors --steps 2 --save one-4z.safetensors
-cmp gpt-1.safetensors one-4z.safetensors || { echo "FAIL: resumed from --zero=1 on 1"; exit 1; }
+for layout in "2 gpt-zero-2-2-1-gpipe" "0 gpt-zero-2-1-2-1f1b" "2 gpt-zero-4-2-2-zb"; do
+    set -- $layout
+    run $1 $2 --resume one-2.safetensors --steps 2 --save zero-4.safetensors
+    cmp gpt-1.safetensors zero-4.safetensors || { echo "FAIL: $2 resumed from 1 process"; exit 1; }
+    run $1 $2 --steps 2 --save zero-2.safetensors
+    run 0 gpt-1 --resume zero-2.safetensors --steps 2 --save one-4z.safetensors
+    cmp gpt-1.safetensors one-4z.safetensors || { echo "FAIL: resumed from $2 on 1"; exit 1; }
+done
 state() {   # the optimizer state of cpu:0 in MB, from --dump=memory with FLAGS
     "$mpcc" "$samples/gpt.mp" -cpus 1 --data-parallel=2 --nodes=2 -batch 16 --microbatches=8 \
         --optimizer=adamw "$@" --dump=memory 2>/dev/null |
@@ -313,10 +320,16 @@ grep -q 'mprt_shard(' clip-zero.c || { echo "FAIL: clip-zero.c updates no shard"
 run 2 clip-zero --steps 4 --loss-log clip-zero.txt --save clip-zero.safetensors
 cmp clip-1.txt clip-zero.txt && cmp clip-1.safetensors clip-zero.safetensors ||
     { echo "FAIL: --zero=1 --clip-norm on 2 processes: not one process's bits"; exit 1; }
+compile clip-zero-here "$samples/gpt.mp" -cpus 2 --data-parallel=4 --nodes=2 --zero=1 $clip \
+    --schedule=1f1b --bucket-mb=0.01
+run 2 clip-zero-here --steps 4 --loss-log clip-zero-here.txt --save clip-zero-here.safetensors
+cmp clip-1.txt clip-zero-here.txt && cmp clip-1.safetensors clip-zero-here.safetensors ||
+    { echo "FAIL: --zero=1 --clip-norm on 2 processes of 2 replicas: not one process's bits"; exit 1; }
 whole=$(state --zero=0) part=$(state --zero=1)
 /usr/bin/python3 -c "import sys; sys.exit(not (0.45 < $part / $whole < 0.55))" ||
     { echo "FAIL: --dump=memory: the state is $part MB with --zero=1, $whole MB without"; exit 1; }
-echo "data_parallel: --zero=1 on 2 and 4 processes, and with --clip-norm: one process's losses and checkpoint (the" \
+echo "data_parallel: --zero=1 on 2 and 4 processes, 2 replicas in one process and 2 processes of 2, and" \
+    "with --clip-norm: one process's losses and checkpoint (the" \
     "state gathered), byte for byte, resumed both ways; cpu:0's optimizer state $whole MB ->" \
     "$part MB"
 
@@ -452,7 +465,10 @@ refuse() {   # WHAT FLAGS...
     [ "$(wc -l <refused.err)" -eq 1 ] || { cat refused.err; echo "FAIL: more than one line"; exit 1; }
 }
 refuse 'give a divisor or a multiple of 2' -cpus 1 -batch 12 --data-parallel=3 --nodes=2
-refuse '--zero=1 shards the optimizer state over replicas in processes of their own' -cpus 2 \
+refuse '--zero=1 shards the optimizer state over replicas: give --data-parallel=R' -cpus 2 \
+    -batch 8 --zero=1
+refuse 'that each hold whole stages' -cpus 1 -batch 8 --data-parallel=2 --nodes=4 --zero=1
+refuse 'is built for CPU devices (-cpus N); on GPUs give a replica per process' -gpus 2 \
     -batch 8 --data-parallel=2 --zero=1
 refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
