@@ -43,9 +43,6 @@ static void check_layout(const Options *o, int R, int K)
     if (o->infer)
         error_file(o->input, "--data-parallel and --nodes are for training; drop them "
                    "with --infer");
-    if (o->pipe.devices && (K > 1 || R > K))
-        error_file(o->input, "--data-parallel and --nodes take -cpus N or -gpus N (each "
-                   "process's devices), not --devices");
     if (R < K && K % R == 0)   /* each replica one pipeline across K/R processes */
         return;
     if (R % K)
@@ -100,11 +97,49 @@ static void check_split(const Options *o, int R)
                    "give --microbatches=%d or %d", M, R, R, 2 * R);
 }
 
+/* --devices with --data-parallel or --nodes: one process's devices, all of
+ * one kind and in order from 0, taken as -cpus N or -gpus N. */
+static void devices_as_count(Options *o)
+{
+    char list[256];
+    int n = 0, kinds = 0, in_order = 1;
+    if (snprintf(list, sizeof list, "%s", o->pipe.devices) >= (int)sizeof list)
+        error_file(o->input, "--devices: the list is too long with --data-parallel or "
+                   "--nodes; give -cpus N or -gpus N");
+    for (char *w = strtok(list, ","); w; w = strtok(NULL, ","), n++) {
+        int k = -1;
+        char rest;
+        bool cuda = strncmp(w, "cuda", 4) == 0;
+        if (strcmp(w, "cpu") == 0)
+            k = n;
+        else if (sscanf(w, cuda ? "cuda:%d%c" : "cpu:%d%c", &k, &rest) != 1)
+            error_file(o->input, "--devices: '%s' is not a device (write cpu, cpu:N or "
+                       "cuda:N, separated by commas)", w);
+        kinds |= cuda ? 2 : 1;
+        in_order = in_order && k == n;
+    }
+    if (kinds == 3)
+        error_file(o->input, "--devices=%s with --data-parallel or --nodes: replicas of CPU "
+                   "and CUDA devices mixed are not built; give -cpus N or -gpus N",
+                   o->pipe.devices);
+    if (!in_order)
+        error_file(o->input, "--devices=%s with --data-parallel or --nodes: name the devices "
+                   "in order from 0 (%s:0,%s:1,...), or give -%s %d (to pick GPUs, set "
+                   "CUDA_VISIBLE_DEVICES)", o->pipe.devices, kinds == 2 ? "cuda" : "cpu",
+                   kinds == 2 ? "cuda" : "cpu", kinds == 2 ? "gpus" : "cpus", n);
+    *(kinds == 2 ? &o->gpus : &o->cpus) = n;
+    o->pipe.devices = NULL;
+}
+
 void replicas_apply(Options *o)
 {
     PipeOptions *p = &o->pipe;
     if (p->nodes < 1)
         p->nodes = 1;
+    if (p->devices && (o->cpus || o->gpus))
+        error_file(o->input, "give either --devices or -cpus/-gpus, not both");
+    if (p->devices && (p->replicas || p->nodes > 1))
+        devices_as_count(o);
     if (!p->replicas && p->nodes == 1 && p->zero)
         error_file(o->input, "--zero=1 shards the optimizer state over replicas: give "
                    "--data-parallel=R with R > 1 (and --nodes=K to spread them over processes)");

@@ -83,6 +83,12 @@ layouts() {
     done
 }
 layouts mlp "$samples/mlp.mp" -batch 64 --microbatches=8
+# --devices names one process's devices, as -cpus N does
+compile mlp-devices "$samples/mlp.mp" --devices=cpu:0,cpu:1 --data-parallel=2 --nodes=2 \
+    -batch 64 --microbatches=8
+run 2 mlp-devices --steps 4 --loss-log mlp-devices.txt --save mlp-devices.safetensors
+cmp mlp-1.txt mlp-devices.txt && cmp mlp-1.safetensors mlp-devices.safetensors ||
+    { echo "FAIL: --devices=cpu:0,cpu:1 with --data-parallel=2 --nodes=2: not one replica's bits"; exit 1; }
 layouts gpt "$samples/gpt.mp" -batch 16 --microbatches=8 --optimizer=adamw --schedule=gpipe
 
 # one pipeline across processes (--data-parallel=1 --nodes=K): the copies
@@ -470,7 +476,10 @@ refuse '--zero=1 shards the optimizer state over replicas: give --data-parallel=
 refuse 'that each hold whole stages' -cpus 1 -batch 8 --data-parallel=2 --nodes=4 --zero=1
 refuse 'is built for CPU devices (-cpus N); on GPUs give a replica per process' -gpus 2 \
     -batch 8 --data-parallel=2 --zero=1
-refuse 'not --devices' --devices=cpu,cpu -batch 8 --data-parallel=1 --nodes=2
+refuse 'replicas of CPU and CUDA devices mixed are not built; give -cpus N or -gpus N' \
+    --devices=cpu,cuda:0 -batch 8 --data-parallel=2
+refuse 'or give -gpus 2 (to pick GPUs, set CUDA_VISIBLE_DEVICES)' --devices=cuda:1,cuda:3 \
+    -batch 8 --data-parallel=2
 refuse 'need -cpus N with N a multiple of 2' -cpus 3 -batch 8 --data-parallel=2
 refuse 'replicas in each process must be a power of two' -cpus 3 -batch 12 --microbatches=6 \
     --data-parallel=6 --nodes=2
