@@ -294,7 +294,8 @@ static uint64_t mprt_replica_hash(const MprtModel *m)
             b->shard > 1)   /* --zero=1: each replica's share */
             continue;
         const unsigned char *p = b->host ? mprt_slot(b, 0)
-                                         : mprt_ops->dev_read(b->dev, mprt_slot(b, 0), b->nbytes, 0);
+                                         : mprt_ops->dev_read(mprt_dev_base + b->dev,
+                                                              mprt_slot(b, 0), b->nbytes, 0);
         for (size_t k = 0; k < b->nbytes; k++)
             h = (h ^ p[k]) * 1099511628211ULL;
     }
