@@ -6926,7 +6926,7 @@ static void mprt_issue(MprtDeferred d)
 
 /* Every copy's listed operations, in turn (each copy's step is the same
  * program, so the lists are as long); the lists are then empty. */
-static void mprt_issue_in_turn(void)
+MPRT_KERNEL void mprt_issue_in_turn(void)
 {
     int RL = mprt_replicas_here;
     for (int c = 1; c < RL; c++)
