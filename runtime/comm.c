@@ -232,7 +232,8 @@ MPRT_KERNEL void mprt_zero_gather(int stage, int n, float *const *w, const long 
     float **all = mprt_here_meet(h, &h->w, &h->wcap, n, w);
     for (int i = 0; i < n; i++)
         for (int c = 0; c < RL; c++) {
-            long lo = mprt_share_lo(len[i], base + c, R), hi = mprt_share_lo(len[i], base + c + 1, R);
+            long lo = mprt_share_lo(len[i], base + c, R);
+            long hi = mprt_share_lo(len[i], base + c + 1, R);
             if (c != me)
                 memcpy(w[i] + lo, all[(size_t)c * (size_t)n + (size_t)i] + lo,
                        (size_t)(hi - lo) * sizeof(float));

@@ -1039,7 +1039,8 @@ static void mprt_cu_copies_sum(int stage, int n, float *const *g, const long *le
     for (int c = 1; c < RL; c++) {   /* each copy's stream has reached its sum */
         int x = c * D + dl;
         MPRT_CUDA(cudaSetDevice(mprt_cu_devs[x].ordinal));
-        MPRT_CUDA(cudaEventRecord(cc->tail[c], mprt_cu_streams[x * MPRT_STREAMS + MPRT_STREAM_COMM]));
+        cudaStream_t comm = mprt_cu_streams[x * MPRT_STREAMS + MPRT_STREAM_COMM];
+        MPRT_CUDA(cudaEventRecord(cc->tail[c], comm));
     }
     MPRT_CUDA(cudaSetDevice(mprt_cu->ordinal));
     for (int c = 1; c < RL; c++)

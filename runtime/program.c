@@ -91,7 +91,8 @@ static void mprt_issue(MprtDeferred d)
         mprt_do(&d);
         return;
     }
-    if (!mprt_deferred && !(mprt_deferred = calloc((size_t)mprt_replicas_here, sizeof *mprt_deferred)))
+    if (!mprt_deferred &&
+        !(mprt_deferred = calloc((size_t)mprt_replicas_here, sizeof *mprt_deferred)))
         mprt_die("out of memory");
     MprtDeferredList *l = &mprt_deferred[mprt_copy_of_thread()];
     if (l->n == l->cap) {
@@ -121,10 +122,38 @@ MPRT_KERNEL void mprt_issue_in_turn(void)
         mprt_deferred[c].n = 0;
 }
 
-MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_LAUNCH, .stream = MPRT_STREAMS * mprt_dev_base + stream, .fn = fn, .mb = mb, .label = mprt_dev_base ? -1 : label}); }
-MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_COPY, .stream = MPRT_STREAMS * mprt_dev_base + stream, .dst = dst, .src = src, .n = n, .label = mprt_dev_base ? -1 : label}); }
-MPRT_KERNEL void mprt_wait_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_WAIT, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
-MPRT_KERNEL void mprt_record_event(int stream, int ev) { if (mprt_stream_here(stream)) mprt_issue((MprtDeferred){.kind = MPRT_DO_RECORD, .stream = MPRT_STREAMS * mprt_dev_base + stream, .ev = mprt_ev(ev)}); }
+/* The calling thread's copy's stream (state.c), and the label that --trace
+ * times: the first copy's operations only. */
+static int mprt_copy_stream(int stream) { return MPRT_STREAMS * mprt_dev_base + stream; }
+static int mprt_copy_label(int label) { return mprt_dev_base ? -1 : label; }
+
+MPRT_KERNEL void mprt_launch(int stream, void (*fn)(int), int mb, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_issue((MprtDeferred){.kind = MPRT_DO_LAUNCH, .stream = mprt_copy_stream(stream),
+                                  .fn = fn, .mb = mb, .label = mprt_copy_label(label)});
+}
+
+MPRT_KERNEL void mprt_memcpy_async(int stream, void *dst, const void *src, size_t n, int label)
+{
+    if (mprt_stream_here(stream))
+        mprt_issue((MprtDeferred){.kind = MPRT_DO_COPY, .stream = mprt_copy_stream(stream),
+                                  .dst = dst, .src = src, .n = n, .label = mprt_copy_label(label)});
+}
+
+MPRT_KERNEL void mprt_wait_event(int stream, int ev)
+{
+    if (mprt_stream_here(stream))
+        mprt_issue((MprtDeferred){.kind = MPRT_DO_WAIT, .stream = mprt_copy_stream(stream),
+                                  .ev = mprt_ev(ev)});
+}
+
+MPRT_KERNEL void mprt_record_event(int stream, int ev)
+{
+    if (mprt_stream_here(stream))
+        mprt_issue((MprtDeferred){.kind = MPRT_DO_RECORD, .stream = mprt_copy_stream(stream),
+                                  .ev = mprt_ev(ev)});
+}
 
 /* A shape as numpy prints it: (2, 3), (5,), (). */
 static void mprt_shape_str(int rank, const int64_t *shape, char *buf, size_t n)

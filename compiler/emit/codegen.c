@@ -3756,7 +3756,8 @@ static void emit_links(CG *cg)
         if (op->kind != OPK_COPY || node_of(cg, p->bufs[op->src].dev) ==
                                         node_of(cg, p->bufs[op->dst].dev))
             continue;
-        int a = op->stream, b = p->bufs[op->dst].dev * STREAMS_PER_DEV + op->stream % STREAMS_PER_DEV;
+        int a = op->stream;
+        int b = p->bufs[op->dst].dev * STREAMS_PER_DEV + op->stream % STREAMS_PER_DEV;
         bool known = false;
         for (int k = 0; k < n; k++)
             known |= (seen[2 * k] == a && seen[2 * k + 1] == b) ||
