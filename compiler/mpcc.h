@@ -1144,6 +1144,7 @@ typedef struct NodeStreams {
 NodeStreams node_streams(const Plan *p);
 int node_streams_stuck(const Plan *p, const NodeStreams *ns);   /* an op left, or -1 */
 void plan_verify_nodes(const Plan *p);
+bool plan_across_nodes(const Plan *p);   /* some device is another process's */
 /* verify_memory.c: a replay of the step against the memory plan */
 void plan_verify_memory(const Plan *p);
 const char *plan_describe_op(const Plan *p, int op);   /* "#12 forward of stage 1, ..." */

@@ -962,11 +962,8 @@ static int *issue_perm(PB *b)
  * the waits on another process's (their norms come over MPI,
  * runtime/comm.c's mprt_norms_across), and what remains must still cover
  * this process's stages. */
-static bool keeps_norm_waits(const Plan *p, const PlanOp *op)
+static bool keeps_norm_waits(const Plan *p, const PlanOp *op, bool across)
 {
-    bool across = false;
-    for (int d = 0; d < p->ds->n; d++)
-        across = across || p->ds->d[d].node != 0;
     return across && p->global_norm && op->kind == OPK_RUN && op->act.kind == ACT_UPDATE;
 }
 
@@ -981,8 +978,10 @@ static void prune_waits(PB *b)
     int *clock = arena_array(b->a, (size_t)p->nops * S + 1, sizeof(int));
     int *last = arena_array(b->a, (size_t)S, sizeof(int));
     memset(last, 0xff, (size_t)S * sizeof(int));
+    bool across = plan_across_nodes(p);
     for (int i = 0; i < p->nops; i++) {
         PlanOp *op = &p->ops[i];
+        bool keep = keeps_norm_waits(p, op, across);
         int *c = &clock[(size_t)i * S];
         if (last[op->stream] >= 0)
             memcpy(c, &clock[(size_t)last[op->stream] * S], (size_t)S * sizeof(int));
@@ -991,8 +990,8 @@ static void prune_waits(PB *b)
         int n = 0;
         for (int k = 0; k < op->ndeps; k++) {
             const PlanOp *d = &p->ops[op->deps[k]];
-            bool implied = c[d->stream] >= d->pos && !keeps_norm_waits(p, op);
-            for (int j = 0; j < op->ndeps && !implied && !keeps_norm_waits(p, op); j++)
+            bool implied = !keep && c[d->stream] >= d->pos;
+            for (int j = 0; j < op->ndeps && !implied && !keep; j++)
                 implied = j != k && clock[(size_t)op->deps[j] * S + d->stream] >= d->pos;
             if (!implied)
                 op->deps[n++] = op->deps[k];

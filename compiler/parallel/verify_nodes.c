@@ -83,12 +83,17 @@ int node_streams_stuck(const Plan *p, const NodeStreams *ns)
     return -1;
 }
 
+bool plan_across_nodes(const Plan *p)
+{
+    for (int d = 0; d < p->ds->n; d++)
+        if (p->ds->d[d].node != 0)
+            return true;
+    return false;
+}
+
 void plan_verify_nodes(const Plan *p)
 {
-    bool across = false;
-    for (int d = 0; d < p->ds->n; d++)
-        across = across || p->ds->d[d].node != 0;
-    if (!across)
+    if (!plan_across_nodes(p))
         return;
     NodeStreams ns = node_streams(p);
     int stuck = node_streams_stuck(p, &ns);
