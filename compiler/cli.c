@@ -41,8 +41,12 @@ static const char help_text[] =
 "  -gpus N                  partition across N CUDA devices\n"
 "  --devices=LIST           an explicit list: cpu,cpu:1 or cuda:0,cuda:1 (one kind of\n"
 "                           device per trainer; plans and dumps also take mixed ones)\n"
-"  --tf32                   CUDA devices: GEMMs and convolutions may use TF32 tensor\n"
-"                           cores (faster, ~1e-3 relative error; default: full fp32)\n"
+"  --precision=fp32|tf32|bf16\n"
+"                           fp32 (the default); tf32: CUDA GEMMs and convolutions\n"
+"                           may use TF32 tensor cores (~1e-3 relative error; --tf32\n"
+"                           is the same); bf16: activations and their gradients\n"
+"                           stored in bfloat16, arithmetic, master weights, optimizer\n"
+"                           state and gradient sums in fp32 (docs/precision.md)\n"
 "  --cpu-kernels=auto|builtin|onednn\n"
 "                           CPU devices' GEMMs, convolutions and max pooling's\n"
 "                           forward: through oneDNN (the trainer then links\n"
@@ -295,7 +299,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
                OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_DATA_PARALLEL, OPT_NODES,
-               OPT_ZERO, OPT_BUCKET, OPT_COUNT } OptId;
+               OPT_ZERO, OPT_BUCKET, OPT_PRECISION, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -305,7 +309,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"list-ops", OPT_LIST_OPS, false}, {"emit-onnx", OPT_EMIT_ONNX, false},
     {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
     {"no-fuse", OPT_NO_FUSE, false},    {"cpu-kernels", OPT_CPU_KERNELS, true},
-    {"cpu-layout", OPT_CPU_LAYOUT, true},
+    {"cpu-layout", OPT_CPU_LAYOUT, true}, {"precision", OPT_PRECISION, true},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -406,6 +410,8 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                                [KERNELS_ONEDNN] = "onednn"};
     static const char *const cpu_layout[] = {[LAYOUT_BLOCKED] = "blocked", [LAYOUT_PLAIN] = "plain"};
+    static const char *const precision[] = {[PREC_FP32] = "fp32", [PREC_TF32] = "tf32",
+                                            [PREC_BF16] = "bf16"};
     PipeOptions *p = &o->pipe;
     switch (id) {
     case OPT_DEVICES: p->devices = val; break;
@@ -437,6 +443,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_BUCKET: p->bucket_mb = parse_real(opt, val, 1e-6, 1e6); break;
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;
+    case OPT_PRECISION: o->precision = (Precision)pick(opt, val, precision, PREC_COUNT); break;
     default: apply_training(id, opt, val, o); break;
     }
 }
@@ -446,7 +453,7 @@ static void apply(Arena *a, OptId id, const char *opt, const char *val, Options 
     switch (id) {
     case OPT_O: o->output = val; break;
     case OPT_GPUS: o->gpus = (int)parse_count(opt, val, 1024); break;
-    case OPT_TF32: o->tf32 = true; break;
+    case OPT_TF32: o->precision = PREC_TF32; break;
     case OPT_CPUS: o->cpus = (int)parse_count(opt, val, 1024); break;
     case OPT_BATCH:
         o->batch = parse_count(opt, val, (int64_t)1 << 40);
@@ -545,8 +552,12 @@ void cli_parse(Arena *a, int argc, char **argv, Options *o)
         o->pipe.offload = OFFLOAD_AUTO;
     if (o->pipe.virt < 1)
         usage_error("--virtual-stages must be at least 1%s", "");
-    if (o->tf32 && !o->gpus && !(o->pipe.devices && strstr(o->pipe.devices, "cuda")))
-        usage_error("--tf32 is for CUDA devices (-gpus N); drop it for CPU devices%s", "");
+    if (o->precision == PREC_TF32 && !o->gpus && !(o->pipe.devices && strstr(o->pipe.devices, "cuda")))
+        usage_error("--tf32 is for CUDA devices (-gpus N), as is --precision=tf32; drop it for "
+                    "CPU devices%s", "");
+    if (o->precision == PREC_BF16 && (o->infer || o->emit_onnx))
+        usage_error("--precision=bf16 is for training; the forward-only program and "
+                    "--emit-onnx keep the model's float32%s", "");
     if (o->gantt_from && o->input)
         usage_error("--gantt-from draws traces alone; drop the model '%s', or draw a trace "
                     "under the prediction with --measured=run.json --dump=gantt=step.svg",

@@ -4,7 +4,7 @@
  *                          re-batch a fixed batch) -> toposort -> infer
  *                          shapes + fold -> prune          [driver_model]
  *   training graph (graph/) export mode -> loss -> autodiff -> optimizer
- *                                                        [driver_training]
+ *                          -> precision                  [driver_training]
  *   parallel (parallel/)   devices -> for each candidate schedule and
  *                          micro-batch count (pipeline.c): stages
  *                          (partition) -> schedule -> the step's program
@@ -106,6 +106,7 @@ static void training_graph(Graph *g, const Options *o)
     VERIFY(g);
     add_optimizer(g, o);
     VERIFY(g);
+    lower_precision(g, o);
 }
 
 /* The model as the front end leaves it: bound, typed, folded, pruned. */

@@ -278,6 +278,7 @@ typedef struct Graph {
     int cpu_kernels;       /* --cpu-kernels, a CpuKernels: what conv_onednn decides by */
     const void *source;    /* the model file's bytes (mapped) */
     size_t source_size;
+    bool bf16;             /* --precision=bf16: some activations are DT_BF16 (precision.c) */
 } Graph;
 
 Graph *ir_new(Arena *a, const char *file);
@@ -431,12 +432,15 @@ typedef struct PipeOptions {
 /* --cpu-kernels: which kernels run the convolutions of CPU devices. */
 typedef enum { KERNELS_AUTO, KERNELS_BUILTIN, KERNELS_ONEDNN, KERNELS_COUNT } CpuKernels;   /* auto the default */
 typedef enum { LAYOUT_BLOCKED, LAYOUT_PLAIN, LAYOUT_COUNT } CpuLayout;   /* --cpu-layout */
+/* --precision (docs/precision.md): fp32; TF32 tensor cores for CUDA GEMMs and
+ * convolutions (--tf32); bf16 activations over fp32 master weights. */
+typedef enum { PREC_FP32, PREC_TF32, PREC_BF16, PREC_COUNT } Precision;
 
 typedef struct Options {
     const char *input;
     const char *output;        /* -o */
     int gpus, cpus;
-    bool tf32;                 /* --tf32: CUDA GEMMs and convolutions may use TF32 */
+    Precision precision;       /* --precision (--tf32: PREC_TF32) */
     int64_t batch;             /* -batch, 0 if not given */
     ShapeBinding *shapes;      /* --shapes */
     uint32_t nshapes;
@@ -623,6 +627,12 @@ void autodiff(Graph *g, const Options *o);      /* gradients of g->loss */
 
 void add_optimizer(Graph *g, const Options *o);
 
+/* -------------------------------------------------- graph/precision.c */
+
+void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf16 values */
+uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round);
+int64_t precision_staging(const Graph *g, const Node *n);   /* bytes; 0 unless bf16 */
+
 /* -------------------------------------------------- graph/forward.c */
 
 /* --infer: every graph output becomes the output of a node of its own (a
@@ -710,6 +720,7 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
 typedef struct Fusion Fusion;
 double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
                     const Measured *m);   /* what running n inside a fused chain saves */
+int64_t node_staging_at(const Graph *g, const Node *n, bool cpu);   /* bf16 operands' scratch */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */

@@ -155,6 +155,76 @@ MPRT_KERNEL void mprt_copy(long n, const float *x, float *y)
         memcpy(y, x, (size_t)n * sizeof *y);
 }
 
+/* ---- bfloat16 storage (--precision=bf16, docs/precision.md) ---- */
+
+/* float32 to bfloat16, rounded to nearest even (as PyTorch's conversion
+ * does); a NaN stays a quiet NaN of the same sign. */
+static inline uint16_t mprt_bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : even);
+}
+
+static inline float mprt_f32_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+typedef struct MprtBf16 {
+    const void *x;
+    void *y;
+} MprtBf16;
+
+static void mprt_bf16_widen_piece(void *ctx, long lo, long hi)
+{
+    const MprtBf16 *e = ctx;
+    const uint16_t *x = e->x;
+    float *y = e->y;
+    for (long i = lo; i < hi; i++)
+        y[i] = mprt_f32_of(x[i]);
+}
+
+static void mprt_bf16_narrow_piece(void *ctx, long lo, long hi)
+{
+    const MprtBf16 *e = ctx;
+    const float *x = e->x;
+    uint16_t *y = e->y;
+    for (long i = lo; i < hi; i++)
+        y[i] = mprt_bf16_of(x[i]);
+}
+
+static void mprt_bf16_round_piece(void *ctx, long lo, long hi)
+{
+    const MprtBf16 *e = ctx;
+    const float *x = e->x;
+    float *y = e->y;
+    for (long i = lo; i < hi; i++)
+        y[i] = mprt_f32_of(mprt_bf16_of(x[i]));
+}
+
+/* y = x, bf16 widened to float32 (exact). */
+MPRT_KERNEL void mprt_bf16_widen(long n, const uint16_t *x, float *y)
+{
+    mprt_par(n, MPRT_GRAIN, mprt_bf16_widen_piece, &(MprtBf16){x, y});
+}
+
+/* y = x rounded to bf16. */
+MPRT_KERNEL void mprt_bf16_narrow(long n, const float *x, uint16_t *y)
+{
+    mprt_par(n, MPRT_GRAIN, mprt_bf16_narrow_piece, &(MprtBf16){x, y});
+}
+
+/* y = x rounded to bf16, kept in float32: a weight as a bf16 copy reads. */
+MPRT_KERNEL void mprt_bf16_round(long n, const float *x, float *y)
+{
+    mprt_par(n, MPRT_GRAIN, mprt_bf16_round_piece, &(MprtBf16){x, y});
+}
+
 typedef struct MprtSumCall {
     int k;
     const float *const *x;

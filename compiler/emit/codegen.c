@@ -68,6 +68,10 @@ typedef struct CG {
     bool checking;
     bool *reported;       /* [nnodes] */
     int problems;
+    /* --precision=bf16: the node being written reads and writes these values
+     * through float32 scratch (stage_operands) */
+    const char **staged_as;   /* [nvalues]: the scratch's expression, or NULL */
+    struct Staged *staged;    /* the node's, while it is written; NULL otherwise */
 } CG;
 
 /* A buffer of the function being written, by the name it has there. */
@@ -191,6 +195,7 @@ static const char *ctype(DType t)
     case DT_I16: return "int16_t";
     case DT_I8: return "int8_t";
     case DT_F16: return "uint16_t";   /* its bits: read and written by Cast */
+    case DT_BF16: return "uint16_t";  /* its bits: staged in float32 around a kernel */
     default: return NULL;
     }
 }
@@ -236,7 +241,7 @@ static const char *slot_addr(CG *cg, int b, int mb)
 
 static bool has_buf(CG *cg, uint32_t v)
 {
-    return v != NONE && plan_buf(cg->plan, v, cg->stage) >= 0;
+    return v != NONE && (plan_buf(cg->plan, v, cg->stage) >= 0 || cg->staged_as[v]);
 }
 
 /* ---- the buffers a function uses: named locals ---- */
@@ -404,6 +409,8 @@ static int local_mark(const char *p, const char **next)
 /* A buffer of the current stage, by its local's name. */
 static const char *buf(CG *cg, uint32_t v)
 {
+    if (cg->staged_as[v])
+        return cg->staged_as[v];
     int b = plan_read(cg->plan, v, cg->stage, cg->kind);
     MPCC_ASSERT(b >= 0);
     return local_buf(cg, b);
@@ -2175,6 +2182,78 @@ static void emit_node_comment(CG *cg, const Node *n, int mark)
 }
 
 static void emit_node_code(CG *cg, const Node *n, int mark);
+static void emit_kernel(CG *cg, const Node *n);
+
+/* ---- bf16 operands (--precision=bf16, graph/precision.c) ---- */
+
+/* A node's operands that its kernel reads and writes in float32 scratch:
+ * each bf16 input widened before it, each bf16 output rounded after it, a
+ * matrix product's parameters rounded to bf16 before it. While the node
+ * is written the staged values read as float32 at their scratch, so its
+ * kernel's code is the float32 one. */
+typedef struct Staged {
+    uint32_t *vals, n;
+    bool *round;
+} Staged;
+
+static bool is_output_of(const Node *n, uint32_t v)
+{
+    for (uint32_t k = 0; k < n->nout; k++)
+        if (n->out[k] == v)
+            return true;
+    return false;
+}
+
+static bool is_input_of(const Node *n, uint32_t v)
+{
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (n->in[k] == v)
+            return true;
+    return false;
+}
+
+static void stage_operands(CG *cg, const Node *n, Staged *s)
+{
+    Arena *a = cg->g->arena;
+    s->vals = arena_array(a, n->nin + n->nout, sizeof *s->vals);
+    s->round = arena_array(a, n->nin + n->nout, sizeof *s->round);
+    s->n = precision_staged(cg->g, n, s->vals, s->round);
+    if (!s->n)
+        return;
+    int64_t at = node_staging_at(cg->g, n, true);
+    for (uint32_t j = 0; j < s->n; j++) {
+        uint32_t v = s->vals[j];
+        const char *mem = buf(cg, v), *f32 = arena_printf(a, "(%s + %lld)", workspace(cg),
+                                                          (long long)(at / 4));
+        if (s->round[j])
+            emit(cg, "    mprt_bf16_round(%ld, %s, %s);   /* read as bf16 */\n", numel(cg, v),
+                 mem, f32);
+        else if (is_input_of(n, v))
+            emit(cg, "    mprt_bf16_widen(%ld, %s, %s);\n", numel(cg, v), mem, f32);
+        cg->staged_as[v] = f32;
+        cg->g->values[v].dtype = DT_F32;
+        at += (numel(cg, v) * 4 + 63) / 64 * 64;
+    }
+    cg->staged = s;
+}
+
+/* The node's staged values as they are stored again; `emit`: with the
+ * rounding of its bf16 outputs (not on the way out of an error). */
+static void unstage_operands(CG *cg, const Node *n, bool emit_rounding)
+{
+    Staged *s = cg->staged;
+    cg->staged = NULL;
+    for (uint32_t j = 0; s && j < s->n; j++) {
+        uint32_t v = s->vals[j];
+        const char *f32 = cg->staged_as[v];
+        cg->staged_as[v] = NULL;
+        if (s->round[j])
+            continue;
+        cg->g->values[v].dtype = DT_BF16;
+        if (emit_rounding && is_output_of(n, v))
+            emit(cg, "    mprt_bf16_narrow(%ld, %s, %s);\n", numel(cg, v), f32, buf(cg, v));
+    }
+}
 
 /* Under --check, a node whose code cannot be written is reported (its
  * error printed as it would be) and skipped from then on, so that every
@@ -2193,6 +2272,7 @@ static void emit_node(CG *cg, const Node *n, int mark)
     if (setjmp(here) == 0) {
         emit_node_code(cg, n, mark);
     } else {
+        unstage_operands(cg, n, false);
         cg->reported[id] = true;
         cg->problems++;
     }
@@ -2205,14 +2285,22 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     if (cuda_stage(cg) && n->op != OP_UNKNOWN && !(op_info[n->op].flags & OPF_CUDA))
         error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
                  n->op_type);
+    if (cg->fu->tail[n - cg->g->nodes] != NONE)
+        return;   /* fused into a later chain: no bf16 value is */
+    Staged s;
+    stage_operands(cg, n, &s);
     if (float_inputs(n))
         float_kernel(cg, n, float_inputs(n));
-    if (cg->fu->tail[n - cg->g->nodes] != NONE)
-        return;
-    if (cg->fu->prev[n - cg->g->nodes] != NONE) {
+    if (cg->fu->prev[n - cg->g->nodes] != NONE)
         emit_chain(cg, n);
-        return;
-    }
+    else
+        emit_kernel(cg, n);
+    unstage_operands(cg, n, true);
+}
+
+/* The call of node n's kernel. */
+static void emit_kernel(CG *cg, const Node *n)
+{
     switch (n->op) {
     case OP_GEMM: emit_gemm(cg, n); break;
     case OP_RELU:
@@ -3882,7 +3970,7 @@ static void emit_main(CG *cg)
     emit(cg, "\n/* ==== main ==== */\nint main(int argc, char **argv)\n{\n");
     if (cg->cuda)
         emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n"
-             "    mprt_cu_header_lines = mprt_cu_opcodes;\n    mprt_cu_tf32 = %d;\n", cg->o->tf32);
+             "    mprt_cu_header_lines = mprt_cu_opcodes;\n    mprt_cu_tf32 = %d;\n", cg->o->precision == PREC_TF32);
     emit(cg, "    return mprt_%s_main(&model, argc, argv);\n}\n", cg->o->infer ? "infer" : "train");
 }
 
@@ -4022,10 +4110,15 @@ static void emit_model_part(CG *cg, const char *hash, const char *weights)
 static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
     int ncuda = cuda_devices(plan);
+    if (g->bf16 && ncuda)
+        error_file(o->input, "--precision=bf16 trains on CPU devices so far; train on GPUs "
+                   "with --precision=fp32 or tf32 (plans and dumps take bf16 on GPUs: "
+                   "docs/precision.md)");
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
              .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu,
              .dnnl_gemm = ncuda < plan->ds->n && !o->infer && gemm_onednn(g)};
     cg.profiled = arena_array(g->arena, g->nnodes + 1, sizeof(uint32_t));
+    cg.staged_as = arena_array(g->arena, g->nvalues + 1, sizeof(const char *));
     cg.local_of = arena_array(g->arena, (size_t)plan->nbufs + 1, sizeof(int));
     for (int b = 0; b < plan->nbufs; b++)
         cg.local_of[b] = -1;

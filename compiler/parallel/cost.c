@@ -234,7 +234,7 @@ static double onednn_workspace(const Graph *g, const Node *n)
  * runtime/cpu.c computes it) or, for one that runs through oneDNN, the
  * larger of that and oneDNN's (onednn_workspace; CPU devices only); a
  * cross-entropy's log-probabilities. */
-int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
+static int64_t kernel_workspace(const Graph *g, const Node *n, bool cpu)
 {
     uint32_t w, y;
     switch (n->op) {
@@ -268,6 +268,20 @@ int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
     if (cpu && conv_onednn(g, n) && onednn_workspace(g, n) > bytes)
         bytes = onednn_workspace(g, n);
     return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
+}
+
+/* Where a node's bf16 operands' float32 copies start in its scratch
+ * (--precision=bf16, precision.c): past the kernel's own, 64-byte aligned. */
+int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
+{
+    return (kernel_workspace(g, n, cpu) + 63) / 64 * 64;
+}
+
+/* All the scratch a node uses: its kernel's, then its staged operands'. */
+int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
+{
+    int64_t staging = precision_staging(g, n);
+    return staging ? node_staging_at(g, n, cpu) + staging : kernel_workspace(g, n, cpu);
 }
 
 /* ---- CPU devices: the work as runtime/ does it ---- */

@@ -20,7 +20,8 @@
  * training kernels sustain: 80% of the fp32 peak and of the memory
  * bandwidth, 70% of the tensor-core peaks; links at 80% of one direction.
  * Matrix products and convolutions run at the rate of the precision in
- * effect (fp32 unless --tf32), everything else at the fp32 rate. */
+ * effect (fp32, or --precision's tf32 or bf16), everything else at the
+ * fp32 rate. */
 typedef struct Builtin {
     const char *name;
     double fp32, tf32, bf16;         /* dense peak FLOP/s */
@@ -36,7 +37,16 @@ static const Builtin builtin[] = {
 
 enum { NBUILTIN = sizeof builtin / sizeof builtin[0] };
 
-static Profile gpu_profile(const Builtin *b, bool tf32)
+/* The rate of the matrix products under precision `prec`. */
+static void matrix_rate(Profile *p, Precision prec)
+{
+    if (prec == PREC_TF32)
+        p->matrix_flops = p->tf32_flops;
+    else if (prec == PREC_BF16)
+        p->matrix_flops = p->bf16_flops;
+}
+
+static Profile gpu_profile(const Builtin *b, Precision prec)
 {
     Profile p = {b->name, 0.8 * b->fp32, 0.8 * b->hbm, 5e-6, 80LL << 30, 0.8 * b->peer, 3e-6,
                  0.8 * b->host, 10e-6};
@@ -45,8 +55,7 @@ static Profile gpu_profile(const Builtin *b, bool tf32)
     p.matrix_flops = 0.8 * b->fp32;
     p.tf32_flops = 0.7 * b->tf32;
     p.bf16_flops = 0.7 * b->bf16;
-    if (tf32)
-        p.matrix_flops = p.tf32_flops;
+    matrix_rate(&p, prec);
     return p;
 }
 
@@ -94,7 +103,7 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
                "host_bandwidth, host_latency, node_bandwidth, node_latency)", line, key);
 }
 
-static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
+static Profile read_profile(Arena *a, const char *path, Profile base, Precision prec)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -142,8 +151,7 @@ static Profile read_profile(Arena *a, const char *path, Profile base, bool tf32)
         p.matrix_flops <= 0 || p.tf32_flops <= 0 || p.bf16_flops <= 0)
         error_file(path, "the rates (flops, matrix_flops, tf32_flops, bf16_flops, bandwidth and "
                    "the link bandwidths) must be positive");
-    if (tf32)
-        p.matrix_flops = p.tf32_flops;
+    matrix_rate(&p, prec);
     return p;
 }
 
@@ -164,16 +172,18 @@ static Profile cpu_gemm(Profile p, const Options *o)
 static Profile profile_named(Arena *a, const Options *o, DevKind kind)
 {
     const char *name = o->pipe.profile;
-    bool tf32 = o->tf32 && kind == DEV_CUDA;
+    /* a CPU device computes bf16 in fp32 (docs/precision.md) */
+    Precision prec = kind == DEV_CUDA ? o->precision : PREC_FP32;
     if (!name)
-        return kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], tf32);
+        return kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], prec);
     if (strcmp(name, "cpu") == 0)
         return cpu_profile(false);
     for (int i = 0; i < NBUILTIN; i++)
         if (strcmp(name, builtin[i].name) == 0)
-            return gpu_profile(&builtin[i], tf32);
-    return read_profile(a, name, kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], false),
-                        tf32);
+            return gpu_profile(&builtin[i], prec);
+    return read_profile(a, name,
+                        kind == DEV_CPU ? cpu_profile(false) : gpu_profile(&builtin[0], PREC_FP32),
+                        prec);
 }
 
 static Profile profile_for(Arena *a, const Options *o, DevKind kind)

@@ -7,6 +7,9 @@
 #     loss and weight matches PyTorch (tests/train/compare_train.py);
 #  4. the emitted ONNX model, compiled and trained the same way, gives the
 #     same losses as the DSL model, bit for bit.
+# Under --precision=bf16 in MPCC_ARGS, step 3 holds the losses to PyTorch's
+# own mixed precision instead (torch.autocast's bf16 on CPU,
+# tests/train/compare_bf16.py).
 # Placement hints (@cpu1, ...) are removed first when STRIP_HINTS=1, so a
 # sample written for two devices runs on one.
 # Usage: sample.sh MPCC WORKDIR SAMPLE.mp "MPCC_ARGS" "REF_ARGS" STEPS
@@ -23,7 +26,9 @@ if [ "${STRIP_HINTS:-0}" = 1 ]; then
 fi
 cd "$work"
 "$mpcc" "$sample" --emit-onnx -o model.onnx
-/usr/bin/python3 "$here/torch_ref.py" model.onnx --out . --steps "$steps" $ref_args
+bf16=
+case " $mpcc_args " in *" --precision=bf16 "*) bf16=--autocast-check ;; esac
+/usr/bin/python3 "$here/torch_ref.py" model.onnx --out . --steps "$steps" $ref_args $bf16
 for kind in dsl onnx; do
     src=$sample
     [ $kind = onnx ] && src=$work/model.onnx
@@ -33,7 +38,12 @@ for kind in dsl onnx; do
     (cd $kind && $build -Wall -Werror && ./train --data ../x.npy --labels ../y.npy \
         --steps "$steps" --save ckpt.safetensors --loss-log losses.txt)
 done
-/usr/bin/python3 "$here/../train/compare_train.py" . dsl/losses.txt dsl/ckpt.safetensors
+if [ -n "$bf16" ]; then
+    grep -q "mprt_bf16_narrow(" dsl/train.c   # activations are stored in bf16
+    /usr/bin/python3 "$here/../train/compare_bf16.py" . dsl/losses.txt
+else
+    /usr/bin/python3 "$here/../train/compare_train.py" . dsl/losses.txt dsl/ckpt.safetensors
+fi
 if ! cmp dsl/losses.txt onnx/losses.txt; then
     echo "sample.sh: the emitted ONNX model trains differently from the DSL model:"
     paste dsl/losses.txt onnx/losses.txt

@@ -203,6 +203,38 @@ def forward(model, params, buffers, feeds):
     return env
 
 
+def train(model, args, x, y, feed_of, autocast):
+    """K steps from the model's initial weights; under torch.autocast("cpu",
+    bfloat16) around each forward when `autocast`. Returns the parameters,
+    the buffers and the step losses."""
+    g = model.graph
+    bn_stats = {n.input[k] for n in g.node if n.op_type == "BatchNormalization"
+                for k in (3, 4)}
+    params, buffers = {}, {}
+    for init in g.initializer:
+        v = torch.from_numpy(numpy_helper.to_array(init).copy())
+        if init.name in bn_stats:
+            buffers[init.name] = v
+        else:
+            params[init.name] = v.requires_grad_(True)
+    opt = torch.optim.SGD(list(params.values()), lr=args.lr, momentum=args.momentum)
+    losses = []
+    data, labels, loss_name = feed_of
+    for step in range(args.steps):
+        lo = step * args.batch
+        feeds = {data: torch.from_numpy(x[lo:lo + args.batch]),
+                 labels: torch.from_numpy(y[lo:lo + args.batch])}
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            env = forward(model, params, buffers, feeds)
+        loss = env[loss_name].float()
+        loss.backward()
+        losses.append(float(loss))
+        opt.step()
+        opt.zero_grad()
+        print("step %d loss %.9g%s" % (step, losses[-1], " (autocast)" if autocast else ""))
+    return params, buffers, losses
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -214,6 +246,9 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--autocast-check", action="store_true",
+                    help="also train under torch.autocast('cpu', bfloat16) and save "
+                         "its step losses (losses_autocast.npy)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = onnx.load(args.model)
@@ -244,29 +279,12 @@ def main():
     np.save(os.path.join(args.out, "x.npy"), x)
     np.save(os.path.join(args.out, "y.npy"), y)
 
-    bn_stats = {n.input[k] for n in g.node if n.op_type == "BatchNormalization"
-                for k in (3, 4)}
-    params, buffers = {}, {}
-    for init in g.initializer:
-        v = torch.from_numpy(numpy_helper.to_array(init).copy())
-        if init.name in bn_stats:
-            buffers[init.name] = v
-        else:
-            params[init.name] = v.requires_grad_(True)
-    opt = torch.optim.SGD(list(params.values()), lr=args.lr, momentum=args.momentum)
-    losses = []
-    for step in range(args.steps):
-        lo = step * args.batch
-        feeds = {inputs[0].name: torch.from_numpy(x[lo:lo + args.batch]),
-                 labels: torch.from_numpy(y[lo:lo + args.batch])}
-        env = forward(model, params, buffers, feeds)
-        loss = env[loss_node.output[0]]
-        loss.backward()
-        losses.append(float(loss))
-        opt.step()
-        opt.zero_grad()
-        print("step %d loss %.9g" % (step, losses[-1]))
+    feed_of = (inputs[0].name, labels, loss_node.output[0])
+    params, buffers, losses = train(model, args, x, y, feed_of, False)
     np.save(os.path.join(args.out, "losses.npy"), np.array(losses, np.float64))
+    if args.autocast_check:
+        _, _, amp = train(model, args, x, y, feed_of, True)
+        np.save(os.path.join(args.out, "losses_autocast.npy"), np.array(amp, np.float64))
     final = {k: v.detach().numpy() for k, v in list(params.items()) + list(buffers.items())}
     np.savez(os.path.join(args.out, "final.npz"), **final)
 

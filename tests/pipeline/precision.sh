@@ -1,10 +1,12 @@
 #!/bin/sh
 # GPU profiles price matrix work at the precision in effect: --tf32 lowers
 # the predicted step of the MLP sample (batch 4096: its products are
-# compute-bound) on h100-sxm and a100, the H100 beats
+# compute-bound) on h100-sxm and a100, --precision=bf16 lowers it further
+# (twice the tensor-core rate, half the bytes), the H100 beats
 # the A100 either way, and a profile file whose tf32_flops equals its
 # matrix_flops predicts the same step with and without --tf32 (so the flag
-# acts through tf32_flops, not elsewhere).
+# acts through tf32_flops, not elsewhere); one whose bf16_flops is its
+# matrix_flops still predicts a shorter bf16 step (the bytes).
 # Usage: precision.sh MPCC SAMPLE.mp WORKDIR
 set -eu
 mpcc=$1 model=$2 work=$3
@@ -16,8 +18,10 @@ step() {   # the predicted step in seconds, from the compile report
 less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' || { echo "FAIL: not $1 < $2"; exit 1; }; }
 h=$(step --profile=h100-sxm) ht=$(step --profile=h100-sxm --tf32)
 a=$(step --profile=a100) at=$(step --profile=a100 --tf32)
-echo "h100-sxm: fp32 $h s, tf32 $ht s; a100: fp32 $a s, tf32 $at s"
+hb=$(step --profile=h100-sxm --precision=bf16) ab=$(step --profile=a100 --precision=bf16)
+echo "h100-sxm: fp32 $h s, tf32 $ht s, bf16 $hb s; a100: fp32 $a s, tf32 $at s, bf16 $ab s"
 less "$ht" "$h" && less "$at" "$a" && less "$h" "$a" && less "$ht" "$at"
+less "$hb" "$ht" && less "$ab" "$at" && less "$hb" "$ab"
 printf 'flops = 1e13\nmatrix_flops = 2e13\ntf32_flops = 2e13\nbandwidth = 1e12\n' >"$work/same.txt"
 printf 'flops = 1e13\nmatrix_flops = 2e13\ntf32_flops = 8e13\nbandwidth = 1e12\n' >"$work/fast.txt"
 s=$(step --profile="$work/same.txt") st=$(step --profile="$work/same.txt" --tf32)
@@ -25,4 +29,8 @@ f=$(step --profile="$work/fast.txt") ft=$(step --profile="$work/fast.txt" --tf32
 echo "file, tf32 = fp32: $s s and $st s; file, tf32 4x: $f s and $ft s"
 [ -n "$s" ] && [ "$s" = "$st" ] && [ "$s" = "$f" ] || { echo "FAIL: tf32 = fp32 changed the step"; exit 1; }
 less "$ft" "$f"
+printf 'flops = 1e13\nmatrix_flops = 2e13\nbf16_flops = 2e13\nbandwidth = 1e12\n' >"$work/bytes.txt"
+b=$(step --profile="$work/bytes.txt") bb=$(step --profile="$work/bytes.txt" --precision=bf16)
+echo "file, bf16 = fp32 rate: $b s and $bb s (half the activations' bytes)"
+less "$bb" "$b"
 echo "precision: ok"

@@ -2,7 +2,9 @@
 # Same numbers whatever the layout: the model trained on one CPU device and
 # on each listed layout (devices:schedule) with the same micro-batch count
 # gives bit-identical losses and final weights; the one-device run matches
-# PyTorch (tests/train/compare_train.py).
+# PyTorch (tests/train/compare_train.py). Under --precision=bf16 in MPCC_ARGS
+# the one-device run is held to PyTorch's own mixed precision instead
+# (tests/train/compare_bf16.py: torch.autocast's bf16 on CPU).
 # Usage: same_numbers.sh MPCC WORKDIR "REF_ARGS" "MPCC_ARGS" "TRAIN_ARGS" "LAYOUTS"
 #   LAYOUTS: e.g. "2:gpipe 2:1f1b 4:zb 2:interleaved 2:1f1b:all" (devices,
 #   schedule, and optionally --recompute)
@@ -11,7 +13,9 @@ mpcc=$1 work=$2 ref_args=$3 mpcc_args=$4 train_args=$5 layouts=$6
 here=$(cd "$(dirname "$0")/../train" && pwd)
 rm -rf "$work"
 export PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1
-/usr/bin/python3 "$here/ref_train.py" --out "$work" $ref_args >/dev/null
+bf16=
+case " $mpcc_args " in *" --precision=bf16 "*) bf16=--autocast-check ;; esac
+/usr/bin/python3 "$here/ref_train.py" --out "$work" $ref_args $bf16 >/dev/null
 cd "$work"
 
 train() {   # name, then mpcc options
@@ -25,7 +29,12 @@ train() {   # name, then mpcc options
 }
 
 train one -cpus 1
-/usr/bin/python3 "$here/compare_train.py" . one.losses one.safetensors
+if [ -n "$bf16" ]; then
+    grep -q "mprt_bf16_narrow(" one.c   # activations are stored in bf16
+    /usr/bin/python3 "$here/compare_bf16.py" . one.losses
+else
+    /usr/bin/python3 "$here/compare_train.py" . one.losses one.safetensors
+fi
 for layout in $layouts; do
     n=${layout%%:*} rest=${layout#*:}
     schedule=${rest%%:*} recompute=none

@@ -730,7 +730,7 @@ def make_optimizer(args, params):
     return torch.optim.AdamW(params, **kw), "torch.optim.AdamW", kw
 
 
-def train(args, model, x, y):
+def train(args, model, x, y, autocast=False):
     params = list(model.parameters())
     opt, cls, kw = make_optimizer(args, params)
     B, M = args.batch, args.microbatches
@@ -744,7 +744,10 @@ def train(args, model, x, y):
             lo = step * B + j * mb
             xb = torch.from_numpy(x[lo:lo + mb])
             yb = torch.from_numpy(y[lo:lo + mb])
-            loss = ce_loss(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16,
+                                enabled=autocast):
+                out = model(xb)
+            loss = ce_loss(out.float(), yb)
             (loss / M).backward()
             total += loss.item()
         losses.append(total / M)
@@ -787,6 +790,20 @@ def fp64_check(args, x, y, losses, state, rtol=1e-3, atol=1e-5):
     return {"losses_fp64": l64.tolist(), "worst_loss_rel_err": loss_err,
             "worst_weight_err": worst, "worst_weight_tensor": where,
             "weight_err": "max |f32-f64| / (|f64| + %g)" % (atol / rtol)}
+
+
+def autocast_check(args, x, y):
+    """Retrains from the same initial weights under PyTorch's CPU mixed
+    precision, torch.autocast("cpu", dtype=torch.bfloat16) around each
+    forward; returns its step losses."""
+    import contextlib
+    import io
+    torch.manual_seed(args.seed)
+    model, _ = build_model(args)
+    model.train()
+    with contextlib.redirect_stdout(io.StringIO()):
+        losses, _, _, _ = train(args, model, x, y, autocast=True)
+    return losses
 
 
 # ------------------------------------------------ row order, evaluation ----
@@ -952,6 +969,9 @@ def parse_args():
                          "exported after .double() or .half() is; PyTorch "
                          "trains in float32 (float16: from the weights and "
                          "data rounded to float16)")
+    ap.add_argument("--autocast-check", action="store_true",
+                    help="also train under torch.autocast('cpu', bfloat16) "
+                         "and save its step losses (losses_autocast.npy)")
     ap.add_argument("--fp64-check", action="store_true",
                     help="also train in float64 and record how far the "
                          "float32 reference is from it (config.json "
@@ -1104,6 +1124,9 @@ def main():
                        "evals": evals}, f, indent=2)
             f.write("\n")
     np.save(os.path.join(args.out, "losses.npy"), losses)
+    if args.autocast_check:
+        np.save(os.path.join(args.out, "losses_autocast.npy"),
+                autocast_check(args, xs, ys))
     np.save(os.path.join(args.out, "grad_norms.npy"), norms)
     final = {k: v.numpy().astype(np.float32)
              for k, v in reference_state(model).items()}

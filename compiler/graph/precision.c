@@ -1,0 +1,174 @@
+/* precision.c — --precision=bf16: which of the training graph's values are
+ * stored in bfloat16 (docs/precision.md).
+ *
+ * Every kernel computes in float32; bf16 is how a value is kept between
+ * them. A float32 activation becomes DT_BF16 when:
+ *   - a matrix product or a convolution computes it (its gradients too), or
+ *   - a normalisation computes it as its first output (the normalised
+ *     activation or the input's gradient; the statistics stay float32), or
+ *   - any other op computes it from at least one bf16 value, or
+ *   - it is a weight moved alone (a Transpose or Reshape of a parameter,
+ *     as exports put before a MatMul): the bf16 copy a kernel reads.
+ * An embedding's rows (a Gather of a parameter) stay float32, as under
+ * torch.autocast: rounding them and their gradients moved BERT's third
+ * loss 3 times further from float32's, past the bound (docs/precision.md).
+ * Kept in float32 whatever their inputs: the losses and their gradients,
+ * LogSoftmax (the log-probabilities a loss reads), the reductions, a
+ * parameter's gradient (its sum over the micro-batches is float32 too), and
+ * the graph's outputs, which the host reads. Parameters, their optimizer
+ * state, inputs and constants are not activations and stay as they are.
+ * The code generator widens each bf16 operand into float32 scratch around
+ * its node's kernel, and rounds each bf16 result to nearest even. The
+ * matrix products and convolutions read every operand as bf16: their
+ * float32 ones (the parameters, as the bf16 copies of the weights a GPU
+ * would read; an input; a loss's gradient) rounded to it. */
+#include "mpcc.h"
+
+static bool loss_op(Op op)
+{
+    switch (op) {
+    case OP_SOFTMAX_CE: case OP_SCE_GRAD: case OP_NLL_LOSS: case OP_NLL_GRAD:
+    case OP_MSE_LOSS: case OP_MSE_GRAD: case OP_LOG_SOFTMAX: case OP_LOG_SOFTMAX_GRAD:
+        return true;
+    default: return false;
+    }
+}
+
+static bool reduction_op(Op op)
+{
+    switch (op) {
+    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
+    case OP_SUM_TO: case OP_CONV_GRAD_B: case OP_CUMSUM:
+        return true;
+    default: return false;
+    }
+}
+
+static bool norm_op(Op op)
+{
+    switch (op) {
+    case OP_BATCH_NORM: case OP_LAYER_NORM: case OP_INSTANCE_NORM:
+    case OP_BN_GRAD: case OP_LN_GRAD: case OP_INSTANCE_NORM_GRAD:
+        return true;
+    default: return false;
+    }
+}
+
+static bool layout_op(Op op)
+{
+    switch (op) {
+    case OP_TRANSPOSE: case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE:
+    case OP_IDENTITY:
+        return true;
+    default: return false;
+    }
+}
+
+/* A layout op on a parameter: the first input is one (the others, shapes). */
+static bool moves_weight(const Graph *g, const Node *n)
+{
+    return layout_op(n->op) && n->nin && n->in[0] != NONE &&
+           g->values[n->in[0]].kind == VK_PARAM;
+}
+
+static bool reads_bf16(const Graph *g, const Node *n)
+{
+    for (uint32_t k = 0; k < n->nin; k++)
+        if (n->in[k] != NONE && g->values[n->in[k]].dtype == DT_BF16)
+            return true;
+    return false;
+}
+
+/* Whether output k of node n is stored in bf16 (it is a float32 activation). */
+static bool stored_bf16(const Graph *g, const Node *n, uint32_t k)
+{
+    if (loss_op(n->op) || reduction_op(n->op))
+        return false;
+    if (norm_op(n->op))
+        return k == 0;
+    if (op_info[n->op].flags & (OPF_GEMM | OPF_CONV))
+        return true;
+    return reads_bf16(g, n) || moves_weight(g, n);
+}
+
+/* The values the host or the optimizer reads as float32. */
+static bool *kept_fp32(Graph *g)
+{
+    bool *keep = arena_array(g->arena, g->nvalues, sizeof(bool));
+    for (uint32_t v = 0; v < g->nvalues; v++) {
+        const Value *val = &g->values[v];
+        if (val->is_output)
+            keep[v] = true;
+        if (val->kind == VK_PARAM && val->grad != NONE)
+            keep[val->grad] = true;
+    }
+    if (g->loss != NONE)
+        keep[g->loss] = true;
+    return keep;
+}
+
+void lower_precision(Graph *g, const Options *o)
+{
+    if (o->precision != PREC_BF16)
+        return;
+    g->bf16 = true;
+    bool *keep = kept_fp32(g);
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        if (n->phase == PH_UPDATE)
+            continue;
+        for (uint32_t k = 0; k < n->nout; k++) {
+            uint32_t v = n->out[k];
+            if (v == NONE || keep[v] || g->values[v].kind != VK_ACTIVATION ||
+                g->values[v].dtype != DT_F32)
+                continue;
+            if (stored_bf16(g, n, k))
+                g->values[v].dtype = DT_BF16;
+        }
+    }
+}
+
+/* The operands node n's kernel reads and writes through float32 scratch
+ * under bf16: its bf16 inputs and outputs and, for a matrix product or a
+ * convolution, its float32 inputs (round[i]: read rounded to bf16);
+ * each value once, inputs first. vals and round hold n->nin + n->nout. */
+uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round)
+{
+    uint32_t count = 0;
+    bool matrix = g->bf16 && (op_info[n->op].flags & (OPF_GEMM | OPF_CONV));
+    for (uint32_t k = 0; k < n->nin + n->nout; k++) {
+        uint32_t v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (v == NONE)
+            continue;
+        const Value *val = &g->values[v];
+        bool rounded = matrix && k < n->nin && val->dtype == DT_F32;
+        if (val->dtype != DT_BF16 && !rounded)
+            continue;
+        bool seen = false;
+        for (uint32_t j = 0; j < count; j++)
+            seen = seen || vals[j] == v;
+        if (seen)
+            continue;
+        round[count] = rounded;
+        vals[count++] = v;
+    }
+    return count;
+}
+
+/* The bytes of that scratch: each operand's float32 copy, 64-byte aligned. */
+int64_t precision_staging(const Graph *g, const Node *n)
+{
+    if (!g->bf16)
+        return 0;
+    uint32_t vbuf[64], *vals = vbuf;
+    bool rbuf[64], *round = rbuf;
+    if (n->nin + n->nout > 64) {
+        vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
+        round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
+    }
+    uint32_t count = precision_staged(g, n, vals, round);
+    int64_t bytes = 0;
+    for (uint32_t j = 0; j < count; j++)
+        bytes += (shape_numel(&g->values[vals[j]].shape) * 4 + 63) / 64 * 64;
+    return bytes;
+}
