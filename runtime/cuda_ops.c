@@ -200,6 +200,26 @@ MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, con
     }
 }
 
+/* ---- bfloat16 storage (--precision=bf16) ---- */
+
+MPRT_CU_KERNEL void mprt_cu_bf16_widen(long n, const uint16_t *x, float *y)
+{
+    void *args[] = {&n, &x, &y};
+    mprt_cu_each("bf16_widen", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_bf16_narrow(long n, const float *x, uint16_t *y)
+{
+    void *args[] = {&n, &x, &y};
+    mprt_cu_each("bf16_narrow", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_bf16_round(long n, const float *x, float *y)
+{
+    void *args[] = {&n, &x, &y};
+    mprt_cu_each("bf16_round", n, args);
+}
+
 /* ---- elementwise ---- */
 
 MPRT_CU_KERNEL void mprt_cu_relu(long n, const float *x, float *y)

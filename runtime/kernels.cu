@@ -131,6 +131,37 @@ static __device__ void bcast_offsets(const Bcast &b, i64 i, int k, i64 *off)
     }
 }
 
+/* ---- bfloat16 storage (--precision=bf16): cpu.c's conversions ---- */
+
+typedef unsigned short u16;
+
+static __device__ u16 bf16_of(float f)
+{
+    unsigned u = (unsigned)__float_as_int(f);
+    unsigned even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return (u16)((u & 0x7fffffffu) > 0x7f800000u ? nan : even);
+}
+
+static __device__ float f32_of(u16 h)
+{
+    return __int_as_float((int)((unsigned)h << 16));
+}
+
+extern "C" __global__ void mprt_k_bf16_widen(i64 n, const u16 *x, float *y)
+{
+    FOR_EACH(i, n) y[i] = f32_of(x[i]);
+}
+
+extern "C" __global__ void mprt_k_bf16_narrow(i64 n, const float *x, u16 *y)
+{
+    FOR_EACH(i, n) y[i] = bf16_of(x[i]);
+}
+
+extern "C" __global__ void mprt_k_bf16_round(i64 n, const float *x, float *y)
+{
+    FOR_EACH(i, n) y[i] = f32_of(bf16_of(x[i]));
+}
+
 /* ---- elementwise ---- */
 
 extern "C" __global__ void mprt_k_relu(i64 n, const float *x, float *y)

@@ -2220,16 +2220,16 @@ static void stage_operands(CG *cg, const Node *n, Staged *s)
     s->n = precision_staged(cg->g, n, s->vals, s->round);
     if (!s->n)
         return;
-    int64_t at = node_staging_at(cg->g, n, true);
+    int64_t at = node_staging_at(cg->g, n, !cuda_stage(cg));
     for (uint32_t j = 0; j < s->n; j++) {
         uint32_t v = s->vals[j];
         const char *mem = buf(cg, v), *f32 = arena_printf(a, "(%s + %lld)", workspace(cg),
                                                           (long long)(at / 4));
         if (s->round[j])
-            emit(cg, "    mprt_bf16_round(%ld, %s, %s);   /* read as bf16 */\n", numel(cg, v),
-                 mem, f32);
+            emit(cg, "    %s(%ld, %s, %s);   /* read as bf16 */\n", kernel(cg, "bf16_round"),
+                 numel(cg, v), mem, f32);
         else if (is_input_of(n, v))
-            emit(cg, "    mprt_bf16_widen(%ld, %s, %s);\n", numel(cg, v), mem, f32);
+            emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_widen"), numel(cg, v), mem, f32);
         cg->staged_as[v] = f32;
         cg->g->values[v].dtype = DT_F32;
         at += (numel(cg, v) * 4 + 63) / 64 * 64;
@@ -2251,7 +2251,8 @@ static void unstage_operands(CG *cg, const Node *n, bool emit_rounding)
             continue;
         cg->g->values[v].dtype = DT_BF16;
         if (emit_rounding && is_output_of(n, v))
-            emit(cg, "    mprt_bf16_narrow(%ld, %s, %s);\n", numel(cg, v), f32, buf(cg, v));
+            emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_narrow"), numel(cg, v), f32,
+                 buf(cg, v));
     }
 }
 
@@ -4110,10 +4111,6 @@ static void emit_model_part(CG *cg, const char *hash, const char *weights)
 static CG cg_start(Graph *g, const Options *o, const Plan *plan, const Fusion *fu)
 {
     int ncuda = cuda_devices(plan);
-    if (g->bf16 && ncuda)
-        error_file(o->input, "--precision=bf16 trains on CPU devices so far; train on GPUs "
-                   "with --precision=fp32 or tf32 (plans and dumps take bf16 on GPUs: "
-                   "docs/precision.md)");
     CG cg = {.g = g, .o = o, .plan = plan, .cuda = ncuda > 0,
              .mixed = ncuda > 0 && ncuda < plan->ds->n, .fu = fu,
              .dnnl_gemm = ncuda < plan->ds->n && !o->infer && gemm_onednn(g)};

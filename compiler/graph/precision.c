@@ -71,6 +71,17 @@ static bool moves_weight(const Graph *g, const Node *n)
            g->values[n->in[0]].kind == VK_PARAM;
 }
 
+/* A Reshape (or the like) from bf16 to bf16: its bytes copied as they are. */
+static bool copies_bf16(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_IDENTITY:
+        return n->in[0] != NONE && g->values[n->in[0]].dtype == DT_BF16 &&
+               g->values[n->out[0]].dtype == DT_BF16;
+    default: return false;
+    }
+}
+
 static bool reads_bf16(const Graph *g, const Node *n)
 {
     for (uint32_t k = 0; k < n->nin; k++)
@@ -135,6 +146,8 @@ void lower_precision(Graph *g, const Options *o)
 uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round)
 {
     uint32_t count = 0;
+    if (copies_bf16(g, n))
+        return 0;
     bool matrix = g->bf16 && (op_info[n->op].flags & (OPF_GEMM | OPF_CONV));
     for (uint32_t k = 0; k < n->nin + n->nout; k++) {
         uint32_t v = k < n->nin ? n->in[k] : n->out[k - n->nin];

@@ -1059,6 +1059,41 @@ static void test_cast_float(void)
     report("cast (float64 to float32)");
 }
 
+/* bf16 storage: every bf16 widened, and float32 values of every kind
+ * (each bf16, the midpoints between neighbours, random bits, NaN) narrowed
+ * and rounded. */
+static void test_bf16(void)
+{
+    enum { NH = 65536, NF = 2 * NH + 4096 };
+    uint16_t *h = malloc(NH * 2), *fh = malloc(NF * 2), *cfh = malloc(NF * 2);
+    float *hf = malloc(NH * 4), *chf = malloc(NH * 4), *f = malloc(NF * 4);
+    float *r = malloc(NF * 4), *cr = malloc(NF * 4);
+    for (int i = 0; i < NH; i++)
+        h[i] = (uint16_t)i;
+    mprt_bf16_widen(NH, h, hf);
+    mprt_cu_bf16_widen(NH, h, chf);
+    same("bf16_widen", hf, chf, NH * 4);
+    for (int i = 0; i < 2 * NH; i++) {   /* each bf16 and the midpoint above it */
+        uint32_t b = (uint32_t)(i / 2) << 16 | (i & 1 ? 0x8000u : 0);
+        memcpy(&f[i], &b, 4);
+    }
+    uint32_t bits = 12345;
+    for (int i = 2 * NH; i < NF; i++) {
+        bits = bits * 1664525u + 1013904223u;
+        memcpy(&f[i], &bits, 4);
+    }
+    mprt_bf16_narrow(NF, f, fh);
+    mprt_cu_bf16_narrow(NF, f, cfh);
+    same("bf16_narrow", fh, cfh, NF * 2);
+    mprt_bf16_round(NF, f, r);
+    mprt_cu_bf16_round(NF, f, cr);
+    same("bf16_round", r, cr, NF * 4);
+    free(h), free(fh), free(cfh), free(hf), free(chf), free(f), free(r), free(cr);
+    report("bf16_widen");
+    report("bf16_narrow");
+    report("bf16_round");
+}
+
 static void test_update(void)
 {
     long n = 100;
@@ -1310,6 +1345,7 @@ int main(void)
     test_losses();
     test_move();
     test_cast_float();
+    test_bf16();
     test_conv_direct();
     test_update();
     test_sq_norm();
