@@ -47,6 +47,10 @@ static const char help_text[] =
 "                           is the same); bf16: activations and their gradients\n"
 "                           stored in bfloat16, arithmetic, master weights, optimizer\n"
 "                           state and gradient sums in fp32 (docs/precision.md)\n"
+"  --cuda-graph=auto|off   CUDA devices: capture the step's launches, copies and\n"
+"                           events once and replay them each step (auto, the\n"
+"                           default: where the step is the same every step; not in a\n"
+"                           step --trace or --profile times; docs/cuda.md)\n"
 "  --cpu-kernels=auto|builtin|onednn\n"
 "                           CPU devices' GEMMs, convolutions and max pooling's\n"
 "                           forward: through oneDNN (the trainer then links\n"
@@ -299,7 +303,7 @@ typedef enum { OPT_O, OPT_GPUS, OPT_CPUS, OPT_BATCH, OPT_SHAPES, OPT_DUMP,
                OPT_PROFILE, OPT_MEASURED, OPT_SCHEDULE, OPT_VIRT, OPT_SPLIT, OPT_RECOMPUTE,
                OPT_TRACE, OPT_OBJECTIVE, OPT_EMIT_ONNX, OPT_INFER, OPT_TF32, OPT_NO_FUSE,
                OPT_CPU_KERNELS, OPT_CPU_LAYOUT, OPT_GANTT_FROM, OPT_OFFLOAD, OPT_DATA_PARALLEL, OPT_NODES,
-               OPT_ZERO, OPT_BUCKET, OPT_PRECISION, OPT_COUNT } OptId;
+               OPT_ZERO, OPT_BUCKET, OPT_PRECISION, OPT_CUDA_GRAPH, OPT_COUNT } OptId;
 
 static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"o", OPT_O, true},          {"output", OPT_O, true},
@@ -310,6 +314,7 @@ static const struct { const char *name; OptId id; bool arg; } options[] = {
     {"infer", OPT_INFER, false},        {"tf32", OPT_TF32, false},
     {"no-fuse", OPT_NO_FUSE, false},    {"cpu-kernels", OPT_CPU_KERNELS, true},
     {"cpu-layout", OPT_CPU_LAYOUT, true}, {"precision", OPT_PRECISION, true},
+    {"cuda-graph", OPT_CUDA_GRAPH, true},
     {"loss", OPT_LOSS, true},    {"ignore-index", OPT_IGNORE, true},
     {"optimizer", OPT_OPTIMIZER, true}, {"lr", OPT_LR, true},
     {"momentum", OPT_MOMENTUM, true},   {"nesterov", OPT_NESTEROV, false},
@@ -410,6 +415,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     static const char *const cpu_kernels[] = {[KERNELS_AUTO] = "auto", [KERNELS_BUILTIN] = "builtin",
                                                [KERNELS_ONEDNN] = "onednn"};
     static const char *const cpu_layout[] = {[LAYOUT_BLOCKED] = "blocked", [LAYOUT_PLAIN] = "plain"};
+    static const char *const cuda_graph[] = {"auto", "off"};
     static const char *const precision[] = {[PREC_FP32] = "fp32", [PREC_TF32] = "tf32",
                                             [PREC_BF16] = "bf16"};
     PipeOptions *p = &o->pipe;
@@ -444,6 +450,7 @@ static void apply_pipeline(OptId id, const char *opt, const char *val, Options *
     case OPT_CPU_KERNELS: o->cpu_kernels = (CpuKernels)pick(opt, val, cpu_kernels, KERNELS_COUNT); break;
     case OPT_CPU_LAYOUT: o->cpu_layout = (CpuLayout)pick(opt, val, cpu_layout, LAYOUT_COUNT); break;
     case OPT_PRECISION: o->precision = (Precision)pick(opt, val, precision, PREC_COUNT); break;
+    case OPT_CUDA_GRAPH: o->cuda_graph_off = pick(opt, val, cuda_graph, 2) == 1; break;
     default: apply_training(id, opt, val, o); break;
     }
 }

@@ -441,6 +441,7 @@ typedef struct Options {
     const char *output;        /* -o */
     int gpus, cpus;
     Precision precision;       /* --precision (--tf32: PREC_TF32) */
+    bool cuda_graph_off;       /* --cuda-graph=off: never capture the step */
     int64_t batch;             /* -batch, 0 if not given */
     ShapeBinding *shapes;      /* --shapes */
     uint32_t nshapes;
@@ -678,6 +679,8 @@ typedef struct Profile {
     double shared_bw;                /* bytes/s of all CPU devices streaming at once */
     double bw_at[5];                 /* bytes/s of elementwise work over BW_POINTS working
                                         sets, 64 KB times 8^i / 2^(i/2)...: see bw_point_bytes */
+    double graph_overhead;           /* GPUs: seconds per kernel inside a captured step
+                                        (--cuda-graph, capture.c) */
 } Profile;
 
 enum { BW_POINTS = 5 };
@@ -712,6 +715,9 @@ WorkKind work_kind(const Node *n);
 typedef struct Measured Measured;    /* measured.c */
 
 Devices devices_resolve(Arena *a, const Options *o);   /* -cpus, -gpus, --devices */
+/* capture.c: why a CUDA trainer's step is not one graph (NULL: it is) */
+const char *cuda_graph_why(const Options *o, const Graph *g, bool mixed);
+void cuda_graph_price(Devices *ds, const Options *o);   /* its launch overhead */
 Profile cpu_profile(bool shared);    /* calibrate.c: this machine, alone or two devices at once */
 double link_bandwidth(const Devices *ds, int a, int b);
 double link_latency(const Devices *ds, int a, int b);
@@ -1027,6 +1033,8 @@ typedef struct Plan {
     size_t *stage_turns;       /* [nstages]: the most a stage's such buffers hold at once */
     size_t *work_offset;       /* [ndev]: the kernels' scratch, after the buffers */
     size_t *work_bytes;        /* [ndev]: the most any node of the device needs */
+    size_t *slot_bytes;        /* [ndev]: of work_bytes, the last ones: a GPU's AdamW
+                                  updates' slots (plan.c, runtime/cuda.c) */
     /* the simulator's prediction */
     double step_time, bubble;
     double *busy;              /* [ndev]: compute seconds per step */

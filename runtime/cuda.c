@@ -52,6 +52,9 @@ typedef struct MprtCuDevice {
     size_t workspace_bytes;
     double *norm_part;           /* --clip-norm: a gradient's group sums (MPRT_SQ_GROUPS) */
     cudaEvent_t norm_done;       /* --clip-norm: recorded after its last squared norm */
+    float *slots;                /* the step's numbers its kernels read (mprt_cu_slot): */
+    size_t slot_bytes;           /* the memory plan's, at the end of its scratch */
+    int slot_next;               /* its next slot in the step */
 } MprtCuDevice;
 
 /* Copies between GPUs without peer access (mprt_cu_stage_copy) go in
@@ -711,10 +714,168 @@ MPRT_KERNEL void mprt_cu_check_faults(void)
     }
 }
 
+/* ---- the whole step as one CUDA graph (mpcc --cuda-graph, docs/cuda.md) ----
+ *
+ * The first step runs as issued (it creates the events, the landing
+ * streams, cuBLAS's and cuDNN's state). The second is captured: the first
+ * GPU's compute stream (the origin) begins a capture and records a fork
+ * event that every other stream of the step waits for, which joins them
+ * to the capture, on any GPU; the step is issued as always; at its sync
+ * each of those streams records a join event that the origin waits for,
+ * the capture ends and the graph is instantiated. Then it, and every later
+ * step, is one cudaGraphLaunch on the origin. The trainer turns this on
+ * only for a step whose launches are the same every step (the model's
+ * graph_why is NULL), and not in a step it times (--trace, --profile). */
+
+static long mprt_cu_graph_runs;          /* steps through mprt_gpu_graph_step */
+static int mprt_cu_capturing;
+static void mprt_gpu_sync(void);
+
+/* The numbers of a step that a kernel reads and that change every step
+ * (AdamW's bias correction) cannot be its arguments in a captured step,
+ * which would replay the step it was captured at. So each goes through a
+ * slot: the host fills the slot's pinned host memory, and the kernel's
+ * stream copies it to the GPU just before the kernel, into the GPU's
+ * slots: the memory plan keeps 32 bytes for each of its AdamW updates at
+ * the end of its scratch (plan.c, place_workspace). The copy is captured with
+ * the step; before each replay the host fills every slot again for the new
+ * step, with the slot's fill and constants. Slots go in the order of the
+ * step's calls, from 0 each step. */
+enum { MPRT_CU_SLOTS = 8192, MPRT_CU_SLOT_FLOATS = 8 };
+typedef void (*MprtCuFill)(const float *k, long step, float *out);
+static float *mprt_cu_slot_host;          /* pinned: MPRT_CU_SLOT_FLOATS a slot */
+static float mprt_cu_slot_k[MPRT_CU_SLOTS][4];
+static MprtCuFill mprt_cu_slot_fill[MPRT_CU_SLOTS];
+static int mprt_cu_slot_next, mprt_cu_slot_used;
+
+MPRT_KERNEL const float *mprt_cu_slot(MprtCuFill fill, const float *k, long step)
+{
+    size_t bytes = (size_t)MPRT_CU_SLOTS * MPRT_CU_SLOT_FLOATS * sizeof(float);
+    if (!mprt_cu_slot_host)
+        MPRT_CUDA(cudaHostAlloc((void **)&mprt_cu_slot_host, bytes, cudaHostAllocPortable));
+    int i = mprt_cu_slot_next++, j = ++mprt_cu->slot_next;
+    if (i >= MPRT_CU_SLOTS || (size_t)j * MPRT_CU_SLOT_FLOATS * sizeof(float) > mprt_cu->slot_bytes)
+        mprt_cu_call_failed(1, "mprt_cu_slot", "more slots than the memory plan keeps");
+    memcpy(mprt_cu_slot_k[i], k, sizeof mprt_cu_slot_k[i]);
+    mprt_cu_slot_fill[i] = fill;
+    mprt_cu_slot_used = i + 1 > mprt_cu_slot_used ? i + 1 : mprt_cu_slot_used;
+    float *h = mprt_cu_slot_host + (size_t)i * MPRT_CU_SLOT_FLOATS;
+    float *d = mprt_cu->slots + (size_t)(j - 1) * MPRT_CU_SLOT_FLOATS;
+    fill(k, step, h);
+    MPRT_CUDA(cudaMemcpyAsync(d, h, MPRT_CU_SLOT_FLOATS * sizeof(float), cudaMemcpyHostToDevice,
+                              mprt_cu->compute));
+    return d;
+}
+
+/* Before a replay: every slot filled for step `step` (the step the
+ * updates' calls name: mprt_step_no + 1, codegen.c's emit_update_body). */
+static void mprt_cu_slots_refill(long step)
+{
+    for (int i = 0; i < mprt_cu_slot_used; i++)
+        mprt_cu_slot_fill[i](mprt_cu_slot_k[i], step,
+                             mprt_cu_slot_host + (size_t)i * MPRT_CU_SLOT_FLOATS);
+}
+static cudaGraphExec_t mprt_cu_graph;
+static cudaEvent_t mprt_cu_fork, *mprt_cu_joins;   /* [streams + landings] */
+
+/* Every stream of the step on a GPU here, the origin first: the devices'
+ * own, then the landing streams of staged copies; their GPUs' ordinals in
+ * *ordinal. Returns how many. */
+static int mprt_cu_step_streams(cudaStream_t *s, int *ordinal)
+{
+    int n = 0;
+    for (int k = 0; k < MPRT_STREAMS * mprt_cu_ndev; k++)
+        if (mprt_cu_devs[k / MPRT_STREAMS].ordinal >= 0 && !mprt_cu_devs[k / MPRT_STREAMS].away)
+            s[n] = mprt_cu_streams[k], ordinal[n++] = mprt_cu_devs[k / MPRT_STREAMS].ordinal;
+    for (int k = 0; k < MPRT_STREAMS * mprt_cu_ndev * mprt_cu_ndev; k++)
+        if (mprt_cu_landings[k].stream)
+            s[n] = mprt_cu_landings[k].stream, ordinal[n++] = mprt_cu_devs[k % mprt_cu_ndev].ordinal;
+    return n;
+}
+
+static int mprt_cu_all_streams(cudaStream_t **s, int **ordinal)
+{
+    int cap = MPRT_STREAMS * mprt_cu_ndev * (mprt_cu_ndev + 1);
+    *s = calloc((size_t)cap, sizeof **s);
+    *ordinal = calloc((size_t)cap, sizeof **ordinal);
+    if (!*s || !*ordinal)
+        mprt_cu_call_failed(1, "calloc", "out of host memory for the step's graph");
+    return mprt_cu_step_streams(*s, *ordinal);
+}
+
+static void mprt_cu_capture_begin(void)
+{
+    cudaStream_t *s;
+    int *ord, n = mprt_cu_all_streams(&s, &ord);
+    MPRT_CUDA(cudaSetDevice(ord[0]));
+    MPRT_CUDA(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
+    MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_fork, cudaEventDisableTiming));
+    MPRT_CUDA(cudaEventRecord(mprt_cu_fork, s[0]));
+    for (int i = 1; i < n; i++) {
+        MPRT_CUDA(cudaSetDevice(ord[i]));
+        MPRT_CUDA(cudaStreamWaitEvent(s[i], mprt_cu_fork, 0));
+    }
+    mprt_cu_capturing = 1;
+    free(s), free(ord);
+}
+
+/* The capture's end: every stream joined back to the origin, the graph
+ * instantiated, then launched for the step that was captured. */
+static void mprt_cu_capture_end(void)
+{
+    cudaStream_t *s;
+    int *ord, n = mprt_cu_all_streams(&s, &ord);
+    mprt_cu_joins = calloc((size_t)n + 1, sizeof *mprt_cu_joins);
+    if (!mprt_cu_joins)
+        mprt_cu_call_failed(1, "calloc", "out of host memory for the step's graph");
+    for (int i = 1; i < n; i++) {
+        MPRT_CUDA(cudaSetDevice(ord[i]));
+        MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_joins[i], cudaEventDisableTiming));
+        MPRT_CUDA(cudaEventRecord(mprt_cu_joins[i], s[i]));
+        MPRT_CUDA(cudaSetDevice(ord[0]));
+        MPRT_CUDA(cudaStreamWaitEvent(s[0], mprt_cu_joins[i], 0));
+    }
+    cudaGraph_t graph;
+    MPRT_CUDA(cudaSetDevice(ord[0]));
+    MPRT_CUDA(cudaStreamEndCapture(s[0], &graph));
+    MPRT_CUDA(cudaGraphInstantiate(&mprt_cu_graph, graph, 0));
+    MPRT_CUDA(cudaGraphDestroy(graph));
+    mprt_cu_capturing = 0;
+    MPRT_CUDA(cudaGraphLaunch(mprt_cu_graph, s[0]));
+    free(s), free(ord);
+}
+
+/* One step through the graph: captured at the second, replayed after.
+ * Returns 0 where the step is to be issued as always. */
+static int mprt_gpu_graph_step(void (*run_step)(void))
+{
+    if (!mprt_step_graphs || mprt_tracing || mprt_profiling || mprt_cu_graph_runs++ == 0)
+        return 0;
+    if (mprt_cu_graph) {
+        cudaStream_t *s;
+        int *ord;
+        mprt_cu_slots_refill(mprt_step_no + 1);
+        mprt_cu_all_streams(&s, &ord);
+        MPRT_CUDA(cudaSetDevice(ord[0]));
+        MPRT_CUDA(cudaGraphLaunch(mprt_cu_graph, s[0]));
+        free(s), free(ord);
+        mprt_gpu_sync();
+        return 1;
+    }
+    mprt_cu_capture_begin();
+    run_step();   /* its sync ends the capture and launches the graph */
+    return 1;
+}
+
 /* The end of a step: every stream drained (a kernel's failure surfaces
  * here, named as the step's), then the kernels' recorded faults. */
 static void mprt_gpu_sync(void)
 {
+    if (mprt_cu_capturing)
+        mprt_cu_capture_end();
+    mprt_cu_slot_next = 0;
+    for (int d = 0; d < mprt_cu_ndev; d++)
+        mprt_cu_devs[d].slot_next = 0;
     mprt_cu_node = "the step";
     for (int s = 0; s < MPRT_STREAMS * mprt_cu_ndev; s++) {
         if (mprt_cu_devs[s / MPRT_STREAMS].ordinal < 0)
@@ -792,6 +953,12 @@ static void mprt_gpu_dev_scratch(int dev, void *p, size_t n)
 {
     mprt_cu_devs[dev].scratch = p;
     mprt_cu_devs[dev].scratch_bytes = n;
+}
+
+static void mprt_gpu_dev_slots(int dev, void *p, size_t n)
+{
+    mprt_cu_devs[dev].slots = p;
+    mprt_cu_devs[dev].slot_bytes = n;
 }
 
 /* What a device took beyond its arena: cuDNN's workspace (cuda_ops.c). */
@@ -1079,6 +1246,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .launch = mprt_gpu_launch, .memcpy_async = mprt_gpu_memcpy_async,
     .wait_event = mprt_gpu_wait_event, .record_event = mprt_gpu_record_event,
     .dev_scratch = mprt_gpu_dev_scratch, .dev_zero = mprt_gpu_dev_zero,
+    .dev_slots = mprt_gpu_dev_slots,
     .dev_extra = mprt_gpu_dev_extra,
     .arena_alloc = mprt_gpu_arena_alloc, .arena_free = mprt_gpu_arena_free,
     .host_alloc = mprt_gpu_host_alloc, .host_free = mprt_gpu_host_free,
@@ -1088,6 +1256,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_gpu_ops = {
     .devices_open = mprt_gpu_devices_open, .streams_start = mprt_gpu_streams_start,
     .sync = mprt_gpu_sync, .losses_alloc = mprt_gpu_losses_alloc, .norm_alloc = mprt_gpu_norm_alloc,
     .dev_copy = mprt_gpu_dev_copy, .copies_sum = mprt_cu_copies_sum,
+    .graph_step = mprt_gpu_graph_step,
 };
 
 #ifndef MPRT_MIXED   /* GPUs only; mixed.c has the table of a trainer with both */

@@ -1539,12 +1539,23 @@ MPRT_CU_KERNEL void mprt_cu_sgd(long n, float *w, const float *g, float *buf, fl
 
 /* The bias corrections are computed here as the CPU computes them (powf,
  * sqrtf on the host), so the kernel's arithmetic is the CPU loop's. */
+/* AdamW's numbers of step `step`, from k = {lr, beta1, beta2, weight decay}:
+ * h = {decay, step size, sqrt of the second bias correction}, as the CPU's
+ * mprt_adamw computes them. */
+static void mprt_cu_adamw_numbers(const float *k, long step, float *h)
+{
+    float lr = k[0], b1 = k[1], b2 = k[2], wd = k[3];
+    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    h[0] = 1.0f - lr * wd;
+    h[1] = lr / bc1;
+    h[2] = sqrtf(bc2);
+}
+
 MPRT_CU_KERNEL void mprt_cu_adamw(long n, float *w, const float *g, float *m, float *v,
                                   float scale, float lr, float b1, float b2, float eps, float wd,
                                   long step)
 {
-    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-    float step_size = lr / bc1, bc2s = sqrtf(bc2), decay = 1.0f - lr * wd;
-    void *args[] = {&n, &w, &g, &m, &v, &scale, &decay, &b1, &b2, &eps, &step_size, &bc2s};
+    const float *h = mprt_cu_slot(mprt_cu_adamw_numbers, (const float[]){lr, b1, b2, wd}, step);
+    void *args[] = {&n, &w, &g, &m, &v, &scale, &b1, &b2, &eps, &h};
     mprt_cu_each("adamw", n, args);
 }

@@ -1421,10 +1421,14 @@ extern "C" __global__ void mprt_k_sgd(i64 n, float *w, const float *g, float *bu
 
 /* decay = 1 - lr * wd, step_size = lr / (1 - b1^t), bc2s = sqrt(1 - b2^t),
  * all from the host as the CPU computes them. */
+/* h: the step's {decay, step size, sqrt of the second bias correction},
+ * from its slot (runtime/cuda.c, mprt_cu_slot), so a captured step replays
+ * with each step's own. */
 extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *m, float *v,
-                                        float scale, float decay, float b1, float b2, float eps,
-                                        float step_size, float bc2s)
+                                        float scale, float b1, float b2, float eps,
+                                        const float *h)
 {
+    float decay = h[0], step_size = h[1], bc2s = h[2];
     FOR_EACH(i, n) {
         float gi = FMUL(g[i], scale);
         float wi = FMUL(w[i], decay);

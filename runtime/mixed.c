@@ -132,6 +132,11 @@ static void mprt_mx_dev_scratch(int dev, void *p, size_t n)
     mprt_mx_dev(dev)->dev_scratch(dev, p, n);
 }
 
+static void mprt_mx_dev_slots(int dev, void *p, size_t n)
+{
+    mprt_mx_dev(dev)->dev_slots(dev, p, n);   /* only a GPU has slots (plan.c) */
+}
+
 /* A CPU device's arena is pinned: a copy to or from a GPU is one DMA. */
 static unsigned char *mprt_mx_arena_alloc(int dev, const char *name, size_t n)
 {
@@ -214,6 +219,7 @@ MPRT_GLOBAL const MprtDeviceOps mprt_mixed_ops = {
     .launch = mprt_mx_launch, .memcpy_async = mprt_mx_memcpy_async,
     .wait_event = mprt_mx_wait_event, .record_event = mprt_mx_record_event,
     .dev_scratch = mprt_mx_dev_scratch, .dev_zero = mprt_mx_dev_zero,
+    .dev_slots = mprt_mx_dev_slots,
     .arena_alloc = mprt_mx_arena_alloc, .arena_free = mprt_mx_arena_free,
     .host_alloc = mprt_mx_host_alloc, .host_free = mprt_mx_host_free,
     .dev_write = mprt_mx_dev_write, .dev_read = mprt_mx_dev_read, .dev_hold = mprt_mx_dev_hold,

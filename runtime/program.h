@@ -29,6 +29,7 @@ typedef struct MprtDeviceOps {
     void (*wait_event)(int stream, int ev), (*record_event)(int stream, int ev);
     void (*keep_loss)(int mb, const float *loss), (*sync)(void), (*losses_alloc)(int n);
     void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
+    void (*dev_slots)(int dev, void *p, size_t n);   /* GPUs: cuda.c's mprt_cu_slot */
     unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
     void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
     /* a device's host arena (--offload): where its copies reach it fastest */
@@ -50,6 +51,9 @@ typedef struct MprtDeviceOps {
      * copy's thread meets the others' (comm.c) */
     void (*copies_sum)(int stage, int n, float *const *g, const long *len,
                        void (*ranks_sum)(int stage, int n, float *const *g, const long *len));
+    /* the step as one captured graph (cuda.c): returns 1 if it ran the step
+     * (captured or replayed), 0 to issue it as always; NULL: never */
+    int (*graph_step)(void (*run_step)(void));
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or

@@ -16,6 +16,7 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
 MPRT_GLOBAL long mprt_step_no;   /* the step being run, from 0 (train.c) */
+MPRT_GLOBAL int mprt_step_graphs;   /* GPUs: the step may run as one captured graph (cuda.c) */
 
 /* --data-parallel with several replicas in one process (CPU devices): the
  * process holds mprt_replicas_here copies of one replica's D devices, the

@@ -510,7 +510,11 @@ static void mprt_start_devices(const MprtModel *m)
     for (int d = 0; d < N; d++) {
         int md = d % m->ndev;
         mprt_arenas[d] = mprt_ops->arena_alloc(d, names[d], mprt_arena_bytes[d]);
-        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[md], mprt_work_bytes[d]);
+        size_t slots = m->slot_bytes[md];   /* the scratch's last bytes: a GPU's slots */
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[md], mprt_work_bytes[d] - slots);
+        if (slots)
+            mprt_ops->dev_slots(d, mprt_arenas[d] + m->work_offset[md] + mprt_work_bytes[d] - slots,
+                                slots);
         if (m->host_bytes[md])
             mprt_host_arenas[d] = mprt_ops->host_alloc(d, names[d], m->host_bytes[md]);
     }
@@ -562,6 +566,11 @@ static void mprt_report_devices(const MprtModel *m)
     if (mprt_replicas_here > 1)
         fprintf(stderr, " (%d replicas in this process)", mprt_replicas_here);
     fputc('\n', stderr);
+    if (mprt_ops->graph_step && !m->graph_why)
+        fprintf(stderr, "CUDA graph: the step is captured once, at step 2, and replayed (not "
+                "in a step --trace or --profile times)\n");
+    else if (m->graph_why)   /* a trainer with GPUs */
+        fprintf(stderr, "CUDA graph: off: %s\n", m->graph_why);
 }
 
 /* One optimizer step over the micro-batches of step s; returns its loss
@@ -595,7 +604,8 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
             memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
     }
     mprt_deferring = turn;   /* GPUs: each copy's run_step lists its operations (program.c) */
-    for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
+    int graphed = RL == 1 && mprt_ops->graph_step && mprt_ops->graph_step(m->run_step);
+    for (int c = 0; c < RL && !graphed; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
     }
@@ -755,6 +765,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
+    mprt_step_graphs = !m->graph_why;   /* GPUs: the step as one graph (cuda.c) */
     mprt_comm_devices(m);   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);

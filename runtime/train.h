@@ -16,6 +16,8 @@ typedef struct MprtModel {
     const size_t *arena_bytes;          /* [ndev] */
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
+    const size_t *slot_bytes;           /* [ndev]: the last of work_bytes, a GPU's slots for
+                                           the step's numbers (cuda.c's mprt_cu_slot) */
     const size_t *host_bytes;           /* [ndev]: host arenas, offloaded activations */
     const char *const *device_names;    /* [ndev] */
     const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
@@ -45,6 +47,8 @@ typedef struct MprtModel {
                                                 need (runtime/cpu_dnnl.c); NULL if none */
     void (*zero_state)(void);
     void (*run_step)(void);     /* every micro-batch forward and backward, the update */
+    const char *graph_why;      /* GPUs: why the step is not one CUDA graph (mpcc
+                                   --cuda-graph, docs/cuda.md); NULL: it is */
     void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
 } MprtModel;
 

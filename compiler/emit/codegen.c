@@ -258,7 +258,7 @@ static const char *const reserved_names[] = {
     "struct", "switch", "thread_local", "true", "typedef", "typeof", "typeof_unqual", "union",
     "unsigned", "void", "volatile", "while",
     "mb", "chain", "logp", "scale", "lr", "step", "main", "model", "buffers", "prof_nodes",
-    "op_info", "arena_bytes", "host_bytes", "work_offset", "work_bytes", "device_names",
+    "op_info", "arena_bytes", "host_bytes", "work_offset", "work_bytes", "slot_bytes", "device_names",
     "zero_state",
     "run_step", "eval_forward",
     "errno", "stdin", "stdout", "stderr", "environ", "linux", "unix", "i386", "assert",
@@ -3892,6 +3892,9 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit(cg, "};\nstatic const size_t work_bytes[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%zu", d ? ", " : "", p->work_bytes[d]);
+    emit(cg, "};\nstatic const size_t slot_bytes[] = {");
+    for (int d = 0; d < p->sc->ndev; d++)
+        emit(cg, "%s%zu", d ? ", " : "", p->slot_bytes ? p->slot_bytes[d] : 0);
     emit(cg, "};\nstatic const char *const device_names[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%s", d ? ", " : "", c_string(cg, p->ds->d[d].name));
@@ -3907,6 +3910,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
          "    .batch = %lld, .microbatches = %d, .schedule = \"%s\", .lr = %.9g,\n"
          "    .ndev = %d, .arena_bytes = arena_bytes, .device_names = device_names,\n"
          "    .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,\n"
+         "    .slot_bytes = slot_bytes,\n"
          "    .host_bytes = host_bytes,\n"
          "    .nstreams = %d, .nevents = %d, .nops = %d,\n"
          "    .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),\n",
@@ -3925,8 +3929,11 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
         emit(cg, "    .links = links, .nlinks = (int)(sizeof links / sizeof links[0] / 2),\n");
     if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
-    emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n"
-         "};\n");
+    emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n");
+    const char *why = cg->cuda ? cuda_graph_why(cg->o, cg->g, cg->mixed) : NULL;
+    if (why)   /* GPUs: the step is issued op by op (runtime/cuda.c) */
+        emit(cg, "    .graph_why = %s,\n", c_string(cg, why));
+    emit(cg, "};\n");
 }
 
 /* The convolutions that run through oneDNN: the table the trainer makes

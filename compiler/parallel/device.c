@@ -55,6 +55,7 @@ static Profile gpu_profile(const Builtin *b, Precision prec)
     p.matrix_flops = 0.8 * b->fp32;
     p.tf32_flops = 0.7 * b->tf32;
     p.bf16_flops = 0.7 * b->bf16;
+    p.graph_overhead = 1e-6;   /* a kernel node of a captured step: an estimate */
     matrix_rate(&p, prec);
     return p;
 }
@@ -65,6 +66,7 @@ static void profile_set(const char *path, int line, Profile *p, const char *key,
 {
     struct { const char *key; double *field; } fields[] = {
         {"flops", &p->flops}, {"bandwidth", &p->bandwidth}, {"overhead", &p->overhead},
+        {"graph_overhead", &p->graph_overhead},
         {"peer_bandwidth", &p->peer_bw}, {"peer_latency", &p->peer_latency},
         {"host_bandwidth", &p->host_bw}, {"host_latency", &p->host_latency},
         {"node_bandwidth", &p->node_bw}, {"node_latency", &p->node_latency},
@@ -257,6 +259,7 @@ Devices devices_resolve(Arena *a, const Options *o)
     if (ds.n == 0)
         add_device(a, &ds, DEV_CPU, 0, o);
     side_by_side(&ds, o);
+    cuda_graph_price(&ds, o);
     return ds;
 }
 

@@ -391,13 +391,17 @@ static void choose_slots(PB *b)
 }
 
 /* One scratch area per device: its kernels run one at a time, on the
- * compute stream. */
+ * compute stream. A GPU's ends with a slot of SLOT_BYTES for each
+ * AdamW update it runs: the step's numbers the update reads
+ * (runtime/cuda.c, mprt_cu_slot). */
+enum { SLOT_BYTES = 32 };
 static void place_workspace(PB *b)
 {
     Plan *p = b->p;
     int ndev = b->sc->ndev;
     p->work_offset = arena_array(b->a, (size_t)ndev, sizeof(size_t));
     p->work_bytes = arena_array(b->a, (size_t)ndev, sizeof(size_t));
+    size_t *slots = p->slot_bytes = arena_array(b->a, (size_t)ndev, sizeof(size_t));
     for (uint32_t i = 0; i < b->g->norder; i++) {
         uint32_t id = b->g->order[i];
         if (b->st->stage[id] < 0)
@@ -406,8 +410,11 @@ static void place_workspace(PB *b)
         bool cpu = b->p->ds->d[d].kind == DEV_CPU;
         size_t w = round64((size_t)node_workspace(b->g, &b->g->nodes[id], cpu));
         p->work_bytes[d] = w > p->work_bytes[d] ? w : p->work_bytes[d];
+        if (!cpu && b->g->nodes[id].op == OP_ADAMW)
+            slots[d] += SLOT_BYTES;
     }
     for (int d = 0; d < ndev; d++) {
+        p->work_bytes[d] += slots[d];
         p->work_offset[d] = p->arena_bytes[d];
         p->arena_bytes[d] += p->work_bytes[d];
     }

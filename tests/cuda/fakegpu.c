@@ -36,6 +36,14 @@
  *   for it, up to $FAKEGPU_PATIENCE seconds (default 120). And while the
  *   host waits in the trainer's own MPI_Allreduce, the streams run
  *   (fakegpu_run_while), as a real GPU's would.
+ * - Graphs: between cudaStreamBeginCapture and cudaStreamEndCapture the
+ *   operations of the capturing stream, and of every stream that waits
+ *   for an event recorded in the capture (it joins), are kept instead of
+ *   queued, each kernel with its arguments as they were. A launch queues
+ *   them again in their order, on their streams, the events recorded
+ *   anew. As CUDA does, it fails a capture that waits for an event
+ *   recorded outside it, that synchronises the host, or whose joined
+ *   streams do not end with an event the capturing stream waits for.
  * One mutex guards everything: a mixed trainer's CPU worker threads call
  * in too.
  */
@@ -85,18 +93,31 @@ typedef struct {
     void *arg;                   /* OP_ASYNC: host(arg) starts it, then the stream waits */
     int (*done)(void *);         /* until done(arg), then arg is freed (fakenccl.c) */
     int started;
+    int kept;                    /* a graph's: argbuf and arg stay for the next launch */
 } Op;
+
+struct CUgraph_st {              /* a capture: its operations, each with its stream */
+    Op *ops;
+    cudaStream_t *on, origin;
+    int n, cap;
+};
+
+struct CUgraphExec_st {
+    struct CUgraph_st g;
+};
 
 struct CUstream_st {
     int device;
     Op *q;
     int head, tail, cap;
+    struct CUgraph_st *capture;   /* the capture it is part of, or NULL */
 };
 
 struct CUevent_st {
     int device;
     unsigned long recorded, done;   /* records issued, records run */
     double when;                    /* the fake clock when the last ran */
+    struct CUgraph_st *capture;     /* its last record was kept by this capture */
 };
 
 struct CUkern_st {
@@ -182,10 +203,30 @@ static uint64_t next_random(void)
 
 /* ---- the streams' engine ---- */
 
+static struct CUgraph_st *capturing;   /* the capture under way, or NULL */
+
+static void keep(struct CUgraph_st *g, cudaStream_t s, Op op)
+{
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 256;
+        g->ops = realloc(g->ops, (size_t)g->cap * sizeof *g->ops);
+        g->on = realloc(g->on, (size_t)g->cap * sizeof *g->on);
+        if (!g->ops || !g->on)
+            fail("out of memory");
+    }
+    op.kept = 1;
+    g->ops[g->n] = op;
+    g->on[g->n++] = s;
+}
+
 static void enqueue(cudaStream_t s, Op op)
 {
     if (!s)
         fail("an operation on the legacy default stream (the runtime uses its own streams)");
+    if (s->capture) {
+        keep(s->capture, s, op);
+        return;
+    }
     if (s->tail - s->head == s->cap) {
         Op *q = xcalloc((size_t)(s->cap ? 2 * s->cap : 64), sizeof *q);
         for (int i = s->head; i < s->tail; i++)
@@ -238,7 +279,8 @@ static void run_one(cudaStream_t s)
     switch (op->kind) {
     case OP_KERNEL:
         op->fn(op->argv);
-        free(op->argbuf);
+        if (!op->kept)
+            free(op->argbuf);
         break;
     case OP_COPY: memmove(op->dst, op->src, op->n); break;
     case OP_SET: memset(op->dst, op->value, op->n); break;
@@ -250,9 +292,13 @@ static void run_one(cudaStream_t s)
     case OP_GEMM: run_gemm(&op->gemm); break;
     case OP_HOST:
         op->host(op->arg);
-        free(op->arg);
+        if (!op->kept)
+            free(op->arg);
         break;
-    case OP_ASYNC: free(op->arg); break;
+    case OP_ASYNC:
+        if (!op->kept)
+            free(op->arg);
+        break;
     }
 }
 
@@ -447,8 +493,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     return cudaSuccess;
 }
 
+/* A call that waits for the GPU, made while a capture is under way. */
+static void no_capture(const char *call)
+{
+    if (capturing) {
+        fprintf(stderr, "fakegpu: %s during a stream capture "
+                "(cudaErrorStreamCaptureUnsupported)\n", call);
+        exit(3);
+    }
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    no_capture("cudaStreamSynchronize");
     pthread_mutex_lock(&mu);
     run_until(stream_empty, s);
     pthread_mutex_unlock(&mu);
@@ -473,7 +530,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     pthread_mutex_lock(&mu);
     if (s->device != e->device)
         fail("cudaEventRecord: the event and the stream are on different GPUs");
-    enqueue(s, (Op){.kind = OP_RECORD, .ev = e, .gen = ++e->recorded});
+    e->capture = s->capture;
+    if (s->capture)
+        keep(s->capture, s, (Op){.kind = OP_RECORD, .ev = e});
+    else
+        enqueue(s, (Op){.kind = OP_RECORD, .ev = e, .gen = ++e->recorded});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
@@ -482,6 +543,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 {
     (void)flags;
     pthread_mutex_lock(&mu);
+    if (s->capture && e->capture != s->capture)
+        fail("cudaStreamWaitEvent: a captured stream waits for an event recorded outside the "
+             "capture (cudaErrorStreamCaptureIsolation)");
+    if (e->capture && !s->capture)
+        s->capture = e->capture;   /* it joins the capture */
     enqueue(s, (Op){.kind = OP_WAIT, .ev = e, .gen = e->recorded});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
@@ -489,6 +555,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+    no_capture("cudaEventSynchronize");
     pthread_mutex_lock(&mu);
     run_until(event_done, e);
     pthread_mutex_unlock(&mu);
@@ -520,9 +587,21 @@ cudaError_t cudaMalloc(void **p, size_t n)
     return cudaSuccess;
 }
 
+static int all_idle(const void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < nstreams; i++)
+        if (!stream_empty(streams[i]))
+            return 0;
+    return 1;
+}
+
+/* As CUDA's, it waits for the work queued before it (which may use p). */
 cudaError_t cudaFree(void *p)
 {
+    no_capture("cudaFree");
     pthread_mutex_lock(&mu);
+    run_until(all_idle, NULL);
     for (int i = 0; i < nallocs; i++)
         if (allocs[i].p == p) {
             allocs[i] = allocs[--nallocs];
@@ -570,6 +649,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
     (void)kind;
+    no_capture("cudaMemcpy");
     pthread_mutex_lock(&mu);
     memmove(dst, src, n);
     pthread_mutex_unlock(&mu);
@@ -578,6 +658,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
 
 cudaError_t cudaMemset(void *dst, int value, size_t n)
 {
+    no_capture("cudaMemset");
     pthread_mutex_lock(&mu);
     memset(dst, value, n);
     pthread_mutex_unlock(&mu);
@@ -617,6 +698,94 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int to, const void *src, int from, si
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t s)
 {
     return enqueue_locked(s, (Op){.kind = OP_SET, .dst = dst, .value = value, .n = n});
+}
+
+/* ---- graphs ---- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    (void)mode;
+    pthread_mutex_lock(&mu);
+    if (capturing || s->capture)
+        fail("cudaStreamBeginCapture: a capture is already under way");
+    capturing = s->capture = xcalloc(1, sizeof *capturing);
+    capturing->origin = s;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+/* Whether stream t's last kept operation records an event that the
+ * origin waits for after it: t joined back. */
+static int joined(const struct CUgraph_st *g, cudaStream_t t)
+{
+    int last = -1;
+    for (int i = 0; i < g->n; i++)
+        if (g->on[i] == t)
+            last = i;
+    if (last < 0 || g->ops[last].kind != OP_RECORD)
+        return 0;
+    for (int i = last + 1; i < g->n; i++)
+        if (g->on[i] == g->origin && g->ops[i].kind == OP_WAIT && g->ops[i].ev == g->ops[last].ev)
+            return 1;
+    return 0;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    pthread_mutex_lock(&mu);
+    if (!capturing || s != capturing->origin)
+        fail("cudaStreamEndCapture: not the stream that began the capture");
+    for (int i = 0; i < nstreams; i++) {
+        if (streams[i]->capture != capturing)
+            continue;
+        if (streams[i] != s && !joined(capturing, streams[i]))
+            fail("cudaStreamEndCapture: a stream joined to the capture was not joined back "
+                 "(cudaErrorStreamCaptureUnjoined)");
+        streams[i]->capture = NULL;
+    }
+    *graph = capturing;
+    capturing = NULL;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags)
+{
+    (void)flags;
+    *exec = xcalloc(1, sizeof **exec);
+    (*exec)->g = *graph;   /* the operations are the instance's from here on */
+    graph->ops = NULL, graph->on = NULL, graph->n = graph->cap = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    free(graph->ops), free(graph->on), free(graph);
+    return cudaSuccess;
+}
+
+/* The kept operations queued again in their order; each event recorded
+ * anew, each wait for its latest record. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    pthread_mutex_lock(&mu);
+    if (capturing)
+        fail("cudaGraphLaunch during a capture");
+    const struct CUgraph_st *g = &exec->g;
+    for (int i = 0; i < g->n; i++) {
+        Op op = g->ops[i];
+        cudaStream_t t = g->on[i] == g->origin ? s : g->on[i];
+        if (op.kind == OP_RECORD) {
+            op.gen = ++op.ev->recorded;
+            op.ev->capture = NULL;
+        } else if (op.kind == OP_WAIT) {
+            op.gen = op.ev->recorded;
+        }
+        enqueue(t, op);
+    }
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
 }
 
 /* ---- kernels ---- */

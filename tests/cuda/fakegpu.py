@@ -299,6 +299,10 @@ def main_run(args):
         if "FAKEGPU_COUNT" not in os.environ:
             env["FAKEGPU_COUNT"] = str(int(env["FAKEGPU_COUNT"]) * int(np))
         env.update(MPIRUN_ENV)
+    with open(gpu_c) as f:   # the step captured as one CUDA graph, unless the model says not
+        graph_off = re.search(r'^    \.graph_why = "(.*)",$', f.read(), re.M)
+    graph = "the step captured as one CUDA graph at step 2" if not graph_off else \
+        "no CUDA graph: " + graph_off.group(1)
     for seed in SEEDS:   # the second run also writes --profile, the last --trace
         env["FAKEGPU_SEED"] = str(seed)
         extra = {SEEDS[1]: ["--profile", prof], SEEDS[-1]: ["--trace", trace]}.get(seed, [])
@@ -312,6 +316,10 @@ def main_run(args):
         if staged != ("train: note: no peer access between cuda:0-cuda:1" in log):
             sys.exit("FAIL: staged copies %s, but the start-up note says otherwise:\n%s"
                      % ("expected" if staged else "not expected", log))
+        said = "CUDA graph: the step is captured" in log if not graph_off else \
+            "CUDA graph: off: " + graph_off.group(1) in log
+        if not said:
+            sys.exit("FAIL: the trainer does not say %s:\n%s" % (graph, log))
         if losses != ref_losses:
             sys.exit("FAIL: stream order %d: losses %s, the CPU trainer's %s\n%s"
                      % (seed, losses, ref_losses, log))
@@ -336,6 +344,7 @@ def main_run(args):
     if not events or any(e["dur"] < 0 for e in events):
         sys.exit("FAIL: --trace: %d operations, durations %s" % (len(events),
                                                                    [e["dur"] for e in events]))
+    print("fakegpu: %s: %s" % (" ".join(gpu_opts), graph))
     print("fakegpu: %s on %s%s GPU(s): %d steps under %d stream orders, losses %s and %d "
           "tensors bit for bit the CPU trainer's (%s)"
           % (" ".join(gpu_opts), "%s processes sharing " % np if np else "",

@@ -517,6 +517,7 @@ typedef struct MprtDeviceOps {
     void (*wait_event)(int stream, int ev), (*record_event)(int stream, int ev);
     void (*keep_loss)(int mb, const float *loss), (*sync)(void), (*losses_alloc)(int n);
     void (*dev_scratch)(int dev, void *p, size_t n), (*dev_zero)(int dev, void *dst, size_t n);
+    void (*dev_slots)(int dev, void *p, size_t n);   /* GPUs: cuda.c's mprt_cu_slot */
     unsigned char *(*arena_alloc)(int dev, const char *name, size_t n);
     void (*arena_free)(int dev, unsigned char *p), (*norm_alloc)(int n);
     /* a device's host arena (--offload): where its copies reach it fastest */
@@ -538,6 +539,9 @@ typedef struct MprtDeviceOps {
      * copy's thread meets the others' (comm.c) */
     void (*copies_sum)(int stage, int n, float *const *g, const long *len,
                        void (*ranks_sum)(int stage, int n, float *const *g, const long *len));
+    /* the step as one captured graph (cuda.c): returns 1 if it ran the step
+     * (captured or replayed), 0 to issue it as always; NULL: never */
+    int (*graph_step)(void (*run_step)(void));
 } MprtDeviceOps;
 
 /* MPRT_OUTPUT is the model's output: the trainer's loss's scores or
@@ -603,6 +607,8 @@ typedef struct MprtModel {
     const size_t *arena_bytes;          /* [ndev] */
     const size_t *work_offset;          /* [ndev]: the kernels' scratch in the arena */
     const size_t *work_bytes;           /* [ndev] */
+    const size_t *slot_bytes;           /* [ndev]: the last of work_bytes, a GPU's slots for
+                                           the step's numbers (cuda.c's mprt_cu_slot) */
     const size_t *host_bytes;           /* [ndev]: host arenas, offloaded activations */
     const char *const *device_names;    /* [ndev] */
     const double *cpu_shares;           /* [ndev]: each device's predicted busy seconds a
@@ -632,6 +638,8 @@ typedef struct MprtModel {
                                                 need (runtime/cpu_dnnl.c); NULL if none */
     void (*zero_state)(void);
     void (*run_step)(void);     /* every micro-batch forward and backward, the update */
+    const char *graph_why;      /* GPUs: why the step is not one CUDA graph (mpcc
+                                   --cuda-graph, docs/cuda.md); NULL: it is */
     void (*eval_forward)(void); /* micro-batch 0 forward through every stage */
 } MprtModel;
 
@@ -943,6 +951,7 @@ static const size_t arena_bytes[] = {2544640, 81408};
 static const size_t host_bytes[] = {0, 0};
 static const size_t work_offset[] = {2544640, 81408};
 static const size_t work_bytes[] = {0, 0};
+static const size_t slot_bytes[] = {0, 0};
 static const char *const device_names[] = {"cpu:0", "cpu:1"};
 /* Each CPU device's predicted busy seconds a step: the CPU devices share the
  * cores in this proportion (one each, the rest by share), unless
@@ -956,6 +965,7 @@ static const MprtModel model = {
     .batch = 32, .microbatches = 4, .schedule = "1f1b", .lr = 0.01,
     .ndev = 2, .arena_bytes = arena_bytes, .device_names = device_names,
     .cpu_shares = cpu_shares, .work_offset = work_offset, .work_bytes = work_bytes,
+    .slot_bytes = slot_bytes,
     .host_bytes = host_bytes,
     .nstreams = 8, .nevents = 16, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
@@ -2391,6 +2401,7 @@ MPRT_GLOBAL float *mprt_losses;   /* the loss of each micro-batch of the step, s
  * updates, filled by the action that finishes the gradient. */
 MPRT_GLOBAL double *mprt_norm_sq;
 MPRT_GLOBAL long mprt_step_no;   /* the step being run, from 0 (train.c) */
+MPRT_GLOBAL int mprt_step_graphs;   /* GPUs: the step may run as one captured graph (cuda.c) */
 
 /* --data-parallel with several replicas in one process (CPU devices): the
  * process holds mprt_replicas_here copies of one replica's D devices, the
@@ -9545,7 +9556,11 @@ static void mprt_start_devices(const MprtModel *m)
     for (int d = 0; d < N; d++) {
         int md = d % m->ndev;
         mprt_arenas[d] = mprt_ops->arena_alloc(d, names[d], mprt_arena_bytes[d]);
-        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[md], mprt_work_bytes[d]);
+        size_t slots = m->slot_bytes[md];   /* the scratch's last bytes: a GPU's slots */
+        mprt_ops->dev_scratch(d, mprt_arenas[d] + m->work_offset[md], mprt_work_bytes[d] - slots);
+        if (slots)
+            mprt_ops->dev_slots(d, mprt_arenas[d] + m->work_offset[md] + mprt_work_bytes[d] - slots,
+                                slots);
         if (m->host_bytes[md])
             mprt_host_arenas[d] = mprt_ops->host_alloc(d, names[d], m->host_bytes[md]);
     }
@@ -9597,6 +9612,11 @@ static void mprt_report_devices(const MprtModel *m)
     if (mprt_replicas_here > 1)
         fprintf(stderr, " (%d replicas in this process)", mprt_replicas_here);
     fputc('\n', stderr);
+    if (mprt_ops->graph_step && !m->graph_why)
+        fprintf(stderr, "CUDA graph: the step is captured once, at step 2, and replayed (not "
+                "in a step --trace or --profile times)\n");
+    else if (m->graph_why)   /* a trainer with GPUs */
+        fprintf(stderr, "CUDA graph: off: %s\n", m->graph_why);
 }
 
 /* One optimizer step over the micro-batches of step s; returns its loss
@@ -9630,7 +9650,8 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
             memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
     }
     mprt_deferring = turn;   /* GPUs: each copy's run_step lists its operations (program.c) */
-    for (int c = 0; c < RL; c++) {   /* with replicas here, run_step does not sync */
+    int graphed = RL == 1 && mprt_ops->graph_step && mprt_ops->graph_step(m->run_step);
+    for (int c = 0; c < RL && !graphed; c++) {   /* with replicas here, run_step does not sync */
         mprt_dev_base = c * m->ndev;
         m->run_step();
     }
@@ -9790,6 +9811,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     long per_epoch = (long)((data.rows + m->batch - 1) / m->batch);
     long steps = a.steps ? a.steps : (a.epochs ? a.epochs : 1) * per_epoch;
     mprt_start_devices(m);
+    mprt_step_graphs = !m->graph_why;   /* GPUs: the step as one graph (cuda.c) */
     mprt_comm_devices(m);   /* NCCL's communicators, where GPUs sum over processes */
     long start = 0;
     mprt_load_tensors(m->buffers, m->nbuffers, m->model_file, a.weights, 1 << MPRT_PARAM, NULL);

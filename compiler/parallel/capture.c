@@ -1,0 +1,42 @@
+/* capture.c — whether a CUDA trainer's step runs as one captured graph
+ * (mpcc --cuda-graph, runtime/cuda.c, docs/cuda.md).
+ *
+ * A graph replays the launches, copies and events of the step it
+ * captured, with the arguments they had then. So only a step whose work
+ * and arguments are the same every step is captured; each reason a step
+ * is not is named here, for the trainer to print. */
+#include "mpcc.h"
+
+/* Why the step is not one graph, in words; NULL: it is. `g` (may be NULL,
+ * as for the cost model before the graph is built) adds the model's own
+ * reasons; `mixed`: some devices are CPU devices. */
+const char *cuda_graph_why(const Options *o, const Graph *g, bool mixed)
+{
+    if (o->cuda_graph_off)
+        return "mpcc --cuda-graph=off";
+    if (mixed)
+        return "a CPU device's actions run on host threads, outside any graph";
+    if (o->train.clip_norm > 0)
+        return "--clip-norm: the host waits inside the step for every GPU's squared norms";
+    if (o->pipe.replicas > 1 || o->pipe.nodes > 1)
+        return "the sums between replicas and processes (NCCL over MPI) are not captured yet";
+    for (uint32_t i = 0; g && i < g->norder; i++)
+        if (g->nodes[g->order[i]].op == OP_DROPOUT)
+            return "Dropout's masks are drawn for a step number that changes every step";
+    return NULL;
+}
+
+/* The cost model's launch overhead of a GPU's kernel: its profile's
+ * overhead, or inside a captured step graph_overhead (the cost of one
+ * kernel node of a graph; the graph's own launch, once a step, is
+ * left out). */
+void cuda_graph_price(Devices *ds, const Options *o)
+{
+    bool mixed = false, cuda = false;
+    for (int d = 0; d < ds->n; d++)
+        mixed = mixed || ds->d[d].kind == DEV_CPU, cuda = cuda || ds->d[d].kind == DEV_CUDA;
+    if (!cuda || cuda_graph_why(o, NULL, mixed))
+        return;
+    for (int d = 0; d < ds->n; d++)
+        ds->d[d].prof.overhead = ds->d[d].prof.graph_overhead;
+}
