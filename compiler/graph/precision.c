@@ -3,7 +3,8 @@
  *
  * Every kernel computes in float32; bf16 is how a value is kept between
  * them. A float32 activation becomes DT_BF16 when:
- *   - a matrix product or a convolution computes it (its gradients too), or
+ *   - a matrix product or a convolution computes it (its gradients too),
+ *     or a loss as the gradient of its scores, or
  *   - a normalisation computes it as its first output (the normalised
  *     activation or the input's gradient; the statistics stay float32), or
  *   - any other op computes it from at least one bf16 value, or
@@ -12,8 +13,8 @@
  * An embedding's rows (a Gather of a parameter) stay float32, as under
  * torch.autocast: rounding them and their gradients moved BERT's third
  * loss 3 times further from float32's, past the bound (docs/precision.md).
- * Kept in float32 whatever their inputs: the losses and their gradients,
- * LogSoftmax (the log-probabilities a loss reads), the reductions, a
+ * Kept in float32 whatever their inputs: the losses, LogSoftmax (the
+ * log-probabilities a loss reads) and its gradient, the reductions, a
  * parameter's gradient (its sum over the micro-batches is float32 too), and
  * the graph's outputs, which the host reads. Parameters, their optimizer
  * state, inputs and constants are not activations and stay as they are.
@@ -27,11 +28,18 @@
 static bool loss_op(Op op)
 {
     switch (op) {
-    case OP_SOFTMAX_CE: case OP_SCE_GRAD: case OP_NLL_LOSS: case OP_NLL_GRAD:
-    case OP_MSE_LOSS: case OP_MSE_GRAD: case OP_LOG_SOFTMAX: case OP_LOG_SOFTMAX_GRAD:
+    case OP_SOFTMAX_CE: case OP_NLL_LOSS: case OP_MSE_LOSS: case OP_LOG_SOFTMAX:
+    case OP_LOG_SOFTMAX_GRAD:
         return true;
     default: return false;
     }
+}
+
+/* The gradient a loss gives its scores: the matrix product before it
+ * reads it as bf16 in any case. */
+static bool loss_grad_op(Op op)
+{
+    return op == OP_SCE_GRAD || op == OP_NLL_GRAD || op == OP_MSE_GRAD;
 }
 
 static bool reduction_op(Op op)
@@ -97,7 +105,7 @@ static bool stored_bf16(const Graph *g, const Node *n, uint32_t k)
         return false;
     if (norm_op(n->op))
         return k == 0;
-    if (op_info[n->op].flags & (OPF_GEMM | OPF_CONV))
+    if ((op_info[n->op].flags & (OPF_GEMM | OPF_CONV)) || loss_grad_op(n->op))
         return true;
     return reads_bf16(g, n) || moves_weight(g, n);
 }

@@ -13,14 +13,18 @@
 #                             copy staged through host memory,
 #                             -DMPRT_CU_STAGE_ALL; -gpus 1 --tf32; -gpus 1
 #                             as 4 stages with activations and weights
-#                             offloaded to pinned host memory) against
+#                             offloaded to pinned host memory; -gpus 1
+#                             --cuda-graph=off; --precision=bf16 on -cpus 1,
+#                             -gpus 1 and -gpus 2) against
 #                             the CPU trainer on -cpus 1 and -cpus 2, same
 #                             data, weights and micro-batches; PyTorch float32
 #                             and float64 as the yardstick
 #   gpu_run.sh bench [resnet50|gpt]
 #                             step time of the CUDA trainer against PyTorch
-#                             eager on the same GPU, fp32 and TF32: ResNet-50
-#                             batch 128 at 224x224, GPT-2-small size
+#                             eager on the same GPU, fp32, TF32, bf16 (against
+#                             PyTorch AMP) and fp32 with the step issued op by
+#                             op (--cuda-graph=off): ResNet-50 batch 128 at
+#                             224x224, GPT-2-small size
 #   gpu_run.sh timeline   a 2-device 1F1B step of ResNet-50 on -gpus 2:
 #                             the measured timeline (./train --trace) next to
 #                             mpcc's predicted one (mpcc --trace)
@@ -324,6 +328,10 @@ phase_check() {
         make_trainer "$dir/gpu2" "$dir/model.onnx" -gpus 2 $flags
         TRAINER_CFLAGS=-DMPRT_CU_STAGE_ALL make_trainer "$dir/gpu2staged" "$dir/model.onnx" -gpus 2 $flags
         make_trainer "$dir/gpu1tf32" "$dir/model.onnx" -gpus 1 --tf32 $flags
+        make_trainer "$dir/gpu1nograph" "$dir/model.onnx" -gpus 1 --cuda-graph=off $flags
+        make_trainer "$dir/cpu1bf16" "$dir/model.onnx" -cpus 1 --precision=bf16 $flags
+        make_trainer "$dir/gpu1bf16" "$dir/model.onnx" -gpus 1 --precision=bf16 $flags
+        make_trainer "$dir/gpu2bf16" "$dir/model.onnx" -gpus 2 --precision=bf16 $flags
         make_trainer "$dir/gpu1offload" "$dir/model.onnx" -gpus 1 --offload=all \
             ${flags/--schedule=1f1b/--schedule=interleaved --virtual-stages=4}
         args="--data $dir/x.npy --labels $dir/y.npy --steps $steps --log-every 1 --loss-log losses.txt --save ckpt.safetensors"
@@ -331,6 +339,7 @@ phase_check() {
         # reproducible), while the GPU runs one after the other
         OPENBLAS_NUM_THREADS=1 run_trainer "$dir/run-cpu1" "$dir/cpu1/train" 420 $args &
         OPENBLAS_NUM_THREADS=1 run_trainer "$dir/run-cpu2" "$dir/cpu2/train" 420 $args &
+        OPENBLAS_NUM_THREADS=1 run_trainer "$dir/run-cpu1bf16" "$dir/cpu1bf16/train" 420 $args &
     done
     for m in $models; do
         dir=$w/$m
@@ -342,9 +351,14 @@ phase_check() {
         run_trainer "$dir/run-gpu2staged" "$dir/gpu2staged/train" 120 $args
         run_trainer "$dir/run-gpu1tf32" "$dir/gpu1tf32/train" 120 $args
         run_trainer "$dir/run-gpu1offload" "$dir/gpu1offload/train" 120 $args
+        run_trainer "$dir/run-gpu1nograph" "$dir/gpu1nograph/train" 120 $args
+        run_trainer "$dir/run-gpu1bf16" "$dir/gpu1bf16/train" 120 $args
+        run_trainer "$dir/run-gpu2bf16" "$dir/gpu2bf16/train" 120 $args
         echo "$m: -gpus 1 $(cat "$dir/run-gpu1/status"), -gpus 2 $(cat "$dir/run-gpu2/status")," \
             "-gpus 1 --tf32 $(cat "$dir/run-gpu1tf32/status")," \
-            "-gpus 1 --offload=all $(cat "$dir/run-gpu1offload/status")"
+            "-gpus 1 --offload=all $(cat "$dir/run-gpu1offload/status")," \
+            "--cuda-graph=off $(cat "$dir/run-gpu1nograph/status")," \
+            "bf16 $(cat "$dir/run-gpu1bf16/status")"
     done
     wait
     {
@@ -367,7 +381,11 @@ phase_check() {
                 "-gpus 1=$dir/run-gpu1" "-gpus 1, again=$dir/run-gpu1-again" "-gpus 2=$dir/run-gpu2" \
                 "-gpus 2, copies staged=$dir/run-gpu2staged" \
                 "-gpus 1 --tf32=$dir/run-gpu1tf32" \
-                "-gpus 1, 4 stages, all offloaded=$dir/run-gpu1offload" 2>>"$w/tolerance.log"
+                "-gpus 1, 4 stages, all offloaded=$dir/run-gpu1offload" \
+                "-gpus 1 --cuda-graph=off=$dir/run-gpu1nograph" \
+                "-cpus 1 --precision=bf16=$dir/run-cpu1bf16" \
+                "-gpus 1 --precision=bf16=$dir/run-gpu1bf16" \
+                "-gpus 2 --precision=bf16=$dir/run-gpu2bf16" 2>>"$w/tolerance.log"
         done
         echo
         echo "| model | F: float32 from float64 (max rel) | tolerance max(1e-4, 4F) |"
@@ -428,11 +446,17 @@ bench_model() {
         { echo "export failed: $(tail -1 "$dir/export.log")"; return; }
     cat "$dir/export.log"
     local prec tf m1 m2 p1 p2 n mb pb st mcol mps pcol pps ratio tdir note ok t3
-    for prec in fp32 tf32; do
-        tf=""
-        [ $prec = tf32 ] && tf=--tf32
+    # fp32, tf32, bf16 (against PyTorch AMP), and fp32 issued op by op
+    # (--cuda-graph=off: the captured step's gain)
+    for prec in fp32 tf32 bf16 fp32-nograph; do
+        tf="" mp="" pt=""
+        case $prec in
+        tf32) tf=--tf32 mp=--tf32 pt=--tf32 ;;
+        bf16) mp=--precision=bf16 pt=--bf16 ;;
+        fp32-nograph) mp=--cuda-graph=off ;;
+        esac
         make_trainer "$dir/$prec" "$dir/model.onnx" -gpus 1 -batch $b --microbatches=1 \
-            --lr=0.01 --momentum=0.9 $flags $tf
+            --lr=0.01 --momentum=0.9 $flags $mp
         grep -m1 'memory plan' "$dir/$prec/mpcc.log"
         # a first run compiles the NVRTC kernels into the cache, reads the
         # weights into the page cache, and gives the step count N: about
@@ -466,9 +490,9 @@ bench_model() {
         fi
         # alternating: mpcc, PyTorch, mpcc, PyTorch; the better of each two
         [ $ok = 1 ] && m1=$(mpcc_step "$tdir" "$n")
-        p1=$(timeout 300 "$py" "$here/torch_cuda.py" $m $nmax --batch $b $tf $opts 2>>"$dir/torch-$prec.log")
+        p1=$(timeout 300 "$py" "$here/torch_cuda.py" $m $nmax --batch $b $pt $opts 2>>"$dir/torch-$prec.log")
         [ $ok = 1 ] && m2=$(mpcc_step "$tdir" "$n")
-        p2=$(timeout 300 "$py" "$here/torch_cuda.py" $m $nmax --batch $b $tf $opts 2>>"$dir/torch-$prec.log")
+        p2=$(timeout 300 "$py" "$here/torch_cuda.py" $m $nmax --batch $b $pt $opts 2>>"$dir/torch-$prec.log")
         mb=$(min2 "$m1" "$m2") pb=$(min2 "$p1" "$p2")
         st=$(cat "$dir/$prec-warm/status" 2>/dev/null || cat "$dir/$prec/status")
         echo "$m $prec: mpcc ${m1:-$st} ${m2:-} s/step (N=$n); PyTorch ${p1:-failed} ${p2:-}" \
@@ -495,7 +519,10 @@ phase_bench() {
             "PyTorch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)."
         echo "SGD lr 0.01 momentum 0.9, cross-entropy, one batch of synthetic data reused every" \
             "step on both sides; fp32: TF32 off on both sides; tf32: mpcc --tf32, PyTorch" \
-            "allow_tf32 for matmul and cuDNN. mpcc: (time of 3+N steps - time of 3 steps) / N," \
+            "allow_tf32 for matmul and cuDNN; bf16: mpcc --precision=bf16, PyTorch eager AMP" \
+            "(torch.autocast bf16 around the forward); fp32-nograph: mpcc --cuda-graph=off" \
+            "(the step issued op by op; the other mpcc rows replay it as one CUDA graph)" \
+            "against PyTorch fp32. mpcc: (time of 3+N steps - time of 3 steps) / N," \
             "N for about 15 s of steps, at most N'; PyTorch: the median of N' synchronized steps" \
             "after 5 warm-up steps (tests/bench/torch_cuda.py); N' = $nmax_all. Measured" \
             "alternating, the better of two each."

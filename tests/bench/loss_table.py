@@ -64,7 +64,7 @@ def main():
     if len(sys.argv) < 4:
         raise SystemExit(__doc__.split("Run:")[1].strip())
     model, mdir = sys.argv[1], sys.argv[2]
-    runs = [a.split("=", 1) for a in sys.argv[3:]]
+    runs = [a.rsplit("=", 1) for a in sys.argv[3:]]   # LABEL=DIR; a label may hold "="
     t32 = read_losses(os.path.join(mdir, "torch32.txt"))
     t64 = read_losses(os.path.join(mdir, "torch64.txt"))
     ref_label, ref_dir = runs[0]

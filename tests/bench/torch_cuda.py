@@ -4,7 +4,10 @@ time of one CUDA-synchronized training step (forward, cross-entropy,
 backward, SGD lr 0.01 momentum 0.9, zero_grad) after 5 warm-up steps, in
 float32, or with --tf32 letting cuBLAS and cuDNN use TF32 tensor cores
 (torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32;
-without it both are off, so both sides compute in full float32).
+without it both are off, so both sides compute in full float32), or with
+--bf16 under PyTorch's automatic mixed precision: each forward inside
+torch.autocast("cuda", dtype=torch.bfloat16), float32 weights and
+optimizer (eager AMP, as mpcc --precision=bf16 is compared with).
 
 The data is what the generated trainer's --synthetic makes: one batch of
 inputs uniform in [-1, 1) (float) or 0/1 (token ids), labels 0/1, reused
@@ -20,7 +23,7 @@ Prints the median seconds per step on stdout; the device, the spread and
 the peak memory on stderr. Without a GPU it runs on the CPU (a dry run of
 the script; the figure is then not a GPU figure, and stderr says so).
 
-Run:  torch_cuda.py resnet50|gpt STEPS --batch B [--tf32] [model options]
+Run:  torch_cuda.py resnet50|gpt STEPS --batch B [--tf32|--bf16] [model options]
 """
 import argparse
 import os
@@ -42,6 +45,7 @@ def main():
     ap.add_argument("steps", type=int, help="timed steps (after 5 warm-up steps)")
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="autocast bf16 forward (AMP)")
     ap.add_argument("--size", type=int, default=224, help="resnet50: image size")
     ap.add_argument("--classes", type=int, default=1000, help="resnet50: classes")
     ap.add_argument("--vocab", type=int, default=50304, help="gpt")
@@ -81,7 +85,9 @@ def main():
     for i in range(args.steps + 5):
         sync()
         t = time.perf_counter()
-        out = model(x)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
+            out = model(x)
+        out = out.float()
         if out.dim() == 3:
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         else:
@@ -97,6 +103,7 @@ def main():
     peak = " peak memory %.1f GB," % (torch.cuda.max_memory_allocated() / 1e9) if cuda else ""
     sys.stderr.write("torch %s on %s, %s:%s median %.6f s of %d steps (min %.6f, max %.6f), "
                      "last loss %.4f\n" % (torch.__version__, what,
+                                           "bf16 autocast" if args.bf16 else
                                            "tf32" if args.tf32 else "fp32", peak, med,
                                            len(times), min(times), max(times), loss.item()))
     print("%.6f" % med)

@@ -1,0 +1,33 @@
+#!/bin/sh
+# --precision=bf16 halves the activations that share memory: --dump=memory's
+# "taking turns" of a bf16 plan is at most 0.55 of the fp32 plan's, on each
+# device for the GPT and MLP samples (2 devices, 2 micro-batches), and over
+# both devices for the ResNet sample, whose max pooling keeps an int64 index
+# per output for its gradient in either precision (docs/precision.md).
+# Usage: bf16_memory.sh MPCC SAMPLES_DIR
+set -eu
+mpcc=$1 samples=$2
+turns() {   # the "taking turns" MB of each device, one line
+    "$mpcc" "$samples/$1" -batch "$2" -cpus "$3" --microbatches=2 --dump=memory \
+        --precision="$4" 2>/dev/null | awk '/^  taking turns/ { printf "%s ", $3 }'
+}
+check() {   # sample batch devices how(each|sum)
+    f=$(turns "$1" "$2" "$3" fp32) b=$(turns "$1" "$2" "$3" bf16)
+    echo "$1 -batch $2 on $3 device(s): fp32 $f MB, bf16 $b MB"
+    echo "$f|$b" | awk -F'|' -v how="$4" -v what="$1" '{
+        n = split($1, f, " "); split($2, b, " "); sf = sb = 0
+        for (i = 1; i <= n; i++) {
+            sf += f[i]; sb += b[i]
+            if (how == "each" && !(f[i] > 0 && b[i] / f[i] <= 0.55)) {
+                printf "FAIL: %s device %d: bf16 / fp32 = %.3f\n", what, i - 1, b[i] / f[i]; exit 1
+            }
+        }
+        if (!(n > 0 && sf > 0 && sb / sf <= 0.55)) {
+            printf "FAIL: %s: bf16 / fp32 = %.3f over the devices\n", what, sb / sf; exit 1
+        }
+        printf "  bf16 / fp32 = %.3f over the devices\n", sb / sf }'
+}
+check gpt.mp 32 2 each
+check mlp.mp 256 1 each
+check resnet.mp 64 2 sum
+echo "bf16_memory: ok"
