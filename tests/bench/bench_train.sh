@@ -13,7 +13,8 @@
 # the arena cancel out); PyTorch's: the median of N steps after 5 warm-up
 # steps (tests/bench/torch_step.py). Each side is measured twice, the best
 # of the two kept. THREADS (default 2) sets both sides' thread count;
-# MPCC_ARGS is added to mpcc's options (--cpu-kernels=builtin).
+# MPCC_ARGS is added to mpcc's options (--cpu-kernels=builtin); with
+# --precision=bf16 in it, PyTorch runs under torch.autocast's CPU bf16.
 set -eu
 model=${1:-mlp}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,8 +64,10 @@ mpcc_step() {   # (time of 3 + N steps - time of 3 steps) / N: start-up cancels 
     t2=$(date +%s%N)
     echo "scale=6; (($t2 - $t1) - ($t1 - $t0)) / 1000000000 / $steps" | bc
 }
+amp=   # mpcc --precision=bf16 against PyTorch's CPU autocast in bf16
+case " ${MPCC_ARGS:-} " in *" --precision=bf16 "*) amp=bf16 ;; esac
 torch_step() {
-    /usr/bin/python3 "$root/tests/bench/torch_step.py" "$model" "$steps" "$threads"
+    /usr/bin/python3 "$root/tests/bench/torch_step.py" "$model" "$steps" "$threads" $amp
 }
 m1=$(mpcc_step); p1=$(torch_step); m2=$(mpcc_step); p2=$(torch_step)
 m=$(printf '%s\n%s\n' "$m1" "$m2" | sort -n | head -1)

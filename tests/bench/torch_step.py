@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """PyTorch CPU reference for tests/bench/bench_train.sh: the median time of
 one training step (forward, cross-entropy, backward, SGD momentum 0.9 lr
-0.01) of the benchmark model, after 5 warm-up steps.
+0.01) of the benchmark model, after 5 warm-up steps; with bf16, each
+forward under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's CPU
+mixed precision, against mpcc --precision=bf16).
 
-Run:  torch_step.py mlp|cnn|gpt|seq2seq|resnet50 STEPS THREADS
+Run:  torch_step.py mlp|cnn|gpt|seq2seq|resnet50 STEPS THREADS [bf16]
 """
 import os
 import statistics
@@ -45,6 +47,7 @@ def model_and_batch(name):
 
 def main():
     name, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    amp = len(sys.argv) > 4 and sys.argv[4] == "bf16"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     m, x, y = model_and_batch(name)
@@ -54,7 +57,9 @@ def main():
     for i in range(steps + 5):
         t = time.perf_counter()
         opt.zero_grad()
-        out = m(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            out = m(x)
+        out = out.float()
         loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)) \
             if out.dim() == 3 else F.cross_entropy(out, y)
         loss.backward()

@@ -1,5 +1,6 @@
 #!/bin/sh
-# GPU profiles price matrix work at the precision in effect: --tf32 lowers
+# GPU profiles price matrix work at the precision in effect, and a step
+# captured as one CUDA graph at graph_overhead a kernel (below): --tf32 lowers
 # the predicted step of the MLP sample (batch 4096: its products are
 # compute-bound) on h100-sxm and a100, --precision=bf16 lowers it further
 # (twice the tensor-core rate, half the bytes), the H100 beats
@@ -11,8 +12,8 @@
 set -eu
 mpcc=$1 model=$2 work=$3
 mkdir -p "$work"
-step() {   # the predicted step in seconds, from the compile report
-    "$mpcc" "$model" -gpus 1 -batch 4096 --dump=partition "$@" 2>&1 >/dev/null |
+step() {   # the predicted step in seconds at batch 4096 (or $batch), from the compile report
+    "$mpcc" "$model" -gpus 1 -batch "${batch:-4096}" --dump=partition "$@" 2>&1 >/dev/null |
         sed -n 's/.*predicted step \([0-9.e+-]*\) s.*/\1/p'
 }
 less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }' || { echo "FAIL: not $1 < $2"; exit 1; }; }
@@ -33,4 +34,21 @@ printf 'flops = 1e13\nmatrix_flops = 2e13\nbf16_flops = 2e13\nbandwidth = 1e12\n
 b=$(step --profile="$work/bytes.txt") bb=$(step --profile="$work/bytes.txt" --precision=bf16)
 echo "file, bf16 = fp32 rate: $b s and $bb s (half the activations' bytes)"
 less "$bb" "$b"
+
+# --cuda-graph: a step captured as one graph pays graph_overhead a kernel
+# instead of the launch overhead, so the predicted step of a launch-bound
+# model (batch 8) is shorter than with --cuda-graph=off; a step that is not
+# captured (--clip-norm, whose factor the host computes inside the step) is
+# priced as off; a profile file's graph_overhead is what the captured step
+# pays.
+batch=8
+on=$(step) off=$(step --cuda-graph=off)
+clip=$(step --clip-norm=1) clip_off=$(step --clip-norm=1 --cuda-graph=off)
+echo "batch 8: graph $on s, off $off s; --clip-norm: $clip s, off $clip_off s"
+less "$on" "$off"
+[ -n "$clip" ] && [ "$clip" = "$clip_off" ] || { echo "FAIL: a step with --clip-norm priced as captured"; exit 1; }
+printf 'flops = 1e13\nbandwidth = 1e12\noverhead = 5e-6\ngraph_overhead = 5e-6\n' >"$work/graph.txt"
+g=$(step --profile="$work/graph.txt") goff=$(step --profile="$work/graph.txt" --cuda-graph=off)
+echo "profile, graph_overhead = overhead: $g s and $goff s"
+[ -n "$g" ] && [ "$g" = "$goff" ] || { echo "FAIL: graph_overhead is not what the graph pays"; exit 1; }
 echo "precision: ok"
