@@ -777,6 +777,7 @@ static void mprt_cu_slots_refill(long step)
 }
 static cudaGraphExec_t mprt_cu_graph;
 static cudaEvent_t mprt_cu_fork, *mprt_cu_joins;   /* [streams + landings] */
+static int mprt_cu_nforked;              /* how many streams the capture began with */
 
 /* Every stream of the step on a GPU here, the origin first: the devices'
  * own, then the landing streams of staged copies; their GPUs' ordinals in
@@ -803,13 +804,29 @@ static int mprt_cu_all_streams(cudaStream_t **s, int **ordinal)
     return mprt_cu_step_streams(*s, *ordinal);
 }
 
+/* The fork and join events made, each on its stream's GPU, before the
+ * capture begins (nothing but the step's own work inside it). */
+static void mprt_cu_capture_events(const int *ord, int n)
+{
+    mprt_cu_joins = calloc((size_t)n + 1, sizeof *mprt_cu_joins);
+    if (!mprt_cu_joins)
+        mprt_cu_call_failed(1, "calloc", "out of host memory for the step's graph");
+    MPRT_CUDA(cudaSetDevice(ord[0]));
+    MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_fork, cudaEventDisableTiming));
+    for (int i = 1; i < n; i++) {
+        MPRT_CUDA(cudaSetDevice(ord[i]));
+        MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_joins[i], cudaEventDisableTiming));
+    }
+}
+
 static void mprt_cu_capture_begin(void)
 {
     cudaStream_t *s;
     int *ord, n = mprt_cu_all_streams(&s, &ord);
+    mprt_cu_capture_events(ord, n);
+    mprt_cu_nforked = n;
     MPRT_CUDA(cudaSetDevice(ord[0]));
     MPRT_CUDA(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
-    MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_fork, cudaEventDisableTiming));
     MPRT_CUDA(cudaEventRecord(mprt_cu_fork, s[0]));
     for (int i = 1; i < n; i++) {
         MPRT_CUDA(cudaSetDevice(ord[i]));
@@ -825,12 +842,11 @@ static void mprt_cu_capture_end(void)
 {
     cudaStream_t *s;
     int *ord, n = mprt_cu_all_streams(&s, &ord);
-    mprt_cu_joins = calloc((size_t)n + 1, sizeof *mprt_cu_joins);
-    if (!mprt_cu_joins)
-        mprt_cu_call_failed(1, "calloc", "out of host memory for the step's graph");
+    if (n != mprt_cu_nforked)   /* a landing stream made inside the captured step */
+        mprt_cu_call_failed(1, "mprt_cu_capture_end", "the step's streams changed while it "
+                            "was captured; build the trainer with mpcc --cuda-graph=off");
     for (int i = 1; i < n; i++) {
         MPRT_CUDA(cudaSetDevice(ord[i]));
-        MPRT_CUDA(cudaEventCreateWithFlags(&mprt_cu_joins[i], cudaEventDisableTiming));
         MPRT_CUDA(cudaEventRecord(mprt_cu_joins[i], s[i]));
         MPRT_CUDA(cudaSetDevice(ord[0]));
         MPRT_CUDA(cudaStreamWaitEvent(s[0], mprt_cu_joins[i], 0));
