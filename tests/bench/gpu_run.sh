@@ -471,7 +471,7 @@ bench_model() {
                 # a dry run: the same steps timed on one CPU device instead
                 tdir=$dir/$prec-cpu note=" (no GPU: -cpus 1)"
                 make_trainer "$tdir" "$dir/model.onnx" -cpus 1 -batch $b --microbatches=1 \
-                    --lr=0.01 --momentum=0.9 $flags
+                    --lr=0.01 --momentum=0.9 $flags ${mp:+$([ $prec = bf16 ] && echo $mp)}
                 run_trainer "$dir/$prec-warm" "$tdir/train" 240 --synthetic --steps 3
             fi
         fi
