@@ -17,6 +17,9 @@ train() mode and writes what a C test needs to check a trainer against it:
   losses.npy    float64 [K]: step i's mean cross-entropy loss, computed BEFORE
                 step i's update (mean over micro-batches when M > 1)
   grad_norms.npy float64 [K]: step i's total gradient 2-norm (before clipping)
+  losses_autocast.npy (--autocast-check) float64 [K]: the same training from
+                the same weights with each forward under
+                torch.autocast("cpu", dtype=torch.bfloat16)
   final.npz     every state_dict entry after K steps (parameters and buffers,
                 no num_batches_tracked), float32, keyed by state_dict name
                 (with --export-batch: a weight torch's constant folding
