@@ -2288,8 +2288,8 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
                  n->op_type);
     if (cg->fu->tail[n - cg->g->nodes] != NONE)
         return;   /* fused into a later chain: no bf16 value is */
-    Staged s;
-    stage_operands(cg, n, &s);
+    Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
+    stage_operands(cg, n, s);
     if (float_inputs(n))
         float_kernel(cg, n, float_inputs(n));
     if (cg->fu->prev[n - cg->g->nodes] != NONE)
