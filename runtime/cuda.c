@@ -92,6 +92,9 @@ static const char *const *mprt_cu_lines;   /* runtime/kernels.cu line by line, N
 static const char *const *mprt_cu_header_lines;   /* opcodes.h, which kernels.cu includes */
 static char *mprt_cu_source, *mprt_cu_header;       /* those lines joined */
 static int mprt_cu_tf32;             /* mpcc --tf32: GEMMs and convolutions may round to TF32 */
+static int mprt_cu_bf16;             /* mpcc --precision=bf16: every operand of a GEMM or a
+                                        convolution holds a bf16 value (graph/precision.c),
+                                        so bf16 and TF32 tensor cores compute it exactly */
 /* --trace: each operation's timing events and device, one reference per device */
 static cudaEvent_t *mprt_cu_tstart, *mprt_cu_tend, *mprt_cu_ref;   /* [nops + 1], [ndev] */
 static int *mprt_cu_tdev, mprt_cu_nops;

@@ -119,6 +119,17 @@ static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, co
 
 /* ---- matrix multiply (cuBLAS) ---- */
 
+/* Under --precision=bf16 the operands a GEMM reads are float32 scratch
+ * holding bf16 values (the code generator widens or rounds each), and the
+ * GEMM runs on bf16 tensor cores: cuBLAS down-converts its inputs, which
+ * loses nothing, and accumulates in float32, as the CPU's float32 GEMM of
+ * the same values does. */
+static cublasComputeType_t mprt_cu_gemm_compute(void)
+{
+    return mprt_cu_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                        : mprt_cu_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 /* Row-major Y[M,N] = op(A) op(B) (+ beta Y) with leading dimensions lda,
  * ldb, ldy: column-major Y^T = op(B)^T op(A)^T. */
 static void mprt_cu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -126,9 +137,10 @@ static void mprt_cu_sgemm(int ta, int tb, int M, int N, int K, float alpha, cons
 {
     if (M <= 0 || N <= 0)
         return;
-    MPRT_CUBLAS(cublasSgemm(mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
-                            &beta, Y, ldy));
+    MPRT_CUBLAS(cublasGemmEx(mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
+                             ldb, A, CUDA_R_32F, lda, &beta, Y, CUDA_R_32F, ldy,
+                             mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
 }
 
 MPRT_CU_KERNEL void mprt_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -180,10 +192,11 @@ MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, con
         accumulate |= shape[d] > 1 && sy[d] == 0;
     if (!accumulate && (full_a || shared_a) && (full_b || shared_b) && full_y) {
         float one = 1.0f, zero = 0.0f;
-        MPRT_CUBLAS(cublasSgemmStridedBatched(
+        MPRT_CUBLAS(cublasGemmStridedBatchedEx(
             mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-            K, &one, B, ldb, shared_b ? 0 : (long long)K * N, A, lda,
-            shared_a ? 0 : (long long)M * K, &zero, Y, N, (long long)M * N, (int)nb));
+            K, &one, B, CUDA_R_32F, ldb, shared_b ? 0 : (long long)K * N, A, CUDA_R_32F, lda,
+            shared_a ? 0 : (long long)M * K, &zero, Y, CUDA_R_32F, N, (long long)M * N, (int)nb,
+            mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
         return;
     }
     if (accumulate)
@@ -846,9 +859,12 @@ static void mprt_cu_conv_describe(MprtCuConv *c, const MprtConv *p)
     MPRT_CUDNN(cudnnSetConvolutionNdDescriptor(c->conv, ns, pad + o, stride + o, dil + o,
                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
-    /* no TF32 unless mpcc --tf32: the products stay float, as on the CPU */
-    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 ? CUDNN_DEFAULT_MATH
-                                                                 : CUDNN_FMA_MATH));
+    /* no TF32 unless mpcc --tf32 or --precision=bf16: the products stay
+     * float, as on the CPU. Under bf16 every operand holds a bf16 value,
+     * which TF32 holds exactly: the tensor cores' products are the CPU's. */
+    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 || mprt_cu_bf16
+                                                        ? CUDNN_DEFAULT_MATH
+                                                        : CUDNN_FMA_MATH));
     c->x = mprt_cu_tensor_nd(nb, xd);
     c->y = mprt_cu_tensor_nd(nb, yd);
     MPRT_CUDNN(cudnnGetConvolutionNdForwardOutputDim(c->conv, c->x, c->w, nb, got));
@@ -1005,15 +1021,16 @@ static int mprt_cu_conv_rank(const MprtCuConv *c, int dir, MprtCuAlgo *cand)
 }
 
 /* The first of cand[n] that can run within room bytes: deterministic
- * ones first, tensor-core ones only under --tf32; -1 if none. */
+ * ones first, tensor-core ones only under --tf32 or bf16 (never one that
+ * converts to float16, whose range is bf16's less); -1 if none. */
 static int mprt_cu_conv_pick(const MprtCuConv *c, int dir, const MprtCuAlgo *cand, int n,
                              size_t room, size_t *ws)
 {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if (cand[i].status != CUDNN_STATUS_SUCCESS || cand[i].memory > room ||
-                (!mprt_cu_tf32 && (cand[i].math == CUDNN_TENSOR_OP_MATH ||
-                                   cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) ||
+                (!mprt_cu_tf32 && !mprt_cu_bf16 && cand[i].math == CUDNN_TENSOR_OP_MATH) ||
+                (!mprt_cu_tf32 && cand[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) ||
                 (pass == 0 && cand[i].det != CUDNN_DETERMINISTIC))
                 continue;
             *ws = mprt_cu_conv_ws(c, dir, cand[i].algo);

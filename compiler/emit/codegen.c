@@ -3979,6 +3979,8 @@ static void emit_main(CG *cg)
     if (cg->cuda)
         emit(cg, "    mprt_cu_lines = mprt_cu_kernels;\n"
              "    mprt_cu_header_lines = mprt_cu_opcodes;\n    mprt_cu_tf32 = %d;\n", cg->o->precision == PREC_TF32);
+    if (cg->cuda && cg->g->bf16)
+        emit(cg, "    mprt_cu_bf16 = 1;   /* GEMMs on bf16 tensor cores */\n");
     emit(cg, "    return mprt_%s_main(&model, argc, argv);\n}\n", cg->o->infer ? "infer" : "train");
 }
 

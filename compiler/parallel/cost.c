@@ -6,7 +6,9 @@
  *
  *   GPU devices: a roofline, max(FLOPs / rate, bytes / bandwidth) + the
  *   launch overhead, where the rate is matrix_flops for matrix products and
- *   convolutions (cuBLAS, cuDNN) and flops for the rest.
+ *   convolutions (cuBLAS, cuDNN) and flops for the rest. Under bf16 the
+ *   matrix products run at the bf16 rate and the convolutions at TF32's
+ *   (runtime/cuda_ops.c: cuDNN's float32 convolutions of bf16 values).
  *
  *   CPU devices (profile.per_call): the work as the CPU trainer does it.
  *   A matrix product is the BLAS calls runtime/cpu_math.c makes, each
@@ -467,6 +469,16 @@ static double cpu_time(const Graph *g, const Node *n, const Profile *p)
 
 /* ---- the exports ---- */
 
+/* The arithmetic rate of n on a GPU. */
+static double gpu_rate(const Graph *g, const Node *n, const Profile *p)
+{
+    if (contraction(g, n) <= 0)
+        return p->flops;
+    if (g->bf16 && (op_info[n->op].flags & OPF_CONV) && p->tf32_flops > 0)
+        return fmin(p->matrix_flops, p->tf32_flops);
+    return p->matrix_flops;
+}
+
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
 {
     if (m) {
@@ -477,8 +489,7 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
     if (p->per_call)
         return cpu_time(g, n, p);
     NodeCost c = node_cost(g, n);
-    double rate = contraction(g, n) > 0 ? p->matrix_flops : p->flops;
-    return fmax(c.flops / rate, c.bytes / p->bandwidth) + p->overhead;
+    return fmax(c.flops / gpu_rate(g, n, p), c.bytes / p->bandwidth) + p->overhead;
 }
 
 /* What running n inside a fused chain saves: a node before the chain's

@@ -27,6 +27,7 @@ static MprtCuDevice mprt_emu_device;
 static MprtCuDevice *mprt_cu = &mprt_emu_device;
 static const char *mprt_cu_node;
 static int mprt_cu_tf32;
+static int mprt_cu_bf16;
 
 #define MPRT_EMU_OK(call, ok)                                                          \
     do {                                                                               \

@@ -75,6 +75,7 @@ typedef struct {
     float *c;
     int lda, ldb, ldc;
     long long sa, sb, sc;
+    int bf16;                    /* CUBLAS_COMPUTE_32F_FAST_16BF: A and B must hold bf16 values */
 } Gemm;
 
 typedef struct {
@@ -257,8 +258,32 @@ static int in_flight(cudaStream_t s)
            s->q[s->head % s->cap].started;
 }
 
+/* Whether the rows x cols column-major matrix at p holds only values that
+ * bfloat16 holds: a bf16 GEMM on a real GPU would round any other. */
+static int holds_bf16(const float *p, int rows, int cols, int ld)
+{
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) {
+            uint32_t bits;
+            memcpy(&bits, &p[r + (long)c * ld], 4);
+            if (bits & 0xffffu)
+                return 0;
+        }
+    return 1;
+}
+
+static void check_bf16_operands(const Gemm *g, int i)
+{
+    if (!holds_bf16(g->a + i * g->sa, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda) ||
+        !holds_bf16(g->b + i * g->sb, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb))
+        fail("a GEMM under CUBLAS_COMPUTE_32F_FAST_16BF read a value bfloat16 does not "
+             "hold: an operand the trainer did not round would lose bits on a GPU");
+}
+
 static void run_gemm(const Gemm *g)
 {
+    for (int i = 0; i < g->batch && g->bf16; i++)
+        check_bf16_operands(g, i);
     for (int i = 0; i < g->batch; i++)
         cblas_sgemm(CblasColMajor, g->ta ? CblasTrans : CblasNoTrans,
                     g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
@@ -873,23 +898,44 @@ static cublasStatus_t gemm(cublasHandle_t h, Gemm g)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
-                              int m, int n, int k, const float *alpha, const float *a, int lda,
-                              const float *b, int ldb, const float *beta, float *c, int ldc)
+/* The float32 GEMMs of cublasGemmEx: float32 operands, computed in
+ * float32 (a FAST_16BF one checks its inputs, see run_gemm). */
+static cublasStatus_t gemm_ex(cublasHandle_t h, Gemm g, cudaDataType at, cudaDataType bt,
+                              cudaDataType ct, cublasComputeType_t compute)
 {
-    return gemm(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, 1, *alpha, *beta,
-                          a, b, c, lda, ldb, ldc, 0, 0, 0});
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F)
+        fail("cublasGemmEx: the fake GPU runs float32 operands only");
+    if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32 &&
+        compute != CUBLAS_COMPUTE_32F_FAST_16BF)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    g.bf16 = compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+    return gemm(h, g);
 }
 
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
-                                         cublasOperation_t tb, int m, int n, int k,
-                                         const float *alpha, const float *a, int lda,
-                                         long long sa, const float *b, int ldb, long long sb,
-                                         const float *beta, float *c, int ldc, long long sc,
-                                         int batch)
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *a, cudaDataType at,
+                            int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
+                            void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo)
 {
-    return gemm(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, batch, *alpha, *beta,
-                          a, b, c, lda, ldb, ldc, sa, sb, sc});
+    (void)algo;
+    return gemm_ex(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, 1,
+                             *(const float *)alpha, *(const float *)beta, a, b, c, lda, ldb,
+                             ldc, 0, 0, 0, 0},
+                   at, bt, ct, compute);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
+    cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    return gemm_ex(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, batch,
+                             *(const float *)alpha, *(const float *)beta, a, b, c, lda, ldb,
+                             ldc, sa, sb, sc, 0},
+                   at, bt, ct, compute);
 }
 
 /* ---- NVRTC: the kernels are already compiled for the host ---- */

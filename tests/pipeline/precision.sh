@@ -35,6 +35,22 @@ b=$(step --profile="$work/bytes.txt") bb=$(step --profile="$work/bytes.txt" --pr
 echo "file, bf16 = fp32 rate: $b s and $bb s (half the activations' bytes)"
 less "$bb" "$b"
 
+# Under bf16 the GEMMs run on bf16 tensor cores and the convolutions as
+# cuDNN float32 convolutions on TF32 tensor cores (runtime/cuda_ops.c): with
+# bf16 1000x TF32 and compute-bound nodes, the CNN sample's Gemm costs less
+# under bf16 than under fp32 and its convolution the same.
+printf 'flops = 1e13\nmatrix_flops = 1e13\ntf32_flops = 1e13\nbf16_flops = 1e16\nbandwidth = 1e16\n' \
+    >"$work/conv.txt"
+node_ms() {   # node $1's predicted ms under the precision $2
+    "$mpcc" "$(dirname "$model")/cnn_bn.mp" -gpus 1 -batch 256 --profile="$work/conv.txt" \
+        --precision="$2" --dump=costs 2>/dev/null | awk -v n="'$1'" '$NF == n { print $7 }'
+}
+c32=$(node_ms block2.conv/Conv_4 fp32) c16=$(node_ms block2.conv/Conv_4 bf16)
+m32=$(node_ms fc/Gemm_9 fp32) m16=$(node_ms fc/Gemm_9 bf16)
+echo "conv at fp32 $c32 ms, bf16 $c16 ms; gemm at fp32 $m32 ms, bf16 $m16 ms"
+[ -n "$c32" ] && [ "$c32" = "$c16" ] || { echo "FAIL: a bf16 convolution priced off TF32's rate"; exit 1; }
+less "$m16" "$m32"
+
 # --cuda-graph: a step captured as one graph pays graph_overhead a kernel
 # instead of the launch overhead, so the predicted step of a launch-bound
 # model (batch 8) is shorter than with --cuda-graph=off; a step that is not
