@@ -19,6 +19,11 @@
  * in the checkpoint under the Identity's output name: that Identity node is
  * left out and its output becomes an initializer of its own. The output is written to FILE.tmp and renamed, so a failure
  * leaves an existing FILE as it was.
+ *
+ * --dtype=bf16 (or fp32) stores each weight in that type instead: the
+ * initializer is renamed (NAME_bf16) and a Cast node back to the model's
+ * type, written before the graph's first node, gives NAME as before, so the
+ * graph and its types are the model's and any ONNX runtime runs it.
  */
 #include "mpcc.h"
 #include "mprt.h"
@@ -28,9 +33,22 @@
 #define ONNX_MAX_BYTES 2000000000u  /* onnx.checker's limit for one file */
 
 /* Fields of the messages that export walks (onnx.proto). */
-enum { MODEL_GRAPH = 7, GRAPH_NODE = 1, GRAPH_INITIALIZER = 5, TENSOR_DIMS = 1,
-       TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8, TENSOR_RAW_DATA = 9,
-       TENSOR_DATA_LOCATION = 14, DATA_LOCATION_EXTERNAL = 1 };
+enum { MODEL_GRAPH = 7, GRAPH_NODE = 1, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11,
+       GRAPH_OUTPUT = 12, TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_NAME = 8,
+       TENSOR_RAW_DATA = 9, TENSOR_DATA_LOCATION = 14, DATA_LOCATION_EXTERNAL = 1,
+       NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
+       VALUE_INFO_NAME = 1, ATTR_NAME = 1, ATTR_I = 3, ATTR_TYPE = 20, ATTR_TYPE_INT = 2 };
+
+/* Cast to and from bfloat16 is in the default domain from opset 13. */
+#define BF16_CAST_OPSET 13
+
+/* A weight stored in another type than the model's (--dtype): its
+ * initializer's name, and the Cast node that gives the model its own. */
+typedef struct Retyped {
+    const char *stored;          /* the initializer's new name */
+    DType type;                  /* the type it is stored in */
+    Span cast;                   /* the NodeProto, encoded */
+} Retyped;
 
 /* One initializer of the graph, as the model file holds it. */
 typedef struct Init {
@@ -41,6 +59,7 @@ typedef struct Init {
     const MprtStTensor *ckpt;    /* its tensor in the checkpoint, or NULL */
     bool external;               /* its data is in an external file */
     bool rewrite;                /* re-encoded with data as raw_data */
+    Retyped re;                  /* re.stored: stored in re.type (--dtype) */
     Span data;
     size_t size;                 /* the TensorProto's length as written */
 } Init;
@@ -52,12 +71,15 @@ typedef struct Untied {
     const char *name;            /* its output, now an initializer */
     const Value *weight;         /* the weight it copied, as imported */
     const MprtStTensor *ckpt;
+    Retyped re;                  /* as Init's */
+    Span data;
     size_t size;                 /* the new TensorProto's length */
 } Untied;
 
 typedef struct Export {
     Arena *a;
     const char *model, *ckpt, *output;
+    DType dtype;                 /* --dtype: the weights' type; DT_UNDEFINED: the model's */
     Graph *g;
     MprtStFile st;
     Span graph_field, graph;     /* the model's graph field; its GraphProto */
@@ -66,11 +88,12 @@ typedef struct Export {
     Untied *untied;
     uint32_t nuntied;
     size_t graph_size, model_size, written;
+    bool casts_written;          /* the Cast nodes, before the graph's first node */
     MprtOut out;
 } Export;
 
 static const char help_text[] =
-"usage: mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx>\n"
+"usage: mpcc export <model.onnx> <ckpt.safetensors> -o <trained.onnx> [--dtype=bf16|fp32]\n"
 "\n"
 "Writes the weights of a checkpoint (from the generated trainer's\n"
 "--save, or its initial train.weights.safetensors) back into the ONNX model\n"
@@ -79,6 +102,10 @@ static const char help_text[] =
 "  -o FILE, --output=FILE   the model to write (required); written to\n"
 "                           FILE.tmp and renamed, so a failed export leaves\n"
 "                           an existing FILE as it was\n"
+"  --dtype=bf16|fp32        store the weights in bfloat16 (half the bytes of\n"
+"                           float32) or float32, each with a Cast node back to\n"
+"                           the model's type, so the graph is unchanged;\n"
+"                           default: the model's own types. bf16 needs opset 13\n"
 "  -h, --help               this text\n"
 "\n"
 "Every initializer of the model that the checkpoint holds by name gets the\n"
@@ -106,7 +133,17 @@ static _Noreturn void usage_error(Export *e, const char *fmt, const char *arg)
     exit(1);
 }
 
-/* `-o F`, `-o=F`, `--output F`, `--output=F`, as the compiler's options. */
+static DType parse_dtype(Export *e, const char *s)
+{
+    if (strcmp(s, "bf16") == 0 || strcmp(s, "bfloat16") == 0)
+        return DT_BF16;
+    if (strcmp(s, "fp32") == 0 || strcmp(s, "float32") == 0 || strcmp(s, "float") == 0)
+        return DT_F32;
+    usage_error(e, "unknown --dtype '%s' (known: bf16, fp32)", s);
+}
+
+/* `-o F`, `-o=F`, `--output F`, `--output=F`, as the compiler's options;
+ * `--dtype=T` or `--dtype T`. */
 static void parse_option(Export *e, int argc, char **argv, int *i)
 {
     const char *arg = argv[*i];
@@ -116,6 +153,12 @@ static void parse_option(Export *e, int argc, char **argv, int *i)
     if ((len == 1 && name[0] == 'h') || (len == 4 && strncmp(name, "help", 4) == 0)) {
         fputs(help_text, stdout);
         exit(0);
+    }
+    if (len == 5 && strncmp(name, "dtype", 5) == 0 && arg[1] == '-') {
+        if (!eq && *i + 1 >= argc)
+            usage_error(e, "option '%s' needs a type: bf16 or fp32", arg);
+        e->dtype = parse_dtype(e, eq ? eq + 1 : argv[++*i]);
+        return;
     }
     if (!((len == 1 && name[0] == 'o') || (len == 6 && strncmp(name, "output", 6) == 0)))
         usage_error(e, "unknown option '%s' for export", arg);
@@ -222,11 +265,18 @@ static Untied *untied_at(Export *e, int32_t node)
     return NULL;
 }
 
+/* The name and type fields of a TensorProto. */
+static size_t name_type_size(const char *name, DType type)
+{
+    return field_size(TENSOR_NAME, strlen(name)) + varint_size(TENSOR_DATA_TYPE << 3) +
+           varint_size((uint64_t)type);
+}
+
 static size_t untied_size(const Untied *u)
 {
-    size_t n = field_size(TENSOR_NAME, strlen(u->name)) +
-               varint_size(TENSOR_DATA_TYPE << 3) + varint_size((uint64_t)u->weight->dtype) +
-               field_size(TENSOR_RAW_DATA, u->ckpt->nbytes);
+    size_t n = name_type_size(u->re.stored ? u->re.stored : u->name,
+                              u->re.stored ? u->re.type : u->weight->dtype) +
+               field_size(TENSOR_RAW_DATA, u->data.n);
     for (int i = 0; i < u->weight->shape.rank; i++)
         n += varint_size(TENSOR_DIMS << 3) + varint_size((uint64_t)u->weight->shape.d[i]);
     return n;
@@ -248,7 +298,6 @@ static void find_untied(Export *e)
             continue;
         Untied *u = &e->untied[e->nuntied++];
         *u = (Untied){.node = n->loc.index, .name = name, .weight = w, .ckpt = t};
-        u->size = untied_size(u);
     }
 }
 
@@ -369,6 +418,15 @@ static bool is_data_field(uint32_t num)
     }
 }
 
+/* Whether field f of an initializer's TensorProto is written again as it
+ * is: not its data, nor its name and type where it is retyped. */
+static bool kept_field(const Init *in, const WireField *f)
+{
+    if (in->re.stored && (f->num == TENSOR_NAME || f->num == TENSOR_DATA_TYPE))
+        return false;
+    return !is_data_field(f->num);
+}
+
 static size_t tensor_size(const Init *in)
 {
     if (!in->rewrite)
@@ -378,17 +436,17 @@ static size_t tensor_size(const Init *in)
     WireField f;
     for (const uint8_t *p = in->tensor.p; p < end;) {
         next_field(&p, end, &f);
-        if (!is_data_field(f.num))
+        if (kept_field(in, &f))
             kept += f.whole.n;
     }
+    if (in->re.stored)
+        kept += name_type_size(in->re.stored, in->re.type);
     return kept + field_size(TENSOR_RAW_DATA, in->data.n);
 }
 
-/* The checkpoint's bytes of an initializer, in the model's type. */
-static Span checkpoint_data(Export *e, const Init *in)
+/* The checkpoint's bytes of a tensor, in type want. */
+static Span checkpoint_data(Export *e, const MprtStTensor *t, DType want)
 {
-    const MprtStTensor *t = in->ckpt;
-    DType want = in->val->dtype;
     if (dtype_of_mprt[t->dtype] == want)
         return (Span){t->data, t->nbytes};
     size_t n = t->nbytes / 4;
@@ -401,6 +459,112 @@ static Span checkpoint_data(Export *e, const Init *in)
     return (Span){out.data, n * dtype_size(want)};
 }
 
+/* ---- weights in another type (--dtype) ---- */
+
+/* Whether the string field `num` of a message holds s. */
+static bool has_string(Span msg, uint32_t num, const char *s)
+{
+    size_t n = strlen(s);
+    const uint8_t *end = msg.p + msg.n;
+    WireField f;
+    for (const uint8_t *p = msg.p; p < end;) {
+        next_field(&p, end, &f);
+        if (f.num == num && f.wire == 2 && f.payload.n == n && memcmp(f.payload.p, s, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether the graph's inputs (and, with `all`, its outputs, value_info,
+ * nodes' inputs and outputs, initializers) name s. */
+static bool graph_names(const Export *e, const char *s, bool all)
+{
+    const uint8_t *end = e->graph.p + e->graph.n;
+    WireField f;
+    for (const uint8_t *p = e->graph.p; p < end;) {
+        next_field(&p, end, &f);
+        if (f.wire != 2)
+            continue;
+        if (f.num == GRAPH_INPUT && has_string(f.payload, VALUE_INFO_NAME, s))
+            return true;
+        if (!all)
+            continue;
+        if ((f.num == GRAPH_OUTPUT || f.num == 13) && has_string(f.payload, VALUE_INFO_NAME, s))
+            return true;
+        if (f.num == GRAPH_NODE && (has_string(f.payload, NODE_INPUT, s) ||
+                                    has_string(f.payload, NODE_OUTPUT, s)))
+            return true;
+        if (f.num == GRAPH_INITIALIZER && has_string(f.payload, TENSOR_NAME, s))
+            return true;
+    }
+    return false;
+}
+
+/* NAME_bf16 (or NAME_bf16_2, ...): a name the model does not use. */
+static const char *stored_name(Export *e, const char *name, DType t)
+{
+    const char *s = arena_printf(e->a, "%s_%s", name, dtype_name(t));
+    for (int k = 2; graph_names(e, s, true); k++)
+        s = arena_printf(e->a, "%s_%s_%d", name, dtype_name(t), k);
+    return s;
+}
+
+static uint8_t *enc_varint(uint8_t *p, uint64_t v)
+{
+    for (; v >= 0x80; v >>= 7)
+        *p++ = (uint8_t)(v | 0x80);
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static uint8_t *enc_string(uint8_t *p, uint32_t num, const char *s)
+{
+    size_t n = strlen(s);
+    p = enc_varint(enc_varint(p, (uint64_t)num << 3 | 2), n);
+    memcpy(p, s, n);
+    return p + n;
+}
+
+/* The NodeProto of `to = Cast(from, to=type)`. */
+static Span cast_node(Export *e, const char *from, const char *to, DType type)
+{
+    size_t attr = field_size(ATTR_NAME, 2) + varint_size(ATTR_I << 3) +
+                  varint_size((uint64_t)type) + varint_size(ATTR_TYPE << 3) +
+                  varint_size(ATTR_TYPE_INT);
+    size_t n = field_size(NODE_INPUT, strlen(from)) + field_size(NODE_OUTPUT, strlen(to)) +
+               field_size(NODE_OP_TYPE, 4) + field_size(NODE_ATTRIBUTE, attr);
+    uint8_t *b = arena_alloc(e->a, n), *p = b;
+    p = enc_string(enc_string(enc_string(p, NODE_INPUT, from), NODE_OUTPUT, to), NODE_OP_TYPE,
+                   "Cast");
+    p = enc_varint(enc_varint(p, NODE_ATTRIBUTE << 3 | 2), attr);
+    p = enc_string(p, ATTR_NAME, "to");
+    p = enc_varint(enc_varint(p, ATTR_I << 3), (uint64_t)type);
+    p = enc_varint(enc_varint(p, ATTR_TYPE << 3), ATTR_TYPE_INT);
+    MPCC_ASSERT((size_t)(p - b) == n);
+    return (Span){b, n};
+}
+
+/* The type weight `name` (of the model's type `model`) is stored in. */
+static DType stored_type(const Export *e, DType model)
+{
+    return e->dtype != DT_UNDEFINED && dtype_is_float(model) ? e->dtype : model;
+}
+
+static void retype(Export *e, Retyped *re, const char *name, DType t, DType model)
+{
+    if (t == DT_BF16 && e->g->opset < BF16_CAST_OPSET)
+        error_file(e->model, "imports opset %lld of the ONNX domain; --dtype=bf16 needs its "
+                   "Cast to and from bfloat16, opset %d or later: convert the model with "
+                   "onnx.version_converter, or export without --dtype",
+                   (long long)e->g->opset, BF16_CAST_OPSET);
+    if (graph_names(e, name, false))
+        error_file(e->model, "weight '%s' is also a graph input, so --dtype cannot store it "
+                   "under another name; export without --dtype", esc(e, name));
+    re->stored = stored_name(e, name, t);
+    re->type = t;
+    re->cast = cast_node(e, re->stored, name, model);
+}
+
 /* What each initializer becomes, and the size of the graph and the model
  * (from the fields' sizes as found, however their lengths were encoded). */
 static void plan(Export *e)
@@ -408,8 +572,11 @@ static void plan(Export *e)
     for (uint32_t i = 0; i < e->ninits; i++) {
         Init *in = &e->inits[i];
         if (in->ckpt) {
-            in->data = checkpoint_data(e, in);
+            DType t = stored_type(e, in->val->dtype);
+            in->data = checkpoint_data(e, in->ckpt, t);
             in->rewrite = true;
+            if (t != in->val->dtype)
+                retype(e, &in->re, in->name, t, in->val->dtype);
         } else if (in->external) {
             in->data = (Span){in->val->data->data, in->val->data->nbytes};
             in->rewrite = true;
@@ -424,10 +591,21 @@ static void plan(Export *e)
         added += field_size(GRAPH_INITIALIZER, e->inits[i].size);
     }
     for (uint32_t i = 0; i < e->nuntied; i++) {
-        MPCC_ASSERT(e->untied[i].field.p);
-        kept -= e->untied[i].field.n;
-        added += field_size(GRAPH_INITIALIZER, e->untied[i].size);
+        Untied *u = &e->untied[i];
+        DType t = stored_type(e, u->weight->dtype);
+        u->data = checkpoint_data(e, u->ckpt, t);
+        if (t != u->weight->dtype)
+            retype(e, &u->re, u->name, t, u->weight->dtype);
+        u->size = untied_size(u);
+        MPCC_ASSERT(u->field.p);
+        kept -= u->field.n;
+        added += field_size(GRAPH_INITIALIZER, u->size);
+        if (u->re.stored)
+            added += field_size(GRAPH_NODE, u->re.cast.n);
     }
+    for (uint32_t i = 0; i < e->ninits; i++)
+        if (e->inits[i].re.stored)
+            added += field_size(GRAPH_NODE, e->inits[i].re.cast.n);
     e->graph_size = kept + added;
     e->model_size = e->g->source_size - e->graph_field.n +
                     field_size(MODEL_GRAPH, e->graph_size);
@@ -463,35 +641,62 @@ static void put_header(Export *e, uint32_t num, size_t len)
     put_varint(e, len);
 }
 
-static void write_tensor(Export *e, const Init *in)
-{
-    const uint8_t *end = in->tensor.p + in->tensor.n;
-    WireField f;
-    for (const uint8_t *p = in->tensor.p; p < end;) {
-        next_field(&p, end, &f);
-        if (!is_data_field(f.num))
-            put(e, f.whole.p, f.whole.n);
-    }
-    put_header(e, TENSOR_RAW_DATA, in->data.n);
-    put(e, in->data.p, in->data.n);
-}
-
 static void put_varint_field(Export *e, uint32_t num, uint64_t v)
 {
     put_varint(e, (uint64_t)num << 3);
     put_varint(e, v);
 }
 
+static void write_tensor(Export *e, const Init *in)
+{
+    const uint8_t *end = in->tensor.p + in->tensor.n;
+    WireField f;
+    for (const uint8_t *p = in->tensor.p; p < end;) {
+        next_field(&p, end, &f);
+        if (kept_field(in, &f))
+            put(e, f.whole.p, f.whole.n);
+    }
+    if (in->re.stored) {
+        put_header(e, TENSOR_NAME, strlen(in->re.stored));
+        put(e, in->re.stored, strlen(in->re.stored));
+        put_varint_field(e, TENSOR_DATA_TYPE, (uint64_t)in->re.type);
+    }
+    put_header(e, TENSOR_RAW_DATA, in->data.n);
+    put(e, in->data.p, in->data.n);
+}
+
 static void write_untied(Export *e, const Untied *u)
 {
+    const char *name = u->re.stored ? u->re.stored : u->name;
     put_header(e, GRAPH_INITIALIZER, u->size);
     for (int i = 0; i < u->weight->shape.rank; i++)
         put_varint_field(e, TENSOR_DIMS, (uint64_t)u->weight->shape.d[i]);
-    put_varint_field(e, TENSOR_DATA_TYPE, (uint64_t)u->weight->dtype);
-    put_header(e, TENSOR_NAME, strlen(u->name));
-    put(e, u->name, strlen(u->name));
-    put_header(e, TENSOR_RAW_DATA, u->ckpt->nbytes);
-    put(e, u->ckpt->data, u->ckpt->nbytes);
+    put_varint_field(e, TENSOR_DATA_TYPE,
+                     (uint64_t)(u->re.stored ? u->re.type : u->weight->dtype));
+    put_header(e, TENSOR_NAME, strlen(name));
+    put(e, name, strlen(name));
+    put_header(e, TENSOR_RAW_DATA, u->data.n);
+    put(e, u->data.p, u->data.n);
+}
+
+static void write_cast(Export *e, const Retyped *re)
+{
+    if (!re->stored)
+        return;
+    put_header(e, GRAPH_NODE, re->cast.n);
+    put(e, re->cast.p, re->cast.n);
+}
+
+/* The Cast nodes of the retyped weights, once, before any other node. */
+static void write_casts(Export *e)
+{
+    if (e->casts_written)
+        return;
+    e->casts_written = true;
+    for (uint32_t i = 0; i < e->ninits; i++)
+        write_cast(e, &e->inits[i].re);
+    for (uint32_t i = 0; i < e->nuntied; i++)
+        write_cast(e, &e->untied[i].re);
 }
 
 static void write_graph(Export *e)
@@ -502,6 +707,8 @@ static void write_graph(Export *e)
     WireField f;
     for (const uint8_t *p = e->graph.p; p < end;) {
         next_field(&p, end, &f);
+        if (f.num == GRAPH_NODE && f.wire == 2)
+            write_casts(e);
         if (f.num == GRAPH_NODE && f.wire == 2 && untied_at(e, node++))
             continue;   /* an Identity whose output is now an initializer */
         if (!(f.num == GRAPH_INITIALIZER && f.wire == 2)) {
@@ -517,6 +724,7 @@ static void write_graph(Export *e)
         write_tensor(e, in);
     }
     MPCC_ASSERT(k == e->ninits);
+    write_casts(e);   /* a graph without nodes */
     for (uint32_t i = 0; i < e->nuntied; i++)
         write_untied(e, &e->untied[i]);
 }

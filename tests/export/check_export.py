@@ -140,6 +140,8 @@ def evaluate(model, x):
             y = i[0] @ i[1]
         elif n.op_type == "Add":
             y = i[0] + i[1]
+        elif n.op_type == "Cast" and a["to"] == onnx.TensorProto.FLOAT:
+            y = i[0]   # to_array gave a bfloat16 initializer as float32
         else:
             raise SystemExit("check_export: no numpy evaluation of %s" % n.op_type)
         env[n.output[0]] = y.astype(np.float32)

@@ -15,6 +15,9 @@ into OUT_DIR:
   huge/huge.onnx (+ .data)  the MLP plus a 2.1 GB int64 initializer in a
                             sparse external file: too large to write inline
   no_weights.onnx           a Reshape with an int64 initializer and no weights
+  opset12.onnx              the MLP importing opset 12: no Cast to bfloat16
+  weight_input.onnx         the MLP with 0.weight a graph input too (an
+                            initializer as a default, as IR version 3 wrote)
   truncated.safetensors     the checkpoint's first half
   corrupt.safetensors       the checkpoint with its JSON header garbled
   other_shapes.safetensors  a checkpoint of an MLP with 128 hidden units
@@ -147,6 +150,25 @@ def huge_model(model, folder):
     onnx.save_model(m, os.path.join(folder, "huge.onnx"))
 
 
+def opset12_model(model, path):
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for o in m.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = 12
+    onnx.checker.check_model(m)
+    onnx.save_model(m, path)
+
+
+def weight_input_model(model, path):
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    w = next(t for t in m.graph.initializer if t.name == "0.weight")
+    m.graph.input.append(helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)))
+    onnx.checker.check_model(m)
+    onnx.save_model(m, path)
+
+
 def bad_checkpoints(ckpt, out):
     meta, t = read_st(ckpt)
     blob = open(ckpt, "rb").read()
@@ -184,6 +206,8 @@ def main():
     external_model(r, os.path.join(out, "ext"), "ext.onnx")
     huge_model(model, os.path.join(out, "huge"))
     no_weights_model(os.path.join(out, "no_weights.onnx"))
+    opset12_model(model, os.path.join(out, "opset12.onnx"))
+    weight_input_model(model, os.path.join(out, "weight_input.onnx"))
     print("make_inputs: wrote %s" % out)
 
 

@@ -17,7 +17,11 @@ Checks:
   - `mpcc export` writes a model that passes onnx.checker, has no Identity
     node left, holds every state_dict entry as an initializer within 1e-5 +
     1e-4*|ref| of PyTorch's final weights, and whose Gemm/Relu graph,
-    evaluated with numpy on 16 rows, gives the final PyTorch model's logits.
+    evaluated with numpy on 16 rows, gives the final PyTorch model's logits;
+  - `mpcc export --dtype=bf16` stores each of those weights, the untied ones
+    too, as NAME_bf16 in PyTorch's bf16 rounding of the checkpoint's, cast
+    back to NAME, and its graph gives the logits of the final model with
+    its weights so rounded.
 
 Run:  /usr/bin/python3 tests/export/untied.py MPCC WORKDIR
 """
@@ -79,9 +83,36 @@ def numpy_forward(proto, x):
             vals[n.output[0]] = a @ w.T + b
         elif n.op_type == "Relu":
             vals[n.output[0]] = np.maximum(vals[n.input[0]], 0)
+        elif n.op_type == "Cast":   # a bf16 weight, which to_array gave as float32
+            vals[n.output[0]] = inits[n.input[0]]
         else:
             sys.exit("FAIL: unexpected node %s in the exported model" % n.op_type)
     return vals[proto.graph.output[0].name]
+
+
+def check_bf16(mpcc, work, m, ckpt, x):
+    run([mpcc, "export", "model.onnx", "ckpt.safetensors", "--dtype=bf16", "-o",
+         "trained_bf16.onnx"], work)
+    out = onnx.load(os.path.join(work, "trained_bf16.onnx"))
+    onnx.checker.check_model(out, full_check=True)
+    inits = {t.name: t for t in out.graph.initializer}
+    ok = True
+    for k in m.state_dict():
+        t = inits.get(k + "_bf16")
+        want = torch.from_numpy(ckpt[k]).to(torch.bfloat16).view(torch.int16).numpy()
+        good = k not in inits and t is not None and t.data_type == onnx.TensorProto.BFLOAT16 \
+            and np.array_equal(np.frombuffer(t.raw_data, np.int16), want.ravel())
+        ok &= good
+        print("--dtype=bf16: %s_bf16 is PyTorch's bf16 rounding of %s: %s"
+              % (k, k, "ok" if good else "FAIL"))
+    r = model()
+    r.load_state_dict({k: torch.from_numpy(ckpt[k]).to(torch.bfloat16).float()
+                       for k in m.state_dict()})
+    with torch.no_grad():
+        want = r(torch.from_numpy(x)).numpy()
+    err = float(np.max(np.abs(numpy_forward(out, x) - want)))
+    print("forward of the bf16 export vs PyTorch's with bf16 weights: max abs err %.3g" % err)
+    return ok and err <= 1e-4
 
 
 def main():
@@ -142,6 +173,7 @@ def main():
     err = float(np.max(np.abs(numpy_forward(out, x[:B]) - want)))
     failed |= not err <= 1e-4
     print("forward of the exported model vs PyTorch: max abs err %.3g" % err)
+    failed |= not check_bf16(mpcc, work, m, ckpt, x[:B])
     print("untied: %s" % ("FAILED" if failed else "ok"))
     return 1 if failed else 0
 
