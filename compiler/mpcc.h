@@ -716,7 +716,7 @@ typedef struct Measured Measured;    /* measured.c */
 
 Devices devices_resolve(Arena *a, const Options *o);   /* -cpus, -gpus, --devices */
 /* capture.c: why a CUDA trainer's step is not one graph (NULL: it is) */
-const char *cuda_graph_why(const Options *o, const Graph *g, bool mixed);
+const char *cuda_graph_why(const Options *o, bool mixed);
 void cuda_graph_price(Devices *ds, const Options *o);   /* its launch overhead */
 Profile cpu_profile(bool shared);    /* calibrate.c: this machine, alone or two devices at once */
 double link_bandwidth(const Devices *ds, int a, int b);

@@ -735,16 +735,17 @@ static int mprt_cu_capturing;
 static void mprt_gpu_sync(void);
 
 /* The numbers of a step that a kernel reads and that change every step
- * (AdamW's bias correction) cannot be its arguments in a captured step,
- * which would replay the step it was captured at. So each goes through a
- * slot: the host fills the slot's pinned host memory, and the kernel's
- * stream copies it to the GPU just before the kernel, into the GPU's
- * slots: the memory plan keeps 32 bytes for each of its AdamW updates at
- * the end of its scratch (plan.c, place_workspace). The copy is captured with
+ * (AdamW's bias correction, Dropout's keys) cannot be its arguments in a
+ * captured step, which would replay the step it was captured at. So each
+ * goes through a slot: the host fills the slot's pinned host memory, and
+ * the kernel's stream copies it to the GPU just before the kernel, into
+ * the GPU's slots: the memory plan keeps 32 bytes for each of its AdamW
+ * updates and Dropout calls at the end of its scratch (plan.c,
+ * place_workspace). The copy is captured with
  * the step; before each replay the host fills every slot again for the new
  * step, with the slot's fill and constants. Slots go in the order of the
  * step's calls, from 0 each step. */
-enum { MPRT_CU_SLOTS = 8192, MPRT_CU_SLOT_FLOATS = 8 };
+enum { MPRT_CU_SLOTS = 32768, MPRT_CU_SLOT_FLOATS = 8 };
 typedef void (*MprtCuFill)(const float *k, long step, float *out);
 static float *mprt_cu_slot_host;          /* pinned: MPRT_CU_SLOT_FLOATS a slot */
 static float mprt_cu_slot_k[MPRT_CU_SLOTS][4];
@@ -757,7 +758,9 @@ MPRT_KERNEL const float *mprt_cu_slot(MprtCuFill fill, const float *k, long step
     if (!mprt_cu_slot_host)
         MPRT_CUDA(cudaHostAlloc((void **)&mprt_cu_slot_host, bytes, cudaHostAllocPortable));
     int i = mprt_cu_slot_next++, j = ++mprt_cu->slot_next;
-    if (i >= MPRT_CU_SLOTS || (size_t)j * MPRT_CU_SLOT_FLOATS * sizeof(float) > mprt_cu->slot_bytes)
+    if (i >= MPRT_CU_SLOTS)
+        mprt_cu_call_failed(1, "mprt_cu_slot", "more than 32768 numbers of a step in slots");
+    if ((size_t)j * MPRT_CU_SLOT_FLOATS * sizeof(float) > mprt_cu->slot_bytes)
         mprt_cu_call_failed(1, "mprt_cu_slot", "more slots than the memory plan keeps");
     memcpy(mprt_cu_slot_k[i], k, sizeof mprt_cu_slot_k[i]);
     mprt_cu_slot_fill[i] = fill;

@@ -653,8 +653,33 @@ MPRT_CU_KERNEL void mprt_cu_group_norm_grad(int N, int C, int G, long P, const f
     mprt_cu_rows("group_norm_grad_w", C, D, gw);
 }
 
-/* The mask is the CPU's: the key comes from mprt_dropout_key (the seed
- * and the micro-batch as they are now), the bits from the same hash. */
+/* Dropout's key, through a slot (cuda.c, mprt_cu_slot), so that a replayed
+ * step draws the masks of its own micro-batches: k holds the node and the
+ * micro-batch's number less the step's first (mprt_dropout_mb - the step
+ * times mprt_dropout_stride), as bits; out, the key's. For the step of the
+ * call itself that is mprt_dropout_key(node), whatever the numbering. */
+static void mprt_cu_dropout_numbers(const float *k, long step, float *out)
+{
+    uint32_t c[4];
+    memcpy(c, k, sizeof c);
+    long mb = (step - 1) * mprt_dropout_stride + (long)((uint64_t)c[2] << 32 | c[1]);
+    uint64_t key = mprt_dropout_key_at(c[0], mb);
+    memcpy(out, &key, sizeof key);
+}
+
+static const uint64_t *mprt_cu_dropout_slot(uint64_t node)
+{
+    uint64_t rel = (uint64_t)(mprt_dropout_mb - mprt_step_no * mprt_dropout_stride);
+    uint32_t c[4] = {(uint32_t)node, (uint32_t)rel, (uint32_t)(rel >> 32), 0};
+    float k[4];
+    memcpy(k, c, sizeof k);
+    return (const uint64_t *)(const void *)mprt_cu_slot(mprt_cu_dropout_numbers, k,
+                                                         mprt_step_no + 1);
+}
+
+/* The mask is the CPU's: the key is mprt_dropout_key's (the seed and the
+ * micro-batch as they are now), read from its slot; the bits from the same
+ * hash. */
 MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int training,
                                     const float *x, float *y, uint8_t *mask)
 {
@@ -666,7 +691,7 @@ MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int trai
             MPRT_CUDA(cudaMemsetAsync(mask, 1, (size_t)n, mprt_cu->compute));
         return;
     }
-    uint64_t key = mprt_dropout_key(node);
+    const uint64_t *key = mprt_cu_dropout_slot(node);
     float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
     void *args[] = {&n, &key, &ratio, &scale, &x, &y, &mask};
     mprt_cu_each("dropout", n, args);

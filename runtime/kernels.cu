@@ -1390,13 +1390,13 @@ static __device__ u64 mix64(u64 z)
     return z ^ (z >> 31);
 }
 
-/* key: the host's mprt_dropout_key(node) for this micro-batch; y = x * keep
- * * scale; mask (may be NULL) = keep. */
-extern "C" __global__ void mprt_k_dropout(i64 n, u64 key, float ratio, float scale,
+/* *key: the host's mprt_dropout_key(node) for this micro-batch, in a slot
+ * the host fills each step; y = x * keep * scale; mask (may be NULL) = keep. */
+extern "C" __global__ void mprt_k_dropout(i64 n, const u64 *key, float ratio, float scale,
                                           const float *x, float *y, u8 *mask)
 {
     FOR_EACH(i, n) {
-        u64 r = mix64(key + (u64)i * 0x9e3779b97f4a7c15ULL);
+        u64 r = mix64(*key + (u64)i * 0x9e3779b97f4a7c15ULL);
         int keep = (float)(r >> 40) * (1.0f / 16777216.0f) >= ratio;
         y[i] = keep ? FMUL(x[i], scale) : 0.0f;
         if (mask)

@@ -758,6 +758,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
+    mprt_dropout_stride = m->microbatches;
     MprtData data, eval = {0};
     mprt_open_data(m, &a, 0, &data);
     if (a.eval_data || a.eval_tokens)

@@ -3930,7 +3930,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     if (dnnl_kernels(cg))
         emit(cg, "    .kernels_start = kernels_start,\n");
     emit(cg, "    .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,\n");
-    const char *why = cg->cuda ? cuda_graph_why(cg->o, cg->g, cg->mixed) : NULL;
+    const char *why = cg->cuda ? cuda_graph_why(cg->o, cg->mixed) : NULL;
     if (why)   /* GPUs: the step is issued op by op (runtime/cuda.c) */
         emit(cg, "    .graph_why = %s,\n", c_string(cg, why));
     emit(cg, "};\n");

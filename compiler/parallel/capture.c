@@ -7,10 +7,11 @@
  * is not is named here, for the trainer to print. */
 #include "mpcc.h"
 
-/* Why the step is not one graph, in words; NULL: it is. `g` (may be NULL,
- * as for the cost model before the graph is built) adds the model's own
- * reasons; `mixed`: some devices are CPU devices. */
-const char *cuda_graph_why(const Options *o, const Graph *g, bool mixed)
+/* Why the step is not one graph, in words; NULL: it is. `mixed`: some
+ * devices are CPU devices. What a kernel reads that changes every step
+ * (AdamW's bias corrections, Dropout's keys) goes through the slots the
+ * host fills before each replay (runtime/cuda.c, mprt_cu_slot). */
+const char *cuda_graph_why(const Options *o, bool mixed)
 {
     if (o->cuda_graph_off)
         return "mpcc --cuda-graph=off";
@@ -20,9 +21,6 @@ const char *cuda_graph_why(const Options *o, const Graph *g, bool mixed)
         return "--clip-norm: the host waits inside the step for every GPU's squared norms";
     if (o->pipe.replicas > 1 || o->pipe.nodes > 1)
         return "the sums between replicas and processes (NCCL over MPI) are not captured yet";
-    for (uint32_t i = 0; g && i < g->norder; i++)
-        if (g->nodes[g->order[i]].op == OP_DROPOUT)
-            return "Dropout's masks are drawn for a step number that changes every step";
     return NULL;
 }
 
@@ -35,7 +33,7 @@ void cuda_graph_price(Devices *ds, const Options *o)
     bool mixed = false, cuda = false;
     for (int d = 0; d < ds->n; d++)
         mixed = mixed || ds->d[d].kind == DEV_CPU, cuda = cuda || ds->d[d].kind == DEV_CUDA;
-    if (!cuda || cuda_graph_why(o, NULL, mixed))
+    if (!cuda || cuda_graph_why(o, mixed))
         return;
     for (int d = 0; d < ds->n; d++)
         ds->d[d].prof.overhead = ds->d[d].prof.graph_overhead;

@@ -392,9 +392,22 @@ static void choose_slots(PB *b)
 
 /* One scratch area per device: its kernels run one at a time, on the
  * compute stream. A GPU's ends with a slot of SLOT_BYTES for each
- * AdamW update it runs: the step's numbers the update reads
- * (runtime/cuda.c, mprt_cu_slot). */
+ * AdamW update and each Dropout call it runs in a step: the step's numbers
+ * the kernel reads (runtime/cuda.c, mprt_cu_slot). */
 enum { SLOT_BYTES = 32 };
+
+/* How many slots node id takes in a step: an AdamW update one, a Dropout
+ * (or its gradient) one a micro-batch, twice where its stage recomputes. */
+static size_t node_slots(const PB *b, uint32_t id)
+{
+    Op op = b->g->nodes[id].op;
+    if (op == OP_ADAMW)
+        return 1;
+    if (op != OP_DROPOUT && op != OP_DROPOUT_GRAD)
+        return 0;
+    return (size_t)b->M * (b->st->recompute[b->st->stage[id]] ? 2 : 1);
+}
+
 static void place_workspace(PB *b)
 {
     Plan *p = b->p;
@@ -410,8 +423,8 @@ static void place_workspace(PB *b)
         bool cpu = b->p->ds->d[d].kind == DEV_CPU;
         size_t w = round64((size_t)node_workspace(b->g, &b->g->nodes[id], cpu));
         p->work_bytes[d] = w > p->work_bytes[d] ? w : p->work_bytes[d];
-        if (!cpu && b->g->nodes[id].op == OP_ADAMW)
-            slots[d] += SLOT_BYTES;
+        if (!cpu)
+            slots[d] += SLOT_BYTES * node_slots(b, id);
     }
     for (int d = 0; d < ndev; d++) {
         p->work_bytes[d] += slots[d];

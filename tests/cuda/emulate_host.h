@@ -69,9 +69,9 @@ static void mprt_cu_launch(const char *name, unsigned grid, unsigned block, size
 typedef void (*MprtCuFill)(const float *k, long step, float *out);
 static const float *mprt_cu_slot(MprtCuFill fill, const float *k, long step)
 {
-    static float h[8];
-    fill(k, step, h);
-    return h;
+    static union { float f[8]; uint64_t u[4]; } h;   /* aligned as a GPU's slot */
+    fill(k, step, h.f);
+    return h.f;
 }
 
 static unsigned mprt_cu_blocks(long n, unsigned block)

@@ -2475,11 +2475,20 @@ static inline uint64_t mprt_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
+MPRT_GLOBAL long mprt_dropout_stride = 1;   /* micro-batches a step in that numbering,
+                                               without replicas (train.c) */
+
+/* The key of node's masks in global micro-batch mb. */
+static inline uint64_t mprt_dropout_key_at(uint64_t node, long mb)
 {
     uint64_t k = mprt_mix64(mprt_dropout_seed + 0x9e3779b97f4a7c15ULL);
     k = mprt_mix64(k ^ (node * 0xd1b54a32d192ed03ULL));
-    return mprt_mix64(k ^ ((uint64_t)mprt_dropout_mb * 0x8cb92ba72f3d8dd7ULL));
+    return mprt_mix64(k ^ ((uint64_t)mb * 0x8cb92ba72f3d8dd7ULL));
+}
+
+MPRT_KERNEL uint64_t mprt_dropout_key(uint64_t node)
+{
+    return mprt_dropout_key_at(node, mprt_dropout_mb);
 }
 
 /* v[0] = the sum of v[0 .. r) of n floats, as the tree of comm.c's
@@ -9804,6 +9813,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
+    mprt_dropout_stride = m->microbatches;
     MprtData data, eval = {0};
     mprt_open_data(m, &a, 0, &data);
     if (a.eval_data || a.eval_tokens)
