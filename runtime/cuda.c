@@ -52,6 +52,8 @@ typedef struct MprtCuDevice {
     size_t workspace_bytes;
     double *norm_part;           /* --clip-norm: a gradient's group sums (MPRT_SQ_GROUPS) */
     cudaEvent_t norm_done;       /* --clip-norm: recorded after its last squared norm */
+    float *clip;                 /* --clip-norm: the step's clipping factor, on the GPU */
+    int clip_on;                 /* its updates read it (mprt_cu_clip_factor) */
     float *slots;                /* the step's numbers its kernels read (mprt_cu_slot): */
     size_t slot_bytes;           /* the memory plan's, at the end of its scratch */
     int slot_next;               /* its next slot in the step */
@@ -1133,6 +1135,7 @@ static void mprt_gpu_norm_alloc(int n)
             continue;
         MPRT_CUDA(cudaSetDevice(c->ordinal));
         MPRT_CUDA(cudaMalloc((void **)&c->norm_part, MPRT_SQ_GROUPS * sizeof(double)));
+        MPRT_CUDA(cudaMalloc((void **)&c->clip, sizeof(float)));
         MPRT_CUDA(cudaEventCreateWithFlags(&c->norm_done, cudaEventDisableTiming));
     }
 }
@@ -1141,6 +1144,15 @@ static void mprt_gpu_norm_alloc(int n)
 MPRT_KERNEL void mprt_cu_norm_mark(void)
 {
     MPRT_CUDA(cudaEventRecord(mprt_cu->norm_done, mprt_cu->compute));
+}
+
+/* Before a GPU's update computes the clipping factor on the GPU: its compute
+ * stream waits for every GPU's squared norms (mprt_cu_clip_factor). */
+MPRT_KERNEL void mprt_cu_norm_join(void)
+{
+    for (int d = 0; d < mprt_cu_ndev; d++)
+        if (mprt_cu_devs[d].ordinal >= 0)
+            MPRT_CUDA(cudaStreamWaitEvent(mprt_cu->compute, mprt_cu_devs[d].norm_done, 0));
 }
 
 /* Before an update computes the clipping factor on the host: every GPU's

@@ -1570,12 +1570,27 @@ MPRT_CU_KERNEL void mprt_cu_sq_norm(long n, const float *g, float scale, double 
     mprt_cu_launch("sq_total", 1, MPRT_SQ_GROUPS, 0, total);
 }
 
+/* --clip-norm inside the step: this GPU's compute stream waits for every
+ * GPU's squared norms (their events, which a captured step keeps), then a
+ * kernel computes the clipping factor from the table into the GPU's clip,
+ * which its updates' kernels multiply their scale by from now on. The
+ * host does not wait, so the step stays one graph. */
+MPRT_KERNEL void mprt_cu_clip_factor(int k, const double *sq, float max_norm)
+{
+    mprt_cu_norm_join();
+    mprt_cu->clip_on = 1;
+    float *clip = mprt_cu->clip;
+    void *args[] = {&k, &sq, &max_norm, &clip};
+    mprt_cu_launch("clip_factor", 1, 1, 0, args);
+}
+
 /* ---- optimizers ---- */
 
 MPRT_CU_KERNEL void mprt_cu_sgd(long n, float *w, const float *g, float *buf, float scale,
                                 float lr, float momentum, float wd, int nesterov, int first)
 {
-    void *args[] = {&n, &w, &g, &buf, &scale, &lr, &momentum, &wd, &nesterov, &first};
+    const float *clip = mprt_cu->clip_on ? mprt_cu->clip : NULL;
+    void *args[] = {&n, &w, &g, &buf, &scale, &clip, &lr, &momentum, &wd, &nesterov, &first};
     mprt_cu_each("sgd", n, args);
 }
 
@@ -1598,6 +1613,7 @@ MPRT_CU_KERNEL void mprt_cu_adamw(long n, float *w, const float *g, float *m, fl
                                   long step)
 {
     const float *h = mprt_cu_slot(mprt_cu_adamw_numbers, (const float[]){lr, b1, b2, wd}, step);
-    void *args[] = {&n, &w, &g, &m, &v, &scale, &b1, &b2, &eps, &h};
+    const float *clip = mprt_cu->clip_on ? mprt_cu->clip : NULL;
+    void *args[] = {&n, &w, &g, &m, &v, &scale, &clip, &b1, &b2, &eps, &h};
     mprt_cu_each("adamw", n, args);
 }

@@ -1406,9 +1406,19 @@ extern "C" __global__ void mprt_k_dropout(i64 n, const u64 *key, float ratio, fl
 
 /* ---- optimizers (torch.optim), the CPU's operation order ---- */
 
-extern "C" __global__ void mprt_k_sgd(i64 n, float *w, const float *g, float *buf, float scale,
-                                      float lr, float momentum, float wd, int nesterov, int first)
+/* The gradients' factor: the host's (1 / micro-batches), times the
+ * clipping factor where a kernel computed it on the GPU (clip, non-NULL
+ * under --clip-norm: mprt_k_clip_factor), as the host multiplies them. */
+static __device__ float step_scale(float scale, const float *clip)
 {
+    return clip ? FMUL(scale, *clip) : scale;
+}
+
+extern "C" __global__ void mprt_k_sgd(i64 n, float *w, const float *g, float *buf, float scale,
+                                      const float *clip, float lr, float momentum, float wd,
+                                      int nesterov, int first)
+{
+    scale = step_scale(scale, clip);
     FOR_EACH(i, n) {
         float d = FADD(FMUL(g[i], scale), FMUL(wd, w[i]));
         if (buf) {
@@ -1425,10 +1435,11 @@ extern "C" __global__ void mprt_k_sgd(i64 n, float *w, const float *g, float *bu
  * from its slot (runtime/cuda.c, mprt_cu_slot), so a captured step replays
  * with each step's own. */
 extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *m, float *v,
-                                        float scale, float b1, float b2, float eps,
-                                        const float *h)
+                                        float scale, const float *clip, float b1, float b2,
+                                        float eps, const float *h)
 {
     float decay = h[0], step_size = h[1], bc2s = h[2];
+    scale = step_scale(scale, clip);
     FOR_EACH(i, n) {
         float gi = FMUL(g[i], scale);
         float wi = FMUL(w[i], decay);
@@ -1442,6 +1453,21 @@ extern "C" __global__ void mprt_k_adamw(i64 n, float *w, const float *g, float *
 
 /* ---- --clip-norm: a gradient's squared norm, in runtime/kernel.h's
  * order (the CPU's mprt_sq_norm), whatever the launch shape ---- */
+
+/* *clip = state.c's mprt_clip_scale(k, sq, max_norm), in the same
+ * operations (IEEE double sums, square root and quotient), on one thread:
+ * the factor the step's updates on this GPU read. */
+extern "C" __global__ void mprt_k_clip_factor(int k, const double *sq, float max_norm,
+                                              float *clip)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    double s = 0.0;
+    for (int j = 0; j < k; j++)
+        s = __dadd_rn(s, sq[j]);
+    double c = __ddiv_rn((double)max_norm, __dadd_rn(__dsqrt_rn(s), 1e-6));
+    *clip = c < 1.0 ? __double2float_rn(c) : 1.0f;
+}
 
 /* s[0 .. 2 w) added by halving into s[0]; every thread of the block calls it. */
 static __device__ void sq_halving(double *s, int w)

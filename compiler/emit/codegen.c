@@ -3235,6 +3235,30 @@ static void emit_timed_end(CG *cg)
     cg->timed = false;
 }
 
+/* --clip-norm: the factor that clips every stage's gradients, from the
+ * table of their squared norms. A GPU computes it itself, after waiting
+ * for every GPU's norms on its stream, so the host does not wait inside
+ * the step (runtime/cuda_ops.c); with other processes' norms to add first
+ * (MPI, on the host) and on CPU devices, the host computes it. */
+static void emit_clip_factor(CG *cg)
+{
+    double max_norm = cg->o->train.clip_norm;
+    if (!(max_norm > 0))
+        return;
+    if (cuda_stage(cg) && !cg->o->pipe.node_devs) {
+        emit(cg, "    mprt_cu_clip_factor(%d, %s, (float)%.9g);   /* on the GPU, from every "
+             "stage's squared norms */\n", clip_slot(cg, NONE), norm_table(cg), max_norm);
+        return;
+    }
+    if (cuda_stage(cg))
+        emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
+    if (cg->o->pipe.node_devs)
+        emit(cg, "    mprt_norms_across(%d);   /* and the other processes' stages' */\n",
+             clip_slot(cg, NONE));
+    emit(cg, "    scale *= mprt_clip_scale(%d, %s, (float)%.9g);   /* every stage's "
+         "gradients */\n", clip_slot(cg, NONE), norm_table(cg), max_norm);
+}
+
 /* fn(stage, n, {the stage's gradients or weights}, {their sizes}) over
  * the parameters the stage updates (runtime/comm.c). */
 static void emit_stage_tensors(CG *cg, const char *fn, const uint32_t *nodes, int n, bool grads)
@@ -3260,14 +3284,7 @@ static void emit_update_body(CG *cg, const uint32_t *nodes, int n)
         emit(cg, "    long step = mprt_step_no + 1;   /* AdamW's bias correction */\n");
     if (n == 0)
         emit(cg, "    (void)scale, (void)lr;\n");
-    if (cg->o->train.clip_norm > 0 && cuda_stage(cg))
-        emit(cg, "    mprt_cu_norm_wait();   /* every GPU's squared norms are in */\n");
-    if (cg->o->train.clip_norm > 0 && cg->o->pipe.node_devs)
-        emit(cg, "    mprt_norms_across(%d);   /* and the other processes' stages' */\n",
-             clip_slot(cg, NONE));
-    if (cg->o->train.clip_norm > 0)
-        emit(cg, "    scale *= mprt_clip_scale(%d, %s, (float)%.9g);   /* every stage's "
-             "gradients */\n", clip_slot(cg, NONE), norm_table(cg), cg->o->train.clip_norm);
+    emit_clip_factor(cg);
     for (int i = 0; i < n; i++)
         emit_update_node(cg, &cg->g->nodes[nodes[i]], profile_slot(cg, nodes[i]));
     emit_timed_end(cg);

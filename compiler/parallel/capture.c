@@ -17,8 +17,6 @@ const char *cuda_graph_why(const Options *o, bool mixed)
         return "mpcc --cuda-graph=off";
     if (mixed)
         return "a CPU device's actions run on host threads, outside any graph";
-    if (o->train.clip_norm > 0)
-        return "--clip-norm: the host waits inside the step for every GPU's squared norms";
     if (o->pipe.replicas > 1 || o->pipe.nodes > 1)
         return "the sums between replicas and processes (NCCL over MPI) are not captured yet";
     return NULL;

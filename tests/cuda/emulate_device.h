@@ -30,6 +30,10 @@ static float __fsub_rn(float a, float b) { return a - b; }
 static float __fdiv_rn(float a, float b) { return a / b; }
 static float __fsqrt_rn(float a) { return sqrtf(a); }
 static double __dmul_rn(double a, double b) { return a * b; }
+static double __dadd_rn(double a, double b) { return a + b; }
+static double __ddiv_rn(double a, double b) { return a / b; }
+static double __dsqrt_rn(double a) { return sqrt(a); }
+static float __double2float_rn(double a) { return (float)a; }
 
 static float __int_as_float(int i)
 {

@@ -1115,6 +1115,15 @@ static void test_update(void)
         mprt_cu_adamw(n, cw, g, cm, cv, 0.5f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
     }
     same("adamw", w, cw, (size_t)n * 4);
+    double sq[3] = {0.75, 2.5, 1.25e-3};   /* --clip-norm: the factor on the GPU */
+    float factor = mprt_clip_scale(3, sq, 0.5f), cfactor = -1.0f;
+    mprt_cu->clip = &cfactor;
+    mprt_cu_clip_factor(3, sq, 0.5f);
+    same("clip_factor", &factor, &cfactor, sizeof factor);
+    mprt_sgd(n, w, g, buf, 0.5f * factor, 0.1f, 0.9f, 1e-4f, 0, 0);
+    mprt_cu_sgd(n, cw, g, cbuf, 0.5f, 0.1f, 0.9f, 1e-4f, 0, 0);   /* times *clip */
+    same("sgd (clipped)", w, cw, (size_t)n * 4);
+    mprt_cu->clip_on = 0, mprt_cu->clip = NULL;
     float *y = fzero(n), *cy = fzero(n);
     uint8_t mask[100], cmask[100];
     mprt_dropout_mb = 3;
@@ -1139,6 +1148,7 @@ static void test_update(void)
     report("accumulate");
     report("sgd");
     report("adamw");
+    report("clip_factor");
     report("dropout");
     report("relu");
 }
