@@ -57,7 +57,7 @@ less "$m16" "$m32"
 # factor each GPU computes inside the step) too; a step that is not captured
 # (mixed CPU and GPU devices, whose CPU actions run on host threads) is
 # priced as off; a profile file's graph_overhead is what the captured step
-# pays.
+# pays; and the search chooses more micro-batches for the captured step.
 batch=8
 on=$(step) off=$(step --cuda-graph=off)
 clip=$(step --clip-norm=1) clip_off=$(step --clip-norm=1 --cuda-graph=off)
@@ -70,6 +70,17 @@ mixed() {   # the GPU's predicted busy time in a step on a CPU device and a GPU
 m=$(mixed) m_off=$(mixed --cuda-graph=off)
 echo "batch 8, cpu and cuda:0: the GPU busy $m s, off $m_off s"
 [ -n "$m" ] && [ "$m" = "$m_off" ] || { echo "FAIL: a step not captured priced as captured"; exit 1; }
+# With the launches cheaper, the search takes more, smaller micro-batches:
+# the MLP at batch 4096 on 2 GPUs (h100-sxm) splits its batch more ways
+# with the step captured than issued op by op.
+count() {   # the micro-batch count the search chose
+    "$mpcc" "$model" -gpus 2 -batch 4096 --dump=partition "$@" 2>&1 >/dev/null |
+        sed -n 's/.* \([0-9]*\) micro-batch(es): predicted step.*/\1/p'
+}
+mg=$(count) moff=$(count --cuda-graph=off)
+echo "batch 4096 on 2 GPUs: $mg micro-batches captured, $moff op by op"
+[ -n "$mg" ] && [ -n "$moff" ] && [ "$mg" -gt "$moff" ] ||
+    { echo "FAIL: the captured step's cheaper launches did not move the micro-batch choice"; exit 1; }
 printf 'flops = 1e13\nbandwidth = 1e12\noverhead = 5e-6\ngraph_overhead = 5e-6\n' >"$work/graph.txt"
 g=$(step --profile="$work/graph.txt") goff=$(step --profile="$work/graph.txt" --cuda-graph=off)
 echo "profile, graph_overhead = overhead: $g s and $goff s"
