@@ -91,7 +91,7 @@ static inline uint64_t mprt_mix64(uint64_t z)
 }
 
 MPRT_GLOBAL long mprt_dropout_stride = 1;   /* micro-batches a step in that numbering,
-                                               without replicas (train.c) */
+                                               over every replica (train.c) */
 
 /* The key of node's masks in global micro-batch mb. */
 static inline uint64_t mprt_dropout_key_at(uint64_t node, long mb)

@@ -573,6 +573,25 @@ static void mprt_report_devices(const MprtModel *m)
         fprintf(stderr, "CUDA graph: off: %s\n", m->graph_why);
 }
 
+/* With replicas in this process, one step of every copy: listed and then
+ * issued in turn where one host thread issues them (GPUs, program.c), then
+ * synced. A GPU trainer captures this as one graph, as it does run_step. */
+static const MprtModel *mprt_copies_model;
+static void mprt_run_copies(void)
+{
+    const MprtModel *m = mprt_copies_model;
+    for (int c = 0; c < mprt_replicas_here; c++) {   /* run_step does not sync here */
+        mprt_dev_base = c * m->ndev;
+        m->run_step();
+    }
+    mprt_dev_base = 0;
+    int turn = mprt_deferring;
+    mprt_deferring = 0;
+    if (turn)
+        mprt_issue_in_turn();
+    mprt_sync();
+}
+
 /* One optimizer step over the micro-batches of step s; returns its loss
  * (mean over the micro-batches of every replica, in their order). rows
  * holds B/M entries; a replica reads micro-batches replica * M .. of the
@@ -604,17 +623,11 @@ static double mprt_step(const MprtModel *m, const MprtData *d, MprtOrder *order,
             memset(mprt_norm_sq, 0, (size_t)m->norm_terms * sizeof *mprt_norm_sq);
     }
     mprt_deferring = turn;   /* GPUs: each copy's run_step lists its operations (program.c) */
-    int graphed = RL == 1 && mprt_ops->graph_step && mprt_ops->graph_step(m->run_step);
-    for (int c = 0; c < RL && !graphed; c++) {   /* with replicas here, run_step does not sync */
-        mprt_dev_base = c * m->ndev;
-        m->run_step();
-    }
+    mprt_copies_model = m;
+    void (*run)(void) = RL > 1 ? mprt_run_copies : m->run_step;
+    if (!(mprt_ops->graph_step && mprt_ops->graph_step(run)))
+        run();
     mprt_deferring = 0;
-    mprt_dev_base = 0;
-    if (turn)
-        mprt_issue_in_turn();
-    if (RL > 1)
-        mprt_sync();
     mprt_comm_losses(M * RL, mprt_losses, losses);
     double loss = 0;
     for (int mb = 0; mb < total; mb++)
@@ -758,7 +771,7 @@ static int mprt_train_main(const MprtModel *m, int argc, char **argv)
     int lead = mprt_rank == 0;   /* prints, evaluates and writes; the others train */
     mprt_parse_args(m, argc, argv, &a);
     mprt_dropout_seed = a.seed;
-    mprt_dropout_stride = m->microbatches;
+    mprt_dropout_stride = (long)m->microbatches * (m->replicas > 1 ? m->replicas : 1);
     MprtData data, eval = {0};
     mprt_open_data(m, &a, 0, &data);
     if (a.eval_data || a.eval_tokens)

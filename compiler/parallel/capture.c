@@ -17,8 +17,8 @@ const char *cuda_graph_why(const Options *o, bool mixed)
         return "mpcc --cuda-graph=off";
     if (mixed)
         return "a CPU device's actions run on host threads, outside any graph";
-    if (o->pipe.replicas > 1 || o->pipe.nodes > 1)
-        return "the sums between replicas and processes (NCCL over MPI) are not captured yet";
+    if (o->pipe.nodes > 1)
+        return "the sums between processes (NCCL over MPI) are not captured yet";
     return NULL;
 }
 
