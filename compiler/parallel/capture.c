@@ -17,8 +17,9 @@ const char *cuda_graph_why(const Options *o, bool mixed)
         return "mpcc --cuda-graph=off";
     if (mixed)
         return "a CPU device's actions run on host threads, outside any graph";
-    if (o->pipe.nodes > 1)
-        return "the sums between processes (NCCL over MPI) are not captured yet";
+    if (o->train.clip_norm > 0 && o->pipe.node_devs)
+        return "--clip-norm in a pipeline across processes: the host adds every process's "
+               "squared norms (MPI) inside the step";
     return NULL;
 }
 

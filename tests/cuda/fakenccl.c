@@ -185,6 +185,7 @@ static void sum_start(void *arg)
 {
     Sum *s = arg;
     int me = 0, rc;
+    s->done = 0;   /* a captured step's replay starts it again */
     MPI_Comm_rank(s->comm, &me);
     const void *send = s->send == s->recv ? MPI_IN_PLACE : s->send;
     if (s->kind == ALL_REDUCE)
