@@ -467,6 +467,31 @@ static double cpu_time(const Graph *g, const Node *n, const Profile *p)
     }
 }
 
+/* Under bf16, the passes around n's kernel (graph/precision.c, codegen.c's
+ * stage_operands): each staged operand widened, or rounded, into float32
+ * scratch before the kernel and each bf16 output narrowed after it, a
+ * launch and a pass over the operand each; and the kernel moves the
+ * float32 copy, 2 bytes an element more than the bf16 value it stands for. */
+static double staging_time(const Graph *g, const Node *n, const Profile *p)
+{
+    if (!g->bf16)
+        return 0;
+    uint32_t vbuf[64], *vals = vbuf;
+    bool rbuf[64], *round = rbuf;
+    if (n->nin + n->nout > 64) {
+        vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
+        round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
+    }
+    uint32_t count = precision_staged(g, n, vals, round);
+    double t = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        double e = numel_of(g, vals[j]);
+        double bytes = round[j] ? 8 * e : 6 * e + 2 * e;   /* a pass; the kernel's more */
+        t += bytes / (p->per_call ? bandwidth_at(p, bytes) : p->bandwidth) + p->overhead;
+    }
+    return t;
+}
+
 /* ---- the exports ---- */
 
 /* The arithmetic rate of n on a GPU. */
@@ -487,9 +512,10 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
             return t;
     }
     if (p->per_call)
-        return cpu_time(g, n, p);
+        return cpu_time(g, n, p) + staging_time(g, n, p);
     NodeCost c = node_cost(g, n);
-    return fmax(c.flops / gpu_rate(g, n, p), c.bytes / p->bandwidth) + p->overhead;
+    return fmax(c.flops / gpu_rate(g, n, p), c.bytes / p->bandwidth) + p->overhead +
+           staging_time(g, n, p);
 }
 
 /* What running n inside a fused chain saves: a node before the chain's
