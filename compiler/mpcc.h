@@ -632,7 +632,12 @@ void add_optimizer(Graph *g, const Options *o);
 
 void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf16 values */
 uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round);
-int64_t precision_staging(const Graph *g, const Node *n);   /* bytes; 0 unless bf16 */
+typedef struct Staging {
+    uint32_t operands;           /* staged: a conversion each */
+    double rounded, converted;   /* their elements: rounded from float32; widened or narrowed */
+    int64_t scratch;             /* bytes: each operand's float32 copy, 64-byte aligned */
+} Staging;
+Staging precision_staging(const Graph *g, const Node *n);   /* all 0 unless bf16 */
 
 /* -------------------------------------------------- graph/forward.c */
 

@@ -176,20 +176,24 @@ uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *r
     return count;
 }
 
-/* The bytes of that scratch: each operand's float32 copy, 64-byte aligned. */
-int64_t precision_staging(const Graph *g, const Node *n)
+/* What staging node n's operands takes: the operands, their elements by
+ * conversion, and the bytes of their scratch. */
+Staging precision_staging(const Graph *g, const Node *n)
 {
+    Staging s = {0};
     if (!g->bf16)
-        return 0;
+        return s;
     uint32_t vbuf[64], *vals = vbuf;
     bool rbuf[64], *round = rbuf;
     if (n->nin + n->nout > 64) {
         vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
         round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
     }
-    uint32_t count = precision_staged(g, n, vals, round);
-    int64_t bytes = 0;
-    for (uint32_t j = 0; j < count; j++)
-        bytes += (shape_numel(&g->values[vals[j]].shape) * 4 + 63) / 64 * 64;
-    return bytes;
+    s.operands = precision_staged(g, n, vals, round);
+    for (uint32_t j = 0; j < s.operands; j++) {
+        int64_t e = shape_numel(&g->values[vals[j]].shape);
+        *(round[j] ? &s.rounded : &s.converted) += (double)e;
+        s.scratch += (e * 4 + 63) / 64 * 64;
+    }
+    return s;
 }

@@ -282,7 +282,7 @@ int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
 /* All the scratch a node uses: its kernel's, then its staged operands'. */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
 {
-    int64_t staging = precision_staging(g, n);
+    int64_t staging = precision_staging(g, n).scratch;
     return staging ? node_staging_at(g, n, cpu) + staging : kernel_workspace(g, n, cpu);
 }
 
@@ -470,26 +470,17 @@ static double cpu_time(const Graph *g, const Node *n, const Profile *p)
 /* Under bf16, the passes around n's kernel (graph/precision.c, codegen.c's
  * stage_operands): each staged operand widened, or rounded, into float32
  * scratch before the kernel and each bf16 output narrowed after it, a
- * launch and a pass over the operand each; and the kernel moves the
- * float32 copy, 2 bytes an element more than the bf16 value it stands for. */
+ * launch and a pass over the operand each (6 bytes an element to widen or
+ * narrow, 8 to round); and the kernel moves a widened operand's float32
+ * copy, 2 bytes an element more than the bf16 value it stands for. */
 static double staging_time(const Graph *g, const Node *n, const Profile *p)
 {
-    if (!g->bf16)
+    Staging s = precision_staging(g, n);
+    if (!s.operands)
         return 0;
-    uint32_t vbuf[64], *vals = vbuf;
-    bool rbuf[64], *round = rbuf;
-    if (n->nin + n->nout > 64) {
-        vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
-        round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
-    }
-    uint32_t count = precision_staged(g, n, vals, round);
-    double t = 0;
-    for (uint32_t j = 0; j < count; j++) {
-        double e = numel_of(g, vals[j]);
-        double bytes = round[j] ? 8 * e : 6 * e + 2 * e;   /* a pass; the kernel's more */
-        t += bytes / (p->per_call ? bandwidth_at(p, bytes) : p->bandwidth) + p->overhead;
-    }
-    return t;
+    double bytes = 8 * (s.rounded + s.converted);
+    return bytes / (p->per_call ? bandwidth_at(p, bytes) : p->bandwidth) +
+           s.operands * p->overhead;
 }
 
 /* ---- the exports ---- */
