@@ -631,13 +631,15 @@ void add_optimizer(Graph *g, const Options *o);
 /* -------------------------------------------------- graph/precision.c */
 
 void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf16 values */
-uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round);
+uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *vals,
+                          bool *round);
 typedef struct Staging {
     uint32_t operands;           /* staged: a conversion each */
     double rounded, converted;   /* their elements: rounded from float32; widened or narrowed */
     int64_t scratch;             /* bytes: each operand's float32 copy, 64-byte aligned */
 } Staging;
-Staging precision_staging(const Graph *g, const Node *n);   /* all 0 unless bf16 */
+Staging precision_staging(const Graph *g, const Node *n,
+                          bool native);   /* all 0 unless bf16 and not native */
 
 /* -------------------------------------------------- graph/forward.c */
 
@@ -1119,6 +1121,7 @@ struct Fusion {
 
 Fusion *fuse(Graph *g, const Plan *p, const Options *o);   /* none with --no-fuse */
 bool fuse_constant(const Graph *g, uint32_t v, float *f);  /* a scalar float32 constant */
+bool fuse_alone(const Graph *g, const Node *n);   /* bf16: the chain kernel runs n by itself */
 void dump_fusion(const Graph *g, const Plan *p, const Fusion *f, FILE *out);  /* --dump=fuse */
 
 /* ------------------------------------------------ parallel/layout.c */

@@ -342,10 +342,10 @@ MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, float p, float q, const f
 
 /* A fused elementwise chain (kernel.h): the program passed by value, its
  * operands' pointers in kernels.cu's struct EwPtrs. */
-MPRT_CU_KERNEL void mprt_cu_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+MPRT_CU_KERNEL void mprt_cu_ew_chain(const MprtEwChain *c, const void *const *x, void *y)
 {
     struct {
-        const float *p[MPRT_EW_OPERANDS];
+        const void *p[MPRT_EW_OPERANDS];
     } ptrs;
     long n = 1;
     memset(&ptrs, 0, sizeof ptrs);

@@ -21,12 +21,19 @@ MPRT_OPCODES(MPRT_OPCODE)
  * mprt_relu_grad with v as dy and operand a as y. A step reads operand a
  * (and b) at its strides; a LOAD or BINARY step with a = -1 reads the
  * constant p instead. Operands: at most MPRT_EW_OPERANDS per chain,
- * steps: at most MPRT_EW_STEPS. */
+ * steps: at most MPRT_EW_STEPS.
+ *
+ * Under --precision=bf16 an operand or the output may be stored in bf16
+ * (bit k of bf16 for operand k, MPRT_EW_OUT_BF16 for the output): read
+ * widened, written rounded to nearest even. A step with round set rounds
+ * v to bf16 after it, as its node's value is stored unfused, so a chain
+ * gives the numbers of its nodes' own kernels with their bf16 staging. */
 
 typedef struct MprtEwStep {
     int kind, op;   /* MPRT_EW_*, and MPRT_ERF.. or MPRT_ADD.. where it has one */
     int a, b;       /* operands, -1 if none */
     int swap;       /* MPRT_EW_BINARY: v = a op v */
+    int round;      /* v rounded to bf16 after the step */
     float p, q;
 } MprtEwStep;
 
@@ -34,6 +41,7 @@ typedef struct MprtEwStep {
  * dimension (0 where it is broadcast). */
 typedef struct MprtEwChain {
     int rank, nops, nsteps;
+    int bf16;       /* operands (bit k) and output (MPRT_EW_OUT_BF16) stored in bf16 */
     long shape[8];
     long stride[MPRT_EW_OPERANDS][8];
     MprtEwStep step[MPRT_EW_STEPS];

@@ -424,24 +424,35 @@ struct EwStep {
     int kind, op;
     int a, b;
     int swap;
+    int round;
     float p, q;
 };
 
 struct EwChain {
     int rank, nops, nsteps;
+    int bf16;
     i64 shape[8];
     i64 stride[MPRT_EW_OPERANDS][8];
     EwStep step[MPRT_EW_STEPS];
 };
 
 struct EwPtrs {
-    const float *p[MPRT_EW_OPERANDS];
+    const void *p[MPRT_EW_OPERANDS];
 };
+
+/* Operand k at offset i: bf16 widened where the chain stores it so. */
+static __device__ float ew_operand(const EwChain &c, const EwPtrs &x, int k, i64 i)
+{
+    if (c.bf16 >> k & 1)
+        return f32_of(((const u16 *)x.p[k])[i]);
+    return ((const float *)x.p[k])[i];
+}
 
 /* One thread per element: its value through the chain's steps, each the
  * float operations of the unfused kernel (binary1, unary1, unary_grad1,
- * mprt_k_relu's and mprt_k_relu_grad's selects). */
-extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, float *y)
+ * mprt_k_relu's and mprt_k_relu_grad's selects), rounded to bf16 where
+ * the step's node stores its value so. */
+extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, void *y)
 {
     FOR_EACH(i, n) {
         i64 off[MPRT_EW_OPERANDS], e = i;
@@ -456,17 +467,24 @@ extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, float *y)
         float v = 0.0f;
         for (int s = 0; s < c.nsteps; s++) {
             const EwStep &t = c.step[s];
-            float u = t.a >= 0 ? x.p[t.a][off[t.a]] : t.p;
+            float u = t.a >= 0 ? ew_operand(c, x, t.a, off[t.a]) : t.p;
             switch (t.kind) {
             case EW_LOAD: v = u; break;
             case EW_UNARY: v = unary1(t.op, v, t.p, t.q); break;
             case EW_RELU: v = v > 0.0f ? v : 0.0f; break;
             case EW_BINARY: v = t.swap ? binary1(t.op, u, v) : binary1(t.op, v, u); break;
-            case EW_UNARY_GRAD: v = unary_grad1(t.op, v, u, x.p[t.b][off[t.b]], t.p, t.q); break;
+            case EW_UNARY_GRAD:
+                v = unary_grad1(t.op, v, u, ew_operand(c, x, t.b, off[t.b]), t.p, t.q);
+                break;
             default: v = u > 0.0f ? v : 0.0f; break;
             }
+            if (t.round)
+                v = f32_of(bf16_of(v));
         }
-        y[i] = v;
+        if (c.bf16 & MPRT_EW_OUT_BF16)
+            ((u16 *)y)[i] = bf16_of(v);
+        else
+            ((float *)y)[i] = v;
     }
 }
 

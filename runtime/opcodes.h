@@ -33,6 +33,7 @@
 /* Limits: a fused chain's steps and operands; --clip-norm's lanes, groups. */
 #define MPRT_EW_STEPS 16
 #define MPRT_EW_OPERANDS 8
+#define MPRT_EW_OUT_BF16 (1 << MPRT_EW_OPERANDS)   /* a chain's output is stored in bf16 */
 #define MPRT_SQ_GROUP 256
 #define MPRT_SQ_GROUPS 128
 

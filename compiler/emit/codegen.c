@@ -1952,6 +1952,7 @@ static void emit_resize(CG *cg, const Node *n)
 typedef struct ChainStep {
     const char *kind, *op;   /* "MPRT_EW_BINARY", "MPRT_ADD" */
     int a, b, swap;
+    bool round;              /* the node's value is stored in bf16: v rounded after */
     double p, q;
     bool literal;            /* p is a constant's float (written exactly), not a parameter */
     const Node *node;
@@ -2043,6 +2044,7 @@ static void chain_node(CG *cg, Chain *ch, const Node *n, uint32_t via)
         t = chain_step(ch, n, "MPRT_EW_UNARY", unary_code(n->op));
         unary_params(cg, n, n->op, &t->p, &t->q);
     }
+    ch->step[ch->nsteps - 1].round = cg->g->values[n->out[0]].dtype == DT_BF16;
 }
 
 /* The output's dims and each operand's strides, without the dims of 1 and
@@ -2073,12 +2075,29 @@ static int chain_dims(CG *cg, const Chain *ch, uint32_t out, long *shape,
 
 static void emit_chain_step(CG *cg, const ChainStep *t)
 {
-    emit(cg, "                {%s, %s, %d, %d, %d, ", t->kind, t->op, t->a, t->b, t->swap);
+    emit(cg, "                {%s, %s, %d, %d, %d, %d, ", t->kind, t->op, t->a, t->b, t->swap,
+         t->round);
     if (t->literal)
         emit_float_literal(cg, t->p);
     else
         emit(cg, "(float)%.9g", t->p);
     emit(cg, ", (float)%.9g},   /* '%s' */\n", t->q, comment_text(cg, t->node->name));
+}
+
+/* Which of the chain's operands and output are stored in bf16. */
+static void emit_chain_bf16(CG *cg, const Chain *ch, uint32_t out)
+{
+    const char *sep = "";
+    if (cg->g->values[out].dtype == DT_BF16) {
+        emit(cg, "MPRT_EW_OUT_BF16");
+        sep = " | ";
+    }
+    for (int k = 0; k < ch->nops; k++)
+        if (cg->g->values[ch->ops[k]].dtype == DT_BF16) {
+            emit(cg, "%s1 << %d", sep, k);
+            sep = " | ";
+        }
+    emit(cg, "%s, ", *sep ? "" : "0");
 }
 
 /* The chain's program, a constant of the block that runs it. */
@@ -2087,6 +2106,7 @@ static void emit_chain_program(CG *cg, const Chain *ch, uint32_t out)
     long shape[MAX_RANK], st[MPRT_EW_OPERANDS][MAX_RANK];
     int rank = chain_dims(cg, ch, out, shape, st);
     emit(cg, "        static const MprtEwChain chain = {%d, %d, %d, ", rank, ch->nops, ch->nsteps);
+    emit_chain_bf16(cg, ch, out);
     emit_braced(cg, shape, rank);
     emit(cg, ",\n            {");
     for (int k = 0; k < ch->nops; k++) {
@@ -2099,7 +2119,8 @@ static void emit_chain_program(CG *cg, const Chain *ch, uint32_t out)
     emit(cg, "            }};\n");
 }
 
-/* The chain ending at node `tail`, as one kernel call. */
+/* The chain ending at node `tail`, as one kernel call (under bf16, maybe
+ * of tail alone: fuse_alone). */
 static void emit_chain(CG *cg, const Node *tail)
 {
     const Fusion *fu = cg->fu;
@@ -2110,16 +2131,16 @@ static void emit_chain(CG *cg, const Node *tail)
     Chain ch = {.nsteps = 0};
     const Node *head = &cg->g->nodes[ids[n - 1]];
     chain_read(cg, &ch, chain_step(&ch, head, "MPRT_EW_LOAD", NULL), head->in[0]);
-    emit(cg, "    /* fused:");
+    emit(cg, n > 1 ? "    /* fused:" : "    /* the chain kernel, reading and writing bf16:");
     for (int i = n - 1; i >= 0; i--) {
         const Node *nd = &cg->g->nodes[ids[i]];
         chain_node(cg, &ch, nd, i == n - 1 ? 0 : fu->via[ids[i]]);
         emit(cg, "%s'%s' (%s)", i == n - 1 ? " " : " -> ", comment_text(cg, nd->name),
              comment_text(cg, nd->op_type));
     }
-    emit(cg, ": one kernel, writing only the last value */\n    {\n");
+    emit(cg, n > 1 ? ": one kernel, writing only the last value */\n    {\n" : " */\n    {\n");
     emit_chain_program(cg, &ch, tail->out[0]);
-    emit(cg, "        %s(&chain, (const float *const[]){", kernel(cg, "ew_chain"));
+    emit(cg, "        %s(&chain, (const void *const[]){", kernel(cg, "ew_chain"));
     for (int k = 0; k < ch.nops; k++)
         emit(cg, "%s%s", k ? ", " : "", buf(cg, ch.ops[k]));
     emit(cg, "%s}, %s);\n    }\n", ch.nops ? "" : "NULL", buf(cg, tail->out[0]));
@@ -2212,12 +2233,12 @@ static bool is_input_of(const Node *n, uint32_t v)
     return false;
 }
 
-static void stage_operands(CG *cg, const Node *n, Staged *s)
+static void stage_operands(CG *cg, const Node *n, bool native, Staged *s)
 {
     Arena *a = cg->g->arena;
     s->vals = arena_array(a, n->nin + n->nout, sizeof *s->vals);
     s->round = arena_array(a, n->nin + n->nout, sizeof *s->round);
-    s->n = precision_staged(cg->g, n, s->vals, s->round);
+    s->n = precision_staged(cg->g, n, native, s->vals, s->round);
     if (!s->n)
         return;
     int64_t at = node_staging_at(cg->g, n, !cuda_stage(cg));
@@ -2287,15 +2308,19 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
         error_at(&n->loc, "%s has no CUDA kernel yet; train this model on CPU devices (-cpus N)",
                  n->op_type);
     if (cg->fu->tail[n - cg->g->nodes] != NONE)
-        return;   /* fused into a later chain: no bf16 value is */
+        return;   /* fused into a later chain, which computes it */
+    /* a chain's last node, or under bf16 an op of the chain kernel alone:
+     * the chain kernel reads and writes its bf16 operands itself */
+    bool chain = cg->fu->prev[n - cg->g->nodes] != NONE || fuse_alone(cg->g, n);
     Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
-    stage_operands(cg, n, s);
-    if (float_inputs(n))
-        float_kernel(cg, n, float_inputs(n));
-    if (cg->fu->prev[n - cg->g->nodes] != NONE)
+    stage_operands(cg, n, chain, s);
+    if (chain) {
         emit_chain(cg, n);
-    else
+    } else {
+        if (float_inputs(n))
+            float_kernel(cg, n, float_inputs(n));
         emit_kernel(cg, n);
+    }
     unstage_operands(cg, n, true);
 }
 

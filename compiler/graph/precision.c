@@ -18,11 +18,13 @@
  * parameter's gradient (its sum over the micro-batches is float32 too), and
  * the graph's outputs, which the host reads. Parameters, their optimizer
  * state, inputs and constants are not activations and stay as they are.
- * The code generator widens each bf16 operand into float32 scratch around
- * its node's kernel, and rounds each bf16 result to nearest even. The
- * matrix products and convolutions read every operand as bf16: their
- * float32 ones (the parameters, as the bf16 copies of the weights a GPU
- * would read; an input; a loss's gradient) rounded to it. */
+ * The elementwise ops of the fused chain kernel (parallel/fuse.c) read and
+ * write their bf16 operands themselves. Around any other node's kernel the
+ * code generator widens each bf16 operand into float32 scratch, and rounds
+ * each bf16 result to nearest even. The matrix products and convolutions
+ * read every operand as bf16: their float32 ones (the parameters, as the
+ * bf16 copies of the weights a GPU would read; an input; a loss's
+ * gradient) rounded to it. */
 #include "mpcc.h"
 
 static bool loss_op(Op op)
@@ -150,11 +152,14 @@ void lower_precision(Graph *g, const Options *o)
 /* The operands node n's kernel reads and writes through float32 scratch
  * under bf16: its bf16 inputs and outputs and, for a matrix product or a
  * convolution, its float32 inputs (round[i]: read rounded to bf16);
- * each value once, inputs first. vals and round hold n->nin + n->nout. */
-uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *round)
+ * each value once, inputs first. None where the kernel is `native`
+ * (fuse_alone: it reads and writes bf16 itself). vals and round hold
+ * n->nin + n->nout. */
+uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *vals,
+                          bool *round)
 {
     uint32_t count = 0;
-    if (copies_bf16(g, n))
+    if (native || copies_bf16(g, n))
         return 0;
     bool matrix = g->bf16 && (op_info[n->op].flags & (OPF_GEMM | OPF_CONV));
     for (uint32_t k = 0; k < n->nin + n->nout; k++) {
@@ -178,7 +183,7 @@ uint32_t precision_staged(const Graph *g, const Node *n, uint32_t *vals, bool *r
 
 /* What staging node n's operands takes: the operands, their elements by
  * conversion, and the bytes of their scratch. */
-Staging precision_staging(const Graph *g, const Node *n)
+Staging precision_staging(const Graph *g, const Node *n, bool native)
 {
     Staging s = {0};
     if (!g->bf16)
@@ -189,7 +194,7 @@ Staging precision_staging(const Graph *g, const Node *n)
         vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
         round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
     }
-    s.operands = precision_staged(g, n, vals, round);
+    s.operands = precision_staged(g, n, native, vals, round);
     for (uint32_t j = 0; j < s.operands; j++) {
         int64_t e = shape_numel(&g->values[vals[j]].shape);
         *(round[j] ? &s.rounded : &s.converted) += (double)e;

@@ -282,7 +282,7 @@ int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
 /* All the scratch a node uses: its kernel's, then its staged operands'. */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
 {
-    int64_t staging = precision_staging(g, n).scratch;
+    int64_t staging = precision_staging(g, n, fuse_alone(g, n)).scratch;
     return staging ? node_staging_at(g, n, cpu) + staging : kernel_workspace(g, n, cpu);
 }
 
@@ -468,14 +468,14 @@ static double cpu_time(const Graph *g, const Node *n, const Profile *p)
 }
 
 /* Under bf16, the passes around n's kernel (graph/precision.c, codegen.c's
- * stage_operands): each staged operand widened, or rounded, into float32
+ * stage_operands; none around the chain kernel's ops, fuse_alone): each staged operand widened, or rounded, into float32
  * scratch before the kernel and each bf16 output narrowed after it, a
  * launch and a pass over the operand each (6 bytes an element to widen or
  * narrow, 8 to round); and the kernel moves a widened operand's float32
  * copy, 2 bytes an element more than the bf16 value it stands for. */
 static double staging_time(const Graph *g, const Node *n, const Profile *p)
 {
-    Staging s = precision_staging(g, n);
+    Staging s = precision_staging(g, n, fuse_alone(g, n));
     if (!s.operands)
         return 0;
     double bytes = 8 * (s.rounded + s.converted);

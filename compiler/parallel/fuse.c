@@ -1,4 +1,5 @@
-/* fuse.c — chains of float32 elementwise nodes that run as one kernel.
+/* fuse.c — chains of float32 elementwise nodes that run as one kernel
+ * (and bf16 ones under --precision=bf16).
  *
  * Inside one stage action, node A's value need never be written when the
  * only reader in the whole training graph (forward, backward, updates) is
@@ -57,12 +58,19 @@ static uint32_t fuse_operands(const Node *n)
     return is_unary(n->op) ? 1 : n->nin;
 }
 
-static bool all_f32(const Graph *g, const Node *n)
+/* float32, or bf16 under --precision=bf16: the chain kernel reads it
+ * widened and writes it rounded (runtime/kernel.h). */
+static bool chain_type(const Graph *g, uint32_t v)
+{
+    return v != NONE && (g->values[v].dtype == DT_F32 || (g->bf16 && g->values[v].dtype == DT_BF16));
+}
+
+static bool all_float(const Graph *g, const Node *n)
 {
     for (uint32_t k = 0; k < fuse_operands(n); k++)
-        if (n->in[k] == NONE || g->values[n->in[k]].dtype != DT_F32)
+        if (!chain_type(g, n->in[k]))
             return false;
-    return n->nout == 1 && g->values[n->out[0]].dtype == DT_F32;
+    return n->nout == 1 && chain_type(g, n->out[0]);
 }
 
 /* A node the chain kernel runs as one or more steps. Sum only of equal
@@ -85,7 +93,7 @@ static bool chainable(const Graph *g, const Node *n)
         if (!is_unary(n->op))
             return false;
     }
-    return all_f32(g, n);
+    return all_float(g, n);
 }
 
 /* Whether the chain's value may come in through input k: the first input
@@ -212,6 +220,21 @@ static bool try_chain(FB *b, uint32_t id, uint32_t a, uint32_t k)
     b->nops[id] = nops;
     b->steps[id] = steps;
     b->length[id] = a != NONE ? b->length[a] + 1 : 1;
+    return true;
+}
+
+/* Under --precision=bf16, whether the chain kernel runs node n by itself
+ * (a chain of one, codegen.c): it reads n's bf16 operands and writes its
+ * bf16 value itself, with no float32 copies around it (precision.c). */
+bool fuse_alone(const Graph *g, const Node *n)
+{
+    uint32_t ops[MPRT_EW_OPERANDS];
+    int nops = 0;
+    if (!g->bf16 || !chainable(g, n) || 1 + node_steps(n) > MPRT_EW_STEPS)
+        return false;
+    for (uint32_t j = 0; j < fuse_operands(n); j++)
+        if (!add_operand(g, ops, &nops, n->in[j], literal_input(n, j, true)))
+            return false;
     return true;
 }
 

@@ -1224,6 +1224,8 @@ static void ew_unfused(const MprtEwChain *c, const float *const *x, float *y)
         case MPRT_EW_UNARY_GRAD: mprt_unary_grad(t->op, n, t->p, t->q, v, u, b, w); break;
         default: mprt_relu_grad(n, v, u, w); break;
         }
+        if (t->round)
+            mprt_bf16_round(n, w, w);
         float *tmp = v;
         v = w, w = tmp;
         free(u), free(b);
@@ -1232,28 +1234,90 @@ static void ew_unfused(const MprtEwChain *c, const float *const *x, float *y)
     free(v), free(w);
 }
 
-/* The fused CPU kernel against the unfused sequence, and the CUDA twin
- * against the fused CPU kernel, bit for bit. */
-static void ew_case(const char *what, const MprtEwChain *c, const float *const *x)
+static long ew_numel(const MprtEwChain *c)
 {
     long n = 1;
     for (int i = 0; i < c->rank; i++)
         n *= c->shape[i];
+    return n;
+}
+
+/* The elements operand k spans: its last one's offset, plus one. */
+static long ew_extent(const MprtEwChain *c, int k)
+{
+    long e = 1;
+    for (int i = 0; i < c->rank; i++)
+        e += (c->shape[i] - 1) * c->stride[k][i];
+    return e;
+}
+
+/* The chain under bf16: its even operands and its output stored in bf16,
+ * its odd steps rounded, against the unfused kernels with the staging the
+ * code generator writes around them: the operands widened, the rounded
+ * steps' values rounded, the output narrowed. The CUDA twin against the
+ * CPU's, bit for bit. */
+static void ew_bf16_case(const char *what, const MprtEwChain *c32, const float *const *x)
+{
+    MprtEwChain c = *c32;
+    long n = ew_numel(&c);
+    uint16_t *half[MPRT_EW_OPERANDS] = {0};
+    float *wide[MPRT_EW_OPERANDS] = {0};
+    const void *stored[MPRT_EW_OPERANDS] = {0};
+    const float *read[MPRT_EW_OPERANDS] = {0};
+    c.bf16 = MPRT_EW_OUT_BF16;
+    for (int k = 0; k < c.nops; k++) {
+        stored[k] = read[k] = x[k];
+        if (k % 2)
+            continue;
+        long e = ew_extent(&c, k);
+        half[k] = malloc((size_t)e * sizeof *half[k]), wide[k] = fzero(e);
+        mprt_bf16_narrow(e, x[k], half[k]);
+        mprt_bf16_widen(e, half[k], wide[k]);
+        stored[k] = half[k], read[k] = wide[k];
+        c.bf16 |= 1 << k;
+    }
+    for (int s = 1; s < c.nsteps; s += 2)
+        c.step[s].round = 1;
+    MprtEwChain unfused = c;
+    unfused.bf16 = 0;
+    float *ref = fzero(n);
+    uint16_t *want = calloc((size_t)n, 2), *y = calloc((size_t)n, 2), *cy = calloc((size_t)n, 2);
+    ew_unfused(&unfused, read, ref);
+    mprt_bf16_narrow(n, ref, want);
+    mprt_ew_chain(&c, stored, y);
+    mprt_cu_ew_chain(&c, stored, cy);
+    char name[96];
+    snprintf(name, sizeof name, "ew_chain %s in bf16 (against the unfused kernels)", what);
+    same(name, want, y, (size_t)n * 2);
+    snprintf(name, sizeof name, "ew_chain %s in bf16 (CUDA)", what);
+    same(name, y, cy, (size_t)n * 2);
+    for (int k = 0; k < c.nops; k++)
+        free(half[k]), free(wide[k]);
+    free(ref), free(want), free(y), free(cy);
+}
+
+/* The fused CPU kernel against the unfused sequence, and the CUDA twin
+ * against the fused CPU kernel, bit for bit; then the same in bf16. */
+static void ew_case(const char *what, const MprtEwChain *c, const float *const *x)
+{
+    long n = ew_numel(c);
     float *ref = fzero(n), *y = fvec(n, 5, 6), *cy = fvec(n, 7, 8);
+    const void *const *stored = (const void *const *)x;
     ew_unfused(c, x, ref);
-    mprt_ew_chain(c, x, y);
-    mprt_cu_ew_chain(c, x, cy);
+    mprt_ew_chain(c, stored, y);
+    mprt_cu_ew_chain(c, stored, cy);
     char name[96];
     snprintf(name, sizeof name, "ew_chain %s (against the unfused kernels)", what);
     same(name, ref, y, (size_t)n * 4);
     snprintf(name, sizeof name, "ew_chain %s (CUDA)", what);
     same(name, y, cy, (size_t)n * 4);
     free(ref), free(y), free(cy);
+    ew_bf16_case(what, c, x);
 }
 
 static MprtEwStep ew_step(int kind, int op, int a, int b, int swap, float p, float q)
 {
-    MprtEwStep t = {kind, op, a, b, swap, p, q};
+    MprtEwStep t = {kind, op, a, b, swap, 0, p, q};
     return t;
 }
 
@@ -1261,7 +1325,8 @@ static MprtEwStep ew_step(int kind, int op, int a, int b, int swap, float p, flo
  * then Mul by a constant, Sub from a row (1,1,1,5) and every unary op. */
 static void ew_forward_cases(void)
 {
-    MprtEwChain c = {4, 3, 0, {2, 3, 4, 5}, {{0, 1, 0, 0}, {60, 20, 5, 1}, {0, 0, 0, 1}}, {{0}}};
+    MprtEwChain c = {4, 3, 0, 0, {2, 3, 4, 5}, {{0, 1, 0, 0}, {60, 20, 5, 1}, {0, 0, 0, 1}},
+                     {{0}}};
     float *bias = fvec(3, -1, 1), *x = fvec(120, -2, 2), *row = fvec(5, -1, 1);
     x[7] = NAN, x[8] = -0.0f, x[9] = INFINITY;
     const float *const ops[] = {bias, x, row};
@@ -1302,8 +1367,8 @@ static void ew_forward_cases(void)
 static void ew_backward_cases(void)
 {
     long n = 3 * 1500;
-    MprtEwChain c = {2, 5, 0, {3, 1500}, {{1500, 1}, {0, 1}, {1500, 1}, {1500, 1}, {1500, 1}},
-                     {{0}}};
+    MprtEwChain c = {2, 5, 0, 0, {3, 1500},
+                     {{1500, 1}, {0, 1}, {1500, 1}, {1500, 1}, {1500, 1}}, {{0}}};
     float *a = fvec(n, -2, 2), *b = fvec(1500, -1, 1), *gx = fvec(n, -3, 3);
     float *other = fvec(n, -1, 1);
     float *gy = fzero(n), *ry = fvec(n, -1, 1);
@@ -1319,7 +1384,7 @@ static void ew_backward_cases(void)
     ew_case("mul gelu_grad relu_grad", &c, ops2);
     c.stride[2][0] = c.stride[3][0] = 1, c.stride[2][1] = c.stride[3][1] = 3;
     ew_case("mul gelu_grad relu_grad (transposed)", &c, ops2);
-    MprtEwChain s = {0, 1, 3, {0}, {{0}}, {{0}}};
+    MprtEwChain s = {0, 1, 3, 0, {0}, {{0}}, {{0}}};
     s.step[0] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
     s.step[1] = ew_step(MPRT_EW_UNARY, MPRT_TANH, -1, -1, 0, 0, 0);
     s.step[2] = ew_step(MPRT_EW_BINARY, MPRT_DIV, -1, -1, 1, 3.0f, 0);

@@ -244,6 +244,7 @@ void mprt_st_close(MprtStFile *f);  /* unmaps and frees; safe on a zeroed f */
 /* Limits: a fused chain's steps and operands; --clip-norm's lanes, groups. */
 #define MPRT_EW_STEPS 16
 #define MPRT_EW_OPERANDS 8
+#define MPRT_EW_OUT_BF16 (1 << MPRT_EW_OPERANDS)   /* a chain's output is stored in bf16 */
 #define MPRT_SQ_GROUP 256
 #define MPRT_SQ_GROUPS 128
 
@@ -265,12 +266,19 @@ MPRT_OPCODES(MPRT_OPCODE)
  * mprt_relu_grad with v as dy and operand a as y. A step reads operand a
  * (and b) at its strides; a LOAD or BINARY step with a = -1 reads the
  * constant p instead. Operands: at most MPRT_EW_OPERANDS per chain,
- * steps: at most MPRT_EW_STEPS. */
+ * steps: at most MPRT_EW_STEPS.
+ *
+ * Under --precision=bf16 an operand or the output may be stored in bf16
+ * (bit k of bf16 for operand k, MPRT_EW_OUT_BF16 for the output): read
+ * widened, written rounded to nearest even. A step with round set rounds
+ * v to bf16 after it, as its node's value is stored unfused, so a chain
+ * gives the numbers of its nodes' own kernels with their bf16 staging. */
 
 typedef struct MprtEwStep {
     int kind, op;   /* MPRT_EW_*, and MPRT_ERF.. or MPRT_ADD.. where it has one */
     int a, b;       /* operands, -1 if none */
     int swap;       /* MPRT_EW_BINARY: v = a op v */
+    int round;      /* v rounded to bf16 after the step */
     float p, q;
 } MprtEwStep;
 
@@ -278,6 +286,7 @@ typedef struct MprtEwStep {
  * dimension (0 where it is broadcast). */
 typedef struct MprtEwChain {
     int rank, nops, nsteps;
+    int bf16;       /* operands (bit k) and output (MPRT_EW_OUT_BF16) stored in bf16 */
     long shape[8];
     long stride[MPRT_EW_OPERANDS][8];
     MprtEwStep step[MPRT_EW_STEPS];
@@ -5447,7 +5456,9 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
  * over the tile, in place in the output's memory, in cache between steps.
  * The loops have a fixed length and their operands cannot be the output
  * (restrict), so the compiler vectorises the simple ones; the last, short
- * tile is worked in a local tile padded with zeros. */
+ * tile is worked in a local tile padded with zeros. Under bf16 an operand
+ * stored in bf16 is widened into a local tile, and an output stored so is
+ * worked in one and narrowed (kernel.h). */
 #define MPRT_EW_UNARY_CASE(OP)                      \
     case OP:                                        \
         for (long j = 0; j < MPRT_EW_TILE; j++)     \
@@ -5549,9 +5560,10 @@ static void mprt_ew_step(const MprtEwStep *t, const float *const *u, float *v)
 }
 
 /* Operand values at the output elements i0 .. i0 + m - 1, row segment by
- * row segment of the last dimension (copied, repeated or strided). */
-static void mprt_ew_gather(const MprtEwChain *c, const float *x, const long *stride, long i0,
-                           long m, float *tmp)
+ * row segment of the last dimension (copied, repeated or strided), as
+ * they are stored: float32, or bf16 (size 2). */
+static void mprt_ew_gather(const MprtEwChain *c, const void *x, size_t size, const long *stride,
+                           long i0, long m, void *tmp)
 {
     int last = c->rank - 1;
     long idx[8], off = 0, rest = i0, inner = last >= 0 ? c->shape[last] : 1;
@@ -5563,10 +5575,13 @@ static void mprt_ew_gather(const MprtEwChain *c, const float *x, const long *str
     for (long j = 0; j < m;) {
         long at = last >= 0 ? idx[last] : 0, n = inner - at < m - j ? inner - at : m - j;
         if (s == 1)
-            memcpy(tmp + j, x + off, (size_t)n * sizeof *tmp);
+            memcpy((char *)tmp + j * size, (const char *)x + off * size, (size_t)n * size);
+        else if (size == 2)
+            for (long e = 0; e < n; e++)
+                ((uint16_t *)tmp)[j + e] = ((const uint16_t *)x)[off + e * s];
         else
             for (long e = 0; e < n; e++)
-                tmp[j + e] = x[off + e * s];
+                ((float *)tmp)[j + e] = ((const float *)x)[off + e * s];
         j += n;
         if (last >= 0)
             off -= at * s, idx[last] = 0;
@@ -5587,18 +5602,36 @@ static int mprt_ew_dense(const MprtEwChain *c, int k)
     return 1;
 }
 
+/* Operand k's tile at output element i0 in tmp: m values as stored,
+ * bf16 ones widened. */
+static void mprt_ew_load(const MprtEwChain *c, const void *x, int k, int dense, long i0, long m,
+                         float *tmp)
+{
+    static _Thread_local uint16_t half[MPRT_EW_TILE];
+    if (!(c->bf16 >> k & 1)) {
+        if (dense)
+            memcpy(tmp, (const float *)x + i0, (size_t)m * sizeof *tmp);
+        else
+            mprt_ew_gather(c, x, sizeof *tmp, c->stride[k], i0, m, tmp);
+        return;
+    }
+    if (dense)
+        memcpy(half, (const uint16_t *)x + i0, (size_t)m * sizeof *half);
+    else
+        mprt_ew_gather(c, x, sizeof *half, c->stride[k], i0, m, half);
+    for (long j = 0; j < m; j++)
+        tmp[j] = mprt_f32_of(half[j]);
+}
+
 /* The operands' tiles at output element i0 (m values, then zeros). */
-static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int *dense,
+static void mprt_ew_tiles(const MprtEwChain *c, const void *const *x, const int *dense,
                           long i0, long m, float (*tmp)[MPRT_EW_TILE], const float **u)
 {
     for (int k = 0; k < c->nops; k++) {
-        if (dense[k] && m == MPRT_EW_TILE) {
-            u[k] = x[k] + i0;
+        if (dense[k] && m == MPRT_EW_TILE && !(c->bf16 >> k & 1)) {
+            u[k] = (const float *)x[k] + i0;
         } else {
-            if (dense[k])
-                memcpy(tmp[k], x[k] + i0, (size_t)m * sizeof(float));
-            else
-                mprt_ew_gather(c, x[k], c->stride[k], i0, m, tmp[k]);
+            mprt_ew_load(c, x[k], k, dense[k], i0, m, tmp[k]);
             memset(tmp[k] + m, 0, (size_t)(MPRT_EW_TILE - m) * sizeof(float));
             u[k] = tmp[k];
         }
@@ -5607,8 +5640,8 @@ static void mprt_ew_tiles(const MprtEwChain *c, const float *const *x, const int
 
 typedef struct MprtEwCall {
     const MprtEwChain *c;
-    const float *const *x;
-    float *y;
+    const void *const *x;
+    void *y;
     long n;
     int dense[MPRT_EW_OPERANDS];
 } MprtEwCall;
@@ -5620,23 +5653,29 @@ static void mprt_ew_chain_piece(void *ctx, long lo, long hi)
     const MprtEwCall *t = ctx;
     const MprtEwChain *c = t->c;
     const float *u[MPRT_EW_OPERANDS];
-    const float *const *x = t->x;
-    float *y = t->y;
     long n = t->n;
+    int half = c->bf16 & MPRT_EW_OUT_BF16;
     for (long i0 = lo * MPRT_EW_TILE; i0 < n && i0 < hi * MPRT_EW_TILE; i0 += MPRT_EW_TILE) {
         long m = n - i0 < MPRT_EW_TILE ? n - i0 : MPRT_EW_TILE;
-        float *v = m == MPRT_EW_TILE ? y + i0 : tmp[MPRT_EW_OPERANDS];
-        mprt_ew_tiles(c, x, t->dense, i0, m, tmp, u);
-        for (int i = 0; i < c->nsteps; i++)
+        float *y = half ? NULL : (float *)t->y + i0;
+        float *v = m == MPRT_EW_TILE && y ? y : tmp[MPRT_EW_OPERANDS];
+        mprt_ew_tiles(c, t->x, t->dense, i0, m, tmp, u);
+        for (int i = 0; i < c->nsteps; i++) {
             mprt_ew_step(&c->step[i], u, v);
-        if (v != y + i0)
-            memcpy(y + i0, v, (size_t)m * sizeof *v);
+            if (c->step[i].round)
+                MPRT_EW_FOR(mprt_f32_of(mprt_bf16_of(v[j])));
+        }
+        if (half)
+            for (long j = 0; j < m; j++)
+                ((uint16_t *)t->y)[i0 + j] = mprt_bf16_of(v[j]);
+        else if (v != y)
+            memcpy(y, v, (size_t)m * sizeof *v);
     }
 }
 
 /* y = the chain's value at every element of the output (kernel.h), tiles
  * on the device's threads. */
-MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const float *const *x, float *y)
+MPRT_KERNEL void mprt_ew_chain(const MprtEwChain *c, const void *const *x, void *y)
 {
     MprtEwCall t = {.c = c, .x = x, .y = y, .n = 1};
     for (int d = 0; d < c->rank; d++)
