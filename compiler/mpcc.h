@@ -631,15 +631,25 @@ void add_optimizer(Graph *g, const Options *o);
 /* -------------------------------------------------- graph/precision.c */
 
 void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf16 values */
-uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *vals,
-                          bool *round);
+/* How a node's kernel takes its operands under bf16 (cost.c's bf16_native):
+ * through float32 scratch around it; itself (the chain kernel); or as a
+ * GPU's matrix product on bf16 tensors, its float32 inputs narrowed into
+ * bf16 scratch. */
+typedef enum { NATIVE_NONE, NATIVE_ALL, NATIVE_MATRIX } Native;
+/* A staged operand: a bf16 value widened into float32 scratch (and, an
+ * output, narrowed back); a float32 one rounded to bf16 in float32
+ * scratch; or narrowed into bf16 scratch. */
+typedef enum { STAGE_WIDE, STAGE_ROUND, STAGE_NARROW } StageKind;
+uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t *vals,
+                          StageKind *kind);
 typedef struct Staging {
     uint32_t operands;           /* staged: a conversion each */
     double rounded, converted;   /* their elements: rounded from float32; widened or narrowed */
-    int64_t scratch;             /* bytes: each operand's float32 copy, 64-byte aligned */
+    double narrowed;             /* and narrowed from float32 into bf16 scratch */
+    int64_t scratch;             /* bytes: each operand's copy, 64-byte aligned */
 } Staging;
 Staging precision_staging(const Graph *g, const Node *n,
-                          bool native);   /* all 0 unless bf16 and not native */
+                          Native native);   /* all 0 unless bf16 */
 
 /* -------------------------------------------------- graph/forward.c */
 
@@ -734,6 +744,7 @@ typedef struct Fusion Fusion;
 double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,
                     const Measured *m);   /* what running n inside a fused chain saves */
 int64_t node_staging_at(const Graph *g, const Node *n, bool cpu);   /* bf16 operands' scratch */
+Native bf16_native(const Graph *g, const Node *n, bool cuda);   /* how n takes bf16 operands */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */

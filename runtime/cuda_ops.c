@@ -119,8 +119,10 @@ static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, co
 
 /* ---- matrix multiply (cuBLAS) ---- */
 
-/* Under --precision=bf16 the operands a GEMM reads are float32 scratch
- * holding bf16 values (the code generator widens or rounds each), and the
+/* Under --precision=bf16 the operands a float32 GEMM reads (a product
+ * whose operands the code generator stages: most run on bf16 tensors,
+ * mprt_cu_gemm_bf16 below) are float32 scratch holding bf16 values
+ * (the code generator widens or rounds each), and the
  * GEMM runs on bf16 tensor cores: cuBLAS down-converts its inputs, which
  * loses nothing, and accumulates in float32, as the CPU's float32 GEMM of
  * the same values does. */
@@ -130,17 +132,25 @@ static cublasComputeType_t mprt_cu_gemm_compute(void)
                         : mprt_cu_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
+/* A GEMM's element types: float32 throughout, or under --precision=bf16
+ * (mprt_cu_gemm_bf16, mprt_cu_bmm_bf16) bf16 A and B (MPRT_CU_IN16) and a
+ * bf16 Y (MPRT_CU_OUT16) or a float32 one, accumulated in float32. */
+enum { MPRT_CU_IN16 = 1, MPRT_CU_OUT16 = 2 };
+
 /* Row-major Y[M,N] = op(A) op(B) (+ beta Y) with leading dimensions lda,
- * ldb, ldy: column-major Y^T = op(B)^T op(A)^T. */
-static void mprt_cu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                          int lda, const float *B, int ldb, float beta, float *Y, int ldy)
+ * ldb, ldy: column-major Y^T = op(B)^T op(A)^T; io: the element types. */
+static void mprt_cu_sgemm(int io, int ta, int tb, int M, int N, int K, float alpha,
+                          const void *A, int lda, const void *B, int ldb, float beta, void *Y,
+                          int ldy)
 {
     if (M <= 0 || N <= 0)
         return;
+    cudaDataType in = io & MPRT_CU_IN16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType out = io & MPRT_CU_OUT16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t compute = io & MPRT_CU_IN16 ? CUBLAS_COMPUTE_32F : mprt_cu_gemm_compute();
     MPRT_CUBLAS(cublasGemmEx(mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                             ldb, A, CUDA_R_32F, lda, &beta, Y, CUDA_R_32F, ldy,
-                             mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, in, ldb, A, in,
+                             lda, &beta, Y, out, ldy, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 MPRT_CU_KERNEL void mprt_cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -153,64 +163,121 @@ MPRT_CU_KERNEL void mprt_cu_gemm(int ta, int tb, int M, int N, int K, float alph
         mprt_cu_each("gemm_c", (long)M * N, args);
         b = beta;
     }
-    mprt_cu_sgemm(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
+    mprt_cu_sgemm(0, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
+}
+
+/* mprt_cu_gemm on bf16 tensors, with no float32 copies (a GPU's only: a
+ * CPU device computes on widened ones, codegen.c): A and B bf16; C
+ * float32, or bf16 where c_bf16, read rounded to bf16 as the product
+ * reads every operand; Y bf16 where y_bf16, else float32. The CPU's
+ * numbers: the same float32 products and sums of the same bf16 values,
+ * rounded to bf16 once at the end. */
+MPRT_CU_KERNEL void mprt_cu_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha,
+                                      const uint16_t *A, const uint16_t *B, float beta,
+                                      const void *C, int c_bf16, int c_rows, int c_cols, void *Y,
+                                      int y_bf16)
+{
+    float b = 0.0f;
+    if (C && beta != 0.0f) {
+        void *args[] = {&M, &N, &C, &c_bf16, &c_rows, &c_cols, &Y, &y_bf16};
+        mprt_cu_each("gemm_c_bf16", (long)M * N, args);
+        b = beta;
+    }
+    mprt_cu_sgemm(MPRT_CU_IN16 | (y_bf16 ? MPRT_CU_OUT16 : 0), ta, tb, M, N, K, alpha, A,
+                  ta ? M : K, B, tb ? K : N, b, Y, N);
+}
+
+/* A batch's layout: each operand's batch strides dense (full) or 0
+ * (shared), and whether Y sums over broadcast batch dims. */
+typedef struct {
+    long nb;
+    int full_a, full_b, full_y, shared_a, shared_b, shared_y, accumulate;
+} MprtCuBatch;
+
+static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, const long *sb,
+                                 const long *sy, int M, int N, int K)
+{
+    MprtCuBatch b = {1, 1, 1, 1, 1, 1, 1, 0};
+    long s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        b.nb *= shape[d];
+        b.full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
+        b.full_b &= shape[d] == 1 || sb[d] == (long)K * N * s;
+        b.full_y &= shape[d] == 1 || sy[d] == (long)M * N * s;
+        b.shared_a &= shape[d] == 1 || sa[d] == 0;
+        b.shared_b &= shape[d] == 1 || sb[d] == 0;
+        b.shared_y &= shape[d] == 1 || sy[d] == 0;
+        b.accumulate |= shape[d] > 1 && sy[d] == 0;
+        s *= shape[d];
+    }
+    return b;
 }
 
 /* Batched Y[b] (+)= op(A[b]) op(B[b]) with broadcast batch strides, as the
  * CPU's mprt_bmm: the same two single-GEMM layouts; a batch whose every
  * operand is either dense or shared is one strided-batched GEMM; any other
- * walks the batch, summing into Y in the CPU's order where Y is shared. */
-MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, const long *sb,
-                                const long *sy, int M, int N, int K, int ta, int tb,
-                                const float *A, const float *B, float *Y)
+ * walks the batch, summing into Y in the CPU's order where Y is shared
+ * (in float32 only: a bf16 sum would round each term). io: the types. */
+static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa, const long *sb,
+                            const long *sy, int M, int N, int K, int ta, int tb, const void *A,
+                            const void *B, void *Y)
 {
-    long nb = 1, full_a = 1, full_b = 1, full_y = 1, shared_a = 1, shared_b = 1, shared_y = 1,
-         s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        nb *= shape[d];
-        full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
-        full_b &= shape[d] == 1 || sb[d] == (long)K * N * s;
-        full_y &= shape[d] == 1 || sy[d] == (long)M * N * s;
-        shared_a &= shape[d] == 1 || sa[d] == 0;
-        shared_b &= shape[d] == 1 || sb[d] == 0;
-        shared_y &= shape[d] == 1 || sy[d] == 0;
-        s *= shape[d];
-    }
+    MprtCuBatch b = mprt_cu_batch(rank, shape, sa, sb, sy, M, N, K);
     int lda = ta ? M : K, ldb = tb ? K : N;
-    if (nb <= 0 || M <= 0 || N <= 0)
+    size_t ab = io & MPRT_CU_IN16 ? 2 : 4, yb = io & MPRT_CU_OUT16 ? 2 : 4;
+    if (b.nb <= 0 || M <= 0 || N <= 0)
         return;
-    if (nb > 1 && !ta && full_a && full_y && shared_b) {
-        mprt_cu_sgemm(0, tb, (int)(nb * M), N, K, 1.0f, A, K, B, ldb, 0.0f, Y, N);
-        return;
-    }
-    if (nb > 1 && ta && !tb && full_a && full_b && shared_y) {
-        mprt_cu_sgemm(1, 0, M, N, (int)(nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
+    if (b.nb > 1 && !ta && b.full_a && b.full_y && b.shared_b) {
+        mprt_cu_sgemm(io, 0, tb, (int)(b.nb * M), N, K, 1.0f, A, K, B, ldb, 0.0f, Y, N);
         return;
     }
-    int accumulate = 0;
-    for (int d = 0; d < rank; d++)
-        accumulate |= shape[d] > 1 && sy[d] == 0;
-    if (!accumulate && (full_a || shared_a) && (full_b || shared_b) && full_y) {
+    if (b.nb > 1 && ta && !tb && b.full_a && b.full_b && b.shared_y) {
+        mprt_cu_sgemm(io, 1, 0, M, N, (int)(b.nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
+        return;
+    }
+    if (!b.accumulate && (b.full_a || b.shared_a) && (b.full_b || b.shared_b) && b.full_y) {
         float one = 1.0f, zero = 0.0f;
+        cudaDataType in = io & MPRT_CU_IN16 ? CUDA_R_16BF : CUDA_R_32F;
+        cudaDataType out = io & MPRT_CU_OUT16 ? CUDA_R_16BF : CUDA_R_32F;
         MPRT_CUBLAS(cublasGemmStridedBatchedEx(
             mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-            K, &one, B, CUDA_R_32F, ldb, shared_b ? 0 : (long long)K * N, A, CUDA_R_32F, lda,
-            shared_a ? 0 : (long long)M * K, &zero, Y, CUDA_R_32F, N, (long long)M * N, (int)nb,
-            mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
+            K, &one, B, in, ldb, b.shared_b ? 0 : (long long)K * N, A, in, lda,
+            b.shared_a ? 0 : (long long)M * K, &zero, Y, out, N, (long long)M * N, (int)b.nb,
+            io & MPRT_CU_IN16 ? CUBLAS_COMPUTE_32F : mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
         return;
     }
-    if (accumulate)
-        MPRT_CUDA(cudaMemsetAsync(Y, 0, (size_t)M * N * sizeof *Y, mprt_cu->compute));
-    for (long i = 0; i < nb; i++) {
+    if (b.accumulate && (io & MPRT_CU_OUT16))
+        mprt_cu_refuse("a bf16 MatMul output summed over broadcast batch dims");
+    if (b.accumulate)
+        MPRT_CUDA(cudaMemsetAsync(Y, 0, (size_t)M * N * yb, mprt_cu->compute));
+    for (long i = 0; i < b.nb; i++) {
         long oa = 0, ob = 0, oy = 0, r = i;
         for (int d = rank - 1; d >= 0; d--) {
             long k = r % shape[d];
             r /= shape[d];
             oa += k * sa[d], ob += k * sb[d], oy += k * sy[d];
         }
-        mprt_cu_sgemm(ta, tb, M, N, K, 1.0f, A + oa, lda, B + ob, ldb, accumulate ? 1.0f : 0.0f,
-                      Y + oy, N);
+        mprt_cu_sgemm(io, ta, tb, M, N, K, 1.0f, (const char *)A + oa * ab, lda,
+                      (const char *)B + ob * ab, ldb, b.accumulate ? 1.0f : 0.0f,
+                      (char *)Y + oy * yb, N);
     }
+}
+
+MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, const long *sb,
+                                const long *sy, int M, int N, int K, int ta, int tb,
+                                const float *A, const float *B, float *Y)
+{
+    mprt_cu_batched(0, rank, shape, sa, sb, sy, M, N, K, ta, tb, A, B, Y);
+}
+
+/* mprt_cu_bmm on bf16 tensors (as mprt_cu_gemm_bf16): A and B bf16, Y bf16
+ * where y_bf16 (then not summed over batch dims), else float32. */
+MPRT_CU_KERNEL void mprt_cu_bmm_bf16(int rank, const long *shape, const long *sa, const long *sb,
+                                     const long *sy, int M, int N, int K, int ta, int tb,
+                                     const uint16_t *A, const uint16_t *B, void *Y, int y_bf16)
+{
+    mprt_cu_batched(MPRT_CU_IN16 | (y_bf16 ? MPRT_CU_OUT16 : 0), rank, shape, sa, sb, sy, M, N,
+                    K, ta, tb, A, B, Y);
 }
 
 /* ---- bfloat16 storage (--precision=bf16) ---- */

@@ -719,6 +719,22 @@ extern "C" __global__ void mprt_k_gemm_c(int M, int N, const float *C, int c_row
     }
 }
 
+/* mprt_k_gemm_c under --precision=bf16: C (float32, or bf16 where c_bf16)
+ * rounded to bf16, as the matrix product reads every operand, into Y
+ * (bf16 where y_bf16, else float32). */
+extern "C" __global__ void mprt_k_gemm_c_bf16(int M, int N, const void *C, int c_bf16, int c_rows,
+                                              int c_cols, void *Y, int y_bf16)
+{
+    FOR_EACH(e, (i64)M * N) {
+        i64 i = e / N, j = e - i * N, k = (c_rows == 1 ? 0 : i) * c_cols + (c_cols == 1 ? 0 : j);
+        u16 c = c_bf16 ? ((const u16 *)C)[k] : bf16_of(((const float *)C)[k]);
+        if (y_bf16)
+            ((u16 *)Y)[e] = c;
+        else
+            ((float *)Y)[e] = f32_of(c);
+    }
+}
+
 /* ---- pooling ---- */
 
 extern "C" __global__ void mprt_k_gap(i64 NC, i64 P, const float *x, float *y)

@@ -71,6 +71,7 @@ typedef struct CG {
     /* --precision=bf16: the node being written reads and writes these values
      * through float32 scratch (stage_operands) */
     const char **staged_as;   /* [nvalues]: the scratch's expression, or NULL */
+    bool bf16_matrix;         /* the matrix product being written runs on bf16 tensors */
     struct Staged *staged;    /* the node's, while it is written; NULL otherwise */
 } CG;
 
@@ -561,6 +562,11 @@ static _Noreturn void unsupported(CG *cg, const Node *n, const char *what)
              what);
 }
 
+static bool is_bf16(CG *cg, uint32_t v)
+{
+    return cg->g->values[v].dtype == DT_BF16;
+}
+
 static void emit_gemm(CG *cg, const Node *n)
 {
     const Shape *a = shape_of(cg, n->in[0]), *y = shape_of(cg, n->out[0]);
@@ -573,6 +579,14 @@ static void emit_gemm(CG *cg, const Node *n)
         const Shape *c = shape_of(cg, n->in[2]);
         cr = c->rank == 2 ? c->d[0] : 1;
         cc = c->rank >= 1 ? c->d[c->rank - 1] : 1;
+    }
+    if (cg->bf16_matrix) {   /* on bf16 tensors: the types of C and Y after them */
+        emit(cg, "    mprt_cu_gemm_bf16(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, "
+             "%s, %d, %ld, %ld, %s, %d);\n", ta, tb, (long long)y->d[0], (long long)y->d[1], K,
+             gp.alpha, buf(cg, n->in[0]), buf(cg, n->in[1]), gp.beta,
+             has_c ? buf(cg, n->in[2]) : "NULL", has_c && is_bf16(cg, n->in[2]), cr, cc,
+             buf(cg, n->out[0]), is_bf16(cg, n->out[0]));
+        return;
     }
     emit(cg, "    %s(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, %s, %ld, %ld, %s);\n", kernel(cg, "gemm"),
          ta, tb, (long long)y->d[0], (long long)y->d[1], K, gp.alpha,
@@ -1360,7 +1374,7 @@ static void emit_matmul(CG *cg, const Node *n)
     matrix_strides(y, my, r, sy);
     if (y->rank - my > r)
         unsupported(cg, n, "a MatMul output with more batch dims than its operands");
-    emit(cg, "    %s(%d, ", kernel(cg, "bmm"), r);
+    emit(cg, "    %s(%d, ", cg->bf16_matrix ? "mprt_cu_bmm_bf16" : kernel(cg, "bmm"), r);
     emit_longs(cg, shape, r);
     emit(cg, ", ");
     emit_longs(cg, sa, r);
@@ -1368,8 +1382,11 @@ static void emit_matmul(CG *cg, const Node *n)
     emit_longs(cg, sb, r);
     emit(cg, ", ");
     emit_longs(cg, sy, r);
-    emit(cg, ", %ld, %ld, %ld, %d, %d, %s, %s, %s);\n", M, N, K, ta, tb, buf(cg, n->in[0]),
+    emit(cg, ", %ld, %ld, %ld, %d, %d, %s, %s, %s", M, N, K, ta, tb, buf(cg, n->in[0]),
          buf(cg, n->in[1]), buf(cg, n->out[0]));
+    if (cg->bf16_matrix)
+        emit(cg, ", %d", is_bf16(cg, n->out[0]));
+    emit(cg, ");\n");
 }
 
 /* Softmax over `axis` as (outer, C, inner); before opset 13 the axis
@@ -2207,14 +2224,16 @@ static void emit_kernel(CG *cg, const Node *n);
 
 /* ---- bf16 operands (--precision=bf16, graph/precision.c) ---- */
 
-/* A node's operands that its kernel reads and writes in float32 scratch:
- * each bf16 input widened before it, each bf16 output rounded after it, a
- * matrix product's parameters rounded to bf16 before it. While the node
- * is written the staged values read as float32 at their scratch, so its
- * kernel's code is the float32 one. */
+/* A node's operands that its kernel reads and writes in scratch: each
+ * bf16 input widened before it, each bf16 output rounded after it, a
+ * matrix product's parameters rounded to bf16 before it (STAGE_WIDE,
+ * STAGE_ROUND); on a GPU, a matrix product on bf16 tensors has its
+ * float32 operands narrowed into bf16 (STAGE_NARROW). While the node is
+ * written the staged values read at their scratch with its type, so its
+ * kernel's code is that of float32 (or bf16) operands. */
 typedef struct Staged {
     uint32_t *vals, n;
-    bool *round;
+    StageKind *kind;
 } Staged;
 
 static bool is_output_of(const Node *n, uint32_t v)
@@ -2233,27 +2252,29 @@ static bool is_input_of(const Node *n, uint32_t v)
     return false;
 }
 
-static void stage_operands(CG *cg, const Node *n, bool native, Staged *s)
+static void stage_operands(CG *cg, const Node *n, Native native, Staged *s)
 {
     Arena *a = cg->g->arena;
     s->vals = arena_array(a, n->nin + n->nout, sizeof *s->vals);
-    s->round = arena_array(a, n->nin + n->nout, sizeof *s->round);
-    s->n = precision_staged(cg->g, n, native, s->vals, s->round);
+    s->kind = arena_array(a, n->nin + n->nout, sizeof *s->kind);
+    s->n = precision_staged(cg->g, n, native, s->vals, s->kind);
     if (!s->n)
         return;
     int64_t at = node_staging_at(cg->g, n, !cuda_stage(cg));
     for (uint32_t j = 0; j < s->n; j++) {
         uint32_t v = s->vals[j];
-        const char *mem = buf(cg, v), *f32 = arena_printf(a, "(%s + %lld)", workspace(cg),
-                                                          (long long)(at / 4));
-        if (s->round[j])
-            emit(cg, "    %s(%ld, %s, %s);   /* read as bf16 */\n", kernel(cg, "bf16_round"),
-                 numel(cg, v), mem, f32);
+        bool half = s->kind[j] == STAGE_NARROW;
+        const char *mem = buf(cg, v), *copy = arena_printf(a, half ? "((uint16_t *)(%s + %lld))"
+                                                                   : "(%s + %lld)",
+                                                           workspace(cg), (long long)(at / 4));
+        if (s->kind[j] != STAGE_WIDE)
+            emit(cg, "    %s(%ld, %s, %s);   /* read as bf16 */\n",
+                 kernel(cg, half ? "bf16_narrow" : "bf16_round"), numel(cg, v), mem, copy);
         else if (is_input_of(n, v))
-            emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_widen"), numel(cg, v), mem, f32);
-        cg->staged_as[v] = f32;
-        cg->g->values[v].dtype = DT_F32;
-        at += (numel(cg, v) * 4 + 63) / 64 * 64;
+            emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_widen"), numel(cg, v), mem, copy);
+        cg->staged_as[v] = copy;
+        cg->g->values[v].dtype = half ? DT_BF16 : DT_F32;
+        at += (numel(cg, v) * (half ? 2 : 4) + 63) / 64 * 64;
     }
     cg->staged = s;
 }
@@ -2268,8 +2289,10 @@ static void unstage_operands(CG *cg, const Node *n, bool emit_rounding)
         uint32_t v = s->vals[j];
         const char *f32 = cg->staged_as[v];
         cg->staged_as[v] = NULL;
-        if (s->round[j])
+        if (s->kind[j] != STAGE_WIDE) {
+            cg->g->values[v].dtype = DT_F32;
             continue;
+        }
         cg->g->values[v].dtype = DT_BF16;
         if (emit_rounding && is_output_of(n, v))
             emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_narrow"), numel(cg, v), f32,
@@ -2295,6 +2318,7 @@ static void emit_node(CG *cg, const Node *n, int mark)
         emit_node_code(cg, n, mark);
     } else {
         unstage_operands(cg, n, false);
+        cg->bf16_matrix = false;
         cg->reported[id] = true;
         cg->problems++;
     }
@@ -2311,15 +2335,18 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
         return;   /* fused into a later chain, which computes it */
     /* a chain's last node, or under bf16 an op of the chain kernel alone:
      * the chain kernel reads and writes its bf16 operands itself */
-    bool chain = cg->fu->prev[n - cg->g->nodes] != NONE || fuse_alone(cg->g, n);
+    Native native = cg->fu->prev[n - cg->g->nodes] != NONE
+                        ? NATIVE_ALL : bf16_native(cg->g, n, cuda_stage(cg));
     Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
-    stage_operands(cg, n, chain, s);
-    if (chain) {
+    stage_operands(cg, n, native, s);
+    if (native == NATIVE_ALL) {
         emit_chain(cg, n);
     } else {
-        if (float_inputs(n))
+        if (float_inputs(n) && native == NATIVE_NONE)
             float_kernel(cg, n, float_inputs(n));
+        cg->bf16_matrix = native == NATIVE_MATRIX;
         emit_kernel(cg, n);
+        cg->bf16_matrix = false;
     }
     unstage_operands(cg, n, true);
 }

@@ -23,8 +23,9 @@
  * code generator widens each bf16 operand into float32 scratch, and rounds
  * each bf16 result to nearest even. The matrix products and convolutions
  * read every operand as bf16: their float32 ones (the parameters, as the
- * bf16 copies of the weights a GPU would read; an input; a loss's
- * gradient) rounded to it. */
+ * bf16 copies of the weights a GPU reads; an input) rounded to it. On a
+ * GPU the matrix products read and write bf16 tensors themselves, their
+ * float32 operands narrowed into bf16 copies (NATIVE_MATRIX). */
 #include "mpcc.h"
 
 static bool loss_op(Op op)
@@ -149,17 +150,24 @@ void lower_precision(Graph *g, const Options *o)
     }
 }
 
-/* The operands node n's kernel reads and writes through float32 scratch
- * under bf16: its bf16 inputs and outputs and, for a matrix product or a
- * convolution, its float32 inputs (round[i]: read rounded to bf16);
- * each value once, inputs first. None where the kernel is `native`
- * (fuse_alone: it reads and writes bf16 itself). vals and round hold
- * n->nin + n->nout. */
-uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *vals,
-                          bool *round)
+/* Input k of a GPU's matrix product on bf16 tensors that the code
+ * generator narrows: A or B when float32 (Gemm's C is read as it is). */
+static bool narrowed_input(const Graph *g, const Node *n, uint32_t k)
+{
+    return k < 2 && n->in[k] != NONE && g->values[n->in[k]].dtype == DT_F32;
+}
+
+/* The operands node n's kernel reads and writes through scratch under
+ * bf16, each value once, inputs first (vals and kind hold n->nin +
+ * n->nout). With native NATIVE_NONE: its bf16 inputs and outputs widened
+ * and, for a matrix product or a convolution, its float32 inputs rounded
+ * to bf16 in float32; NATIVE_MATRIX: a matrix product's float32 A and B
+ * narrowed into bf16; NATIVE_ALL (the chain kernel): none. */
+uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t *vals,
+                          StageKind *kind)
 {
     uint32_t count = 0;
-    if (native || copies_bf16(g, n))
+    if (native == NATIVE_ALL || copies_bf16(g, n))
         return 0;
     bool matrix = g->bf16 && (op_info[n->op].flags & (OPF_GEMM | OPF_CONV));
     for (uint32_t k = 0; k < n->nin + n->nout; k++) {
@@ -167,15 +175,20 @@ uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *
         if (v == NONE)
             continue;
         const Value *val = &g->values[v];
-        bool rounded = matrix && k < n->nin && val->dtype == DT_F32;
-        if (val->dtype != DT_BF16 && !rounded)
+        StageKind how = val->dtype == DT_BF16 ? STAGE_WIDE : STAGE_ROUND;
+        if (native == NATIVE_MATRIX) {
+            if (!narrowed_input(g, n, k))
+                continue;
+            how = STAGE_NARROW;
+        } else if (val->dtype != DT_BF16 && !(matrix && k < n->nin && val->dtype == DT_F32)) {
             continue;
+        }
         bool seen = false;
         for (uint32_t j = 0; j < count; j++)
             seen = seen || vals[j] == v;
         if (seen)
             continue;
-        round[count] = rounded;
+        kind[count] = how;
         vals[count++] = v;
     }
     return count;
@@ -183,22 +196,23 @@ uint32_t precision_staged(const Graph *g, const Node *n, bool native, uint32_t *
 
 /* What staging node n's operands takes: the operands, their elements by
  * conversion, and the bytes of their scratch. */
-Staging precision_staging(const Graph *g, const Node *n, bool native)
+Staging precision_staging(const Graph *g, const Node *n, Native native)
 {
     Staging s = {0};
     if (!g->bf16)
         return s;
     uint32_t vbuf[64], *vals = vbuf;
-    bool rbuf[64], *round = rbuf;
+    StageKind kbuf[64], *kind = kbuf;
     if (n->nin + n->nout > 64) {
         vals = arena_array(g->arena, n->nin + n->nout, sizeof *vals);
-        round = arena_array(g->arena, n->nin + n->nout, sizeof *round);
+        kind = arena_array(g->arena, n->nin + n->nout, sizeof *kind);
     }
-    s.operands = precision_staged(g, n, native, vals, round);
+    s.operands = precision_staged(g, n, native, vals, kind);
     for (uint32_t j = 0; j < s.operands; j++) {
         int64_t e = shape_numel(&g->values[vals[j]].shape);
-        *(round[j] ? &s.rounded : &s.converted) += (double)e;
-        s.scratch += (e * 4 + 63) / 64 * 64;
+        *(kind[j] == STAGE_ROUND ? &s.rounded : kind[j] == STAGE_NARROW ? &s.narrowed
+                                                                       : &s.converted) += (double)e;
+        s.scratch += (e * (kind[j] == STAGE_NARROW ? 2 : 4) + 63) / 64 * 64;
     }
     return s;
 }

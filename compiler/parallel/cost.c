@@ -272,6 +272,53 @@ static int64_t kernel_workspace(const Graph *g, const Node *n, bool cpu)
     return bytes < WORKSPACE_MAX ? (int64_t)bytes : (int64_t)WORKSPACE_MAX;
 }
 
+/* float32 or bf16: what cuBLAS's bf16 products read and write. */
+static bool bf16_or_f32(const Graph *g, uint32_t v)
+{
+    return v != NONE && (g->values[v].dtype == DT_F32 || g->values[v].dtype == DT_BF16);
+}
+
+/* Whether a MatMul's output holds each product of its batch, summed over
+ * no broadcast batch dim (a bf16 sum would round each term). */
+static bool keeps_batches(const Graph *g, const Node *n)
+{
+    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
+    const Shape *y = &g->values[n->out[0]].shape;
+    int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
+    int my = n->op == OP_BATCH_MATMUL ? 2 : (a->rank >= 2) + (b->rank >= 2);
+    for (int i = 1; i <= a->rank - ma || i <= b->rank - mb; i++) {
+        int ja = a->rank - ma - i, jb = b->rank - mb - i, jy = y->rank - my - i;
+        int64_t da = ja >= 0 ? a->d[ja] : 1, db = jb >= 0 ? b->d[jb] : 1;
+        int64_t d = da > db ? da : db;
+        if (d > 1 && (jy < 0 || y->d[jy] != d))
+            return false;
+    }
+    return true;
+}
+
+/* A GPU's matrix product that runs on bf16 tensors (runtime/cuda_ops.c's
+ * mprt_cu_gemm_bf16 and mprt_cu_bmm_bf16). */
+static bool bf16_matrix(const Graph *g, const Node *n)
+{
+    if (n->op != OP_GEMM && n->op != OP_MATMUL && n->op != OP_BATCH_MATMUL)
+        return false;
+    if (!bf16_or_f32(g, n->in[0]) || !bf16_or_f32(g, n->in[1]) || !bf16_or_f32(g, n->out[0]) ||
+        (n->op == OP_GEMM && n->nin > 2 && n->in[2] != NONE && !bf16_or_f32(g, n->in[2])))
+        return false;
+    return n->op == OP_GEMM || g->values[n->out[0]].dtype == DT_F32 || keeps_batches(g, n);
+}
+
+/* How node n's kernel takes its bf16 operands, on a GPU (cuda) or a CPU
+ * device: precision.c's Native. */
+Native bf16_native(const Graph *g, const Node *n, bool cuda)
+{
+    if (!g->bf16)
+        return NATIVE_NONE;
+    if (fuse_alone(g, n))
+        return NATIVE_ALL;
+    return cuda && bf16_matrix(g, n) ? NATIVE_MATRIX : NATIVE_NONE;
+}
+
 /* Where a node's bf16 operands' float32 copies start in its scratch
  * (--precision=bf16, precision.c): past the kernel's own, 64-byte aligned. */
 int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
@@ -282,7 +329,7 @@ int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
 /* All the scratch a node uses: its kernel's, then its staged operands'. */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
 {
-    int64_t staging = precision_staging(g, n, fuse_alone(g, n)).scratch;
+    int64_t staging = precision_staging(g, n, bf16_native(g, n, !cpu)).scratch;
     return staging ? node_staging_at(g, n, cpu) + staging : kernel_workspace(g, n, cpu);
 }
 
@@ -468,17 +515,20 @@ static double cpu_time(const Graph *g, const Node *n, const Profile *p)
 }
 
 /* Under bf16, the passes around n's kernel (graph/precision.c, codegen.c's
- * stage_operands; none around the chain kernel's ops, fuse_alone): each staged operand widened, or rounded, into float32
- * scratch before the kernel and each bf16 output narrowed after it, a
- * launch and a pass over the operand each (6 bytes an element to widen or
- * narrow, 8 to round); and the kernel moves a widened operand's float32
- * copy, 2 bytes an element more than the bf16 value it stands for. */
+ * stage_operands; none around the chain kernel's ops, bf16_native): each
+ * staged operand widened, or rounded, into float32 scratch before the
+ * kernel and each bf16 output narrowed after it, a launch and a pass over
+ * the operand each (6 bytes an element to widen or narrow, 8 to round);
+ * and the kernel moves a widened operand's float32 copy, 2 bytes an
+ * element more than the bf16 value it stands for. A GPU's matrix product
+ * on bf16 tensors narrows its float32 A and B into bf16 scratch, 6 bytes
+ * an element, and reads 2 bytes an element fewer than their float32. */
 static double staging_time(const Graph *g, const Node *n, const Profile *p)
 {
-    Staging s = precision_staging(g, n, fuse_alone(g, n));
+    Staging s = precision_staging(g, n, bf16_native(g, n, !p->per_call));
     if (!s.operands)
         return 0;
-    double bytes = 8 * (s.rounded + s.converted);
+    double bytes = 8 * (s.rounded + s.converted) + 4 * s.narrowed;
     return bytes / (p->per_call ? bandwidth_at(p, bytes) : p->bandwidth) +
            s.operands * p->overhead;
 }

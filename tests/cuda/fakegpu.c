@@ -71,11 +71,12 @@ enum { OP_KERNEL, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GEMM, OP_HOST, OP_ASYN
 typedef struct {
     int ta, tb, m, n, k, batch;
     float alpha, beta;
-    const float *a, *b;
-    float *c;
+    const void *a, *b;
+    void *c;
     int lda, ldb, ldc;
     long long sa, sb, sc;
     int bf16;                    /* CUBLAS_COMPUTE_32F_FAST_16BF: A and B must hold bf16 values */
+    int in16, out16;             /* A and B bfloat16 (CUDA_R_16BF); C bfloat16 */
 } Gemm;
 
 typedef struct {
@@ -274,21 +275,81 @@ static int holds_bf16(const float *p, int rows, int cols, int ld)
 
 static void check_bf16_operands(const Gemm *g, int i)
 {
-    if (!holds_bf16(g->a + i * g->sa, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda) ||
-        !holds_bf16(g->b + i * g->sb, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb))
+    const float *a = (const float *)g->a + i * g->sa, *b = (const float *)g->b + i * g->sb;
+    if (!holds_bf16(a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda) ||
+        !holds_bf16(b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb))
         fail("a GEMM under CUBLAS_COMPUTE_32F_FAST_16BF read a value bfloat16 does not "
              "hold: an operand the trainer did not round would lose bits on a GPU");
+}
+
+/* bfloat16 as cuBLAS converts it: widened exactly; rounded to nearest
+ * even, a NaN kept quiet. */
+static float widen(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t narrow(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : even);
+}
+
+/* The float32 copy of the column-major rows x cols matrix at element
+ * `at` of p (bf16 where half), its leading dimension ld. */
+static float *widened(const void *p, int half, long long at, int rows, int cols, int ld)
+{
+    size_t n = (size_t)ld * (size_t)(cols - 1) + (size_t)rows;
+    float *w = xcalloc(n, sizeof *w);
+    for (size_t e = 0; e < n; e++)
+        w[e] = half ? widen(((const uint16_t *)p)[at + (long long)e])
+                    : ((const float *)p)[at + (long long)e];
+    return w;
+}
+
+/* One product of a batch whose operands or result are bf16: computed on
+ * float32 copies, as the CPU computes on its widened ones, and the result
+ * rounded once. */
+static void run_gemm_bf16(const Gemm *g, int i)
+{
+    int ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
+    int br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
+    float *a = widened(g->a, g->in16, i * g->sa, ar, ac, g->lda);
+    float *b = widened(g->b, g->in16, i * g->sb, br, bc, g->ldb);
+    float *c = widened(g->c, g->out16, i * g->sc, g->m, g->n, g->ldc);
+    cblas_sgemm(CblasColMajor, g->ta ? CblasTrans : CblasNoTrans,
+                g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, a, g->lda, b,
+                g->ldb, g->beta, c, g->ldc);
+    for (int col = 0; col < g->n; col++)
+        for (int r = 0; r < g->m; r++) {
+            long long e = r + (long long)col * g->ldc;
+            if (g->out16)
+                ((uint16_t *)g->c)[i * g->sc + e] = narrow(c[e]);
+            else
+                ((float *)g->c)[i * g->sc + e] = c[e];
+        }
+    free(a), free(b), free(c);
 }
 
 static void run_gemm(const Gemm *g)
 {
     for (int i = 0; i < g->batch && g->bf16; i++)
         check_bf16_operands(g, i);
-    for (int i = 0; i < g->batch; i++)
+    for (int i = 0; i < g->batch; i++) {
+        if (g->in16 || g->out16) {
+            run_gemm_bf16(g, i);
+            continue;
+        }
         cblas_sgemm(CblasColMajor, g->ta ? CblasTrans : CblasNoTrans,
                     g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha,
-                    g->a + i * g->sa, g->lda, g->b + i * g->sb, g->ldb, g->beta,
-                    g->c + i * g->sc, g->ldc);
+                    (const float *)g->a + i * g->sa, g->lda, (const float *)g->b + i * g->sb,
+                    g->ldb, g->beta, (float *)g->c + i * g->sc, g->ldc);
+    }
 }
 
 static void run_one(cudaStream_t s)
@@ -898,15 +959,20 @@ static cublasStatus_t gemm(cublasHandle_t h, Gemm g)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* The float32 GEMMs of cublasGemmEx: float32 operands, computed in
- * float32 (a FAST_16BF one checks its inputs, see run_gemm). */
+/* The GEMMs of cublasGemmEx that cuBLAS runs with float32 compute:
+ * float32 operands (a FAST_16BF one checks its inputs, see run_gemm), or
+ * bf16 A and B with a bf16 or float32 C, computed in float32. */
 static cublasStatus_t gemm_ex(cublasHandle_t h, Gemm g, cudaDataType at, cudaDataType bt,
                               cudaDataType ct, cublasComputeType_t compute)
 {
-    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F)
-        fail("cublasGemmEx: the fake GPU runs float32 operands only");
+    g.in16 = at == CUDA_R_16BF, g.out16 = ct == CUDA_R_16BF;
+    if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) ||
+        (ct != CUDA_R_32F && ct != CUDA_R_16BF) || (ct == CUDA_R_16BF && !g.in16))
+        fail("cublasGemmEx: types cuBLAS has no float32-compute GEMM for");
     if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32 &&
         compute != CUBLAS_COMPUTE_32F_FAST_16BF)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (g.in16 && compute != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     g.bf16 = compute == CUBLAS_COMPUTE_32F_FAST_16BF;
     return gemm(h, g);
@@ -921,7 +987,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     (void)algo;
     return gemm_ex(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, 1,
                              *(const float *)alpha, *(const float *)beta, a, b, c, lda, ldb,
-                             ldc, 0, 0, 0, 0},
+                             ldc, 0, 0, 0, 0, 0, 0},
                    at, bt, ct, compute);
 }
 
@@ -934,7 +1000,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     (void)algo;
     return gemm_ex(h, (Gemm){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, batch,
                              *(const float *)alpha, *(const float *)beta, a, b, c, lda, ldb,
-                             ldc, sa, sb, sc, 0},
+                             ldc, sa, sb, sc, 0, 0, 0},
                    at, bt, ct, compute);
 }
 

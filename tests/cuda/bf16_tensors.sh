@@ -1,0 +1,33 @@
+#!/bin/sh
+# Under --precision=bf16 a GPU's matrix products run on bf16 tensors
+# (runtime/cuda_ops.c's mprt_cu_gemm_bf16, mprt_cu_bmm_bf16): in the CUDA
+# trainers of the MLP and GPT samples every Gemm and MatMul is one of them,
+# none reads a float32 copy (no mprt_cu_bf16_round: the parameters are
+# narrowed into bf16 scratch, the bf16 activations read as they are), while
+# the CPU trainer of the MLP computes on float32 copies. Their numbers are
+# the CPU's, bit for bit, on the fake GPUs (cuda.fakegpu.*_bf16).
+# Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR
+set -eu
+mpcc=$1 samples=$2 work=$3
+mkdir -p "$work"
+calls() {   # the count of the step's calls to $2 in the program $1
+    grep -c "^    $2(" "$1" || true
+}
+check() {   # sample options...
+    sample=$1
+    shift
+    "$mpcc" "$samples/$sample" "$@" --precision=bf16 -o "$work/$sample.c" 2>/dev/null
+    f32=$(($(calls "$work/$sample.c" mprt_cu_gemm) + $(calls "$work/$sample.c" mprt_cu_bmm)))
+    b16=$(($(calls "$work/$sample.c" mprt_cu_gemm_bf16) + $(calls "$work/$sample.c" mprt_cu_bmm_bf16)))
+    rounded=$(calls "$work/$sample.c" mprt_cu_bf16_round)
+    echo "$sample: $b16 products on bf16 tensors, $f32 on float32 copies, $rounded rounded copies"
+    [ "$b16" -gt 0 ] && [ "$f32" -eq 0 ] && [ "$rounded" -eq 0 ] ||
+        { echo "FAIL: $sample: a product on float32 copies"; exit 1; }
+}
+check mlp.mp -batch 64 -gpus 1
+check gpt.mp -batch 4 -gpus 2
+"$mpcc" "$samples/mlp.mp" -batch 64 -cpus 1 --precision=bf16 -o "$work/mlp_cpu.c" 2>/dev/null
+cpu=$(calls "$work/mlp_cpu.c" mprt_gemm) widened=$(calls "$work/mlp_cpu.c" mprt_bf16_widen)
+echo "mlp.mp on a CPU device: $cpu products, $widened widened copies"
+[ "$cpu" -gt 0 ] && [ "$widened" -gt 0 ] || { echo "FAIL: the CPU's products"; exit 1; }
+echo "bf16_tensors: ok"
