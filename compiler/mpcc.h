@@ -632,10 +632,11 @@ void add_optimizer(Graph *g, const Options *o);
 
 void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf16 values */
 /* How a node's kernel takes its operands under bf16 (cost.c's bf16_native):
- * through float32 scratch around it; itself (the chain kernel); or as a
- * GPU's matrix product on bf16 tensors, its float32 inputs narrowed into
- * bf16 scratch. */
-typedef enum { NATIVE_NONE, NATIVE_ALL, NATIVE_MATRIX } Native;
+ * through float32 scratch around it; itself (the chain kernel; a layout
+ * op moving bf16 values, 2 bytes each; a GPU's Softmax or LayerNorm and
+ * their gradients); or as a GPU's matrix product on bf16 tensors, its
+ * float32 inputs narrowed into bf16 scratch. */
+typedef enum { NATIVE_NONE, NATIVE_CHAIN, NATIVE_MOVE, NATIVE_ROWS, NATIVE_MATRIX } Native;
 /* A staged operand: a bf16 value widened into float32 scratch (and, an
  * output, narrowed back); a float32 one rounded to bf16 in float32
  * scratch; or narrowed into bf16 scratch. */

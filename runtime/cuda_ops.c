@@ -697,6 +697,43 @@ MPRT_CU_KERNEL void mprt_cu_layernorm_grad(long rows, long D, const float *dy, c
     mprt_cu_cols("layernorm_grad_w", D, gw);
 }
 
+/* The row kernels' twins on bf16 tensors, a GPU's only (a CPU device
+ * computes on float32 copies, codegen.c): kernels.cu runs the float32
+ * kernels' bodies on the widened values and rounds each bf16 result once,
+ * so the numbers are the CPU's with its conversions. */
+MPRT_CU_KERNEL void mprt_cu_softmax_bf16(long outer, long C, long inner, const uint16_t *x,
+                                         uint16_t *y)
+{
+    void *args[] = {&outer, &C, &inner, &x, &y};
+    mprt_cu_rows("softmax_bf16", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_softmax_grad_bf16(long outer, long C, long inner, const uint16_t *dy,
+                                              const uint16_t *y, uint16_t *dx)
+{
+    void *args[] = {&outer, &C, &inner, &dy, &y, &dx};
+    mprt_cu_rows("softmax_grad_bf16", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_layernorm_bf16(long rows, long D, const uint16_t *x,
+                                           const float *scale, const float *bias, float eps,
+                                           uint16_t *y, float *mean, float *rstd)
+{
+    void *args[] = {&rows, &D, &x, &scale, &bias, &eps, &y, &mean, &rstd};
+    mprt_cu_rows("layernorm_bf16", rows, D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_layernorm_grad_bf16(long rows, long D, const uint16_t *dy,
+                                                const uint16_t *x, const float *scale,
+                                                const float *mean, const float *rstd,
+                                                uint16_t *dx, float *dscale, float *dbias)
+{
+    void *gx[] = {&rows, &D, &dy, &x, &scale, &mean, &rstd, &dx};
+    mprt_cu_rows("layernorm_grad_x_bf16", rows, D, gx);
+    void *gw[] = {&rows, &D, &dy, &x, &mean, &rstd, &dscale, &dbias};
+    mprt_cu_cols("layernorm_grad_w_bf16", D, gw);
+}
+
 /* Instance normalization (G = C) and group normalization: one block per
  * (image, group) of D = C/G * P elements. The weight gradients run one
  * block per channel recomputing its group's moments; both launches get
@@ -1285,9 +1322,10 @@ MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const
 
 /* ---- data movement ---- */
 
-MPRT_CU_KERNEL void mprt_cu_strided(int back, int rank, const long *shape, const long *stride,
-                                    long base, long n_x, float *x, float *y)
+MPRT_CU_KERNEL void mprt_cu_strided(size_t size, int back, int rank, const long *shape,
+                                    const long *stride, long base, long n_x, void *x, void *y)
 {
+    int half = size == 2;
     struct {
         int64_t shape[8], stride[8];
         int rank;
@@ -1302,21 +1340,22 @@ MPRT_CU_KERNEL void mprt_cu_strided(int back, int rank, const long *shape, const
         n *= shape[d];
     }
     if (back && n_x > 0)
-        MPRT_CUDA(cudaMemsetAsync(x, 0, (size_t)n_x * sizeof *x, mprt_cu->compute));
-    void *args[] = {&back, &s, &base, &n, &x, &y};
+        MPRT_CUDA(cudaMemsetAsync(x, 0, (size_t)n_x * size, mprt_cu->compute));
+    void *args[] = {&back, &s, &base, &n, &x, &y, &half};
     mprt_cu_each("strided", n, args);
 }
 
-MPRT_CU_KERNEL void mprt_cu_concat(int back, long outer, long inner, int k, const long *len,
-                                   float *const *part, float *y)
+MPRT_CU_KERNEL void mprt_cu_concat(size_t size, int back, long outer, long inner, int k,
+                                   const long *len, void *const *part, void *y)
 {
     long row = 0, col = 0;
+    int half = size == 2;
     for (int j = 0; j < k; j++)
         row += len[j] * inner;
     for (int j = 0; j < k; j++) {
         long seg = len[j] * inner;
-        float *pj = part[j];
-        void *args[] = {&back, &outer, &seg, &row, &col, &pj, &y};
+        void *pj = part[j];
+        void *args[] = {&back, &outer, &seg, &row, &col, &pj, &y, &half};
         if (pj)
             mprt_cu_each("concat", outer * seg, args);
         col += seg;

@@ -147,6 +147,31 @@ static __device__ float f32_of(u16 h)
     return __int_as_float((int)((unsigned)h << 16));
 }
 
+/* An element of float32 or bf16 as a float, and a float stored as one
+ * (bf16 rounded to nearest even): the row kernels' bodies are templates
+ * over the element type, so that their bf16 twins (mprt_k_softmax_bf16
+ * and the like) do the float32 kernels' float operations on the widened
+ * values and round each result once, as the CPU's conversions do. */
+static __device__ float load_el(const float *p, i64 i)
+{
+    return p[i];
+}
+
+static __device__ float load_el(const u16 *p, i64 i)
+{
+    return f32_of(p[i]);
+}
+
+static __device__ void store_el(float *p, i64 i, float v)
+{
+    p[i] = v;
+}
+
+static __device__ void store_el(u16 *p, i64 i, float v)
+{
+    p[i] = bf16_of(v);
+}
+
 extern "C" __global__ void mprt_k_bf16_widen(i64 n, const u16 *x, float *y)
 {
     FOR_EACH(i, n) y[i] = f32_of(x[i]);
@@ -1042,49 +1067,74 @@ extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const flo
 
 /* The row's maximum as the CPU finds it: x[0] if it is NaN, else the
  * largest of the others. */
-static __device__ float row_max(const float *xs, i64 C, i64 inner)
+template <typename T> static __device__ float row_max(const T *xs, i64 C, i64 inner)
 {
     float mx = -MPRT_INF;
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = xs[c * inner];
+        float v = load_el(xs, c * inner);
         mx = v > mx ? v : mx;
     }
     mx = block_max(mx);
-    return xs[0] != xs[0] ? xs[0] : mx;
+    float x0 = load_el(xs, 0);
+    return x0 != x0 ? x0 : mx;
 }
 
-extern "C" __global__ void mprt_k_softmax(i64 outer, i64 C, i64 inner, const float *x, float *y)
+/* Each exponential is computed twice, once for the sum and once for the
+ * result (the same float each time), so that a bf16 y is written once. */
+template <typename T>
+static __device__ void softmax_rows(i64 outer, i64 C, i64 inner, const T *x, T *y)
 {
     FOR_ROWS(r, outer * inner) {
-        const float *xs = x + ROW_BASE(r);
-        float *ys = y + ROW_BASE(r);
+        const T *xs = x + ROW_BASE(r);
+        T *ys = y + ROW_BASE(r);
         float mx = row_max(xs, C, inner);
         if (mx == -MPRT_INF)
             mx = 0.0f;
         double sum = 0;
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
-            float e = expf(FSUB(xs[c * inner], mx));
-            ys[c * inner] = e;
-            sum += e;
-        }
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            sum += expf(FSUB(load_el(xs, c * inner), mx));
         float inv = (float)(1.0 / block_sum(sum));
         for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            ys[c * inner] = FMUL(ys[c * inner], inv);
+            store_el(ys, c * inner, FMUL(expf(FSUB(load_el(xs, c * inner), mx)), inv));
+    }
+}
+
+extern "C" __global__ void mprt_k_softmax(i64 outer, i64 C, i64 inner, const float *x, float *y)
+{
+    softmax_rows(outer, C, inner, x, y);
+}
+
+extern "C" __global__ void mprt_k_softmax_bf16(i64 outer, i64 C, i64 inner, const u16 *x, u16 *y)
+{
+    softmax_rows(outer, C, inner, x, y);
+}
+
+template <typename T>
+static __device__ void softmax_grad_rows(i64 outer, i64 C, i64 inner, const T *dy, const T *y,
+                                         T *dx)
+{
+    FOR_ROWS(r, outer * inner) {
+        i64 base = ROW_BASE(r);
+        double dot = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            dot += (double)load_el(dy, base + c * inner) * load_el(y, base + c * inner);
+        float d = (float)block_sum(dot);
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            store_el(dx, base + c * inner, FMUL(load_el(y, base + c * inner),
+                                                FSUB(load_el(dy, base + c * inner), d)));
     }
 }
 
 extern "C" __global__ void mprt_k_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
                                                const float *y, float *dx)
 {
-    FOR_ROWS(r, outer * inner) {
-        i64 base = ROW_BASE(r);
-        double dot = 0;
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            dot += (double)dy[base + c * inner] * y[base + c * inner];
-        float d = (float)block_sum(dot);
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            dx[base + c * inner] = FMUL(y[base + c * inner], FSUB(dy[base + c * inner], d));
-    }
+    softmax_grad_rows(outer, C, inner, dy, y, dx);
+}
+
+extern "C" __global__ void mprt_k_softmax_grad_bf16(i64 outer, i64 C, i64 inner, const u16 *dy,
+                                                    const u16 *y, u16 *dx)
+{
+    softmax_grad_rows(outer, C, inner, dy, y, dx);
 }
 
 /* log-sum-exp in double, as the CPU */
@@ -1231,25 +1281,27 @@ extern "C" __global__ void mprt_k_mse_grad(i64 n, const float *dloss, const floa
 
 /* ---- layer normalization over the last D elements of each row ---- */
 
-extern "C" __global__ void mprt_k_layernorm(i64 rows, i64 D, const float *x, const float *scale,
-                                            const float *bias, float eps, float *y,
-                                            float *mean, float *rstd)
+template <typename T>
+static __device__ void layernorm_rows(i64 rows, i64 D, const T *x, const float *scale,
+                                      const float *bias, float eps, T *y, float *mean,
+                                      float *rstd)
 {
     FOR_ROWS(r, rows) {
-        const float *xs = x + r * D;
-        float *ys = y + r * D;
+        const T *xs = x + r * D;
+        T *ys = y + r * D;
         double s = 0, ss = 0;
         for (i64 i = threadIdx.x; i < D; i += blockDim.x)
-            s += xs[i];
+            s += load_el(xs, i);
         double mu = block_sum(s) / D;
         for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
-            double d = xs[i] - mu;
+            double d = load_el(xs, i) - mu;
             ss += DMUL(d, d);
         }
         ss = block_sum(ss);
         float m = (float)mu, inv = (float)(1.0 / sqrt(ss / D + eps));
         for (i64 i = threadIdx.x; i < D; i += blockDim.x)
-            ys[i] = FADD(FMUL(FMUL(FSUB(xs[i], m), inv), scale[i]), bias ? bias[i] : 0.0f);
+            store_el(ys, i, FADD(FMUL(FMUL(FSUB(load_el(xs, i), m), inv), scale[i]),
+                                 bias ? bias[i] : 0.0f));
         if (threadIdx.x == 0 && mean)
             mean[r] = m;
         if (threadIdx.x == 0 && rstd)
@@ -1257,36 +1309,67 @@ extern "C" __global__ void mprt_k_layernorm(i64 rows, i64 D, const float *x, con
     }
 }
 
+extern "C" __global__ void mprt_k_layernorm(i64 rows, i64 D, const float *x, const float *scale,
+                                            const float *bias, float eps, float *y,
+                                            float *mean, float *rstd)
+{
+    layernorm_rows(rows, D, x, scale, bias, eps, y, mean, rstd);
+}
+
+extern "C" __global__ void mprt_k_layernorm_bf16(i64 rows, i64 D, const u16 *x,
+                                                 const float *scale, const float *bias,
+                                                 float eps, u16 *y, float *mean, float *rstd)
+{
+    layernorm_rows(rows, D, x, scale, bias, eps, y, mean, rstd);
+}
+
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale */
-extern "C" __global__ void mprt_k_layernorm_grad_x(i64 rows, i64 D, const float *dy,
-                                                   const float *x, const float *scale,
-                                                   const float *mean, const float *rstd,
-                                                   float *dx)
+template <typename T>
+static __device__ void layernorm_grad_x_rows(i64 rows, i64 D, const T *dy, const T *x,
+                                             const float *scale, const float *mean,
+                                             const float *rstd, T *dx)
 {
     FOR_ROWS(r, rows) {
-        const float *xs = x + r * D, *g = dy + r * D;
+        const T *xs = x + r * D, *g = dy + r * D;
         float m = mean[r], inv = rstd[r];
         double sg = 0, sgx = 0;
         for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
-            float xhat = FMUL(FSUB(xs[i], m), inv), gi = FMUL(g[i], scale[i]);
+            float xhat = FMUL(FSUB(load_el(xs, i), m), inv), gi = FMUL(load_el(g, i), scale[i]);
             sg += gi;
             sgx += FMUL(gi, xhat);
         }
         float mg = (float)(block_sum(sg) / D), mgx = (float)(block_sum(sgx) / D);
         for (i64 i = threadIdx.x; i < D; i += blockDim.x) {
-            float xhat = FMUL(FSUB(xs[i], m), inv);
-            dx[r * D + i] = FMUL(inv, FSUB(FSUB(FMUL(g[i], scale[i]), mg), FMUL(xhat, mgx)));
+            float xhat = FMUL(FSUB(load_el(xs, i), m), inv);
+            store_el(dx, r * D + i,
+                     FMUL(inv, FSUB(FSUB(FMUL(load_el(g, i), scale[i]), mg), FMUL(xhat, mgx))));
         }
     }
+}
+
+extern "C" __global__ void mprt_k_layernorm_grad_x(i64 rows, i64 D, const float *dy,
+                                                   const float *x, const float *scale,
+                                                   const float *mean, const float *rstd,
+                                                   float *dx)
+{
+    layernorm_grad_x_rows(rows, D, dy, x, scale, mean, rstd, dx);
+}
+
+extern "C" __global__ void mprt_k_layernorm_grad_x_bf16(i64 rows, i64 D, const u16 *dy,
+                                                        const u16 *x, const float *scale,
+                                                        const float *mean, const float *rstd,
+                                                        u16 *dx)
+{
+    layernorm_grad_x_rows(rows, D, dy, x, scale, mean, rstd, dx);
 }
 
 /* dscale[i] = sum over rows of dy * xhat, dbias[i] = sum of dy (may be
  * NULL), in double, as mprt_k_col_sum splits its sums: 32 columns a block,
  * the rows split among its warps, the warps' partials added in order. */
-extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float *dy,
-                                                   const float *x, const float *mean,
-                                                   const float *rstd, float *dscale,
-                                                   float *dbias)
+template <typename T>
+static __device__ void layernorm_grad_w_cols(i64 rows, i64 D, const T *dy, const T *x,
+                                             const float *mean, const float *rstd,
+                                             float *dscale, float *dbias)
 {
     __shared__ double ps[32][33], pb[32][33];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -1297,7 +1380,8 @@ extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float 
         if (i < D)
 #pragma unroll 4
             for (i64 r = w; r < rows; r += nw) {
-                float g = dy[r * D + i], xhat = FMUL(FSUB(x[r * D + i], mean[r]), rstd[r]);
+                float g = load_el(dy, r * D + i);
+                float xhat = FMUL(FSUB(load_el(x, r * D + i), mean[r]), rstd[r]);
                 as += (double)g * xhat;
                 ab += g;
             }
@@ -1314,6 +1398,22 @@ extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float 
         }
         __syncthreads();
     }
+}
+
+extern "C" __global__ void mprt_k_layernorm_grad_w(i64 rows, i64 D, const float *dy,
+                                                   const float *x, const float *mean,
+                                                   const float *rstd, float *dscale,
+                                                   float *dbias)
+{
+    layernorm_grad_w_cols(rows, D, dy, x, mean, rstd, dscale, dbias);
+}
+
+extern "C" __global__ void mprt_k_layernorm_grad_w_bf16(i64 rows, i64 D, const u16 *dy,
+                                                        const u16 *x, const float *mean,
+                                                        const float *rstd, float *dscale,
+                                                        float *dbias)
+{
+    layernorm_grad_w_cols(rows, D, dy, x, mean, rstd, dscale, dbias);
 }
 
 /* ---- instance normalization, as group normalization with G groups ---- */
@@ -1549,14 +1649,32 @@ extern "C" __global__ void mprt_k_sq_total(const double *part, double *out)
 /* ---- data movement ---- */
 
 /* y[i] = x[base + sum idx[d] * stride[d]] (Transpose, Slice); back: the
- * other way (x zeroed by the host first). */
+ * other way (x zeroed by the host first). Elements: float32, or bf16 where
+ * half. */
 struct Strided {
     i64 shape[8], stride[8];
     int rank;
 };
 
-extern "C" __global__ void mprt_k_strided(int back, Strided s, i64 base, i64 n, float *x,
-                                          float *y)
+/* *y = *x, or *x = *y where back: one element of float32, or of bf16. */
+static __device__ void move32(int back, float *x, float *y)
+{
+    if (back)
+        *x = *y;
+    else
+        *y = *x;
+}
+
+static __device__ void move16(int back, u16 *x, u16 *y)
+{
+    if (back)
+        *x = *y;
+    else
+        *y = *x;
+}
+
+extern "C" __global__ void mprt_k_strided(int back, Strided s, i64 base, i64 n, void *x,
+                                          void *y, int half)
 {
     FOR_EACH(i, n) {
         i64 off = base, k = i;
@@ -1565,24 +1683,24 @@ extern "C" __global__ void mprt_k_strided(int back, Strided s, i64 base, i64 n, 
             off += (k - q * s.shape[d]) * s.stride[d];
             k = q;
         }
-        if (back)
-            x[off] = y[i];
+        if (half)
+            move16(back, (u16 *)x + off, (u16 *)y + i);
         else
-            y[i] = x[off];
+            move32(back, (float *)x + off, (float *)y + i);
     }
 }
 
 /* One part of a Concat (Split when back): `outer` rows of seg elements at
- * column `col` of y's rows of `row` elements. */
+ * column `col` of y's rows of `row` elements (float32, or bf16 where half). */
 extern "C" __global__ void mprt_k_concat(int back, i64 outer, i64 seg, i64 row, i64 col,
-                                         float *part, float *y)
+                                         void *part, void *y, int half)
 {
     FOR_EACH(e, outer * seg) {
-        i64 o = e / seg, c = e - o * seg;
-        if (back)
-            part[e] = y[o * row + col + c];
+        i64 o = e / seg, at = o * row + col + (e - o * seg);
+        if (half)
+            move16(back, (u16 *)part + e, (u16 *)y + at);
         else
-            y[o * row + col + c] = part[e];
+            move32(back, (float *)part + e, (float *)y + at);
     }
 }
 

@@ -71,7 +71,7 @@ typedef struct CG {
     /* --precision=bf16: the node being written reads and writes these values
      * through float32 scratch (stage_operands) */
     const char **staged_as;   /* [nvalues]: the scratch's expression, or NULL */
-    bool bf16_matrix;         /* the matrix product being written runs on bf16 tensors */
+    Native native;            /* how the node being written takes bf16 (cost.c's bf16_native) */
     struct Staged *staged;    /* the node's, while it is written; NULL otherwise */
 } CG;
 
@@ -540,6 +540,15 @@ static const char *kernel(CG *cg, const char *name)
     return arena_printf(cg->g->arena, "mprt_%s%s", cuda_stage(cg) ? "cu_" : "", name);
 }
 
+/* A row kernel's call: under bf16 on a GPU, its twin on bf16 tensors
+ * (mprt_cu_softmax_bf16: cost.c's bf16_rows). */
+static const char *row_kernel(CG *cg, const char *name)
+{
+    if (cg->native == NATIVE_ROWS)
+        return arena_printf(cg->g->arena, "mprt_cu_%s_bf16", name);
+    return kernel(cg, name);
+}
+
 /* The scratch of the device running the stage being written. */
 static const char *workspace(CG *cg)
 {
@@ -580,7 +589,7 @@ static void emit_gemm(CG *cg, const Node *n)
         cr = c->rank == 2 ? c->d[0] : 1;
         cc = c->rank >= 1 ? c->d[c->rank - 1] : 1;
     }
-    if (cg->bf16_matrix) {   /* on bf16 tensors: the types of C and Y after them */
+    if (cg->native == NATIVE_MATRIX) {   /* on bf16 tensors: the types of C and Y after them */
         emit(cg, "    mprt_cu_gemm_bf16(%d, %d, %lld, %lld, %ld, (float)%.9g, %s, %s, (float)%.9g, "
              "%s, %d, %ld, %ld, %s, %d);\n", ta, tb, (long long)y->d[0], (long long)y->d[1], K,
              gp.alpha, buf(cg, n->in[0]), buf(cg, n->in[1]), gp.beta,
@@ -1374,7 +1383,7 @@ static void emit_matmul(CG *cg, const Node *n)
     matrix_strides(y, my, r, sy);
     if (y->rank - my > r)
         unsupported(cg, n, "a MatMul output with more batch dims than its operands");
-    emit(cg, "    %s(%d, ", cg->bf16_matrix ? "mprt_cu_bmm_bf16" : kernel(cg, "bmm"), r);
+    emit(cg, "    %s(%d, ", cg->native == NATIVE_MATRIX ? "mprt_cu_bmm_bf16" : kernel(cg, "bmm"), r);
     emit_longs(cg, shape, r);
     emit(cg, ", ");
     emit_longs(cg, sa, r);
@@ -1384,7 +1393,7 @@ static void emit_matmul(CG *cg, const Node *n)
     emit_longs(cg, sy, r);
     emit(cg, ", %ld, %ld, %ld, %d, %d, %s, %s, %s", M, N, K, ta, tb, buf(cg, n->in[0]),
          buf(cg, n->in[1]), buf(cg, n->out[0]));
-    if (cg->bf16_matrix)
+    if (cg->native == NATIVE_MATRIX)
         emit(cg, ", %d", is_bf16(cg, n->out[0]));
     emit(cg, ");\n");
 }
@@ -1413,12 +1422,12 @@ static void emit_softmax(CG *cg, const Node *n)
     softmax_dims(cg, n, n->out[0], &outer, &C, &inner);
     bool log = n->op == OP_LOG_SOFTMAX || n->op == OP_LOG_SOFTMAX_GRAD;
     if (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX)
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n", kernel(cg, log ? "log_softmax" : "softmax"),
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n", row_kernel(cg, log ? "log_softmax" : "softmax"),
              outer, C,
              inner, buf(cg, n->in[0]), buf(cg, n->out[0]));
     else
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s);\n",
-             kernel(cg, log ? "log_softmax_grad" : "softmax_grad"), outer,
+             row_kernel(cg, log ? "log_softmax_grad" : "softmax_grad"), outer,
              C, inner, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
 }
 
@@ -1441,13 +1450,13 @@ static void emit_layer_norm(CG *cg, const Node *n)
     long rows, D;
     if (n->op == OP_LAYER_NORM) {
         layer_norm_dims(cg, n, n->in[0], n->in[1], &rows, &D);
-        emit(cg, "    %s(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", kernel(cg, "layernorm"), rows, D,
+        emit(cg, "    %s(%ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n", row_kernel(cg, "layernorm"), rows, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), opt_buf(cg, n, 2, false),
              norm_epsilon(n), buf(cg, n->out[0]), opt_buf(cg, n, 1, true),
              opt_buf(cg, n, 2, true));
     } else {
         layer_norm_dims(cg, n, n->in[1], n->in[2], &rows, &D);
-        emit(cg, "    %s(%ld, %ld, %s, %s, %s, %s, %s, %s, %s, %s);\n", kernel(cg, "layernorm_grad"), rows, D,
+        emit(cg, "    %s(%ld, %ld, %s, %s, %s, %s, %s, %s, %s, %s);\n", row_kernel(cg, "layernorm_grad"), rows, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
              buf(cg, n->in[4]), buf(cg, n->out[0]), buf(cg, n->out[1]),
              opt_buf(cg, n, 2, true));
@@ -1473,14 +1482,25 @@ static void emit_dropout(CG *cg, const Node *n)
 
 /* One strided copy: `view` (the small side: a slice, or the transposed
  * output) read from (back: written into) `full` at base + idx * stride. */
-static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, long base,
-                         uint32_t full)
+/* The element size of a tensor the layout kernels move (Transpose, Slice,
+ * Concat): float32, or bf16 under --precision=bf16 where every operand is
+ * (cost.c's bf16_native). */
+static int moved_size(CG *cg, const Node *n, uint32_t v)
+{
+    if (cg->g->values[v].dtype == DT_BF16)
+        return 2;
+    float_only(cg, n, v);
+    return 4;
+}
+
+static void emit_strided(CG *cg, int size, int back, uint32_t view, const long *stride,
+                         long base, uint32_t full)
 {
     const Shape *s = shape_of(cg, view);
     long shape[MAX_RANK];
     for (int d = 0; d < s->rank; d++)
         shape[d] = (long)s->d[d];
-    emit(cg, "    %s(%d, %d, ", kernel(cg, "strided"), back, s->rank);
+    emit(cg, "    %s(%d, %d, %d, ", kernel(cg, "strided"), size, back, s->rank);
     emit_longs(cg, shape, s->rank);
     emit(cg, ", ");
     emit_longs(cg, stride, s->rank);
@@ -1489,21 +1509,21 @@ static void emit_strided(CG *cg, int back, uint32_t view, const long *stride, lo
 
 static void emit_transpose(CG *cg, const Node *n)
 {
-    float_only(cg, n, n->in[0]);
+    int size = moved_size(cg, n, n->in[0]);
     int perm[MAX_RANK];
     transpose_perm(cg->g, (Node *)n, perm);
     long in_st[MAX_RANK], st[MAX_RANK];
     dense_strides(shape_of(cg, n->in[0]), in_st);
     for (int d = 0; d < shape_of(cg, n->out[0])->rank; d++)
         st[d] = in_st[perm[d]];
-    emit_strided(cg, 0, n->out[0], st, 0, n->in[0]);
+    emit_strided(cg, size, 0, n->out[0], st, 0, n->in[0]);
 }
 
 static void emit_slice(CG *cg, const Node *n)
 {
     bool back = n->op == OP_SLICE_GRAD;
     uint32_t full = back ? n->out[0] : n->in[0], view = back ? n->in[0] : n->out[0];
-    float_only(cg, n, full);
+    int size = moved_size(cg, n, full);
     const Shape *fs = shape_of(cg, full);
     int64_t start[MAX_RANK], step[MAX_RANK];
     if (back) {
@@ -1524,7 +1544,7 @@ static void emit_slice(CG *cg, const Node *n)
         base += (long)start[d] * st[d];
         st[d] *= (long)step[d];
     }
-    emit_strided(cg, back, view, st, base, full);
+    emit_strided(cg, size, back, view, st, base, full);
 }
 
 static int norm_axis_of(const Node *n, int rank)
@@ -1552,7 +1572,7 @@ static void emit_concat(CG *cg, const Node *n)
     uint32_t whole = split ? n->in[0] : n->out[0];
     const uint32_t *parts = split ? n->out : n->in;
     uint32_t k = split ? n->nout : n->nin;
-    float_only(cg, n, whole);
+    int size = moved_size(cg, n, whole);
     const Shape *s = shape_of(cg, whole);
     int axis = norm_axis_of(n, s->rank);
     long outer, inner;
@@ -1560,9 +1580,9 @@ static void emit_concat(CG *cg, const Node *n)
     long *len = arena_array(cg->g->arena, k, sizeof(long));
     for (uint32_t j = 0; j < k; j++)
         len[j] = parts[j] != NONE ? (long)shape_of(cg, parts[j])->d[axis] : 0;
-    emit(cg, "    %s(%d, %ld, %ld, %u, ", kernel(cg, "concat"), split, outer, inner, k);
+    emit(cg, "    %s(%d, %d, %ld, %ld, %u, ", kernel(cg, "concat"), size, split, outer, inner, k);
     emit_longs(cg, len, (int)k);
-    emit(cg, ", (float *const[]){");
+    emit(cg, ", (void *const[]){");
     for (uint32_t j = 0; j < k; j++)
         emit(cg, "%s%s", j ? ", " : "",
              has_buf(cg, parts[j]) ? buf(cg, parts[j]) : "NULL");
@@ -2318,7 +2338,7 @@ static void emit_node(CG *cg, const Node *n, int mark)
         emit_node_code(cg, n, mark);
     } else {
         unstage_operands(cg, n, false);
-        cg->bf16_matrix = false;
+        cg->native = NATIVE_NONE;
         cg->reported[id] = true;
         cg->problems++;
     }
@@ -2336,17 +2356,17 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     /* a chain's last node, or under bf16 an op of the chain kernel alone:
      * the chain kernel reads and writes its bf16 operands itself */
     Native native = cg->fu->prev[n - cg->g->nodes] != NONE
-                        ? NATIVE_ALL : bf16_native(cg->g, n, cuda_stage(cg));
+                        ? NATIVE_CHAIN : bf16_native(cg->g, n, cuda_stage(cg));
     Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
     stage_operands(cg, n, native, s);
-    if (native == NATIVE_ALL) {
+    if (native == NATIVE_CHAIN) {
         emit_chain(cg, n);
     } else {
         if (float_inputs(n) && native == NATIVE_NONE)
             float_kernel(cg, n, float_inputs(n));
-        cg->bf16_matrix = native == NATIVE_MATRIX;
+        cg->native = native;
         emit_kernel(cg, n);
-        cg->bf16_matrix = false;
+        cg->native = NATIVE_NONE;
     }
     unstage_operands(cg, n, true);
 }

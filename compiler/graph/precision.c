@@ -162,12 +162,14 @@ static bool narrowed_input(const Graph *g, const Node *n, uint32_t k)
  * n->nout). With native NATIVE_NONE: its bf16 inputs and outputs widened
  * and, for a matrix product or a convolution, its float32 inputs rounded
  * to bf16 in float32; NATIVE_MATRIX: a matrix product's float32 A and B
- * narrowed into bf16; NATIVE_ALL (the chain kernel): none. */
+ * narrowed into bf16; NATIVE_CHAIN (the chain kernel), NATIVE_MOVE and
+ * NATIVE_ROWS: none. */
 uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t *vals,
                           StageKind *kind)
 {
     uint32_t count = 0;
-    if (native == NATIVE_ALL || copies_bf16(g, n))
+    if (native == NATIVE_CHAIN || native == NATIVE_MOVE || native == NATIVE_ROWS ||
+        copies_bf16(g, n))
         return 0;
     bool matrix = g->bf16 && (op_info[n->op].flags & (OPF_GEMM | OPF_CONV));
     for (uint32_t k = 0; k < n->nin + n->nout; k++) {

@@ -308,6 +308,58 @@ static bool bf16_matrix(const Graph *g, const Node *n)
     return n->op == OP_GEMM || g->values[n->out[0]].dtype == DT_F32 || keeps_batches(g, n);
 }
 
+/* A layout op whose kernel (mprt_strided, mprt_concat) moves elements of
+ * any size: Transpose, Slice and its gradient, Concat, Split. Its data
+ * operands: the first input, or every input of a Concat. */
+static uint32_t moved_inputs(const Node *n)
+{
+    switch (n->op) {
+    case OP_TRANSPOSE: case OP_SLICE: case OP_SLICE_GRAD: case OP_SPLIT: return 1;
+    case OP_CONCAT: return n->nin;
+    default: return 0;
+    }
+}
+
+/* A layout op on bf16 values alone: it moves them 2 bytes each. */
+static bool moves_bf16(const Graph *g, const Node *n)
+{
+    uint32_t k = moved_inputs(n);
+    for (uint32_t j = 0; j < k; j++)
+        if (n->in[j] == NONE || g->values[n->in[j]].dtype != DT_BF16)
+            return false;
+    for (uint32_t j = 0; j < n->nout; j++)
+        if (n->out[j] != NONE && g->values[n->out[j]].dtype != DT_BF16)
+            return false;
+    return k > 0;
+}
+
+static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
+{
+    for (uint32_t j = 0; j < k; j++)
+        if (v[j] == NONE || g->values[v[j]].dtype != DT_BF16)
+            return false;
+    return true;
+}
+
+/* A GPU's row kernel with a bf16 twin (runtime/cuda_ops.c's
+ * mprt_cu_softmax_bf16 and the like): Softmax and its gradient on bf16
+ * values alone; LayerNorm of a bf16 x into a bf16 y, and its gradient of
+ * bf16 dy and x into a bf16 dx (the weights, statistics and weight
+ * gradients float32 as they always are). */
+static bool bf16_rows(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case OP_SOFTMAX: case OP_SOFTMAX_GRAD:
+        return all_bf16(g, n->in, n->nin) && all_bf16(g, n->out, 1);
+    case OP_LAYER_NORM:
+        return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
+    case OP_LN_GRAD:
+        return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
+    default:
+        return false;
+    }
+}
+
 /* How node n's kernel takes its bf16 operands, on a GPU (cuda) or a CPU
  * device: precision.c's Native. */
 Native bf16_native(const Graph *g, const Node *n, bool cuda)
@@ -315,7 +367,11 @@ Native bf16_native(const Graph *g, const Node *n, bool cuda)
     if (!g->bf16)
         return NATIVE_NONE;
     if (fuse_alone(g, n))
-        return NATIVE_ALL;
+        return NATIVE_CHAIN;
+    if (moves_bf16(g, n))
+        return NATIVE_MOVE;
+    if (cuda && bf16_rows(g, n))
+        return NATIVE_ROWS;
     return cuda && bf16_matrix(g, n) ? NATIVE_MATRIX : NATIVE_NONE;
 }
 

@@ -6,7 +6,7 @@ are runtime/kernel.h's, and the CUDA runtime compiles and links.
   check_cuda_ops.py SOURCE_DIR CC CUDA_HOME WORK_DIR
 
 The kernels are the names compiler/emit/codegen.c hands kernel() (and
-float_kernel(), should it name one): every string literal among the
+float_kernel() and row_kernel(), should they name one): every string literal among the
 arguments, so kernel(cg, log ? "log_softmax" : "softmax") gives both; a
 literal built with a format (such as "%ssoftmax") must be listed in EXPAND.
 A CPU kernel that codegen.c names directly ("mprt_reduce_max") is checked
@@ -70,7 +70,7 @@ def call_args(text, start):
 
 def emitted_kernels(codegen, cpu_kernels):
     names, direct = set(), set()
-    for m in re.finditer(r"\b(?:float_)?kernel\(cg,", codegen):
+    for m in re.finditer(r"\b(?:float_|row_)?kernel\(cg,", codegen):
         for lit in re.findall(r'"([^"\n]*)"', call_args(codegen, m.end())):
             if "%" in lit:
                 if lit not in EXPAND:

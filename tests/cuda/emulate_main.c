@@ -870,28 +870,71 @@ static void test_losses(void)
     report("log_softmax");
 }
 
+/* The layout kernels on bf16 elements (2 bytes each) against their
+ * float32 runs narrowed, CPU and CUDA: a transpose of the last two
+ * dimensions (the CPU's blocked path) and back, a slice with a step, a
+ * concat and a split. */
+static void move_bf16_cases(void)
+{
+    long shape[] = {2, 5, 3}, stride[] = {15, 1, 5}, sl[] = {2, 2}, sst[] = {15, 2};
+    float *x = fvec(30, -1, 1), y[30], dx[30], ys[4];
+    uint16_t hx[30], want[30], hy[30], cy[30], hdx[30], cdx[30], hs[4], cs[4];
+    mprt_bf16_narrow(30, x, hx);
+    mprt_bf16_widen(30, hx, x);
+    mprt_strided(4, 0, 3, shape, stride, 0, 30, x, y);
+    mprt_bf16_narrow(30, y, want);
+    mprt_strided(2, 0, 3, shape, stride, 0, 30, hx, hy);
+    mprt_cu_strided(2, 0, 3, shape, stride, 0, 30, hx, cy);
+    same("strided in bf16 (against float32)", want, hy, sizeof hy);
+    same("strided in bf16 (CUDA)", hy, cy, sizeof cy);
+    mprt_strided(4, 1, 3, shape, stride, 0, 30, dx, y);
+    mprt_bf16_narrow(30, dx, want);
+    mprt_strided(2, 1, 3, shape, stride, 0, 30, hdx, hy);
+    mprt_cu_strided(2, 1, 3, shape, stride, 0, 30, cdx, hy);
+    same("strided in bf16 (back, against float32)", want, hdx, sizeof hdx);
+    same("strided in bf16 (back, CUDA)", hdx, cdx, sizeof cdx);
+    mprt_strided(4, 0, 2, sl, sst, 1, 30, x, ys);
+    mprt_bf16_narrow(4, ys, want);
+    mprt_strided(2, 0, 2, sl, sst, 1, 30, hx, hs);
+    mprt_cu_strided(2, 0, 2, sl, sst, 1, 30, hx, cs);
+    same("strided in bf16 (slice, against float32)", want, hs, sizeof hs);
+    same("strided in bf16 (slice, CUDA)", hs, cs, sizeof cs);
+    long len[] = {2, 3};
+    uint16_t cat[30], ccat[30], q0[12], q1[18];
+    void *const parts[] = {hx, hx + 12}, *const split[] = {q0, q1};
+    mprt_concat(2, 0, 2, 3, 2, len, parts, cat);
+    mprt_cu_concat(2, 0, 2, 3, 2, len, parts, ccat);
+    same("concat in bf16 (CUDA)", cat, ccat, sizeof cat);
+    same("concat in bf16 (a row's first part)", cat, hx, 12);
+    mprt_cu_concat(2, 1, 2, 3, 2, len, split, cat);
+    same("concat in bf16 (split, first part)", q0, hx, sizeof q0);
+    same("concat in bf16 (split, second part)", q1, hx + 12, sizeof q1);
+    free(x);
+}
+
 static void test_move(void)
 {
     /* Transpose (2,3,4) -> (4,2,3) and back */
     long shape[] = {4, 2, 3}, stride[] = {1, 12, 4};
     float *x = fvec(24, -1, 1), y[24], cy[24], dx[24], cdx[24];
-    mprt_strided(0, 3, shape, stride, 0, 24, x, y);
-    mprt_cu_strided(0, 3, shape, stride, 0, 24, x, cy);
+    mprt_strided(4, 0, 3, shape, stride, 0, 24, x, y);
+    mprt_cu_strided(4, 0, 3, shape, stride, 0, 24, x, cy);
     same("strided", y, cy, sizeof y);
-    mprt_strided(1, 3, shape, stride, 0, 24, dx, y);
-    mprt_cu_strided(1, 3, shape, stride, 0, 24, cdx, y);
+    mprt_strided(4, 1, 3, shape, stride, 0, 24, dx, y);
+    mprt_cu_strided(4, 1, 3, shape, stride, 0, 24, cdx, y);
     same("strided (back)", dx, cdx, sizeof dx);
     long len[] = {2, 3};
     float *p0 = fvec(2 * 2 * 5, -1, 1), *p1 = fvec(2 * 3 * 5, -1, 1), cat[50], ccat[50];
-    float *const parts[] = {p0, p1};
-    mprt_concat(0, 2, 5, 2, len, parts, cat);
-    mprt_cu_concat(0, 2, 5, 2, len, parts, ccat);
+    void *const parts[] = {p0, p1};
+    mprt_concat(4, 0, 2, 5, 2, len, parts, cat);
+    mprt_cu_concat(4, 0, 2, 5, 2, len, parts, ccat);
     same("concat", cat, ccat, sizeof cat);
     float *q0 = fzero(20), *q1 = fzero(30);
-    float *const back[] = {q0, q1};
-    mprt_cu_concat(1, 2, 5, 2, len, back, cat);
+    void *const back[] = {q0, q1};
+    mprt_cu_concat(4, 1, 2, 5, 2, len, back, cat);
     same("concat (split)", p0, q0, 80);
     same("concat (split)", p1, q1, 120);
+    move_bf16_cases();
     int64_t idx[] = {2, 0, -1, 2};
     float gy[2 * 4 * 3], cgy[2 * 4 * 3];
     float *table = fvec(2 * 3 * 3, -1, 1);
@@ -1399,6 +1442,60 @@ static void test_ew_chain(void)
     report("ew_chain");
 }
 
+/* x rounded to bf16 in place; its bf16 copy. */
+static uint16_t *bf16_copy(float *x, long n)
+{
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    mprt_bf16_narrow(n, x, h);
+    mprt_bf16_widen(n, h, x);
+    return h;
+}
+
+/* y narrowed, against the bf16 twin's result h. */
+static void same_narrowed(const char *what, const float *y, const uint16_t *h, long n)
+{
+    uint16_t *want = malloc((size_t)n * sizeof *want);
+    mprt_bf16_narrow(n, y, want);
+    same(what, want, h, (size_t)n * sizeof *want);
+    free(want);
+}
+
+/* The row kernels' bf16 twins against the CPU's float32 kernels on the
+ * widened values, each result narrowed (the CPU's conversions): Softmax
+ * over a middle axis and its gradient, LayerNorm and its gradient. */
+static void test_rows_bf16(void)
+{
+    long n = 3 * 4 * 5, rows = 5, D = 12;
+    float *x = fvec(n, -3, 3), *dy = fvec(n, -1, 1), *y = fzero(n), *dx = fzero(n);
+    uint16_t *hx = bf16_copy(x, n), *hdy = bf16_copy(dy, n), *hy = calloc((size_t)n, 2);
+    uint16_t *hdx = calloc((size_t)n, 2);
+    mprt_softmax(3, 4, 5, x, y);
+    mprt_cu_softmax_bf16(3, 4, 5, hx, hy);
+    same_narrowed("softmax_bf16", y, hy, n);
+    mprt_bf16_widen(n, hy, y);
+    mprt_softmax_grad(3, 4, 5, dy, y, dx);
+    mprt_cu_softmax_grad_bf16(3, 4, 5, hdy, hy, hdx);
+    same_narrowed("softmax_grad_bf16", dx, hdx, n);
+    float *ls = fvec(D, 0.5f, 1.5f), *lb = fvec(D, -1, 1), m[5], r[5], cm[5], cr[5];
+    float ds[12], db[12], cds[12], cdb[12];
+    mprt_layernorm(rows, D, x, ls, lb, 1e-5f, y, m, r);
+    mprt_cu_layernorm_bf16(rows, D, hx, ls, lb, 1e-5f, hy, cm, cr);
+    same_narrowed("layernorm_bf16", y, hy, rows * D);
+    same("layernorm_bf16 (mean)", m, cm, sizeof m);
+    same("layernorm_bf16 (rstd)", r, cr, sizeof r);
+    mprt_layernorm_grad(rows, D, dy, x, ls, m, r, dx, ds, db);
+    mprt_cu_layernorm_grad_bf16(rows, D, hdy, hx, ls, m, r, hdx, cds, cdb);
+    same_narrowed("layernorm_grad_bf16 (dx)", dx, hdx, rows * D);
+    same("layernorm_grad_bf16 (dscale)", ds, cds, sizeof ds);
+    same("layernorm_grad_bf16 (dbias)", db, cdb, sizeof db);
+    free(x), free(dy), free(y), free(dx), free(hx), free(hdy), free(hy), free(hdx);
+    free(ls), free(lb);
+    report("softmax_bf16");
+    report("softmax_grad_bf16");
+    report("layernorm_bf16");
+    report("layernorm_grad_bf16");
+}
+
 int main(void)
 {
     test_unary();
@@ -1425,6 +1522,7 @@ int main(void)
     test_update();
     test_sq_norm();
     test_ew_chain();
+    test_rows_bf16();
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
     return failures != 0;

@@ -4295,35 +4295,51 @@ static inline void mprt_bcast_at(int rank, const long *shape, long i, long *idx,
 /* y (contiguous, `shape`) = x[base + sum idx[d] * stride[d]]: Transpose
  * (permuted strides) and Slice (strides times steps, base at the starts).
  * With back != 0 it runs the other way for the gradient: dx is zeroed and
- * dx[base + ...] = dy. */
+ * dx[base + ...] = dy. Elements of `size` bytes: float32, or bf16 (2). */
 typedef struct MprtStrided {
     int back, rank;
     const long *shape, *stride;
     long base;
-    float *x, *y;
+    char *x, *y;
+    size_t size;
 } MprtStrided;
+
+/* n elements of type T between y (contiguous) and x (s apart), in the
+ * direction `back` says. */
+#define MPRT_STRIDED_RUN(T, back, x, y, n, s)                  \
+    do {                                                        \
+        T *x_ = (T *)(void *)(x), *y_ = (T *)(void *)(y);       \
+        if (back)                                               \
+            for (long j_ = 0; j_ < (n); j_++)                   \
+                x_[j_ * (s)] = y_[j_];                          \
+        else                                                    \
+            for (long j_ = 0; j_ < (n); j_++)                   \
+                y_[j_] = x_[j_ * (s)];                          \
+    } while (0)
+
+static void mprt_strided_run(const MprtStrided *t, char *x, char *y, long n, long s)
+{
+    if (t->size == 2)
+        MPRT_STRIDED_RUN(uint16_t, t->back, x, y, n, s);
+    else
+        MPRT_STRIDED_RUN(float, t->back, x, y, n, s);
+}
 
 /* Output rows [lo, hi) of mprt_strided (no two write one element of x). */
 static void mprt_strided_piece(void *ctx, long lo, long hi)
 {
     const MprtStrided *t = ctx;
-    int rank = t->rank, back = t->back;
+    int rank = t->rank;
     long idx[8] = {0}, off = t->base, n = t->shape[rank - 1], s = t->stride[rank - 1];
     long rest = lo;
     const long *st[1] = {t->stride};
-    float *x = t->x, *y = t->y;
+    size_t z = t->size;
     for (int d = rank - 2; d >= 0; d--) {   /* row lo's index and offset */
         idx[d] = rest % t->shape[d], rest /= t->shape[d];
         off += idx[d] * t->stride[d];
     }
     for (long r = lo; r < hi; r++) {
-        float *yr = y + r * n, *xr = x + off;
-        if (back)
-            for (long j = 0; j < n; j++)
-                xr[j * s] = yr[j];
-        else
-            for (long j = 0; j < n; j++)
-                yr[j] = xr[j * s];
+        mprt_strided_run(t, t->x + (size_t)off * z, t->y + (size_t)(r * n) * z, n, s);
         mprt_bcast_next(rank - 1, t->shape, idx, 1, &off, st);
     }
 }
@@ -4339,6 +4355,20 @@ static void mprt_strided_piece(void *ctx, long lo, long hi)
  * [lo, hi): (the batch index, the block). */
 enum { MPRT_T_BLOCK = 4 };
 
+/* Rows [i0, i1) of one transpose's output y (n columns) from x (its rows
+ * s apart), column by column; elements of type T. */
+#define MPRT_TRANSPOSE_BLOCK(T, back, xs, ys, i0, i1, n, s)             \
+    do {                                                                 \
+        T *x_ = (T *)(void *)(xs), *y_ = (T *)(void *)(ys);              \
+        for (long j_ = 0; j_ < (n); j_++)                                \
+            for (long i_ = (i0); i_ < (i1); i_++) {                      \
+                if (back)                                                \
+                    x_[i_ + j_ * (s)] = y_[i_ * (n) + j_];               \
+                else                                                     \
+                    y_[i_ * (n) + j_] = x_[i_ + j_ * (s)];               \
+            }                                                            \
+    } while (0)
+
 static void mprt_transpose_piece(void *ctx, long lo, long hi)
 {
     const MprtStrided *t = ctx;
@@ -4350,33 +4380,30 @@ static void mprt_transpose_piece(void *ctx, long lo, long hi)
         long i1 = i0 + MPRT_T_BLOCK < R ? i0 + MPRT_T_BLOCK : R;
         for (int d = rank - 3; d >= 0; d--)
             off += rest % t->shape[d] * t->stride[d], rest /= t->shape[d];
-        float *xs = t->x + off, *ys = t->y + o * R * n;
-        for (long j = 0; j < n; j++)
-            for (long i = i0; i < i1; i++) {
-                if (t->back)
-                    xs[i + j * s] = ys[i * n + j];
-                else
-                    ys[i * n + j] = xs[i + j * s];
-            }
+        char *xs = t->x + (size_t)off * t->size, *ys = t->y + (size_t)(o * R * n) * t->size;
+        if (t->size == 2)
+            MPRT_TRANSPOSE_BLOCK(uint16_t, t->back, xs, ys, i0, i1, n, s);
+        else
+            MPRT_TRANSPOSE_BLOCK(float, t->back, xs, ys, i0, i1, n, s);
     }
 }
 
-MPRT_KERNEL void mprt_strided(int back, int rank, const long *shape, const long *stride,
-                              long base, long n_x, float *x, float *y)
+MPRT_KERNEL void mprt_strided(size_t size, int back, int rank, const long *shape,
+                              const long *stride, long base, long n_x, void *x, void *y)
 {
     if (back)
-        memset(x, 0, (size_t)n_x * sizeof *x);
+        memset(x, 0, (size_t)n_x * size);
     if (rank == 0) {
         if (back)
-            x[base] = y[0];
+            memcpy((char *)x + (size_t)base * size, y, size);
         else
-            y[0] = x[base];
+            memcpy(y, (char *)x + (size_t)base * size, size);
         return;
     }
     long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    MprtStrided t = {back, rank, shape, stride, base, x, y};
+    MprtStrided t = {back, rank, shape, stride, base, x, y, size};
     if (rank >= 2 && stride[rank - 1] != 1 && stride[rank - 2] == 1 && shape[rank - 1] > 1) {
         long outer = rows / shape[rank - 2];
         long blocks = (shape[rank - 2] + MPRT_T_BLOCK - 1) / MPRT_T_BLOCK;
@@ -4405,35 +4432,39 @@ MPRT_KERNEL void mprt_broadcast_bytes(size_t size, int rank, const long *shape,
 
 /* Concat along an axis: the tensors are `outer` rows of len[j] * inner
  * elements each; y's rows are the inputs' rows one after another. Split
- * (back != 0) copies y's rows out; a NULL part is an unused output. */
+ * (back != 0) copies y's rows out; a NULL part is an unused output.
+ * Elements of `size` bytes: float32, or bf16 (2). */
 typedef struct MprtConcat {
     int back, k;
     long inner, row;
     const long *len;
-    float *const *part;
-    float *y;
+    void *const *part;
+    char *y;
+    size_t size;
 } MprtConcat;
 
 static void mprt_concat_piece(void *ctx, long lo, long hi)
 {
     const MprtConcat *t = ctx;
+    size_t z = t->size;
     for (long o = lo; o < hi; o++) {
-        float *yr = t->y + (size_t)o * t->row;
+        char *yr = t->y + (size_t)o * t->row * z;
         for (int j = 0; j < t->k; j++) {
-            long n = t->len[j] * t->inner;
-            if (t->part[j] && t->back)
-                memcpy(t->part[j] + (size_t)o * n, yr, (size_t)n * sizeof *yr);
-            else if (t->part[j])
-                memcpy(yr, t->part[j] + (size_t)o * n, (size_t)n * sizeof *yr);
+            size_t n = (size_t)(t->len[j] * t->inner) * z;
+            char *pj = t->part[j];
+            if (pj && t->back)
+                memcpy(pj + (size_t)o * n, yr, n);
+            else if (pj)
+                memcpy(yr, pj + (size_t)o * n, n);
             yr += n;
         }
     }
 }
 
-MPRT_KERNEL void mprt_concat(int back, long outer, long inner, int k, const long *len,
-                             float *const *part, float *y)
+MPRT_KERNEL void mprt_concat(size_t size, int back, long outer, long inner, int k,
+                             const long *len, void *const *part, void *y)
 {
-    MprtConcat t = {back, k, inner, 0, len, part, y};
+    MprtConcat t = {back, k, inner, 0, len, part, y, size};
     for (int j = 0; j < k; j++)
         t.row += len[j] * inner;
     mprt_par(outer, mprt_grain_rows(t.row), mprt_concat_piece, &t);

@@ -150,12 +150,12 @@ static void moves(Run *r)
     mprt_gather(1, VOCAB, D, TOK, tok, emb, g, "gather");
     mprt_gather_grad(1, VOCAB, D, TOK, tok, edy, de, "gather");
     long len[3] = {3, 5, 2};
-    float *part[3] = {emb, emb + 3 * 600, emb + 8 * 600};
+    void *part[3] = {emb, emb + 3 * 600, emb + 8 * 600};
     float *cat = keep(r, 10 * 300 * 2 * sizeof *cat);
-    mprt_concat(0, 2, 300, 3, len, part, cat);
-    float *back[3] = {keep(r, 3 * 300 * 2 * sizeof(float)), NULL,
-                      keep(r, 2 * 300 * 2 * sizeof(float))};
-    mprt_concat(1, 2, 300, 3, len, back, cat);
+    mprt_concat(sizeof(float), 0, 2, 300, 3, len, part, cat);
+    void *back[3] = {keep(r, 3 * 300 * 2 * sizeof(float)), NULL,
+                     keep(r, 2 * 300 * 2 * sizeof(float))};
+    mprt_concat(sizeof(float), 1, 2, 300, 3, len, back, cat);
     long shape[2] = {TOK, D}, sc[2] = {1, 0}, sa[2] = {D, 1}, sb[2] = {0, 1};
     uint8_t *cond = keep(r, TOK);
     for (long i = 0; i < TOK; i++)
