@@ -538,9 +538,13 @@ static void mprt_cu_reduce(const char *each, const char *rows, long n_out,
 }
 
 /* out = alpha * dy summed over the dims where keep[d] is 0 */
-MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
-                                   float alpha, long n_out, float *out)
+/* mprt_cu_sum_to of a float32 dy, or (half) of a bf16 one: the kernels'
+ * _bf16 twins, a GPU's only (codegen.c's row_kernel). */
+static void mprt_cu_sum_to_typed(int half, int rank, const long *shape, const int *keep,
+                                 const void *dy, float alpha, long n_out, float *out)
 {
+    const char *suffix = half ? "_bf16" : "";
+    char each[32], rows[32];
     int lead = 0;   /* reduced leading dims, then only kept ones: columns */
     while (lead < rank && !keep[lead])
         lead++;
@@ -552,12 +556,27 @@ MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep,
         for (int d = 0; d < lead; d++)
             R *= shape[d];
         void *args[] = {&R, &n_out, &dy, &alpha, &out};
-        mprt_cu_cols("col_sum", n_out, args);
+        snprintf(each, sizeof each, "col_sum%s", suffix);
+        mprt_cu_cols(each, n_out, args);
         return;
     }
     MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
     void *args[] = {&p, &dy, &alpha, &n_out, &out};
-    mprt_cu_reduce("sum_to", "sum_to_rows", n_out, &p, args);
+    snprintf(each, sizeof each, "sum_to%s", suffix);
+    snprintf(rows, sizeof rows, "sum_to_rows%s", suffix);
+    mprt_cu_reduce(each, rows, n_out, &p, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
+                                   float alpha, long n_out, float *out)
+{
+    mprt_cu_sum_to_typed(0, rank, shape, keep, dy, alpha, n_out, out);
+}
+
+MPRT_CU_KERNEL void mprt_cu_sum_to_bf16(int rank, const long *shape, const int *keep,
+                                        const uint16_t *dy, float alpha, long n_out, float *out)
+{
+    mprt_cu_sum_to_typed(1, rank, shape, keep, dy, alpha, n_out, out);
 }
 
 /* ReduceMax (is_min: ReduceMin): the CPU's result, NaN and signed zeros

@@ -546,32 +546,57 @@ static __device__ i64 sum_to_off(const SumTo &p, i64 r)
     return off;
 }
 
-/* One thread per output, adding in dy's order as the CPU does. */
-extern "C" __global__ void mprt_k_sum_to(SumTo p, const float *dy, float alpha, i64 n_out,
-                                         float *out)
+/* One thread per output, adding in dy's order as the CPU does (dy float32,
+ * or bf16 in the _bf16 twins: the sums of a bias gradient). */
+template <typename T>
+static __device__ void sum_to_each(SumTo p, const T *dy, float alpha, i64 n_out, float *out)
 {
     FOR_EACH(o, n_out) {
         i64 base = sum_to_base(p, o);
         double acc = 0;
         for (i64 r = 0; r < p.nred; r++)
-            acc += dy[base + sum_to_off(p, r)];
+            acc += load_el(dy, base + sum_to_off(p, r));
         out[o] = (float)(alpha * acc);
     }
 }
 
-/* One block per output, for few outputs with many terms each. */
-extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float alpha, i64 n_out,
+extern "C" __global__ void mprt_k_sum_to(SumTo p, const float *dy, float alpha, i64 n_out,
+                                         float *out)
+{
+    sum_to_each(p, dy, alpha, n_out, out);
+}
+
+extern "C" __global__ void mprt_k_sum_to_bf16(SumTo p, const u16 *dy, float alpha, i64 n_out,
                                               float *out)
+{
+    sum_to_each(p, dy, alpha, n_out, out);
+}
+
+/* One block per output, for few outputs with many terms each. */
+template <typename T>
+static __device__ void sum_to_rows(SumTo p, const T *dy, float alpha, i64 n_out, float *out)
 {
     FOR_ROWS(o, n_out) {
         i64 base = sum_to_base(p, o);
         double acc = 0;
         for (i64 r = threadIdx.x; r < p.nred; r += blockDim.x)
-            acc += dy[base + sum_to_off(p, r)];
+            acc += load_el(dy, base + sum_to_off(p, r));
         acc = block_sum(acc);
         if (threadIdx.x == 0)
             out[o] = (float)(alpha * acc);
     }
+}
+
+extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float alpha, i64 n_out,
+                                              float *out)
+{
+    sum_to_rows(p, dy, alpha, n_out, out);
+}
+
+extern "C" __global__ void mprt_k_sum_to_rows_bf16(SumTo p, const u16 *dy, float alpha,
+                                                   i64 n_out, float *out)
+{
+    sum_to_rows(p, dy, alpha, n_out, out);
 }
 
 /* out[c] = alpha * the sum over r of y[r * C + c], for a sum over leading
@@ -581,7 +606,8 @@ extern "C" __global__ void mprt_k_sum_to_rows(SumTo p, const float *dy, float al
  * warps' partials add in the warps' order: the same bits on every run for
  * a given block size. With one thread a block (runtime/cuda_ops.c never
  * launches that; tests/cuda's emulation does) it is the CPU's loop. */
-extern "C" __global__ void mprt_k_col_sum(i64 R, i64 C, const float *y, float alpha, float *out)
+template <typename T>
+static __device__ void col_sum_cols(i64 R, i64 C, const T *y, float alpha, float *out)
 {
     __shared__ double part[32][33];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -592,7 +618,7 @@ extern "C" __global__ void mprt_k_col_sum(i64 R, i64 C, const float *y, float al
         if (c < C)
 #pragma unroll 4
             for (i64 r = w; r < R; r += nw)
-                acc += y[r * C + c];
+                acc += load_el(y, r * C + c);
         part[w][lane] = acc;
         __syncthreads();
         if (w == 0 && c < C) {
@@ -603,6 +629,17 @@ extern "C" __global__ void mprt_k_col_sum(i64 R, i64 C, const float *y, float al
         }
         __syncthreads();
     }
+}
+
+extern "C" __global__ void mprt_k_col_sum(i64 R, i64 C, const float *y, float alpha, float *out)
+{
+    col_sum_cols(R, C, y, alpha, out);
+}
+
+extern "C" __global__ void mprt_k_col_sum_bf16(i64 R, i64 C, const u16 *y, float alpha,
+                                               float *out)
+{
+    col_sum_cols(R, C, y, alpha, out);
 }
 
 /* ---- ReduceMax and ReduceMin over the dims SumTo reduces ---- */

@@ -541,7 +541,7 @@ static const char *kernel(CG *cg, const char *name)
 }
 
 /* A row kernel's call: under bf16 on a GPU, its twin on bf16 tensors
- * (mprt_cu_softmax_bf16: cost.c's bf16_rows). */
+ * (mprt_cu_softmax_bf16, mprt_cu_sum_to_bf16: cost.c's bf16_rows). */
 static const char *row_kernel(CG *cg, const char *name)
 {
     if (cg->native == NATIVE_ROWS)
@@ -659,7 +659,7 @@ static void emit_sum_to(CG *cg, const Node *n)
         shape[d] = (long)x->d[d];
         keep[d] = j >= 0 && y->d[j] == x->d[d];
     }
-    emit(cg, "    %s(%d, ", kernel(cg, "sum_to"), x->rank);
+    emit(cg, "    %s(%d, ", row_kernel(cg, "sum_to"), x->rank);
     emit_longs(cg, shape, x->rank);
     emit(cg, ", (const int[]){");
     for (int d = 0; d < x->rank; d++)

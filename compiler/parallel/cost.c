@@ -345,7 +345,8 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
  * mprt_cu_softmax_bf16 and the like): Softmax and its gradient on bf16
  * values alone; LayerNorm of a bf16 x into a bf16 y, and its gradient of
  * bf16 dy and x into a bf16 dx (the weights, statistics and weight
- * gradients float32 as they always are). */
+ * gradients float32 as they always are); SumTo of a bf16 dy into its
+ * float32 sum (a bias gradient). */
 static bool bf16_rows(const Graph *g, const Node *n)
 {
     switch (n->op) {
@@ -355,6 +356,8 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_LN_GRAD:
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
+    case OP_SUM_TO:
+        return all_bf16(g, n->in, 1) && g->values[n->out[0]].dtype == DT_F32;
     default:
         return false;
     }

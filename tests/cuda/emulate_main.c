@@ -767,6 +767,14 @@ static void reduce_case(int rank, const long *shape, const int *keep)
     mprt_sum_to(rank, shape, keep, x, 0.5f, n_out, y);
     mprt_cu_sum_to(rank, shape, keep, x, 0.5f, n_out, cy);
     same("sum_to", y, cy, (size_t)n_out * 4);
+    float *wide = fzero(n);   /* the bf16 twin against the sum of the widened values */
+    uint16_t *half = malloc((size_t)n * sizeof *half);
+    mprt_bf16_narrow(n, x, half);
+    mprt_bf16_widen(n, half, wide);
+    mprt_sum_to(rank, shape, keep, wide, 0.5f, n_out, y);
+    mprt_cu_sum_to_bf16(rank, shape, keep, half, 0.5f, n_out, cy);
+    same("sum_to_bf16", y, cy, (size_t)n_out * 4);
+    free(wide), free(half);
     for (int is_min = 0; is_min < 2; is_min++) {
         mprt_reduce_max(is_min, rank, shape, keep, x, n_out, y);
         mprt_cu_reduce_max(is_min, rank, shape, keep, x, n_out, cy);
@@ -795,6 +803,7 @@ static void test_reduce(void)
     reduce_case(3, s2, k4);
     reduce_case(3, s1, k5);
     report("sum_to");
+    report("sum_to_bf16");
     report("reduce_max");
     report("reduce_max_grad");
 }

@@ -5,12 +5,13 @@
 # compute-bound) on h100-sxm and a100, the H100 beats the A100 in every
 # precision, and a profile file whose tf32_flops equals its matrix_flops
 # predicts the same step with and without --tf32 (so the flag acts through
-# tf32_flops, not elsewhere). Under bf16 a GEMM runs at the bf16 rate, and
-# the chain kernel reads and writes the Relu's bf16 values itself (half the
+# tf32_flops, not elsewhere). Under bf16 a GEMM runs at the bf16 rate on
+# bf16 tensors, the chain kernel reads and writes the Relu's bf16 values
+# itself and the bias gradient (a SumTo) sums its bf16 dy itself (half the
 # bytes); every operand staged through float32 scratch around any other
-# kernel is a pass of its own (graph/precision.c): the MLP's Gemm and Relu
-# cost less than under fp32, its bias gradient (a SumTo, which widens its
-# bf16 dy) more.
+# kernel is a pass of its own (graph/precision.c): the MLP's Gemm, Relu and
+# SumTo cost less than under fp32, the loss's gradient (narrowed from
+# float32 scratch) more.
 # Usage: precision.sh MPCC SAMPLE.mp WORKDIR
 set -eu
 mpcc=$1 model=$2 work=$3
@@ -40,9 +41,10 @@ mlp_ms() {   # the MLP's node $1's predicted ms on h100-sxm under the precision 
 g32=$(mlp_ms fc1/Gemm_0 fp32) g16=$(mlp_ms fc1/Gemm_0 bf16)
 r32=$(mlp_ms Relu_1 fp32) r16=$(mlp_ms Relu_1 bf16)
 s32=$(mlp_ms fc1/Gemm_0/dC fp32) s16=$(mlp_ms fc1/Gemm_0/dC bf16)
+l32=$(mlp_ms SoftmaxCrossEntropyLoss_3/dX fp32) l16=$(mlp_ms SoftmaxCrossEntropyLoss_3/dX bf16)
 echo "h100-sxm, batch 4096: Gemm fp32 $g32 ms, bf16 $g16 ms; Relu fp32 $r32 ms, bf16 $r16 ms;" \
-    "SumTo fp32 $s32 ms, bf16 $s16 ms"
-less "$g16" "$g32" && less "$r16" "$r32" && less "$s32" "$s16"
+    "SumTo fp32 $s32 ms, bf16 $s16 ms; loss gradient fp32 $l32 ms, bf16 $l16 ms"
+less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$l32" "$l16"
 
 # Under bf16 the GEMMs run on bf16 tensor cores and the convolutions as
 # cuDNN float32 convolutions on TF32 tensor cores (runtime/cuda_ops.c): with
