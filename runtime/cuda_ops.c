@@ -917,17 +917,19 @@ MPRT_CU_KERNEL void mprt_cu_gap_grad(long NC, long P, const float *dy, float *dx
 
 /* ---- cuDNN: descriptors made once per shape ---- */
 
-/* A packed float tensor descriptor of 4 (NCHW) or 5 (NCDHW) dims, one per
- * distinct shape. */
+/* A packed tensor descriptor of 4 (NCHW) or 5 (NCDHW) dims, float32 or
+ * bf16 (a convolution's under --precision=bf16), one per distinct shape
+ * and type. */
 typedef struct {
     int nb, dims[5];
+    cudnnDataType_t type;
     cudnnTensorDescriptor_t d;
 } MprtCuTensor;
 
 static MprtCuTensor *mprt_cu_tensors;
 static int mprt_cu_ntensors, mprt_cu_tensors_cap;
 
-static cudnnTensorDescriptor_t mprt_cu_tensor_nd(int nb, const long *dims)
+static cudnnTensorDescriptor_t mprt_cu_tensor_nd(int nb, const long *dims, cudnnDataType_t type)
 {
     int d[5];
     for (int i = 0; i < nb; i++) {
@@ -937,7 +939,7 @@ static cudnnTensorDescriptor_t mprt_cu_tensor_nd(int nb, const long *dims)
     }
     for (int i = 0; i < mprt_cu_ntensors; i++) {
         MprtCuTensor *t = &mprt_cu_tensors[i];
-        if (t->nb == nb && memcmp(t->dims, d, (size_t)nb * sizeof *d) == 0)
+        if (t->nb == nb && t->type == type && memcmp(t->dims, d, (size_t)nb * sizeof *d) == 0)
             return t->d;
     }
     if (mprt_cu_ntensors == mprt_cu_tensors_cap) {
@@ -949,28 +951,30 @@ static cudnnTensorDescriptor_t mprt_cu_tensor_nd(int nb, const long *dims)
     }
     MprtCuTensor *t = &mprt_cu_tensors[mprt_cu_ntensors];
     t->nb = nb;
+    t->type = type;
     memcpy(t->dims, d, (size_t)nb * sizeof *d);
     MPRT_CUDNN(cudnnCreateTensorDescriptor(&t->d));
-    MPRT_CUDNN(cudnnSetTensorNdDescriptorEx(t->d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, nb,
-                                            t->dims));
+    MPRT_CUDNN(cudnnSetTensorNdDescriptorEx(t->d, CUDNN_TENSOR_NCHW, type, nb, t->dims));
     mprt_cu_ntensors++;
     return t->d;
 }
 
 static cudnnTensorDescriptor_t mprt_cu_tensor(long n, long c, long h, long w)
 {
-    return mprt_cu_tensor_nd(4, (long[]){n, c, h, w});
+    return mprt_cu_tensor_nd(4, (long[]){n, c, h, w}, CUDNN_DATA_FLOAT);
 }
 
 /* ---- convolution (cuDNN; the NVRTC kernels where cuDNN cannot) ---- */
 
-/* One convolution shape on one device: descriptors, and each direction's
- * algorithm and workspace once chosen (deterministic ones first, within
- * the device's scratch). direct: the output size is not what cuDNN's
- * symmetric padding gives (the end pads differ), so the direct kernels run. */
+/* One convolution shape on one device, on float32 tensors or (half) bf16
+ * ones: descriptors, and each direction's algorithm and workspace once
+ * chosen (deterministic ones first, within the device's scratch). direct:
+ * the output size is not what cuDNN's symmetric padding gives (the end
+ * pads differ), so the direct kernels run. */
 typedef struct {
     const MprtCuDevice *dev;
     MprtConv p;
+    int half;
     int direct;
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
@@ -1001,30 +1005,34 @@ static void mprt_cu_conv_describe(MprtCuConv *c, const MprtConv *p)
     long xd[5] = {p->N, p->C}, yd[5] = {p->N, p->M};
     for (int i = 0; i < ns; i++)
         xd[2 + i] = in[o + i], yd[2 + i] = out[o + i], wd[2 + i] = k[o + i];
+    cudnnDataType_t type = c->half ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     MPRT_CUDNN(cudnnCreateFilterDescriptor(&c->w));
-    MPRT_CUDNN(cudnnSetFilterNdDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, wd));
+    MPRT_CUDNN(cudnnSetFilterNdDescriptor(c->w, type, CUDNN_TENSOR_NCHW, nb, wd));
     MPRT_CUDNN(cudnnCreateConvolutionDescriptor(&c->conv));
     MPRT_CUDNN(cudnnSetConvolutionNdDescriptor(c->conv, ns, pad + o, stride + o, dil + o,
                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     MPRT_CUDNN(cudnnSetConvolutionGroupCount(c->conv, p->group));
     /* no TF32 unless mpcc --tf32 or --precision=bf16: the products stay
      * float, as on the CPU. Under bf16 every operand holds a bf16 value,
-     * which TF32 holds exactly: the tensor cores' products are the CPU's. */
-    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, mprt_cu_tf32 || mprt_cu_bf16
+     * which TF32 holds exactly: the tensor cores' products are the CPU's.
+     * On bf16 tensors (float32 compute): the bf16 tensor cores. */
+    MPRT_CUDNN(cudnnSetConvolutionMathType(c->conv, c->half ? CUDNN_TENSOR_OP_MATH
+                                                    : mprt_cu_tf32 || mprt_cu_bf16
                                                         ? CUDNN_DEFAULT_MATH
                                                         : CUDNN_FMA_MATH));
-    c->x = mprt_cu_tensor_nd(nb, xd);
-    c->y = mprt_cu_tensor_nd(nb, yd);
+    c->x = mprt_cu_tensor_nd(nb, xd, type);
+    c->y = mprt_cu_tensor_nd(nb, yd, type);
     MPRT_CUDNN(cudnnGetConvolutionNdForwardOutputDim(c->conv, c->x, c->w, nb, got));
     c->direct = 0;
     for (int i = 2; i < nb; i++)
         c->direct |= got[i] != yd[i];
 }
 
-static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
+static MprtCuConv *mprt_cu_conv_of(const MprtConv *p, int half)
 {
     for (int i = 0; i < mprt_cu_nconvs; i++)
-        if (mprt_cu_convs[i]->dev == mprt_cu && memcmp(&mprt_cu_convs[i]->p, p, sizeof *p) == 0)
+        if (mprt_cu_convs[i]->dev == mprt_cu && mprt_cu_convs[i]->half == half &&
+            memcmp(&mprt_cu_convs[i]->p, p, sizeof *p) == 0)
             return mprt_cu_convs[i];
     if (mprt_cu_nconvs == mprt_cu_convs_cap) {
         int cap = mprt_cu_convs_cap ? 2 * mprt_cu_convs_cap : 32;
@@ -1038,6 +1046,7 @@ static MprtCuConv *mprt_cu_conv_of(const MprtConv *p)
         mprt_cu_refuse("out of memory");
     c->dev = mprt_cu;
     c->p = *p;
+    c->half = half;
     mprt_cu_conv_describe(c, p);
     mprt_cu_convs[mprt_cu_nconvs++] = c;
     return c;
@@ -1224,7 +1233,7 @@ MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float 
                                  const float *b, float *y, float *col)
 {
     (void)col;   /* the workspace is the scratch, the same area, or cuDNN's own */
-    MprtCuConv *c = mprt_cu_conv_of(p);
+    MprtCuConv *c = mprt_cu_conv_of(p, 0);
     if (mprt_cu_conv_ready(c, 0)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
@@ -1246,7 +1255,7 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, cons
                                         float *dx, float *col)
 {
     (void)col;
-    MprtCuConv *c = mprt_cu_conv_of(p);
+    MprtCuConv *c = mprt_cu_conv_of(p, 0);
     if (mprt_cu_conv_ready(c, 1)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
@@ -1277,7 +1286,7 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
                                         float *dw, float *col)
 {
     (void)col;
-    MprtCuConv *c = mprt_cu_conv_of(p);
+    MprtCuConv *c = mprt_cu_conv_of(p, 0);
     if (mprt_cu_conv_ready(c, 2)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardFilter(mprt_cu->dnn, &one, c->x, x, c->y, dy, c->conv,
@@ -1286,6 +1295,42 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
     } else {
         void *args[] = {(void *)p, &dy, &x, &dw};
         mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * mprt_conv_taps(p), args);
+    }
+}
+
+/* A convolution without bias and its data gradient on bf16 tensors, a
+ * GPU's only (a CPU device computes on float32 copies, codegen.c): cuDNN
+ * with bf16 descriptors and float32 compute, or where it cannot, the
+ * direct kernels' bf16 twins. The products and sums of the CPU's float32
+ * convolution of the same bf16 values, each result rounded once. */
+MPRT_CU_KERNEL void mprt_cu_conv_bf16(const MprtConv *p, const uint16_t *x, const uint16_t *w,
+                                      uint16_t *y)
+{
+    MprtCuConv *c = mprt_cu_conv_of(p, 1);
+    if (mprt_cu_conv_ready(c, 0)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
+                                           (cudnnConvolutionFwdAlgo_t)c->algo[0],
+                                           mprt_cu_conv_area(c, 0), c->ws[0], &zero, c->y, y));
+    } else {
+        void *args[] = {(void *)p, &x, &w, &y};
+        mprt_cu_each("conv_bf16", (long)p->N * p->M * mprt_conv_out_plane(p), args);
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_conv_grad_x_bf16(const MprtConv *p, const uint16_t *dy,
+                                             const uint16_t *w, uint16_t *dx)
+{
+    MprtCuConv *c = mprt_cu_conv_of(p, 1);
+    if (mprt_cu_conv_ready(c, 1)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
+                                                (cudnnConvolutionBwdDataAlgo_t)c->algo[1],
+                                                mprt_cu_conv_area(c, 1), c->ws[1], &zero, c->x,
+                                                dx));
+    } else {
+        void *args[] = {(void *)p, &dy, &w, &dx};
+        mprt_cu_each("conv_grad_x_bf16", (long)p->N * p->C * mprt_conv_in_plane(p), args);
     }
 }
 

@@ -996,7 +996,7 @@ struct Conv {
     int sd, sh, sw, dd, dh, dw, pd, ph, pw;
 };
 
-extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, float *y)
+template <typename T> static __device__ void conv_each(Conv p, const T *x, const T *w, T *y)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
     i64 P = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W, taps = (i64)p.KD * p.KH * p.KW;
@@ -1006,8 +1006,8 @@ extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, f
         dhw_of(o - nm * P, p.OH, p.OW, &od, &oh, &ow);
         float acc = 0.0f;
         for (int c = 0; c < cg; c++) {
-            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
-            const float *ws = w + ((i64)m * cg + c) * taps;
+            const T *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
+            const T *ws = w + ((i64)m * cg + c) * taps;
             for (int kd = 0; kd < p.KD; kd++) {
                 int id = od * p.sd - p.pd + kd * p.dd;
                 for (int kh = 0; kh < p.KH && id >= 0 && id < p.D; kh++) {
@@ -1017,14 +1017,24 @@ extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, f
                     for (int kw = 0; kw < p.KW; kw++) {
                         int iw = ow * p.sw - p.pw + kw * p.dw;
                         if (iw >= 0 && iw < p.W)
-                            acc = FADD(acc, FMUL(ws[(kd * p.KH + kh) * p.KW + kw],
-                                                 xs[((i64)id * p.H + ih) * p.W + iw]));
+                            acc = FADD(acc, FMUL(load_el(ws, (kd * p.KH + kh) * p.KW + kw),
+                                                 load_el(xs, ((i64)id * p.H + ih) * p.W + iw)));
                     }
                 }
             }
         }
-        y[o] = acc;
+        store_el(y, o, acc);
     }
+}
+
+extern "C" __global__ void mprt_k_conv(Conv p, const float *x, const float *w, float *y)
+{
+    conv_each(p, x, w, y);
+}
+
+extern "C" __global__ void mprt_k_conv_bf16(Conv p, const u16 *x, const u16 *w, u16 *y)
+{
+    conv_each(p, x, w, y);
 }
 
 /* The output index that input i meets through tap k along one dim, or -1. */
@@ -1034,7 +1044,8 @@ static __device__ int tap_out(int i, int pad, int k, int dil, int stride, int ou
     return t < 0 || t % stride || t / stride >= out ? -1 : t / stride;
 }
 
-extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const float *w, float *dx)
+template <typename T>
+static __device__ void conv_grad_x_each(Conv p, const T *dy, const T *w, T *dx)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
     i64 plane = (i64)p.D * p.H * p.W, P = (i64)p.OD * p.OH * p.OW, taps = (i64)p.KD * p.KH * p.KW;
@@ -1044,8 +1055,8 @@ extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const flo
         dhw_of(j - nc * plane, p.H, p.W, &id, &ih, &iw);
         float acc = 0.0f;
         for (int m = g * mg; m < (g + 1) * mg; m++) {
-            const float *ws = w + ((i64)m * cg + (c - g * cg)) * taps;
-            const float *ds = dy + ((i64)n * p.M + m) * P;
+            const T *ws = w + ((i64)m * cg + (c - g * cg)) * taps;
+            const T *ds = dy + ((i64)n * p.M + m) * P;
             for (int kd = 0; kd < p.KD; kd++) {
                 int od = tap_out(id, p.pd, kd, p.dd, p.sd, p.OD);
                 for (int kh = 0; kh < p.KH && od >= 0; kh++) {
@@ -1055,14 +1066,24 @@ extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const flo
                     for (int kw = 0; kw < p.KW; kw++) {
                         int ow = tap_out(iw, p.pw, kw, p.dw, p.sw, p.OW);
                         if (ow >= 0)
-                            acc = FADD(acc, FMUL(ws[(kd * p.KH + kh) * p.KW + kw],
-                                                 ds[((i64)od * p.OH + oh) * p.OW + ow]));
+                            acc = FADD(acc, FMUL(load_el(ws, (kd * p.KH + kh) * p.KW + kw),
+                                                 load_el(ds, ((i64)od * p.OH + oh) * p.OW + ow)));
                     }
                 }
             }
         }
-        dx[j] = acc;
+        store_el(dx, j, acc);
     }
+}
+
+extern "C" __global__ void mprt_k_conv_grad_x(Conv p, const float *dy, const float *w, float *dx)
+{
+    conv_grad_x_each(p, dy, w, dx);
+}
+
+extern "C" __global__ void mprt_k_conv_grad_x_bf16(Conv p, const u16 *dy, const u16 *w, u16 *dx)
+{
+    conv_grad_x_each(p, dy, w, dx);
 }
 
 extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const float *x, float *dw)

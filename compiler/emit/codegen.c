@@ -1107,6 +1107,16 @@ static void emit_conv(CG *cg, const Node *n)
         emit_conv_dnnl(cg, n);
         return;
     }
+    if (cg->native == NATIVE_MATRIX) {   /* on bf16 tensors, without bias */
+        bool fwd = n->op == OP_CONV;
+        emit(cg, "    mprt_cu_conv%s_bf16(", fwd ? "" : "_grad_x");
+        if (fwd)
+            conv_params(cg, n, n->in[0], n->in[1], n->out[0]);
+        else
+            conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
+        emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+        return;
+    }
     switch (n->op) {
     case OP_CONV:
         emit(cg, "    %s(", kernel(cg, "conv"));

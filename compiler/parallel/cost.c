@@ -296,10 +296,26 @@ static bool keeps_batches(const Graph *g, const Node *n)
     return true;
 }
 
+/* A GPU's convolution without bias, or its data gradient, into a bf16
+ * value: cuDNN on bf16 tensors (runtime/cuda_ops.c's mprt_cu_conv_bf16,
+ * mprt_cu_conv_grad_x_bf16). The filter gradient, float32, reads float32
+ * copies. */
+static bool bf16_conv(const Graph *g, const Node *n)
+{
+    if (n->op != OP_CONV && n->op != OP_CONV_GRAD_X)
+        return false;
+    if (n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE)
+        return false;
+    return bf16_or_f32(g, n->in[0]) && bf16_or_f32(g, n->in[1]) &&
+           g->values[n->out[0]].dtype == DT_BF16;
+}
+
 /* A GPU's matrix product that runs on bf16 tensors (runtime/cuda_ops.c's
- * mprt_cu_gemm_bf16 and mprt_cu_bmm_bf16). */
+ * mprt_cu_gemm_bf16 and mprt_cu_bmm_bf16), or a convolution (bf16_conv). */
 static bool bf16_matrix(const Graph *g, const Node *n)
 {
+    if (bf16_conv(g, n))
+        return true;
     if (n->op != OP_GEMM && n->op != OP_MATMUL && n->op != OP_BATCH_MATMUL)
         return false;
     if (!bf16_or_f32(g, n->in[0]) || !bf16_or_f32(g, n->in[1]) || !bf16_or_f32(g, n->out[0]) ||
@@ -594,12 +610,14 @@ static double staging_time(const Graph *g, const Node *n, const Profile *p)
 
 /* ---- the exports ---- */
 
-/* The arithmetic rate of n on a GPU. */
+/* The arithmetic rate of n on a GPU: under bf16 a convolution on float32
+ * copies runs at the TF32 rate, one on bf16 tensors at the bf16 one. */
 static double gpu_rate(const Graph *g, const Node *n, const Profile *p)
 {
     if (contraction(g, n) <= 0)
         return p->flops;
-    if (g->bf16 && (op_info[n->op].flags & OPF_CONV) && p->tf32_flops > 0)
+    if (g->bf16 && (op_info[n->op].flags & OPF_CONV) && p->tf32_flops > 0 &&
+        bf16_native(g, n, true) != NATIVE_MATRIX)
         return fmin(p->matrix_flops, p->tf32_flops);
     return p->matrix_flops;
 }

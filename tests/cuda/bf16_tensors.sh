@@ -8,7 +8,9 @@
 # attention's Softmax and its gradient and the bias gradients' sums are
 # the bf16 twins, and no
 # Transpose moves a float32 copy of bf16 values (the one of the float32
-# logits moves float32). Their numbers are the CPU's, bit for
+# logits moves float32). In the ResNet sample's, the convolutions' data
+# gradients run on bf16 tensors (its convolutions have a bias, so the
+# forward ones read float32 copies). Their numbers are the CPU's, bit for
 # bit, on the fake GPUs (cuda.fakegpu.*_bf16).
 # Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR
 set -eu
@@ -46,4 +48,8 @@ echo "gpt.mp: softmax $soft16 on bf16 tensors, $soft on float32 copies;" \
 cpu=$(calls "$work/mlp_cpu.c" mprt_gemm) widened=$(calls "$work/mlp_cpu.c" mprt_bf16_widen)
 echo "mlp.mp on a CPU device: $cpu products, $widened widened copies"
 [ "$cpu" -gt 0 ] && [ "$widened" -gt 0 ] || { echo "FAIL: the CPU's products"; exit 1; }
+"$mpcc" "$samples/resnet.mp" -batch 8 -gpus 1 --precision=bf16 -o "$work/resnet.c" 2>/dev/null
+convs=$(($(calls "$work/resnet.c" mprt_cu_conv_bf16) + $(calls "$work/resnet.c" mprt_cu_conv_grad_x_bf16)))
+echo "resnet.mp: $convs convolutions on bf16 tensors"
+[ "$convs" -gt 0 ] || { echo "FAIL: resnet.mp: no convolution on bf16 tensors"; exit 1; }
 echo "bf16_tensors: ok"

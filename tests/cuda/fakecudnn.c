@@ -38,13 +38,13 @@ struct cudnnContext {
     cudaStream_t stream;
 };
 
-/* 4-D descriptors have d = 1 */
+/* 4-D descriptors have d = 1; half: bf16 elements (else float32) */
 struct cudnnTensorStruct {
-    int nb, n, c, d, h, w, set;
+    int nb, n, c, d, h, w, set, half;
 };
 
 struct cudnnFilterStruct {
-    int nb, k, c, d, h, w, set;
+    int nb, k, c, d, h, w, set, half;
 };
 
 struct cudnnConvolutionStruct {
@@ -55,7 +55,7 @@ enum { CONV_FWD, CONV_DATA, CONV_FILTER, BN_FWD, BN_BWD };
 
 /* One queued call: what runs when the stream reaches it. */
 typedef struct {
-    int kind;
+    int kind, half;   /* half: a convolution on bf16 tensors */
     MprtConv p;
     const float *a, *b, *scale, *bias;
     float *out, *col, *d1, *d2;
@@ -80,12 +80,13 @@ static cudnnStatus_t made(const void *p)
     return p ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 
-/* A 4-d or 5-d float NCHW shape (a tensor's, or a filter's as KCRS), as
- * (nb, n, c, d, h, w) with d = 1 for 4 dims. */
+/* A 4-d or 5-d float32 or bf16 NCHW shape (a tensor's, or a filter's as
+ * KCRS), as (nb, n, c, d, h, w) with d = 1 for 4 dims. */
 static cudnnStatus_t shape_nd(cudnnTensorFormat_t format, cudnnDataType_t type, int nb,
                               const int *dims, int out[6], const char *what)
 {
-    if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || (nb != 4 && nb != 5))
+    if (format != CUDNN_TENSOR_NCHW || (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_BFLOAT16) ||
+        (nb != 4 && nb != 5))
         return bad(what);
     for (int i = 0; i < nb; i++)
         if (dims[i] < 1)
@@ -117,9 +118,11 @@ cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t d,
                                            int nb, const int *dims)
 {
     int v[6];
-    cudnnStatus_t s = shape_nd(format, type, nb, dims, v, "a tensor that is not float NCHW");
+    cudnnStatus_t s = shape_nd(format, type, nb, dims, v,
+                               "a tensor that is not float32 or bf16 NCHW");
     if (s == CUDNN_STATUS_SUCCESS)
-        *d = (struct cudnnTensorStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1};
+        *d = (struct cudnnTensorStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1,
+                                        type == CUDNN_DATA_BFLOAT16};
     return s;
 }
 
@@ -132,9 +135,11 @@ cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
                                          cudnnTensorFormat_t format, int nb, const int *dims)
 {
     int v[6];
-    cudnnStatus_t s = shape_nd(format, type, nb, dims, v, "a filter that is not float KCRS");
+    cudnnStatus_t s = shape_nd(format, type, nb, dims, v,
+                               "a filter that is not float32 or bf16 KCRS");
     if (s == CUDNN_STATUS_SUCCESS)
-        *d = (struct cudnnFilterStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1};
+        *d = (struct cudnnFilterStruct){v[0], v[1], v[2], v[3], v[4], v[5], 1,
+                                        type == CUDNN_DATA_BFLOAT16};
     return s;
 }
 
@@ -178,8 +183,9 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int 
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t math)
 {
     (void)d;
-    return math == CUDNN_DEFAULT_MATH || math == CUDNN_FMA_MATH ? CUDNN_STATUS_SUCCESS
-                                                                : bad("an unexpected math type");
+    return math == CUDNN_DEFAULT_MATH || math == CUDNN_FMA_MATH || math == CUDNN_TENSOR_OP_MATH
+               ? CUDNN_STATUS_SUCCESS
+               : bad("an unexpected math type");
 }
 
 static int out_dim(int in, int pad, int k, int dil, int stride)
@@ -217,6 +223,8 @@ static cudnnStatus_t conv_of(const cudnnTensorDescriptor_t x, const cudnnFilterD
         return bad("a convolution whose descriptors have different ranks");
     if (x->c != w->c * c->group || w->k % c->group || y->c != w->k || y->n != x->n)
         return bad("the filter's channels do not match the tensors' and the group count");
+    if (x->half != w->half || y->half != x->half)
+        return bad("a convolution on tensors of different types");
     if (y->d != out_dim(x->d, c->pd, w->d, c->dd, c->sd) ||
         y->h != out_dim(x->h, c->ph, w->h, c->dh, c->sh) ||
         y->w != out_dim(x->w, c->pw, w->w, c->dw, c->sw))
@@ -350,9 +358,43 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     return one_algo(x, dw, c, dy, count, got, perf);
 }
 
+/* n bf16 values at p as float32, in a new array. */
+static float *widened(const void *p, long n)
+{
+    float *w = malloc((size_t)n * sizeof *w);
+    if (!w) {
+        fprintf(stderr, "fakecudnn: out of memory\n");
+        exit(1);
+    }
+    mprt_bf16_widen(n, p, w);
+    return w;
+}
+
+/* A convolution on bf16 tensors, as cuDNN's with float32 compute: the
+ * CPU's float32 convolution of the widened values, the result rounded
+ * once (the CPU trainer's conversions around the same kernel). */
+static void run_half(Call *k)
+{
+    const MprtConv *p = &k->p;
+    long x = (long)p->N * p->C * mprt_conv_in_plane(p), y = (long)p->N * p->M * mprt_conv_out_plane(p);
+    long w = (long)p->M * (p->C / p->group) * mprt_conv_taps(p);
+    long na = k->kind == CONV_FWD ? x : y, nout = k->kind == CONV_FWD ? y : x;
+    float *a = widened(k->a, na), *b = widened(k->b, w), *out = malloc((size_t)nout * sizeof *out);
+    if (k->kind == CONV_FWD)
+        mprt_conv(p, a, b, NULL, out, k->col);
+    else
+        mprt_conv_grad_x(p, a, b, out, k->col);
+    mprt_bf16_narrow(nout, out, (uint16_t *)(void *)k->out);
+    free(a), free(b), free(out);
+}
+
 static void run_call(void *arg)
 {
     Call *k = arg;
+    if (k->half) {
+        run_half(k);
+        return;
+    }
     switch (k->kind) {
     case CONV_FWD: mprt_conv(&k->p, k->a, k->b, NULL, k->out, k->col); break;
     case CONV_DATA: mprt_conv_grad_x(&k->p, k->a, k->b, k->out, k->col); break;
@@ -389,10 +431,12 @@ static cudnnStatus_t conv_call(cudnnHandle_t h, int kind, const void *alpha, con
                                const cudnnTensorDescriptor_t y, void *ws, size_t ws_bytes,
                                const void *a, const void *b, void *out)
 {
-    Call k = {.kind = kind, .a = a, .b = b, .out = out, .col = ws};
+    Call k = {.kind = kind, .half = x->half, .a = a, .b = b, .out = out, .col = ws};
     cudnnStatus_t s = conv_of(x, w, c, y, &k.p);
     if (s != CUDNN_STATUS_SUCCESS)
         return s;
+    if (k.half && kind == CONV_FILTER)
+        return bad("a filter gradient on bf16 tensors (mpcc keeps weight gradients float32)");
     if (!is(alpha, 1.0f) || !is(beta, 0.0f))
         return bad("a convolution with alpha != 1 or beta != 0");
     if (!ws || ws_bytes < col_bytes(&k.p) + extra_bytes())
@@ -448,6 +492,8 @@ static cudnnStatus_t bn_shape(cudnnBatchNormMode_t mode, const cudnnTensorDescri
         return bad("a batch norm with a descriptor never set");
     if (x->nb != 4 || other->nb != 4 || stats->nb != 4)
         return bad("a batch norm of descriptors that are not 4-D");
+    if (x->half || other->half || stats->half)
+        return bad("a batch norm on bf16 tensors (mpcc's are float32)");
     if (other->n != x->n || other->c != x->c || other->h != x->h || other->w != x->w ||
         stats->n != 1 || stats->c != x->c || stats->h != 1 || stats->w != 1)
         return bad("batch norm descriptors that do not agree (x, y, 1 x C x 1 x 1)");

@@ -46,11 +46,12 @@ echo "h100-sxm, batch 4096: Gemm fp32 $g32 ms, bf16 $g16 ms; Relu fp32 $r32 ms, 
     "SumTo fp32 $s32 ms, bf16 $s16 ms; loss gradient fp32 $l32 ms, bf16 $l16 ms"
 less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$l32" "$l16"
 
-# Under bf16 the GEMMs run on bf16 tensor cores and the convolutions as
-# cuDNN float32 convolutions on TF32 tensor cores (runtime/cuda_ops.c): with
-# bf16 1000x TF32 and compute-bound nodes (bytes and launches free, so the
-# staging passes cost nothing), the CNN sample's Gemm costs less under bf16
-# than under fp32 and its convolution the same.
+# Under bf16 the GEMMs run on bf16 tensor cores, a convolution with a bias
+# as a cuDNN float32 convolution on TF32 tensor cores and a data gradient
+# (no bias) on bf16 tensors (runtime/cuda_ops.c): with bf16 1000x TF32 and
+# compute-bound nodes (bytes and launches free, so the staging passes cost
+# nothing), the CNN sample's Gemm and its convolution's data gradient cost
+# less under bf16 than under fp32 and its convolution the same.
 printf 'flops = 1e13\nmatrix_flops = 1e13\ntf32_flops = 1e13\nbf16_flops = 1e16\nbandwidth = 1e16\noverhead = 0\ngraph_overhead = 0\n' \
     >"$work/conv.txt"
 node_ms() {   # node $1's predicted ms under the precision $2
@@ -58,10 +59,12 @@ node_ms() {   # node $1's predicted ms under the precision $2
         --precision="$2" --dump=costs 2>/dev/null | awk -v n="'$1'" '$NF == n { print $7 }'
 }
 c32=$(node_ms block2.conv/Conv_4 fp32) c16=$(node_ms block2.conv/Conv_4 bf16)
+d32=$(node_ms block2.conv/Conv_4/dX fp32) d16=$(node_ms block2.conv/Conv_4/dX bf16)
 m32=$(node_ms fc/Gemm_9 fp32) m16=$(node_ms fc/Gemm_9 bf16)
-echo "conv at fp32 $c32 ms, bf16 $c16 ms; gemm at fp32 $m32 ms, bf16 $m16 ms"
+echo "conv at fp32 $c32 ms, bf16 $c16 ms; its data gradient at fp32 $d32 ms, bf16 $d16 ms;" \
+    "gemm at fp32 $m32 ms, bf16 $m16 ms"
 [ -n "$c32" ] && [ "$c32" = "$c16" ] || { echo "FAIL: a bf16 convolution priced off TF32's rate"; exit 1; }
-less "$m16" "$m32"
+less "$m16" "$m32" && less "$d16" "$d32"
 
 # --cuda-graph: a step captured as one graph pays graph_overhead a kernel
 # instead of the launch overhead, so the predicted step of a launch-bound
