@@ -1384,6 +1384,41 @@ MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const
                                                dscale, dbias, (double)eps, NULL, NULL));
 }
 
+/* Batch normalization on bf16 activations, a GPU's only (a CPU device
+ * computes on float32 copies, codegen.c): cuDNN with bf16 x and y (dx, dy)
+ * descriptors and float32 statistics, weights and weight gradients, or in
+ * evaluation the inference kernel's bf16 twin. */
+MPRT_CU_KERNEL void mprt_cu_bn_train_bf16(int N, int C, long P, const uint16_t *x,
+                                          const float *scale, const float *bias,
+                                          float *running_mean, float *running_var,
+                                          float momentum, float eps, uint16_t *y)
+{
+    if (!mprt_training) {
+        void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &y};
+        mprt_cu_each("bn_infer_bf16", (long)N * C * P, args);
+        return;
+    }
+    cudnnTensorDescriptor_t xd = mprt_cu_tensor_nd(4, (long[]){N, C, P, 1}, CUDNN_DATA_BFLOAT16);
+    cudnnTensorDescriptor_t sd = mprt_cu_tensor(1, C, 1, 1);
+    float one = 1.0f, zero = 0.0f;
+    MPRT_CUDNN(cudnnBatchNormalizationForwardTraining(
+        mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, scale, bias,
+        1.0 - (double)momentum, running_mean, running_mean ? running_var : NULL, (double)eps,
+        NULL, NULL));
+}
+
+MPRT_CU_KERNEL void mprt_cu_bn_grad_bf16(int N, int C, long P, const uint16_t *dy,
+                                         const uint16_t *x, const float *scale, float eps,
+                                         uint16_t *dx, float *dscale, float *dbias)
+{
+    cudnnTensorDescriptor_t xd = mprt_cu_tensor_nd(4, (long[]){N, C, P, 1}, CUDNN_DATA_BFLOAT16);
+    cudnnTensorDescriptor_t sd = mprt_cu_tensor(1, C, 1, 1);
+    float one = 1.0f, zero = 0.0f;
+    MPRT_CUDNN(cudnnBatchNormalizationBackward(mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero,
+                                               &one, &zero, xd, x, xd, dy, xd, dx, sd, scale,
+                                               dscale, dbias, (double)eps, NULL, NULL));
+}
+
 /* ---- data movement ---- */
 
 MPRT_CU_KERNEL void mprt_cu_strided(size_t size, int back, int rank, const long *shape,

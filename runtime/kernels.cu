@@ -759,16 +759,32 @@ extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, 
 
 /* Batch normalization with the running statistics: y = (x - mean) *
  * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P. */
+template <typename T>
+static __device__ void bn_infer_each(int N, int C, i64 P, const T *x, const float *scale,
+                                     const float *bias, const float *mean, const float *var,
+                                     float eps, T *y)
+{
+    FOR_EACH(k, (i64)N * C * P) {
+        int c = (int)((k / P) % C);
+        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+        store_el(y, k, FADD(FMUL(FMUL(FSUB(load_el(x, k), mean[c]), inv), scale[c]), bias[c]));
+    }
+}
+
 extern "C" __global__ void mprt_k_bn_infer(int N, int C, i64 P, const float *x,
                                            const float *scale, const float *bias,
                                            const float *mean, const float *var, float eps,
                                            float *y)
 {
-    FOR_EACH(k, (i64)N * C * P) {
-        int c = (int)((k / P) % C);
-        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
-        y[k] = FADD(FMUL(FMUL(FSUB(x[k], mean[c]), inv), scale[c]), bias[c]);
-    }
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, y);
+}
+
+extern "C" __global__ void mprt_k_bn_infer_bf16(int N, int C, i64 P, const u16 *x,
+                                                const float *scale, const float *bias,
+                                                const float *mean, const float *var, float eps,
+                                                u16 *y)
+{
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, y);
 }
 
 /* Y[i, j] = C[i or 0, j or 0], before a GEMM with beta */

@@ -1155,7 +1155,7 @@ static void emit_batch_norm(CG *cg, const Node *n)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
     emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n",
-         blocked(cg, n->in[0]) ? "mprt_dnnl_bn_train" : kernel(cg, "bn_train"), N, C,
+         blocked(cg, n->in[0]) ? "mprt_dnnl_bn_train" : row_kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
          bn_momentum(n), norm_epsilon(n), buf(cg, n->out[0]));
@@ -2445,7 +2445,7 @@ static void emit_kernel(CG *cg, const Node *n)
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n",
-             blocked(cg, n->in[1]) ? "mprt_dnnl_bn_grad" : kernel(cg, "bn_grad"), N, C, P,
+             blocked(cg, n->in[1]) ? "mprt_dnnl_bn_grad" : row_kernel(cg, "bn_grad"), N, C, P,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
              norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));

@@ -10,7 +10,7 @@
 # Transpose moves a float32 copy of bf16 values (the one of the float32
 # logits moves float32). In the ResNet sample's, the convolutions' data
 # gradients run on bf16 tensors (its convolutions have a bias, so the
-# forward ones read float32 copies). Their numbers are the CPU's, bit for
+# forward ones read float32 copies), and so do its batch norms. Their numbers are the CPU's, bit for
 # bit, on the fake GPUs (cuda.fakegpu.*_bf16).
 # Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR
 set -eu
@@ -50,6 +50,9 @@ echo "mlp.mp on a CPU device: $cpu products, $widened widened copies"
 [ "$cpu" -gt 0 ] && [ "$widened" -gt 0 ] || { echo "FAIL: the CPU's products"; exit 1; }
 "$mpcc" "$samples/resnet.mp" -batch 8 -gpus 1 --precision=bf16 -o "$work/resnet.c" 2>/dev/null
 convs=$(($(calls "$work/resnet.c" mprt_cu_conv_bf16) + $(calls "$work/resnet.c" mprt_cu_conv_grad_x_bf16)))
-echo "resnet.mp: $convs convolutions on bf16 tensors"
-[ "$convs" -gt 0 ] || { echo "FAIL: resnet.mp: no convolution on bf16 tensors"; exit 1; }
+bn16=$(($(calls "$work/resnet.c" mprt_cu_bn_train_bf16) + $(calls "$work/resnet.c" mprt_cu_bn_grad_bf16)))
+bn=$(($(calls "$work/resnet.c" mprt_cu_bn_train) + $(calls "$work/resnet.c" mprt_cu_bn_grad)))
+echo "resnet.mp: $convs convolutions on bf16 tensors; batch norms $bn16 on bf16, $bn on float32"
+[ "$convs" -gt 0 ] && [ "$bn16" -gt 0 ] && [ "$bn" -eq 0 ] ||
+    { echo "FAIL: resnet.mp: a convolution or a batch norm on float32 copies"; exit 1; }
 echo "bf16_tensors: ok"

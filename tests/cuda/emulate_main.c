@@ -706,6 +706,9 @@ static void test_pool(void)
     report("gap_grad");
 }
 
+static uint16_t *bf16_copy(float *x, long n);
+static void same_narrowed(const char *what, const float *y, const uint16_t *h, long n);
+
 static void test_norm(void)
 {
     int N = 2, C = 4;
@@ -718,8 +721,13 @@ static void test_norm(void)
     same("bn_infer", y, cy, (size_t)n * 4);
     mprt_training = 0;
     mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, cy);
-    mprt_training = 1;
     same("bn_train (inference)", y, cy, (size_t)n * 4);
+    uint16_t *hx = bf16_copy(x, n), *hy = calloc((size_t)n, 2);   /* x rounded to bf16 */
+    mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, y);
+    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, mean, var, 0.9f, 1e-5f, hy);
+    same_narrowed("bn_train_bf16 (inference)", y, hy, n);
+    free(hx), free(hy);
+    mprt_training = 1;
     for (int G = C; G >= 2; G /= 2) {
         float *dy = fvec(n, -1, 1), *dx = fzero(n), *cdx = fzero(n);
         float ds[4], db[4], cds[4], cdb[4];
@@ -751,6 +759,7 @@ static void test_norm(void)
     free(x), free(scale), free(bias), free(mean), free(var), free(y), free(cy);
     free(lx), free(ls), free(lb), free(ly), free(cly), free(ldy), free(ldx), free(cldx);
     report("bn_infer");
+    report("bn_train_bf16");
     report("group_norm");
     report("group_norm_grad");
     report("layernorm");

@@ -388,9 +388,29 @@ static void run_half(Call *k)
     free(a), free(b), free(out);
 }
 
+/* A batch norm on bf16 x and y (dy, dx), as cuDNN's: the CPU's float32
+ * batch norm of the widened values, the result rounded once. */
+static void run_half_bn(Call *k)
+{
+    long n = (long)k->N * k->C * k->P;
+    float *a = widened(k->a, n), *out = malloc((size_t)n * sizeof *out);
+    float *b = k->kind == BN_BWD ? widened(k->b, n) : NULL;
+    if (k->kind == BN_FWD)
+        mprt_bn_train(k->N, k->C, k->P, a, k->scale, k->bias, k->d1, k->d2, k->momentum, k->eps,
+                      out);
+    else
+        mprt_bn_grad(k->N, k->C, k->P, a, b, k->scale, k->eps, out, k->d1, k->d2);
+    mprt_bf16_narrow(n, out, (uint16_t *)(void *)k->out);
+    free(a), free(b), free(out);
+}
+
 static void run_call(void *arg)
 {
     Call *k = arg;
+    if (k->half && (k->kind == BN_FWD || k->kind == BN_BWD)) {
+        run_half_bn(k);
+        return;
+    }
     if (k->half) {
         run_half(k);
         return;
@@ -492,8 +512,9 @@ static cudnnStatus_t bn_shape(cudnnBatchNormMode_t mode, const cudnnTensorDescri
         return bad("a batch norm with a descriptor never set");
     if (x->nb != 4 || other->nb != 4 || stats->nb != 4)
         return bad("a batch norm of descriptors that are not 4-D");
-    if (x->half || other->half || stats->half)
-        return bad("a batch norm on bf16 tensors (mpcc's are float32)");
+    if (other->half != x->half || stats->half)
+        return bad("a batch norm whose x and y differ in type, or with bf16 statistics");
+    k->half = x->half;
     if (other->n != x->n || other->c != x->c || other->h != x->h || other->w != x->w ||
         stats->n != 1 || stats->c != x->c || stats->h != 1 || stats->w != 1)
         return bad("batch norm descriptors that do not agree (x, y, 1 x C x 1 x 1)");
