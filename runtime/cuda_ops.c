@@ -616,6 +616,21 @@ MPRT_CU_KERNEL void mprt_cu_sce(int N, int C, long D, const float *x, const int6
     mprt_cu_one("nll", args);
 }
 
+/* mprt_cu_sce of bf16 scores, a GPU's only (codegen.c's row_kernel): the
+ * log-probabilities (float32) of the widened scores, then the loss. */
+MPRT_CU_KERNEL void mprt_cu_sce_bf16(int N, int C, long D, const uint16_t *x,
+                                     const int64_t *labels, int64_t ignore, float *loss,
+                                     float *logp)
+{
+    long outer = N, inner = D, Cl = C;
+    void *ls[] = {&outer, &Cl, &inner, &x, &logp};
+    mprt_cu_rows("log_softmax_of_bf16", outer * inner, Cl, ls);
+    uint64_t node = 0;
+    const float *lp = logp;
+    void *args[] = {&N, &C, &D, &lp, &labels, &ignore, &loss, &node};
+    mprt_cu_one("nll", args);
+}
+
 /* A kernel over N*C*D elements that also counts the labels (every block
  * counts them all, so the grid stays small). */
 static void mprt_cu_counting(const char *kernel, long n, void **args)
@@ -631,6 +646,15 @@ MPRT_CU_KERNEL void mprt_cu_sce_grad(int N, int C, long D, const float *dloss, c
 {
     void *args[] = {&N, &C, &D, &dloss, &logp, &labels, &ignore, &dx};
     mprt_cu_counting("sce_grad", (long)N * C * D, args);
+}
+
+/* mprt_cu_sce_grad into bf16 scores' gradient (as mprt_cu_sce_bf16). */
+MPRT_CU_KERNEL void mprt_cu_sce_grad_bf16(int N, int C, long D, const float *dloss,
+                                          const float *logp, const int64_t *labels,
+                                          int64_t ignore, uint16_t *dx)
+{
+    void *args[] = {&N, &C, &D, &dloss, &logp, &labels, &ignore, &dx};
+    mprt_cu_counting("sce_grad_bf16", (long)N * C * D, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_nll(int N, int C, long D, const float *x, const int64_t *labels,

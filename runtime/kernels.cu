@@ -1211,21 +1211,34 @@ extern "C" __global__ void mprt_k_softmax_grad_bf16(i64 outer, i64 C, i64 inner,
     softmax_grad_rows(outer, C, inner, dy, y, dx);
 }
 
-/* log-sum-exp in double, as the CPU */
-extern "C" __global__ void mprt_k_log_softmax(i64 outer, i64 C, i64 inner, const float *x,
-                                              float *y)
+/* log-sum-exp in double, as the CPU; x float32, or bf16 (the scores a
+ * loss reads under --precision=bf16), y float32 */
+template <typename T>
+static __device__ void log_softmax_rows(i64 outer, i64 C, i64 inner, const T *x, float *y)
 {
     FOR_ROWS(r, outer * inner) {
-        const float *xs = x + ROW_BASE(r);
+        const T *xs = x + ROW_BASE(r);
         float *ys = y + ROW_BASE(r);
         float mx = row_max(xs, C, inner);
         double sum = 0;
         for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            sum += exp((double)xs[c * inner] - mx);
+            sum += exp((double)load_el(xs, c * inner) - mx);
         float lse = (float)(mx + log(block_sum(sum)));
         for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            ys[c * inner] = FSUB(xs[c * inner], lse);
+            ys[c * inner] = FSUB(load_el(xs, c * inner), lse);
     }
+}
+
+extern "C" __global__ void mprt_k_log_softmax(i64 outer, i64 C, i64 inner, const float *x,
+                                              float *y)
+{
+    log_softmax_rows(outer, C, inner, x, y);
+}
+
+extern "C" __global__ void mprt_k_log_softmax_of_bf16(i64 outer, i64 C, i64 inner, const u16 *x,
+                                                      float *y)
+{
+    log_softmax_rows(outer, C, inner, x, y);
 }
 
 extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
@@ -1309,17 +1322,32 @@ static __device__ i64 label_count(i64 n, const i64 *labels, i64 ignore)
     return (i64)block_sum(c);
 }
 
-extern "C" __global__ void mprt_k_sce_grad(int N, int C, i64 D, const float *dloss,
-                                           const float *logp, const i64 *labels, i64 ignore,
-                                           float *dx)
+/* dx float32, or bf16 (the scores' gradient under --precision=bf16) */
+template <typename T>
+static __device__ void sce_grad_each(int N, int C, i64 D, const float *dloss, const float *logp,
+                                     const i64 *labels, i64 ignore, T *dx)
 {
     i64 count = label_count((i64)N * D, labels, ignore);
     float scale = count ? FDIV(dloss[0], (float)count) : 0.0f;
     FOR_EACH(i, (i64)N * C * D) {
         i64 n = i / ((i64)C * D), r = i - n * C * D, c = r / D, d = r - c * D;
         i64 t = labels[n * D + d];
-        dx[i] = t == ignore ? 0.0f : FMUL(FSUB(expf(logp[i]), (float)(c == t)), scale);
+        store_el(dx, i, t == ignore ? 0.0f : FMUL(FSUB(expf(logp[i]), (float)(c == t)), scale));
     }
+}
+
+extern "C" __global__ void mprt_k_sce_grad(int N, int C, i64 D, const float *dloss,
+                                           const float *logp, const i64 *labels, i64 ignore,
+                                           float *dx)
+{
+    sce_grad_each(N, C, D, dloss, logp, labels, ignore, dx);
+}
+
+extern "C" __global__ void mprt_k_sce_grad_bf16(int N, int C, i64 D, const float *dloss,
+                                                const float *logp, const i64 *labels,
+                                                i64 ignore, u16 *dx)
+{
+    sce_grad_each(N, C, D, dloss, logp, labels, ignore, dx);
 }
 
 extern "C" __global__ void mprt_k_nll_grad(int N, int C, i64 D, const float *dloss,

@@ -911,11 +911,11 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         unsupported(cg, n, "a reduction other than mean");
     long long ignore = (long long)loss_ignore_index(n);
     if (!grad)
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", kernel(cg, "sce"), N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", row_kernel(cg, "sce"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
              buf(cg, n->out[1]));
     else
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s);\n", kernel(cg, "sce_grad"), N, C, D,
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s);\n", row_kernel(cg, "sce_grad"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), ignore,
              buf(cg, n->out[0]));
 }

@@ -363,7 +363,9 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
  * bf16 dy and x into a bf16 dx (the weights, statistics and weight
  * gradients float32 as they always are); SumTo of a bf16 dy into its
  * float32 sum (a bias gradient); BatchNormalization in training and its
- * gradient, on bf16 x and y (dy, x and dx), through cuDNN. */
+ * gradient, on bf16 x and y (dy, x and dx), through cuDNN; the softmax
+ * cross-entropy of bf16 scores, and its gradient into bf16 (the loss and
+ * the log-probabilities float32). */
 static bool bf16_rows(const Graph *g, const Node *n)
 {
     switch (n->op) {
@@ -377,6 +379,10 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && g->values[n->out[0]].dtype == DT_F32;
     case OP_BATCH_NORM:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
+    case OP_SOFTMAX_CE:
+        return all_bf16(g, n->in, 1) && n->nout > 1 && n->out[1] != NONE;
+    case OP_SCE_GRAD:
+        return all_bf16(g, n->out, 1);
     case OP_BN_GRAD:
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
     default:

@@ -5,8 +5,8 @@
 # none reads a float32 copy (no mprt_cu_bf16_round: the parameters are
 # narrowed into bf16 scratch, the bf16 activations read as they are), while
 # the CPU trainer of the MLP computes on float32 copies. In the GPT's, the
-# attention's Softmax and its gradient and the bias gradients' sums are
-# the bf16 twins, and no
+# attention's Softmax and its gradient, the bias gradients' sums and the
+# loss's gradient of the scores are the bf16 twins, and no
 # Transpose moves a float32 copy of bf16 values (the one of the float32
 # logits moves float32). In the ResNet sample's, the convolutions' data
 # gradients run on bf16 tensors (its convolutions have a bias, so the
@@ -36,13 +36,14 @@ gpt=$work/gpt.mp.c
 soft=$(($(calls "$gpt" mprt_cu_softmax) + $(calls "$gpt" mprt_cu_softmax_grad)))
 soft16=$(($(calls "$gpt" mprt_cu_softmax_bf16) + $(calls "$gpt" mprt_cu_softmax_grad_bf16)))
 sums=$(calls "$gpt" mprt_cu_sum_to) sums16=$(calls "$gpt" mprt_cu_sum_to_bf16)
+loss16=$(calls "$gpt" mprt_cu_sce_grad_bf16)
 moves=$(grep -c "^    mprt_cu_strided(2, " "$gpt" || true)
 wide=$(grep -c "^    mprt_cu_strided(4, .*(W[0-9]* + " "$gpt" || true)   # on a float32 copy
 echo "gpt.mp: softmax $soft16 on bf16 tensors, $soft on float32 copies;" \
-    "sums $sums16 of bf16, $sums of float32;" \
+    "sums $sums16 of bf16, $sums of float32; loss gradients $loss16 into bf16;" \
     "transposes $moves of bf16, $wide of float32 copies"
 [ "$soft16" -gt 0 ] && [ "$soft" -eq 0 ] && [ "$moves" -gt 0 ] && [ "$wide" -eq 0 ] &&
-    [ "$sums16" -gt 0 ] && [ "$sums" -eq 0 ] ||
+    [ "$sums16" -gt 0 ] && [ "$sums" -eq 0 ] && [ "$loss16" -eq 1 ] ||
     { echo "FAIL: gpt.mp: a softmax, a sum or a transpose on float32 copies"; exit 1; }
 "$mpcc" "$samples/mlp.mp" -batch 64 -cpus 1 --precision=bf16 -o "$work/mlp_cpu.c" 2>/dev/null
 cpu=$(calls "$work/mlp_cpu.c" mprt_gemm) widened=$(calls "$work/mlp_cpu.c" mprt_bf16_widen)

@@ -859,6 +859,20 @@ static void test_losses(void)
     mprt_sce_grad(N, C, D, &dl, logp, labels, -100, dx);
     mprt_cu_sce_grad(N, C, D, &dl, logp, labels, -100, cdx);
     same("sce_grad", dx, cdx, (size_t)n * 4);
+    {   /* the bf16 twins: bf16 scores in, a bf16 gradient out */
+        float *wide = fzero(n);
+        uint16_t *half = malloc((size_t)n * 2), *hdx = calloc((size_t)n, 2);
+        mprt_bf16_narrow(n, x, half);
+        mprt_bf16_widen(n, half, wide);
+        mprt_sce(N, C, D, wide, labels, -100, &l1, logp);
+        mprt_cu_sce_bf16(N, C, D, half, labels, -100, &l2, clogp);
+        same("sce_bf16", &l1, &l2, 4);
+        same("sce_bf16 (log-probabilities)", logp, clogp, (size_t)n * 4);
+        mprt_sce_grad(N, C, D, &dl, logp, labels, -100, dx);
+        mprt_cu_sce_grad_bf16(N, C, D, &dl, logp, labels, -100, hdx);
+        same_narrowed("sce_grad_bf16", dx, hdx, n);
+        free(wide), free(half), free(hdx);
+    }
     float *t = fvec(n, -1, 1);
     mprt_mse(n, x, t, &l1);
     mprt_cu_mse(n, x, t, &l2);
@@ -882,6 +896,8 @@ static void test_losses(void)
     report("nll_grad");
     report("sce");
     report("sce_grad");
+    report("sce_bf16");
+    report("sce_grad_bf16");
     report("mse");
     report("mse_grad");
     report("softmax");
