@@ -543,8 +543,6 @@ static void mprt_cu_reduce(const char *each, const char *rows, long n_out,
 static void mprt_cu_sum_to_typed(int half, int rank, const long *shape, const int *keep,
                                  const void *dy, float alpha, long n_out, float *out)
 {
-    const char *suffix = half ? "_bf16" : "";
-    char each[32], rows[32];
     int lead = 0;   /* reduced leading dims, then only kept ones: columns */
     while (lead < rank && !keep[lead])
         lead++;
@@ -556,15 +554,18 @@ static void mprt_cu_sum_to_typed(int half, int rank, const long *shape, const in
         for (int d = 0; d < lead; d++)
             R *= shape[d];
         void *args[] = {&R, &n_out, &dy, &alpha, &out};
-        snprintf(each, sizeof each, "col_sum%s", suffix);
-        mprt_cu_cols(each, n_out, args);
+        if (half)
+            mprt_cu_cols("col_sum_bf16", n_out, args);
+        else
+            mprt_cu_cols("col_sum", n_out, args);
         return;
     }
     MprtCuSumTo p = mprt_cu_sum_to_of(rank, shape, keep);
     void *args[] = {&p, &dy, &alpha, &n_out, &out};
-    snprintf(each, sizeof each, "sum_to%s", suffix);
-    snprintf(rows, sizeof rows, "sum_to_rows%s", suffix);
-    mprt_cu_reduce(each, rows, n_out, &p, args);
+    if (half)
+        mprt_cu_reduce("sum_to_bf16", "sum_to_rows_bf16", n_out, &p, args);
+    else
+        mprt_cu_reduce("sum_to", "sum_to_rows", n_out, &p, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_sum_to(int rank, const long *shape, const int *keep, const float *dy,
@@ -827,13 +828,15 @@ static const uint64_t *mprt_cu_dropout_slot(uint64_t node)
 /* The mask is the CPU's: the key is mprt_dropout_key's (the seed and the
  * micro-batch as they are now), read from its slot; the bits from the same
  * hash. */
-MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int training,
-                                    const float *x, float *y, uint8_t *mask)
+/* Dropout of float32 x and y, or (half) of bf16 ones: the bf16 twins are a
+ * GPU's only (codegen.c's row_kernel). */
+static void mprt_cu_dropout_typed(int half, long n, uint64_t node, float ratio, int training,
+                                  const void *x, void *y, uint8_t *mask)
 {
     if (n <= 0)
         return;
     if (!training || ratio <= 0.0f) {
-        mprt_cu_copy(n, x, y);
+        mprt_cu_copy_bytes((size_t)n * (half ? 2 : 4), x, y);
         if (mask)
             MPRT_CUDA(cudaMemsetAsync(mask, 1, (size_t)n, mprt_cu->compute));
         return;
@@ -841,13 +844,34 @@ MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int trai
     const uint64_t *key = mprt_cu_dropout_slot(node);
     float scale = ratio < 1.0f ? 1.0f / (1.0f - ratio) : 0.0f;
     void *args[] = {&n, &key, &ratio, &scale, &x, &y, &mask};
-    mprt_cu_each("dropout", n, args);
+    if (half)
+        mprt_cu_each("dropout_bf16", n, args);
+    else
+        mprt_cu_each("dropout", n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_dropout(long n, uint64_t node, float ratio, int training,
+                                    const float *x, float *y, uint8_t *mask)
+{
+    mprt_cu_dropout_typed(0, n, node, ratio, training, x, y, mask);
 }
 
 MPRT_CU_KERNEL void mprt_cu_dropout_grad(long n, uint64_t node, float ratio, const float *dy,
                                          float *dx)
 {
-    mprt_cu_dropout(n, node, ratio, 1, dy, dx, NULL);
+    mprt_cu_dropout_typed(0, n, node, ratio, 1, dy, dx, NULL);
+}
+
+MPRT_CU_KERNEL void mprt_cu_dropout_bf16(long n, uint64_t node, float ratio, int training,
+                                         const uint16_t *x, uint16_t *y, uint8_t *mask)
+{
+    mprt_cu_dropout_typed(1, n, node, ratio, training, x, y, mask);
+}
+
+MPRT_CU_KERNEL void mprt_cu_dropout_grad_bf16(long n, uint64_t node, float ratio,
+                                              const uint16_t *dy, uint16_t *dx)
+{
+    mprt_cu_dropout_typed(1, n, node, ratio, 1, dy, dx, NULL);
 }
 
 /* ---- pooling ---- */

@@ -1628,16 +1628,29 @@ static __device__ u64 mix64(u64 z)
 
 /* *key: the host's mprt_dropout_key(node) for this micro-batch, in a slot
  * the host fills each step; y = x * keep * scale; mask (may be NULL) = keep. */
-extern "C" __global__ void mprt_k_dropout(i64 n, const u64 *key, float ratio, float scale,
-                                          const float *x, float *y, u8 *mask)
+template <typename T>
+static __device__ void dropout_each(i64 n, const u64 *key, float ratio, float scale, const T *x,
+                                    T *y, u8 *mask)
 {
     FOR_EACH(i, n) {
         u64 r = mix64(*key + (u64)i * 0x9e3779b97f4a7c15ULL);
         int keep = (float)(r >> 40) * (1.0f / 16777216.0f) >= ratio;
-        y[i] = keep ? FMUL(x[i], scale) : 0.0f;
+        store_el(y, i, keep ? FMUL(load_el(x, i), scale) : 0.0f);
         if (mask)
             mask[i] = (u8)keep;
     }
+}
+
+extern "C" __global__ void mprt_k_dropout(i64 n, const u64 *key, float ratio, float scale,
+                                          const float *x, float *y, u8 *mask)
+{
+    dropout_each(n, key, ratio, scale, x, y, mask);
+}
+
+extern "C" __global__ void mprt_k_dropout_bf16(i64 n, const u64 *key, float ratio, float scale,
+                                               const u16 *x, u16 *y, u8 *mask)
+{
+    dropout_each(n, key, ratio, scale, x, y, mask);
 }
 
 /* ---- optimizers (torch.optim), the CPU's operation order ---- */

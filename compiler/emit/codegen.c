@@ -1479,11 +1479,11 @@ static void emit_dropout(CG *cg, const Node *n)
     /* --infer: before opset 12 Dropout has no training mode: the identity */
     double ratio = cg->o->infer && cg->g->opset < 12 ? 0 : dropout_ratio(cg->g, n);
     if (n->op == OP_DROPOUT)
-        emit(cg, "    %s(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n", kernel(cg, "dropout"),
+        emit(cg, "    %s(%ld, %u, (float)%.9g, mprt_training, %s, %s, %s);\n", row_kernel(cg, "dropout"),
              numel(cg, n->out[0]), (unsigned)(n - cg->g->nodes), ratio,
              buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true));
     else
-        emit(cg, "    %s(%ld, %u, (float)%.9g, %s, %s);\n", kernel(cg, "dropout_grad"), numel(cg, n->out[0]),
+        emit(cg, "    %s(%ld, %u, (float)%.9g, %s, %s);\n", row_kernel(cg, "dropout_grad"), numel(cg, n->out[0]),
              (unsigned)attr_int(n, "node", 0), attr_float(n, "ratio", 0), buf(cg, n->in[0]),
              buf(cg, n->out[0]));
 }

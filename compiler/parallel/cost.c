@@ -365,7 +365,8 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
  * float32 sum (a bias gradient); BatchNormalization in training and its
  * gradient, on bf16 x and y (dy, x and dx), through cuDNN; the softmax
  * cross-entropy of bf16 scores, and its gradient into bf16 (the loss and
- * the log-probabilities float32). */
+ * the log-probabilities float32); Dropout and its gradient on bf16 values
+ * (the mask is bytes). */
 static bool bf16_rows(const Graph *g, const Node *n)
 {
     switch (n->op) {
@@ -383,6 +384,8 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && n->nout > 1 && n->out[1] != NONE;
     case OP_SCE_GRAD:
         return all_bf16(g, n->out, 1);
+    case OP_DROPOUT: case OP_DROPOUT_GRAD:
+        return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_BN_GRAD:
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
     default:

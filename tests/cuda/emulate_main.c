@@ -1211,6 +1211,17 @@ static void test_update(void)
     mprt_dropout_grad(n, 7, 0.3f, g, y);
     mprt_cu_dropout_grad(n, 7, 0.3f, g, cy);
     same("dropout_grad", y, cy, (size_t)n * 4);
+    {   /* the bf16 twins: the same mask, the kept values scaled and rounded once */
+        uint16_t *hg = bf16_copy(g, n), *hy = calloc((size_t)n, 2);
+        mprt_dropout(n, 7, 0.3f, 1, g, y, mask);
+        mprt_cu_dropout_bf16(n, 7, 0.3f, 1, hg, hy, cmask);
+        same_narrowed("dropout_bf16", y, hy, n);
+        same("dropout_bf16 (mask)", mask, cmask, sizeof mask);
+        mprt_dropout_grad(n, 7, 0.3f, g, y);
+        mprt_cu_dropout_grad_bf16(n, 7, 0.3f, hg, hy);
+        same_narrowed("dropout_grad_bf16", y, hy, n);
+        free(hg), free(hy);
+    }
     float rx[12], ry[12], cry[12], rdx[12], crdx[12];
     for (int i = 0; i < 12; i++)
         rx[i] = frand(-1, 1);
@@ -1227,6 +1238,7 @@ static void test_update(void)
     report("adamw");
     report("clip_factor");
     report("dropout");
+    report("dropout_bf16");
     report("relu");
 }
 
