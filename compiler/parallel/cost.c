@@ -349,12 +349,17 @@ static bool moves_bf16(const Graph *g, const Node *n)
     return k > 0;
 }
 
-static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
+static bool all_of(const Graph *g, const uint32_t *v, uint32_t k, DType t)
 {
     for (uint32_t j = 0; j < k; j++)
-        if (v[j] == NONE || g->values[v[j]].dtype != DT_BF16)
+        if (v[j] == NONE || g->values[v[j]].dtype != t)
             return false;
     return true;
+}
+
+static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
+{
+    return all_of(g, v, k, DT_BF16);
 }
 
 /* A GPU's row kernel with a bf16 twin (runtime/cuda_ops.c's
@@ -381,9 +386,9 @@ static bool bf16_rows(const Graph *g, const Node *n)
     case OP_BATCH_NORM:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_SOFTMAX_CE:
-        return all_bf16(g, n->in, 1) && n->nout > 1 && n->out[1] != NONE;
+        return all_bf16(g, n->in, 1) && n->nout > 1 && all_of(g, n->out, 2, DT_F32);
     case OP_SCE_GRAD:
-        return all_bf16(g, n->out, 1);
+        return all_of(g, n->in, 2, DT_F32) && all_bf16(g, n->out, 1);
     case OP_DROPOUT: case OP_DROPOUT_GRAD:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_BN_GRAD:
