@@ -904,35 +904,46 @@ static void test_losses(void)
     report("log_softmax");
 }
 
+/* One strided view of x (30 elements, bf16 values) in bf16, CPU and CUDA,
+ * against the float32 run narrowed: the view out, then back into a zeroed
+ * x (the gradient). */
+static void strided_bf16_case(const char *what, int rank, const long *shape, const long *stride,
+                              long base, const float *x, const uint16_t *hx, long n_view)
+{
+    float y[30], dx[30];
+    uint16_t want[30], hy[30], cy[30], hdx[30], cdx[30];
+    char name[80];
+    mprt_strided(4, 0, rank, shape, stride, base, 30, (float *)x, y);
+    mprt_bf16_narrow(n_view, y, want);
+    mprt_strided(2, 0, rank, shape, stride, base, 30, (uint16_t *)hx, hy);
+    mprt_cu_strided(2, 0, rank, shape, stride, base, 30, (uint16_t *)hx, cy);
+    snprintf(name, sizeof name, "strided in bf16 (%s, against float32)", what);
+    same(name, want, hy, (size_t)n_view * 2);
+    snprintf(name, sizeof name, "strided in bf16 (%s, CUDA)", what);
+    same(name, hy, cy, (size_t)n_view * 2);
+    mprt_strided(4, 1, rank, shape, stride, base, 30, dx, y);
+    mprt_bf16_narrow(30, dx, want);
+    mprt_strided(2, 1, rank, shape, stride, base, 30, hdx, hy);
+    mprt_cu_strided(2, 1, rank, shape, stride, base, 30, cdx, hy);
+    snprintf(name, sizeof name, "strided in bf16 (%s back, against float32)", what);
+    same(name, want, hdx, sizeof hdx);
+    snprintf(name, sizeof name, "strided in bf16 (%s back, CUDA)", what);
+    same(name, hdx, cdx, sizeof cdx);
+}
+
 /* The layout kernels on bf16 elements (2 bytes each) against their
  * float32 runs narrowed, CPU and CUDA: a transpose of the last two
- * dimensions (the CPU's blocked path) and back, a slice with a step, a
- * concat and a split. */
+ * dimensions (the CPU's blocked path) and a slice with a step, each with
+ * its gradient; a concat and a split. */
 static void move_bf16_cases(void)
 {
     long shape[] = {2, 5, 3}, stride[] = {15, 1, 5}, sl[] = {2, 2}, sst[] = {15, 2};
-    float *x = fvec(30, -1, 1), y[30], dx[30], ys[4];
-    uint16_t hx[30], want[30], hy[30], cy[30], hdx[30], cdx[30], hs[4], cs[4];
+    float *x = fvec(30, -1, 1);
+    uint16_t hx[30];
     mprt_bf16_narrow(30, x, hx);
     mprt_bf16_widen(30, hx, x);
-    mprt_strided(4, 0, 3, shape, stride, 0, 30, x, y);
-    mprt_bf16_narrow(30, y, want);
-    mprt_strided(2, 0, 3, shape, stride, 0, 30, hx, hy);
-    mprt_cu_strided(2, 0, 3, shape, stride, 0, 30, hx, cy);
-    same("strided in bf16 (against float32)", want, hy, sizeof hy);
-    same("strided in bf16 (CUDA)", hy, cy, sizeof cy);
-    mprt_strided(4, 1, 3, shape, stride, 0, 30, dx, y);
-    mprt_bf16_narrow(30, dx, want);
-    mprt_strided(2, 1, 3, shape, stride, 0, 30, hdx, hy);
-    mprt_cu_strided(2, 1, 3, shape, stride, 0, 30, cdx, hy);
-    same("strided in bf16 (back, against float32)", want, hdx, sizeof hdx);
-    same("strided in bf16 (back, CUDA)", hdx, cdx, sizeof cdx);
-    mprt_strided(4, 0, 2, sl, sst, 1, 30, x, ys);
-    mprt_bf16_narrow(4, ys, want);
-    mprt_strided(2, 0, 2, sl, sst, 1, 30, hx, hs);
-    mprt_cu_strided(2, 0, 2, sl, sst, 1, 30, hx, cs);
-    same("strided in bf16 (slice, against float32)", want, hs, sizeof hs);
-    same("strided in bf16 (slice, CUDA)", hs, cs, sizeof cs);
+    strided_bf16_case("transpose", 3, shape, stride, 0, x, hx, 30);
+    strided_bf16_case("slice", 2, sl, sst, 1, x, hx, 4);
     long len[] = {2, 3};
     uint16_t cat[30], ccat[30], q0[12], q1[18];
     void *const parts[] = {hx, hx + 12}, *const split[] = {q0, q1};
