@@ -1174,7 +1174,7 @@ static size_t mprt_cu_conv_room(void)
  * that may still use the old one. */
 static int mprt_cu_grow_workspace(size_t n)
 {
-    if (n <= mprt_cu->scratch_bytes || n <= mprt_cu->workspace_bytes)
+    if (n <= mprt_cu->workspace_bytes)
         return 1;
     void *p = NULL;
     if (cudaMalloc(&p, n) != cudaSuccess) {
@@ -1188,11 +1188,21 @@ static int mprt_cu_grow_workspace(size_t n)
     return 1;
 }
 
-/* The area direction dir's algorithm runs in: the scratch if it fits,
- * else the device's cuDNN workspace. */
-static void *mprt_cu_conv_area(const MprtCuConv *c, int dir)
+/* Whether direction dir's workspace fits the scratch from col (the
+ * call's own area: past what the call holds there, codegen.c's workspace)
+ * to its end. */
+static int mprt_cu_conv_fits(const MprtCuConv *c, int dir, const void *col)
 {
-    return c->ws[dir] <= mprt_cu->scratch_bytes ? mprt_cu->scratch : mprt_cu->workspace;
+    size_t at = (size_t)((const char *)col - (const char *)mprt_cu->scratch);
+    return mprt_cu->scratch && col && at <= mprt_cu->scratch_bytes &&
+           c->ws[dir] <= mprt_cu->scratch_bytes - at;
+}
+
+/* The area direction dir's algorithm runs in: the scratch from col if it
+ * fits, else the device's cuDNN workspace (mprt_cu_conv_ready grew it). */
+static void *mprt_cu_conv_area(const MprtCuConv *c, int dir, void *col)
+{
+    return mprt_cu_conv_fits(c, dir, col) ? col : mprt_cu->workspace;
 }
 
 /* cuDNN's ranking of direction dir's algorithms (its heuristics: fastest
@@ -1256,7 +1266,7 @@ static int mprt_cu_conv_choose(MprtCuConv *c, int dir)
     int n = mprt_cu_conv_rank(c, dir, cand);
     size_t room = mprt_cu_conv_room(), ws = 0;
     int pick = mprt_cu_conv_pick(c, dir, cand, n, room, &ws);
-    if (pick >= 0 && !mprt_cu_grow_workspace(ws)) {
+    if (pick >= 0 && ws > mprt_cu->scratch_bytes && !mprt_cu_grow_workspace(ws)) {
         room = mprt_cu->scratch_bytes > mprt_cu->workspace_bytes ? mprt_cu->scratch_bytes
                                                                  : mprt_cu->workspace_bytes;
         pick = mprt_cu_conv_pick(c, dir, cand, n, room, &ws);
@@ -1268,25 +1278,29 @@ static int mprt_cu_conv_choose(MprtCuConv *c, int dir)
     return pick >= 0;
 }
 
-static int mprt_cu_conv_ready(MprtCuConv *c, int dir)
+/* Whether direction dir runs through cuDNN, with its workspace at the
+ * scratch from col or in the device's workspace, grown to it (at the first
+ * step, before any capture: a call holds the same operands every step). */
+static int mprt_cu_conv_ready(MprtCuConv *c, int dir, const void *col)
 {
     if (c->direct)
         return 0;
     if (!c->chosen[dir])
         mprt_cu_conv_choose(c, dir);
-    return c->algo[dir] >= 0;
+    if (c->algo[dir] < 0)
+        return 0;
+    return mprt_cu_conv_fits(c, dir, col) || mprt_cu_grow_workspace(c->ws[dir]);
 }
 
 MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float *w,
                                  const float *b, float *y, float *col)
 {
-    (void)col;   /* the workspace is the scratch, the same area, or cuDNN's own */
     MprtCuConv *c = mprt_cu_conv_of(p, 0);
-    if (mprt_cu_conv_ready(c, 0)) {
+    if (mprt_cu_conv_ready(c, 0, col)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
-                                           (cudnnConvolutionFwdAlgo_t)c->algo[0], mprt_cu_conv_area(c, 0),
-                                           c->ws[0], &zero, c->y, y));
+                                           (cudnnConvolutionFwdAlgo_t)c->algo[0],
+                                           mprt_cu_conv_area(c, 0, col), c->ws[0], &zero, c->y, y));
     } else {
         void *args[] = {(void *)p, &x, &w, &y};
         mprt_cu_each("conv", (long)p->N * p->M * mprt_conv_out_plane(p), args);
@@ -1302,13 +1316,12 @@ MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float 
 MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, const float *w,
                                         float *dx, float *col)
 {
-    (void)col;
     MprtCuConv *c = mprt_cu_conv_of(p, 0);
-    if (mprt_cu_conv_ready(c, 1)) {
+    if (mprt_cu_conv_ready(c, 1, col)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)c->algo[1],
-                                                mprt_cu_conv_area(c, 1), c->ws[1], &zero, c->x, dx));
+                                                mprt_cu_conv_area(c, 1, col), c->ws[1], &zero, c->x, dx));
     } else {
         void *args[] = {(void *)p, &dy, &w, &dx};
         mprt_cu_each("conv_grad_x", (long)p->N * p->C * mprt_conv_in_plane(p), args);
@@ -1333,13 +1346,12 @@ MPRT_CU_KERNEL void mprt_cu_conv_transpose(const MprtConv *p, const float *x, co
 MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, const float *x,
                                         float *dw, float *col)
 {
-    (void)col;
     MprtCuConv *c = mprt_cu_conv_of(p, 0);
-    if (mprt_cu_conv_ready(c, 2)) {
+    if (mprt_cu_conv_ready(c, 2, col)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardFilter(mprt_cu->dnn, &one, c->x, x, c->y, dy, c->conv,
                                                   (cudnnConvolutionBwdFilterAlgo_t)c->algo[2],
-                                                  mprt_cu_conv_area(c, 2), c->ws[2], &zero, c->w, dw));
+                                                  mprt_cu_conv_area(c, 2, col), c->ws[2], &zero, c->w, dw));
     } else {
         void *args[] = {(void *)p, &dy, &x, &dw};
         mprt_cu_each("conv_grad_w", (long)p->M * (p->C / p->group) * mprt_conv_taps(p), args);
@@ -1352,14 +1364,14 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
  * direct kernels' bf16 twins. The products and sums of the CPU's float32
  * convolution of the same bf16 values, each result rounded once. */
 MPRT_CU_KERNEL void mprt_cu_conv_bf16(const MprtConv *p, const uint16_t *x, const uint16_t *w,
-                                      uint16_t *y)
+                                      uint16_t *y, float *col)
 {
     MprtCuConv *c = mprt_cu_conv_of(p, 1);
-    if (mprt_cu_conv_ready(c, 0)) {
+    if (mprt_cu_conv_ready(c, 0, col)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionForward(mprt_cu->dnn, &one, c->x, x, c->w, w, c->conv,
                                            (cudnnConvolutionFwdAlgo_t)c->algo[0],
-                                           mprt_cu_conv_area(c, 0), c->ws[0], &zero, c->y, y));
+                                           mprt_cu_conv_area(c, 0, col), c->ws[0], &zero, c->y, y));
     } else {
         void *args[] = {(void *)p, &x, &w, &y};
         mprt_cu_each("conv_bf16", (long)p->N * p->M * mprt_conv_out_plane(p), args);
@@ -1367,14 +1379,14 @@ MPRT_CU_KERNEL void mprt_cu_conv_bf16(const MprtConv *p, const uint16_t *x, cons
 }
 
 MPRT_CU_KERNEL void mprt_cu_conv_grad_x_bf16(const MprtConv *p, const uint16_t *dy,
-                                             const uint16_t *w, uint16_t *dx)
+                                             const uint16_t *w, uint16_t *dx, float *col)
 {
     MprtCuConv *c = mprt_cu_conv_of(p, 1);
-    if (mprt_cu_conv_ready(c, 1)) {
+    if (mprt_cu_conv_ready(c, 1, col)) {
         float one = 1.0f, zero = 0.0f;
         MPRT_CUDNN(cudnnConvolutionBackwardData(mprt_cu->dnn, &one, c->w, w, c->y, dy, c->conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)c->algo[1],
-                                                mprt_cu_conv_area(c, 1), c->ws[1], &zero, c->x,
+                                                mprt_cu_conv_area(c, 1, col), c->ws[1], &zero, c->x,
                                                 dx));
     } else {
         void *args[] = {(void *)p, &dy, &w, &dx};

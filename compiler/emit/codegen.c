@@ -36,6 +36,14 @@ typedef struct EmbeddedFile {
 } EmbeddedFile;
 extern const EmbeddedFile embedded_files[];
 
+/* A node's operands that its kernel reads and writes in scratch under
+ * bf16 (stage_operands). */
+typedef struct Staged {
+    uint32_t *vals, n;
+    StageKind *kind;
+    int64_t end;   /* the byte of the scratch past them */
+} Staged;
+
 typedef struct CG {
     Graph *g;
     const Options *o;
@@ -72,7 +80,7 @@ typedef struct CG {
      * through float32 scratch (stage_operands) */
     const char **staged_as;   /* [nvalues]: the scratch's expression, or NULL */
     Native native;            /* how the node being written takes bf16 (cost.c's bf16_native) */
-    struct Staged *staged;    /* the node's, while it is written; NULL otherwise */
+    Staged *staged;           /* the node's, while it is written; NULL otherwise */
 } CG;
 
 /* A buffer of the function being written, by the name it has there. */
@@ -549,12 +557,15 @@ static const char *row_kernel(CG *cg, const char *name)
     return kernel(cg, name);
 }
 
-/* The scratch of the device running the stage being written. */
+/* The scratch of the node being written, as its kernel's own area: on a
+ * GPU past its staged operands (cost.c's node_staging_at). */
 static const char *workspace(CG *cg)
 {
-    char *s = arena_alloc(cg->g->arena, 16);
-    snprintf(s, 16, "W%d", cg->plan->st->dev[cg->stage]);
-    return s;
+    int dev = cg->plan->st->dev[cg->stage];
+    int64_t past = cg->staged && cuda_stage(cg) ? cg->staged->end : 0;
+    if (past)
+        return arena_printf(cg->g->arena, "(W%d + %lld)", dev, (long long)(past / 4));
+    return arena_printf(cg->g->arena, "W%d", dev);
 }
 
 /* Optional input or output k of a node: its buffer, or NULL. */
@@ -1114,7 +1125,8 @@ static void emit_conv(CG *cg, const Node *n)
             conv_params(cg, n, n->in[0], n->in[1], n->out[0]);
         else
             conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
-        emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+        emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]),
+             workspace(cg));
         return;
     }
     switch (n->op) {
@@ -2254,17 +2266,13 @@ static void emit_kernel(CG *cg, const Node *n);
 
 /* ---- bf16 operands (--precision=bf16, graph/precision.c) ---- */
 
-/* A node's operands that its kernel reads and writes in scratch: each
- * bf16 input widened before it, each bf16 output rounded after it, a
- * matrix product's parameters rounded to bf16 before it (STAGE_WIDE,
+/* Staging (Staged): a node's operands that its kernel reads and writes in
+ * scratch: each bf16 input widened before it, each bf16 output rounded
+ * after it, a matrix product's parameters rounded to bf16 before it (STAGE_WIDE,
  * STAGE_ROUND); on a GPU, a matrix product on bf16 tensors has its
  * float32 operands narrowed into bf16 (STAGE_NARROW). While the node is
  * written the staged values read at their scratch with its type, so its
  * kernel's code is that of float32 (or bf16) operands. */
-typedef struct Staged {
-    uint32_t *vals, n;
-    StageKind *kind;
-} Staged;
 
 static bool is_output_of(const Node *n, uint32_t v)
 {
@@ -2306,6 +2314,7 @@ static void stage_operands(CG *cg, const Node *n, Native native, Staged *s)
         cg->g->values[v].dtype = half ? DT_BF16 : DT_F32;
         at += (numel(cg, v) * (half ? 2 : 4) + 63) / 64 * 64;
     }
+    s->end = at;
     cg->staged = s;
 }
 

@@ -413,18 +413,24 @@ Native bf16_native(const Graph *g, const Node *n, bool cuda)
     return cuda && bf16_matrix(g, n) ? NATIVE_MATRIX : NATIVE_NONE;
 }
 
-/* Where a node's bf16 operands' float32 copies start in its scratch
- * (--precision=bf16, precision.c): past the kernel's own, 64-byte aligned. */
+/* Where a node's staged bf16 operands (--precision=bf16, precision.c)
+ * start in its scratch. On a CPU device past the kernel's own area,
+ * 64-byte aligned. On a GPU first, so that the kernel's own area is all
+ * the scratch past them: cuDNN may use every byte from its workspace
+ * pointer on (runtime/cuda_ops.c's mprt_cu_conv_area). */
 int64_t node_staging_at(const Graph *g, const Node *n, bool cpu)
 {
-    return (kernel_workspace(g, n, cpu) + 63) / 64 * 64;
+    return cpu ? (kernel_workspace(g, n, cpu) + 63) / 64 * 64 : 0;
 }
 
-/* All the scratch a node uses: its kernel's, then its staged operands'. */
+/* All the scratch a node uses: its kernel's and its staged operands'
+ * (each 64-byte aligned, node_staging_at). */
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu)
 {
     int64_t staging = precision_staging(g, n, bf16_native(g, n, !cpu)).scratch;
-    return staging ? node_staging_at(g, n, cpu) + staging : kernel_workspace(g, n, cpu);
+    if (!staging)
+        return kernel_workspace(g, n, cpu);
+    return cpu ? node_staging_at(g, n, cpu) + staging : staging + kernel_workspace(g, n, cpu);
 }
 
 /* ---- CPU devices: the work as runtime/ does it ---- */

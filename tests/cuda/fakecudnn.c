@@ -18,7 +18,9 @@
  *   floats, or
  *   the batch's, runtime/kernel.h's mprt_conv_batched; plus
  *   FAKECUDNN_EXTRA_BYTES); a smaller workspace, a NULL one, alpha != 1 or beta != 0, or a filter
- *   that does not match the tensors is an error.
+ *   that does not match the tensors is an error. Each call fills the whole
+ *   workspace it asked for with NaNs before it computes, as cuDNN may use
+ *   every byte of it: an operand the trainer left in that area is lost.
  * - Batch norm (spatial): the running statistics move as cuDNN says,
  *   running = factor * batch + (1 - factor) * running, which is the CPU's
  *   momentum = 1 - factor; alpha and beta must be 1 and 0.
@@ -59,6 +61,7 @@ typedef struct {
     MprtConv p;
     const float *a, *b, *scale, *bias;
     float *out, *col, *d1, *d2;
+    size_t col_bytes;   /* the workspace the algorithm asked for */
     float momentum, eps;
     int N, C;
     long P;
@@ -407,6 +410,8 @@ static void run_half_bn(Call *k)
 static void run_call(void *arg)
 {
     Call *k = arg;
+    if (k->kind <= CONV_FILTER)
+        memset(k->col, 0xff, k->col_bytes);   /* NaNs where an operand must not be */
     if (k->half && (k->kind == BN_FWD || k->kind == BN_BWD)) {
         run_half_bn(k);
         return;
@@ -459,7 +464,8 @@ static cudnnStatus_t conv_call(cudnnHandle_t h, int kind, const void *alpha, con
         return bad("a filter gradient on bf16 tensors (mpcc keeps weight gradients float32)");
     if (!is(alpha, 1.0f) || !is(beta, 0.0f))
         return bad("a convolution with alpha != 1 or beta != 0");
-    if (!ws || ws_bytes < col_bytes(&k.p) + extra_bytes())
+    k.col_bytes = col_bytes(&k.p) + extra_bytes();
+    if (!ws || ws_bytes < k.col_bytes)
         return bad("a convolution with less workspace than its algorithm asked for");
     return enqueue(h, &k);
 }
