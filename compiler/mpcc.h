@@ -639,7 +639,9 @@ void lower_precision(Graph *g, const Options *o);   /* --precision=bf16: the bf1
 typedef enum { NATIVE_NONE, NATIVE_CHAIN, NATIVE_MOVE, NATIVE_ROWS, NATIVE_MATRIX } Native;
 /* A staged operand: a bf16 value widened into float32 scratch (and, an
  * output, narrowed back); a float32 one rounded to bf16 in float32
- * scratch; or narrowed into bf16 scratch. */
+ * scratch; or narrowed into bf16 scratch. A float32 output that is rounded
+ * (a filter gradient) is written to float32 scratch and rounded from it
+ * (STAGE_ROUND), or written as bf16 and widened (STAGE_NARROW). */
 typedef enum { STAGE_WIDE, STAGE_ROUND, STAGE_NARROW } StageKind;
 uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t *vals,
                           StageKind *kind);
@@ -746,6 +748,8 @@ double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profi
                     const Measured *m);   /* what running n inside a fused chain saves */
 int64_t node_staging_at(const Graph *g, const Node *n, bool cpu);   /* bf16 operands' scratch */
 Native bf16_native(const Graph *g, const Node *n, bool cuda);   /* how n takes bf16 operands */
+/* A convolution's input x, filter w and output y, whichever of them it computes. */
+void conv_operands(const Node *n, uint32_t *x, uint32_t *w, uint32_t *y);
 int64_t node_workspace(const Graph *g, const Node *n, bool cpu);   /* scratch bytes while
                                       it runs on a CPU (or CUDA) device, at most WORKSPACE_MAX */
 bool conv_onednn(const Graph *g, const Node *n);   /* runs through oneDNN on a CPU device */

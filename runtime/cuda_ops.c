@@ -1358,11 +1358,13 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_w(const MprtConv *p, const float *dy, cons
     }
 }
 
-/* A convolution without bias and its data gradient on bf16 tensors, a
- * GPU's only (a CPU device computes on float32 copies, codegen.c): cuDNN
- * with bf16 descriptors and float32 compute, or where it cannot, the
- * direct kernels' bf16 twins. The products and sums of the CPU's float32
- * convolution of the same bf16 values, each result rounded once. */
+/* A convolution without bias, its data gradient and its filter gradient
+ * on bf16 tensors, a GPU's only (a CPU device computes on float32 copies,
+ * codegen.c): cuDNN with bf16 descriptors and float32 compute, or where it
+ * cannot, the direct kernels' bf16 twins. The products and sums of the
+ * CPU's float32 convolution of the same bf16 values, each result rounded
+ * once (a float32 filter gradient is widened after, as the CPU rounds
+ * it: graph/precision.c). */
 MPRT_CU_KERNEL void mprt_cu_conv_bf16(const MprtConv *p, const uint16_t *x, const uint16_t *w,
                                       uint16_t *y, float *col)
 {
@@ -1391,6 +1393,22 @@ MPRT_CU_KERNEL void mprt_cu_conv_grad_x_bf16(const MprtConv *p, const uint16_t *
     } else {
         void *args[] = {(void *)p, &dy, &w, &dx};
         mprt_cu_each("conv_grad_x_bf16", (long)p->N * p->C * mprt_conv_in_plane(p), args);
+    }
+}
+
+MPRT_CU_KERNEL void mprt_cu_conv_grad_w_bf16(const MprtConv *p, const uint16_t *dy,
+                                             const uint16_t *x, uint16_t *dw, float *col)
+{
+    MprtCuConv *c = mprt_cu_conv_of(p, 1);
+    if (mprt_cu_conv_ready(c, 2, col)) {
+        float one = 1.0f, zero = 0.0f;
+        MPRT_CUDNN(cudnnConvolutionBackwardFilter(mprt_cu->dnn, &one, c->x, x, c->y, dy, c->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)c->algo[2],
+                                                  mprt_cu_conv_area(c, 2, col), c->ws[2], &zero,
+                                                  c->w, dw));
+    } else {
+        void *args[] = {(void *)p, &dy, &x, &dw};
+        mprt_cu_each("conv_grad_w_bf16", (long)p->M * (p->C / p->group) * mprt_conv_taps(p), args);
     }
 }
 

@@ -1102,7 +1102,8 @@ extern "C" __global__ void mprt_k_conv_grad_x_bf16(Conv p, const u16 *dy, const 
     conv_grad_x_each(p, dy, w, dx);
 }
 
-extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const float *x, float *dw)
+template <typename T>
+static __device__ void conv_grad_w_each(Conv p, const T *dy, const T *x, T *dw)
 {
     int cg = p.C / p.group, mg = p.M / p.group;
     i64 taps = (i64)p.KD * p.KH * p.KW, K = (i64)cg * taps;
@@ -1114,8 +1115,8 @@ extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const flo
         dhw_of(r - (i64)c * taps, p.KH, p.KW, &kd, &kh, &kw);
         float acc = 0.0f;
         for (int n = 0; n < p.N; n++) {
-            const float *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
-            const float *ds = dy + ((i64)n * p.M + m) * P;
+            const T *xs = x + ((i64)n * p.C + (i64)g * cg + c) * plane;
+            const T *ds = dy + ((i64)n * p.M + m) * P;
             for (int od = 0; od < p.OD; od++) {
                 int id = od * p.sd - p.pd + kd * p.dd;
                 for (int oh = 0; oh < p.OH && id >= 0 && id < p.D; oh++) {
@@ -1125,14 +1126,24 @@ extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const flo
                     for (int ow = 0; ow < p.OW; ow++) {
                         int iw = ow * p.sw - p.pw + kw * p.dw;
                         if (iw >= 0 && iw < p.W)
-                            acc = FADD(acc, FMUL(ds[((i64)od * p.OH + oh) * p.OW + ow],
-                                                 xs[((i64)id * p.H + ih) * p.W + iw]));
+                            acc = FADD(acc, FMUL(load_el(ds, ((i64)od * p.OH + oh) * p.OW + ow),
+                                                 load_el(xs, ((i64)id * p.H + ih) * p.W + iw)));
                     }
                 }
             }
         }
-        dw[e] = acc;
+        store_el(dw, e, acc);
     }
+}
+
+extern "C" __global__ void mprt_k_conv_grad_w(Conv p, const float *dy, const float *x, float *dw)
+{
+    conv_grad_w_each(p, dy, x, dw);
+}
+
+extern "C" __global__ void mprt_k_conv_grad_w_bf16(Conv p, const u16 *dy, const u16 *x, u16 *dw)
+{
+    conv_grad_w_each(p, dy, x, dw);
 }
 
 /* ---- softmax over one axis: rows (o, j) of C elements `inner` apart ---- */

@@ -1119,12 +1119,12 @@ static void emit_conv(CG *cg, const Node *n)
         return;
     }
     if (cg->native == NATIVE_MATRIX) {   /* on bf16 tensors, without bias */
-        bool fwd = n->op == OP_CONV;
-        emit(cg, "    mprt_cu_conv%s_bf16(", fwd ? "" : "_grad_x");
-        if (fwd)
-            conv_params(cg, n, n->in[0], n->in[1], n->out[0]);
-        else
-            conv_params(cg, n, n->out[0], n->in[1], n->in[0]);
+        uint32_t x, w, y;
+        conv_operands(n, &x, &w, &y);
+        emit(cg, "    mprt_cu_conv%s_bf16(", n->op == OP_CONV          ? ""
+                                             : n->op == OP_CONV_GRAD_X ? "_grad_x"
+                                                                       : "_grad_w");
+        conv_params(cg, n, x, w, y);
         emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]),
              workspace(cg));
         return;
@@ -2305,10 +2305,12 @@ static void stage_operands(CG *cg, const Node *n, Native native, Staged *s)
         const char *mem = buf(cg, v), *copy = arena_printf(a, half ? "((uint16_t *)(%s + %lld))"
                                                                    : "(%s + %lld)",
                                                            workspace(cg), (long long)(at / 4));
-        if (s->kind[j] != STAGE_WIDE)
+        /* an output is written there and converted after (unstage_operands) */
+        bool in = is_input_of(n, v);
+        if (in && s->kind[j] != STAGE_WIDE)
             emit(cg, "    %s(%ld, %s, %s);   /* read as bf16 */\n",
                  kernel(cg, half ? "bf16_narrow" : "bf16_round"), numel(cg, v), mem, copy);
-        else if (is_input_of(n, v))
+        else if (in)
             emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "bf16_widen"), numel(cg, v), mem, copy);
         cg->staged_as[v] = copy;
         cg->g->values[v].dtype = half ? DT_BF16 : DT_F32;
@@ -2328,8 +2330,12 @@ static void unstage_operands(CG *cg, const Node *n, bool emit_rounding)
         uint32_t v = s->vals[j];
         const char *f32 = cg->staged_as[v];
         cg->staged_as[v] = NULL;
-        if (s->kind[j] != STAGE_WIDE) {
+        if (s->kind[j] != STAGE_WIDE) {   /* float32, as a bf16 value */
             cg->g->values[v].dtype = DT_F32;
+            if (emit_rounding && is_output_of(n, v))
+                emit(cg, "    %s(%ld, %s, %s);   /* rounded to bf16 */\n",
+                     kernel(cg, s->kind[j] == STAGE_NARROW ? "bf16_widen" : "bf16_round"),
+                     numel(cg, v), f32, buf(cg, v));
             continue;
         }
         cg->g->values[v].dtype = DT_BF16;

@@ -16,7 +16,10 @@
  * Kept in float32 whatever their inputs: the losses, LogSoftmax (the
  * log-probabilities a loss reads) and its gradient, the reductions, a
  * parameter's gradient (its sum over the micro-batches is float32 too), and
- * the graph's outputs, which the host reads. Parameters, their optimizer
+ * the graph's outputs, which the host reads. A convolution's filter
+ * gradient is a bf16 value in float32 all the same: cuDNN writes it from
+ * bf16 tensors only as bf16, and torch.autocast's is bf16 too, so every
+ * device rounds it once (rounded_output). Parameters, their optimizer
  * state, inputs and constants are not activations and stay as they are.
  * The elementwise ops of the fused chain kernel (parallel/fuse.c) read and
  * write their bf16 operands themselves. Around any other node's kernel the
@@ -157,13 +160,23 @@ static bool narrowed_input(const Graph *g, const Node *n, uint32_t k)
     return k < 2 && n->in[k] != NONE && g->values[n->in[k]].dtype == DT_F32;
 }
 
+/* Output k of node n (counted after its inputs) when it is a float32
+ * filter gradient: rounded to bf16 once, through a float32 copy or, on a
+ * GPU's bf16 tensors, a bf16 one. */
+static bool rounded_output(const Graph *g, const Node *n, uint32_t k)
+{
+    return g->bf16 && n->op == OP_CONV_GRAD_W && k == n->nin &&
+           g->values[n->out[0]].dtype == DT_F32;
+}
+
 /* The operands node n's kernel reads and writes through scratch under
  * bf16, each value once, inputs first (vals and kind hold n->nin +
  * n->nout). With native NATIVE_NONE: its bf16 inputs and outputs widened
  * and, for a matrix product or a convolution, its float32 inputs rounded
  * to bf16 in float32; NATIVE_MATRIX: a matrix product's float32 A and B
  * narrowed into bf16; NATIVE_CHAIN (the chain kernel), NATIVE_MOVE and
- * NATIVE_ROWS: none. */
+ * NATIVE_ROWS: none. A float32 filter gradient is staged either way
+ * (rounded_output). */
 uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t *vals,
                           StageKind *kind)
 {
@@ -179,10 +192,11 @@ uint32_t precision_staged(const Graph *g, const Node *n, Native native, uint32_t
         const Value *val = &g->values[v];
         StageKind how = val->dtype == DT_BF16 ? STAGE_WIDE : STAGE_ROUND;
         if (native == NATIVE_MATRIX) {
-            if (!narrowed_input(g, n, k))
+            if (!narrowed_input(g, n, k) && !rounded_output(g, n, k))
                 continue;
             how = STAGE_NARROW;
-        } else if (val->dtype != DT_BF16 && !(matrix && k < n->nin && val->dtype == DT_F32)) {
+        } else if (val->dtype != DT_BF16 && !(matrix && k < n->nin && val->dtype == DT_F32) &&
+                   !rounded_output(g, n, k)) {
             continue;
         }
         bool seen = false;

@@ -138,7 +138,7 @@ static bool conv_batched(int64_t images, int64_t plane)
 }
 
 /* A convolution's input x, filter w and output y, whichever it computes. */
-static void conv_operands(const Node *n, uint32_t *x, uint32_t *w, uint32_t *y)
+void conv_operands(const Node *n, uint32_t *x, uint32_t *w, uint32_t *y)
 {
     switch (n->op) {
     case OP_CONV: *x = n->in[0], *w = n->in[1], *y = n->out[0]; break;
@@ -297,17 +297,19 @@ static bool keeps_batches(const Graph *g, const Node *n)
 }
 
 /* A GPU's convolution without bias, or its data gradient, into a bf16
- * value: cuDNN on bf16 tensors (runtime/cuda_ops.c's mprt_cu_conv_bf16,
- * mprt_cu_conv_grad_x_bf16). The filter gradient, float32, reads float32
- * copies. */
+ * value, or its filter gradient: cuDNN on bf16 tensors (runtime/cuda_ops.c's
+ * mprt_cu_conv_bf16, mprt_cu_conv_grad_x_bf16, mprt_cu_conv_grad_w_bf16).
+ * A float32 filter gradient is written as bf16 and widened (precision.c's
+ * rounded_output). */
 static bool bf16_conv(const Graph *g, const Node *n)
 {
-    if (n->op != OP_CONV && n->op != OP_CONV_GRAD_X)
+    if (n->op != OP_CONV && n->op != OP_CONV_GRAD_X && n->op != OP_CONV_GRAD_W)
         return false;
     if (n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE)
         return false;
+    DType out = g->values[n->out[0]].dtype;
     return bf16_or_f32(g, n->in[0]) && bf16_or_f32(g, n->in[1]) &&
-           g->values[n->out[0]].dtype == DT_BF16;
+           (out == DT_BF16 || (n->op == OP_CONV_GRAD_W && out == DT_F32));
 }
 
 /* A GPU's matrix product that runs on bf16 tensors (runtime/cuda_ops.c's

@@ -9,9 +9,12 @@
 # loss's gradient of the scores are the bf16 twins, and no
 # Transpose moves a float32 copy of bf16 values (the one of the float32
 # logits moves float32). In the ResNet sample's, the convolutions' data
-# gradients run on bf16 tensors (its convolutions have a bias, so the
-# forward ones read float32 copies), and so do its batch norms. Their numbers are the CPU's, bit for
-# bit, on the fake GPUs (cuda.fakegpu.*_bf16).
+# and filter gradients run on bf16 tensors (its convolutions have a bias,
+# so the forward ones read float32 copies), and so do its batch norms;
+# each filter gradient is written as bf16 and widened into its float32
+# value, which the CPU trainer computes on float32 copies and rounds.
+# Their numbers are the CPU's, bit for bit, on the fake GPUs
+# (cuda.fakegpu.*_bf16).
 # Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR
 set -eu
 mpcc=$1 samples=$2 work=$3
@@ -56,4 +59,16 @@ bn=$(($(calls "$work/resnet.c" mprt_cu_bn_train) + $(calls "$work/resnet.c" mprt
 echo "resnet.mp: $convs convolutions on bf16 tensors; batch norms $bn16 on bf16, $bn on float32"
 [ "$convs" -gt 0 ] && [ "$bn16" -gt 0 ] && [ "$bn" -eq 0 ] ||
     { echo "FAIL: resnet.mp: a convolution or a batch norm on float32 copies"; exit 1; }
+# the filter gradients: each on bf16 tensors, then widened (the line after)
+dw16=$(calls "$work/resnet.c" mprt_cu_conv_grad_w_bf16) dw=$(calls "$work/resnet.c" mprt_cu_conv_grad_w)
+widened=$(grep -A1 "^    mprt_cu_conv_grad_w_bf16(" "$work/resnet.c" | grep -c "^    mprt_cu_bf16_widen(" || true)
+"$mpcc" "$samples/resnet.mp" -batch 8 -cpus 1 --precision=bf16 --cpu-kernels=builtin \
+    -o "$work/resnet_cpu.c" 2>/dev/null
+dwc=$(calls "$work/resnet_cpu.c" mprt_conv_grad_w)
+rounded=$(grep -A1 "^    mprt_conv_grad_w(" "$work/resnet_cpu.c" | grep -c "^    mprt_bf16_round(" || true)
+echo "resnet.mp: filter gradients $dw16 on bf16 tensors ($widened widened), $dw on float32;" \
+    "on a CPU device $dwc, $rounded rounded"
+[ "$dw16" -gt 0 ] && [ "$dw" -eq 0 ] && [ "$widened" -eq "$dw16" ] && [ "$dwc" -eq "$dw16" ] &&
+    [ "$rounded" -eq "$dwc" ] ||
+    { echo "FAIL: resnet.mp: a filter gradient on float32 copies, or not rounded"; exit 1; }
 echo "bf16_tensors: ok"

@@ -1064,9 +1064,35 @@ static void abs_copy(float *d, const float *s, long n)
         d[i] = fabsf(s[i]);
 }
 
+/* The direct kernels' bf16 twins against the float32 kernels on the same
+ * bf16 values (x, w and dy rounded in place), each result narrowed: the
+ * same sums in the same order, rounded once. */
+static void conv_direct_bf16(const MprtConv *p, float *x, float *w, float *dy, long nx, long ny,
+                             long nw)
+{
+    uint16_t *hx = bf16_copy(x, nx), *hw = bf16_copy(w, nw), *hdy = bf16_copy(dy, ny);
+    uint16_t *hy = calloc((size_t)ny, 2), *hdx = calloc((size_t)nx, 2), *hdw = calloc((size_t)nw, 2);
+    float *y = fzero(ny), *dx = fzero(nx), *dw = fzero(nw);
+    void *fa[] = {(void *)p, &x, &w, &y}, *ha[] = {(void *)p, &hx, &hw, &hy};
+    mprt_cu_each("conv", ny, fa);
+    mprt_cu_each("conv_bf16", ny, ha);
+    same_narrowed("conv_bf16 (direct)", y, hy, ny);
+    void *fx[] = {(void *)p, &dy, &w, &dx}, *hxa[] = {(void *)p, &hdy, &hw, &hdx};
+    mprt_cu_each("conv_grad_x", nx, fx);
+    mprt_cu_each("conv_grad_x_bf16", nx, hxa);
+    same_narrowed("conv_grad_x_bf16 (direct)", dx, hdx, nx);
+    void *fw[] = {(void *)p, &dy, &x, &dw}, *hwa[] = {(void *)p, &hdy, &hx, &hdw};
+    mprt_cu_each("conv_grad_w", nw, fw);
+    mprt_cu_each("conv_grad_w_bf16", nw, hwa);
+    same_narrowed("conv_grad_w_bf16 (direct)", dw, hdw, nw);
+    void *all[] = {hx, hw, hdy, hy, hdx, hdw, y, dx, dw};
+    for (int k = 0; k < N_OF(all); k++)
+        free(all[k]);
+}
+
 /* The direct convolution kernels of kernels.cu (forward, data and filter
  * gradients) against the CPU's, 2-D and 3-D, with strides, dilations,
- * groups and more padding after than before. */
+ * groups and more padding after than before; then their bf16 twins. */
 static void test_conv_direct(void)
 {
     static const MprtConv shapes[] = {
@@ -1102,6 +1128,7 @@ static void test_conv_direct(void)
         void *wa[] = {(void *)p, &dy, &x, &cdw};
         mprt_cu_each("conv_grad_w", nw, wa);
         close_to("conv_grad_w (direct)", dw, cdw, bdw, nw);
+        conv_direct_bf16(p, x, w, dy, nx, ny, nw);
         float *all[] = {x, w, dy, ax, aw, ady, col, y, cy, by, dx, cdx, bdx, dw, cdw, bdw};
         for (int k = 0; k < N_OF(all); k++)
             free(all[k]);
@@ -1109,6 +1136,9 @@ static void test_conv_direct(void)
     report("conv (direct)");
     report("conv_grad_x (direct)");
     report("conv_grad_w (direct)");
+    report("conv_bf16 (direct)");
+    report("conv_grad_x_bf16 (direct)");
+    report("conv_grad_w_bf16 (direct)");
 }
 
 /* Cast between float32 and float16 (every float16, and float32 values

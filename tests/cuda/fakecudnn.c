@@ -381,12 +381,16 @@ static void run_half(Call *k)
     const MprtConv *p = &k->p;
     long x = (long)p->N * p->C * mprt_conv_in_plane(p), y = (long)p->N * p->M * mprt_conv_out_plane(p);
     long w = (long)p->M * (p->C / p->group) * mprt_conv_taps(p);
-    long na = k->kind == CONV_FWD ? x : y, nout = k->kind == CONV_FWD ? y : x;
-    float *a = widened(k->a, na), *b = widened(k->b, w), *out = malloc((size_t)nout * sizeof *out);
+    /* a: x, dy, dy; b: w, w, x; out: y, dx, dw */
+    long na = k->kind == CONV_FWD ? x : y, nb = k->kind == CONV_FILTER ? x : w;
+    long nout = k->kind == CONV_FWD ? y : k->kind == CONV_DATA ? x : w;
+    float *a = widened(k->a, na), *b = widened(k->b, nb), *out = malloc((size_t)nout * sizeof *out);
     if (k->kind == CONV_FWD)
         mprt_conv(p, a, b, NULL, out, k->col);
-    else
+    else if (k->kind == CONV_DATA)
         mprt_conv_grad_x(p, a, b, out, k->col);
+    else
+        mprt_conv_grad_w(p, a, b, out, k->col);
     mprt_bf16_narrow(nout, out, (uint16_t *)(void *)k->out);
     free(a), free(b), free(out);
 }
@@ -460,8 +464,6 @@ static cudnnStatus_t conv_call(cudnnHandle_t h, int kind, const void *alpha, con
     cudnnStatus_t s = conv_of(x, w, c, y, &k.p);
     if (s != CUDNN_STATUS_SUCCESS)
         return s;
-    if (k.half && kind == CONV_FILTER)
-        return bad("a filter gradient on bf16 tensors (mpcc keeps weight gradients float32)");
     if (!is(alpha, 1.0f) || !is(beta, 0.0f))
         return bad("a convolution with alpha != 1 or beta != 0");
     k.col_bytes = col_bytes(&k.p) + extra_bytes();
