@@ -296,6 +296,22 @@ static bool keeps_batches(const Graph *g, const Node *n)
     return true;
 }
 
+/* Whether a MatMul sums its batch in one GEMM: A transposed, both
+ * operands holding every batch dim, the output none, so that K runs over
+ * the batch too (runtime/cuda_ops.c's mprt_cu_batched, as the CPU's
+ * mprt_bmm): a weight's gradient, summed over the batch and rounded once. */
+static bool sums_in_one_gemm(const Graph *g, const Node *n)
+{
+    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
+    GemmParams gp = gemm_params(n);
+    if (!gp.trans_a || gp.trans_b || a->rank < 3 || a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank - 2; i++)
+        if (a->d[i] != b->d[i])
+            return false;
+    return !mat_dims(g, n).y_batched;
+}
+
 /* A GPU's convolution without bias, or its data gradient, into a bf16
  * value, or its filter gradient: cuDNN on bf16 tensors (runtime/cuda_ops.c's
  * mprt_cu_conv_bf16, mprt_cu_conv_grad_x_bf16, mprt_cu_conv_grad_w_bf16).
@@ -323,7 +339,8 @@ static bool bf16_matrix(const Graph *g, const Node *n)
     if (!bf16_or_f32(g, n->in[0]) || !bf16_or_f32(g, n->in[1]) || !bf16_or_f32(g, n->out[0]) ||
         (n->op == OP_GEMM && n->nin > 2 && n->in[2] != NONE && !bf16_or_f32(g, n->in[2])))
         return false;
-    return n->op == OP_GEMM || g->values[n->out[0]].dtype == DT_F32 || keeps_batches(g, n);
+    return n->op == OP_GEMM || g->values[n->out[0]].dtype == DT_F32 || keeps_batches(g, n) ||
+           sums_in_one_gemm(g, n);
 }
 
 /* A layout op whose kernel (mprt_strided, mprt_concat) moves elements of

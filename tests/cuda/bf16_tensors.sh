@@ -15,17 +15,19 @@
 # value, which the CPU trainer computes on float32 copies and rounds.
 # Their numbers are the CPU's, bit for bit, on the fake GPUs
 # (cuda.fakegpu.*_bf16).
-# Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR
+# The exported GPT's tied head sums its weight's gradient over the batch
+# in one GEMM (A transposed, K over the batch too), into the bf16 gradient
+# of the weight's transposed copy: on bf16 tensors too.
+# Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR GPT_ONNX
 set -eu
-mpcc=$1 samples=$2 work=$3
+mpcc=$1 samples=$2 work=$3 gpt_onnx=$4
 mkdir -p "$work"
 calls() {   # the count of the step's calls to $2 in the program $1
     grep -c "^    $2(" "$1" || true
 }
-check() {   # sample options...
-    sample=$1
-    shift
-    "$mpcc" "$samples/$sample" "$@" --precision=bf16 -o "$work/$sample.c" 2>/dev/null
+check() {   # model options...
+    sample=$(basename "$1")
+    "$mpcc" "$@" --precision=bf16 -o "$work/$sample.c" 2>/dev/null
     f32=$(($(calls "$work/$sample.c" mprt_cu_gemm) + $(calls "$work/$sample.c" mprt_cu_bmm)))
     b16=$(($(calls "$work/$sample.c" mprt_cu_gemm_bf16) + $(calls "$work/$sample.c" mprt_cu_bmm_bf16)))
     rounded=$(calls "$work/$sample.c" mprt_cu_bf16_round)
@@ -33,8 +35,9 @@ check() {   # sample options...
     [ "$b16" -gt 0 ] && [ "$f32" -eq 0 ] && [ "$rounded" -eq 0 ] ||
         { echo "FAIL: $sample: a product on float32 copies"; exit 1; }
 }
-check mlp.mp -batch 64 -gpus 1
-check gpt.mp -batch 4 -gpus 2
+check "$samples/mlp.mp" -batch 64 -gpus 1
+check "$samples/gpt.mp" -batch 4 -gpus 2
+check "$gpt_onnx" -batch 4 -gpus 1 --class-axis=-1
 gpt=$work/gpt.mp.c
 soft=$(($(calls "$gpt" mprt_cu_softmax) + $(calls "$gpt" mprt_cu_softmax_grad)))
 soft16=$(($(calls "$gpt" mprt_cu_softmax_bf16) + $(calls "$gpt" mprt_cu_softmax_grad_bf16)))
