@@ -515,6 +515,7 @@ GemmParams gemm_params(const Node *n);
 int64_t conv_group(const Node *n);
 int64_t loss_ignore_index(const Node *n);
 const char *loss_reduction(const Node *n);
+int loss_class_axis(const Node *n);
 typedef struct SliceParams {
     int64_t start[MAX_RANK], step[MAX_RANK], size[MAX_RANK];
 } SliceParams;

@@ -256,7 +256,7 @@ static MprtDataSpec mprt_data_spec(const MprtModel *m)
                       m->ignore_index};
     s.R = s.in->shape[0];
     if (m->loss_kind == MPRT_LOSS_CROSS_ENTROPY && s.lb->dtype == MPRT_I64)
-        s.classes = mprt_buffer_of(m, MPRT_OUTPUT)->shape[1];
+        s.classes = mprt_buffer_of(m, MPRT_OUTPUT)->shape[m->class_axis];
     if ((s.lb->nbytes / mprt_dtype_size(s.lb->dtype)) % (size_t)s.R)
         mprt_die("the model's %s holds %zu labels for a micro-batch of %lld rows of %s: not "
                  "a whole number per row, so the trainer cannot tell which row they belong to",
@@ -350,13 +350,18 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
         sc->count += n * (labels / R);
         return;
     }
-    /* scores (S, C, D...) and labels (S, D...): D positions per row of the
-     * scores; the padding rows' labels are the ignore index */
+    /* scores (Q, C, D) with the classes on their axis: Q rows of classes
+     * before it (the S rows of the micro-batch and their positions), D
+     * positions after; labels (Q, D). The padding rows' labels are the
+     * ignore index */
     const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
                                     m->log_prob_offset, out->nbytes, 2);
     const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
-    int64_t S = out->shape[0], C = out->shape[1], D = labels / S;
-    for (int64_t r = 0; r < S; r++)
+    int64_t C = out->shape[m->class_axis], D = 1;
+    for (int i = m->class_axis + 1; i < out->rank; i++)
+        D *= out->shape[i];
+    int64_t Q = labels / D;
+    for (int64_t r = 0; r < Q; r++)
         for (int64_t d = 0; d < D; d++) {
             int64_t label = t[r * D + d], best = 0;
             if (label == m->ignore_index)

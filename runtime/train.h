@@ -40,6 +40,8 @@ typedef struct MprtModel {
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
     int64_t ignore_index;       /* cross-entropy: labels that are not scored */
+    int class_axis;             /* cross-entropy: the scores' classes (1, or
+                                   mpcc --class-axis) */
     int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
     size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
     void (*kernels_start)(size_t *scratch);  /* before the arenas: oneDNN's primitives,

@@ -877,13 +877,28 @@ static void channel_dims(CG *cg, uint32_t x, long *N, long *C, long *P)
         *P *= (long)s->d[i];
 }
 
+/* A loss's scores x as (N, C, D): the dims before its class axis, the
+ * classes, the dims after (loss_class_axis). */
+static void class_dims(CG *cg, const Node *n, uint32_t x, long *N, long *C, long *D)
+{
+    const Shape *s = shape_of(cg, x);
+    int axis = n->op == OP_SOFTMAX_CE || n->op == OP_SCE_GRAD ? loss_class_axis(n) : 1;
+    *N = *D = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (i < axis)
+            *N *= (long)s->d[i];
+        else if (i > axis)
+            *D *= (long)s->d[i];
+    *C = (long)s->d[axis];
+}
+
 /* --infer: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss with
  * class weights and every reduction (the trainer's loss kernels do the
  * mean without weights, which is what their gradients follow). */
 static void emit_loss_forward(CG *cg, const Node *n)
 {
     long N, C, D;
-    channel_dims(cg, n->in[0], &N, &C, &D);
+    class_dims(cg, n, n->in[0], &N, &C, &D);
     if (cg->g->values[n->in[1]].dtype != DT_I64)
         unsupported(cg, n, "labels that are not int64");
     const char *red = loss_reduction(n);
@@ -915,7 +930,7 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         emit_loss_forward(cg, n);
         return;
     }
-    channel_dims(cg, n->in[grad ? 1 : 0], &N, &C, &D);
+    class_dims(cg, n, n->in[grad ? 1 : 0], &N, &C, &D);
     if (n->nin > (grad ? 3u : 2u))
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
     if (strcmp(loss_reduction(n), "mean") != 0)
@@ -3937,8 +3952,8 @@ static void emit_loss_fields(CG *cg)
         const Buf *lp = &cg->plan->bufs[plan_buf(cg->plan, n->out[1],
                                                   cg->plan->st->home[n->out[1]])];
         emit(cg, "    .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = %lldLL,\n"
-             "    .log_prob_dev = %d, .log_prob_offset = %zu,\n",
-             (long long)loss_ignore_index(n), lp->dev, lp->offset);
+             "    .class_axis = %d, .log_prob_dev = %d, .log_prob_offset = %zu,\n",
+             (long long)loss_ignore_index(n), loss_class_axis(n), lp->dev, lp->offset);
     } else {
         emit(cg, "    .loss_kind = MPRT_LOSS_MSE,\n");
     }

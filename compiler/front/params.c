@@ -124,6 +124,14 @@ const char *loss_reduction(const Node *n)
     return attr_str(n, "reduction", "mean");
 }
 
+/* SoftmaxCrossEntropyLoss and its gradient: the scores' class axis, 1 as
+ * ONNX has it unless --class-axis put the loss on another (graph/loss.c).
+ * Scores (N.., C, D..) and labels (N.., D..) in any case. */
+int loss_class_axis(const Node *n)
+{
+    return (int)attr_int(n, "mpcc_class_axis", 1);
+}
+
 void slice_params(Graph *g, Node *n, SliceParams *p)
 {
     const Value *x = node_in(g, n, 0);

@@ -385,8 +385,12 @@ static void infer_loss(const Inf *c)
     if (x->shape.rank < 2 || t->shape.rank != x->shape.rank - 1 || !dtype_is_int(t->dtype))
         error_at(&c->n->loc, "expected scores (N,C,d..) and integer labels (N,d..), got "
                  "%s and %s", ty(c, x), ty(c, t));
+    int axis = c->n->op == OP_SOFTMAX_CE ? loss_class_axis(c->n) : 1;
+    if (axis < 1 || axis >= x->shape.rank)
+        error_at(&c->n->loc, "the class axis %d is not a dimension after the batch of the "
+                 "scores %s", axis, ty(c, x));
     for (int i = 0; i < t->shape.rank; i++)
-        if (t->shape.d[i] != x->shape.d[i == 0 ? 0 : i + 1])
+        if (t->shape.d[i] != x->shape.d[i < axis ? i : i + 1])
             error_at(&c->n->loc, "labels %s do not match scores %s", ty(c, t), ty(c, x));
     const char *red = loss_reduction(c->n);
     Shape s = {0};

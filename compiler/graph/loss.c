@@ -32,28 +32,6 @@ static uint32_t add_labels(Graph *g, DType t, const Shape *s)
     return v;
 }
 
-/* Scores whose classes are on another axis (a language model's (B,T,V))
- * are transposed to (B,V,T) for the loss; the labels keep the order of
- * the output's other dims. */
-static uint32_t classes_to_axis1(Graph *g, uint32_t scores, int axis)
-{
-    const Value *x = &g->values[scores];
-    int r = x->shape.rank;
-    int64_t perm[MAX_RANK];
-    Shape s = {r};
-    perm[0] = 0, perm[1] = axis;
-    for (int i = 1, k = 2; i < r; i++)
-        if (i != axis)
-            perm[k++] = i;
-    for (int i = 0; i < r; i++)
-        s.d[i] = x->shape.d[perm[i]];
-    uint32_t out = ir_new_value(g, "scores_classes_first", x->dtype, &s);
-    uint32_t id = ir_emit(g, OP_TRANSPOSE, "scores_classes_first", &scores, 1, &out, 1,
-                          PH_FORWARD);
-    ir_set_ints(g, &g->nodes[id], "perm", perm, (uint32_t)r);
-    return out;
-}
-
 static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
 {
     const Value *x = &g->values[scores];
@@ -70,19 +48,21 @@ static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
     if (!dtype_is_float(x->dtype) || x->shape.d[axis] < 1)
         error_at(&loc, "cross-entropy needs floating-point scores of one class or more, the "
                  "model's output is %s%s", dtype_name(x->dtype), shape_str(g->arena, &x->shape));
-    if (axis != 1) {
-        scores = classes_to_axis1(g, scores, axis);
-        x = &g->values[scores];
-    }
-    Shape ls = {x->shape.rank - 1, {x->shape.d[0]}};
-    for (int i = 2; i < x->shape.rank; i++)
-        ls.d[i - 1] = x->shape.d[i];
+    /* scores whose classes are on another axis (a language model's
+     * (B,T,V)) are read where they are: (outer, C, inner) rows of classes
+     * for the loss's kernels, the labels the output's other dims */
+    Shape ls = {0};
+    for (int i = 0; i < x->shape.rank; i++)
+        if (i != axis)
+            ls.d[ls.rank++] = x->shape.d[i];
     uint32_t labels = add_labels(g, DT_I64, &ls);
     uint32_t out[2] = {ir_new_value(g, "loss", x->dtype, &(Shape){0}),
                        ir_new_value(g, "log_prob", x->dtype, &x->shape)};
     uint32_t id = ir_emit(g, OP_SOFTMAX_CE, "loss", (uint32_t[]){scores, labels}, 2, out, 2,
                           PH_FORWARD);
     ir_set_int(g, &g->nodes[id], "ignore_index", o->train.ignore_index);
+    if (axis != 1)
+        ir_set_int(g, &g->nodes[id], "mpcc_class_axis", axis);
     g->loss = out[0];
     g->labels = labels;
 }

@@ -640,6 +640,8 @@ typedef struct MprtModel {
     int nbuffers;
     int loss_kind;              /* MPRT_LOSS_*: how evaluation scores the output */
     int64_t ignore_index;       /* cross-entropy: labels that are not scored */
+    int class_axis;             /* cross-entropy: the scores' classes (1, or
+                                   mpcc --class-axis) */
     int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
     size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
     void (*kernels_start)(size_t *scratch);  /* before the arenas: oneDNN's primitives,
@@ -979,7 +981,7 @@ static const MprtModel model = {
     .nstreams = 8, .nevents = 16, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
-    .log_prob_dev = 1, .log_prob_offset = 27328,
+    .class_axis = 1, .log_prob_dev = 1, .log_prob_offset = 27328,
     .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = 15,
     .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,
 };
@@ -9381,7 +9383,7 @@ static MprtDataSpec mprt_data_spec(const MprtModel *m)
                       m->ignore_index};
     s.R = s.in->shape[0];
     if (m->loss_kind == MPRT_LOSS_CROSS_ENTROPY && s.lb->dtype == MPRT_I64)
-        s.classes = mprt_buffer_of(m, MPRT_OUTPUT)->shape[1];
+        s.classes = mprt_buffer_of(m, MPRT_OUTPUT)->shape[m->class_axis];
     if ((s.lb->nbytes / mprt_dtype_size(s.lb->dtype)) % (size_t)s.R)
         mprt_die("the model's %s holds %zu labels for a micro-batch of %lld rows of %s: not "
                  "a whole number per row, so the trainer cannot tell which row they belong to",
@@ -9475,13 +9477,18 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
         sc->count += n * (labels / R);
         return;
     }
-    /* scores (S, C, D...) and labels (S, D...): D positions per row of the
-     * scores; the padding rows' labels are the ignore index */
+    /* scores (Q, C, D) with the classes on their axis: Q rows of classes
+     * before it (the S rows of the micro-batch and their positions), D
+     * positions after; labels (Q, D). The padding rows' labels are the
+     * ignore index */
     const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
                                     m->log_prob_offset, out->nbytes, 2);
     const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
-    int64_t S = out->shape[0], C = out->shape[1], D = labels / S;
-    for (int64_t r = 0; r < S; r++)
+    int64_t C = out->shape[m->class_axis], D = 1;
+    for (int i = m->class_axis + 1; i < out->rank; i++)
+        D *= out->shape[i];
+    int64_t Q = labels / D;
+    for (int64_t r = 0; r < Q; r++)
         for (int64_t d = 0; d < D; d++) {
             int64_t label = t[r * D + d], best = 0;
             if (label == m->ignore_index)

@@ -45,7 +45,8 @@ x = np.load("xe.npy"); y = np.load("ye.npy")
 np.save("bad_xe_f16.npy", x.astype(np.float16))
 np.save("bad_xe_cols.npy", x[..., :-1])
 b = open("xe.npy", "rb").read(); open("bad_xe_trunc.npy", "wb").write(b[: len(b) // 2])
-n = x.copy(); n[3].flat[0] = np.nan; np.save("bad_xe_nan.npy", n)
+if x.dtype.kind == "f":   # token inputs hold no NaN
+    n = x.copy(); n[3].flat[0] = np.nan; np.save("bad_xe_nan.npy", n)
 np.save("bad_ye_rows.npy", y[:-1])
 c = y.copy(); c[2] = 1000; np.save("bad_ye_class.npy", c)
 PY
@@ -55,7 +56,8 @@ t="./train --data x.npy --labels y.npy --steps 1"
 check "bad_xe_f16.npy: element type float16" -- $t --eval-data bad_xe_f16.npy --eval-labels ye.npy
 check "bad_xe_cols.npy: shape" -- $t --eval-data bad_xe_cols.npy --eval-labels ye.npy
 check "bad_xe_trunc.npy:" -- $t --eval-data bad_xe_trunc.npy --eval-labels ye.npy
-check "bad_xe_nan.npy: row 3, element 0 is not a finite number" -- $t --eval-data bad_xe_nan.npy --eval-labels ye.npy
+[ ! -f bad_xe_nan.npy ] ||
+    check "bad_xe_nan.npy: row 3, element 0 is not a finite number" -- $t --eval-data bad_xe_nan.npy --eval-labels ye.npy
 check "but bad_ye_rows.npy has" -- $t --eval-data xe.npy --eval-labels bad_ye_rows.npy
 check "bad_ye_class.npy: row 2, element 0: label 1000 is not a class of the model" -- $t --eval-data xe.npy --eval-labels bad_ye_class.npy
 check "nope.npy" -- $t --eval-data nope.npy --eval-labels ye.npy
