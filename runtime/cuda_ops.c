@@ -963,6 +963,47 @@ MPRT_CU_KERNEL void mprt_cu_gap_grad(long NC, long P, const float *dy, float *dx
     mprt_cu_each("gap_grad", NC * P, args);
 }
 
+/* Pooling on bf16 tensors, a GPU's only (a CPU device computes on float32
+ * copies): the kernels' bf16 twins, the float32 kernels' operations on the
+ * widened values, each result rounded once. A max pooling's gradient
+ * gathers with its window, which the code generator passes (the forward
+ * MaxPool's). */
+MPRT_CU_KERNEL void mprt_cu_maxpool_bf16(const MprtPool *p, const uint16_t *x, uint16_t *y,
+                                         int64_t *idx)
+{
+    void *args[] = {(void *)p, &x, &y, &idx};
+    mprt_cu_each("maxpool_bf16", (long)p->N * p->C * p->OD * p->OH * p->OW, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_maxpool_grad_bf16(const MprtPool *p, const uint16_t *dy,
+                                              const int64_t *idx, uint16_t *dx)
+{
+    void *args[] = {(void *)p, &dy, &idx, &dx};
+    mprt_cu_each("maxpool_grad_bf16", (long)p->N * p->C * p->D * p->H * p->W, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_avgpool_bf16(int back, const MprtPool *p, uint16_t *x, uint16_t *y)
+{
+    long nc = (long)p->N * p->C;
+    void *args[] = {(void *)p, &x, &y};
+    if (back)
+        mprt_cu_each("avgpool_grad_bf16", nc * p->D * p->H * p->W, args);
+    else
+        mprt_cu_each("avgpool_bf16", nc * p->OD * p->OH * p->OW, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gap_bf16(long NC, long P, const uint16_t *x, uint16_t *y)
+{
+    void *args[] = {&NC, &P, &x, &y};
+    mprt_cu_rows("gap_bf16", NC, P, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_gap_grad_bf16(long NC, long P, const uint16_t *dy, uint16_t *dx)
+{
+    void *args[] = {&NC, &P, &dy, &dx};
+    mprt_cu_each("gap_grad_bf16", NC * P, args);
+}
+
 /* ---- cuDNN: descriptors made once per shape ---- */
 
 /* A packed tensor descriptor of 4 (NCHW) or 5 (NCDHW) dims, float32 or

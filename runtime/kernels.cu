@@ -815,21 +815,44 @@ extern "C" __global__ void mprt_k_gemm_c_bf16(int M, int N, const void *C, int c
 
 /* ---- pooling ---- */
 
-extern "C" __global__ void mprt_k_gap(i64 NC, i64 P, const float *x, float *y)
+/* The pooling kernels' bodies are templates over the element type too: the
+ * bf16 twins (mprt_k_gap_bf16, ...) widen what they read and round what
+ * they write, the CPU's conversions around its float32 kernels. */
+template <typename T> static __device__ void gap_rows(i64 NC, i64 P, const T *x, T *y)
 {
     FOR_ROWS(r, NC) {
         double s = 0;
         for (i64 k = threadIdx.x; k < P; k += blockDim.x)
-            s += x[r * P + k];
+            s += load_el(x, r * P + k);
         s = block_sum(s);
         if (threadIdx.x == 0)
-            y[r] = (float)(s / P);
+            store_el(y, r, (float)(s / P));
     }
+}
+
+extern "C" __global__ void mprt_k_gap(i64 NC, i64 P, const float *x, float *y)
+{
+    gap_rows(NC, P, x, y);
+}
+
+extern "C" __global__ void mprt_k_gap_bf16(i64 NC, i64 P, const u16 *x, u16 *y)
+{
+    gap_rows(NC, P, x, y);
+}
+
+template <typename T> static __device__ void gap_grad_each(i64 NC, i64 P, const T *dy, T *dx)
+{
+    FOR_EACH(i, NC * P) store_el(dx, i, FDIV(load_el(dy, i / P), (float)P));
 }
 
 extern "C" __global__ void mprt_k_gap_grad(i64 NC, i64 P, const float *dy, float *dx)
 {
-    FOR_EACH(i, NC * P) dx[i] = FDIV(dy[i / P], (float)P);
+    gap_grad_each(NC, P, dy, dx);
+}
+
+extern "C" __global__ void mprt_k_gap_grad_bf16(i64 NC, i64 P, const u16 *dy, u16 *dx)
+{
+    gap_grad_each(NC, P, dy, dx);
 }
 
 /* runtime/kernel.h's MprtPool, passed by value */
@@ -851,14 +874,14 @@ static __device__ void dhw_of(i64 r, int H, int W, int *d, int *h, int *w)
 
 /* Max pooling, taps in the CPU's order: a larger value or a NaN takes the
  * place; a window entirely in the padding gives -inf and index -1. */
-extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 *idx)
+template <typename T> static __device__ void maxpool_each(Pool p, const T *x, T *y, i64 *idx)
 {
     i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     FOR_EACH(o, (i64)p.N * p.C * oplane) {
         i64 nc = o / oplane;
         int od, oh, ow;
         dhw_of(o - nc * oplane, p.OH, p.OW, &od, &oh, &ow);
-        const float *xs = x + nc * plane;
+        const T *xs = x + nc * plane;
         float bv = -MPRT_INF;
         i64 best = -1;
         for (int kd = 0; kd < p.KD; kd++) {
@@ -872,16 +895,26 @@ extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 
                     if (iw < 0 || iw >= p.W)
                         continue;
                     i64 k = ((i64)id * p.H + ih) * p.W + iw;
-                    float v = xs[k];
+                    float v = load_el(xs, k);
                     if (v > bv || v != v || best < 0)
                         bv = v, best = k;
                 }
             }
         }
-        y[o] = bv;
+        store_el(y, o, bv);
         if (idx)
             idx[o] = best < 0 ? -1 : nc * plane + best;
     }
+}
+
+extern "C" __global__ void mprt_k_maxpool(Pool p, const float *x, float *y, i64 *idx)
+{
+    maxpool_each(p, x, y, idx);
+}
+
+extern "C" __global__ void mprt_k_maxpool_bf16(Pool p, const u16 *x, u16 *y, i64 *idx)
+{
+    maxpool_each(p, x, y, idx);
 }
 
 /* The outputs [*o0, *o1] along one dim whose window, taps dil apart, can
@@ -898,7 +931,8 @@ static __device__ void windows_over(int i, int pad, int k, int dil, int stride, 
 /* dx[j] = sum of dy over the outputs whose maximum came from j, in the
  * outputs' order (as the CPU's scatter adds them): each input gathers from
  * the windows that can contain it. */
-extern "C" __global__ void mprt_k_maxpool_grad(Pool p, const float *dy, const i64 *idx, float *dx)
+template <typename T>
+static __device__ void maxpool_grad_each(Pool p, const T *dy, const i64 *idx, T *dx)
 {
     i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     FOR_EACH(j, (i64)p.N * p.C * plane) {
@@ -914,10 +948,20 @@ extern "C" __global__ void mprt_k_maxpool_grad(Pool p, const float *dy, const i6
                 for (int ow = ow0; ow <= ow1; ow++) {
                     i64 o = nc * oplane + ((i64)od * p.OH + oh) * p.OW + ow;
                     if (idx[o] == j)
-                        acc = FADD(acc, dy[o]);
+                        acc = FADD(acc, load_el(dy, o));
                 }
-        dx[j] = acc;
+        store_el(dx, j, acc);
     }
+}
+
+extern "C" __global__ void mprt_k_maxpool_grad(Pool p, const float *dy, const i64 *idx, float *dx)
+{
+    maxpool_grad_each(p, dy, idx, dx);
+}
+
+extern "C" __global__ void mprt_k_maxpool_grad_bf16(Pool p, const u16 *dy, const i64 *idx, u16 *dx)
+{
+    maxpool_grad_each(p, dy, idx, dx);
 }
 
 /* The same by scattering, for when the window parameters are unknown: dx
@@ -946,7 +990,7 @@ static __device__ float avg_inv(int count)
 }
 
 /* Average pooling: the window summed in double, times 1/count. */
-extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
+template <typename T> static __device__ void avgpool_each(Pool p, const T *x, T *y)
 {
     i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     int cip = p.count_include_pad;
@@ -957,19 +1001,29 @@ extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
         int dd = avg_window(od, p.sd, p.pd, p.KD, p.D, p.ed, cip, &d0, &d1);
         int dh = avg_window(oh, p.sh, p.ph, p.KH, p.H, p.eh, cip, &h0, &h1);
         int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, cip, &w0, &w1);
-        const float *xs = x + nc * plane;
+        const T *xs = x + nc * plane;
         double sum = 0;
         for (int id = d0; id < d1; id++)
             for (int ih = h0; ih < h1; ih++)
                 for (int iw = w0; iw < w1; iw++)
-                    sum += xs[((i64)id * p.H + ih) * p.W + iw];
-        y[o] = (float)(sum * avg_inv(dd * dh * dw));
+                    sum += load_el(xs, ((i64)id * p.H + ih) * p.W + iw);
+        store_el(y, o, (float)(sum * avg_inv(dd * dh * dw)));
     }
+}
+
+extern "C" __global__ void mprt_k_avgpool(Pool p, const float *x, float *y)
+{
+    avgpool_each(p, x, y);
+}
+
+extern "C" __global__ void mprt_k_avgpool_bf16(Pool p, const u16 *x, u16 *y)
+{
+    avgpool_each(p, x, y);
 }
 
 /* Its gradient, gathered: each input adds dy * (1/count) of every window
  * that holds it, in the outputs' order (the CPU's scatter order). */
-extern "C" __global__ void mprt_k_avgpool_grad(Pool p, float *dx, const float *dy)
+template <typename T> static __device__ void avgpool_grad_each(Pool p, T *dx, const T *dy)
 {
     i64 oplane = (i64)p.OD * p.OH * p.OW, plane = (i64)p.D * p.H * p.W;
     int cip = p.count_include_pad;
@@ -995,12 +1049,22 @@ extern "C" __global__ void mprt_k_avgpool_grad(Pool p, float *dx, const float *d
                     int dw = avg_window(ow, p.sw, p.pw, p.KW, p.W, p.ew, cip, &w0, &w1);
                     i64 o = nc * oplane + ((i64)od * p.OH + oh) * p.OW + ow;
                     if (iw >= w0 && iw < w1)
-                        acc = FADD(acc, FMUL(dy[o], avg_inv(dd * dh * dw)));
+                        acc = FADD(acc, FMUL(load_el(dy, o), avg_inv(dd * dh * dw)));
                 }
             }
         }
-        dx[j] = acc;
+        store_el(dx, j, acc);
     }
+}
+
+extern "C" __global__ void mprt_k_avgpool_grad(Pool p, float *dx, const float *dy)
+{
+    avgpool_grad_each(p, dx, dy);
+}
+
+extern "C" __global__ void mprt_k_avgpool_grad_bf16(Pool p, u16 *dx, const u16 *dy)
+{
+    avgpool_grad_each(p, dx, dy);
 }
 
 /* ---- convolution (1-D, 2-D and 3-D), direct: for shapes cuDNN cannot

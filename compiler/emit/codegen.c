@@ -1248,7 +1248,7 @@ static void emit_pool(CG *cg, const Node *n)
                  buf(cg, n->in[0]), buf(cg, n->out[0]), opt_buf(cg, n, 1, true), workspace(cg));
             return;
         }
-        emit(cg, "    %s(", kernel(cg, "maxpool"));
+        emit(cg, "    %s(", row_kernel(cg, "maxpool"));
         pool_params(cg, n, n->in[0], n->out[0]);
         emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->out[0]),
              opt_buf(cg, n, 1, true));
@@ -1256,9 +1256,14 @@ static void emit_pool(CG *cg, const Node *n)
         bool back = n->op == OP_AVG_POOL_GRAD;
         uint32_t x = back ? n->out[0] : n->in[0], y = back ? n->in[0] : n->out[0];
         float_only(cg, n, x);
-        emit(cg, "    %s(%d, ", kernel(cg, "avgpool"), back);
+        emit(cg, "    %s(%d, ", row_kernel(cg, "avgpool"), back);
         pool_params(cg, n, x, y);
         emit(cg, ", %s, %s);\n", buf(cg, x), buf(cg, y));
+    } else if (cg->native == NATIVE_ROWS) {   /* gathered, with the forward's window */
+        const Node *fwd = &cg->g->nodes[cg->g->values[n->in[1]].producer];
+        emit(cg, "    mprt_cu_maxpool_grad_bf16(");
+        pool_params(cg, fwd, n->out[0], n->in[0]);
+        emit(cg, ", %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
     } else {
         emit(cg, "    %s(%ld, %ld, %s, %s, %s);\n", kernel(cg, "maxpool_grad"), numel(cg, n->in[0]),
              numel(cg, n->out[0]), buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
@@ -2527,12 +2532,10 @@ static void emit_kernel(CG *cg, const Node *n)
             emit(cg, "    mprt_dnnl_%s(%ld, %ld, %ld, %s, %s);\n",
                  n->op == OP_GAP_GRAD ? "gap_grad" : "gap", N, C, P, buf(cg, n->in[0]),
                  buf(cg, n->out[0]));
-        else if (n->op == OP_GLOBAL_AVG_POOL)
-            emit(cg, "    %s(%ld, %ld, %s, %s);\n", kernel(cg, "gap"), N * C, P, buf(cg, n->in[0]),
-                 buf(cg, n->out[0]));
         else
-            emit(cg, "    %s(%ld, %ld, %s, %s);\n", kernel(cg, "gap_grad"), N * C, P, buf(cg, n->in[0]),
-                 buf(cg, n->out[0]));
+            emit(cg, "    %s(%ld, %ld, %s, %s);\n",
+                 row_kernel(cg, n->op == OP_GLOBAL_AVG_POOL ? "gap" : "gap_grad"), N * C, P,
+                 buf(cg, n->in[0]), buf(cg, n->out[0]));
         break;
     }
     /* no CPU kernel (no OPF_CPU in ops.def), or lowered before shapes are inferred */

@@ -390,7 +390,8 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
  * gradient, on bf16 x and y (dy, x and dx), through cuDNN; the softmax
  * cross-entropy of bf16 scores, and its gradient into bf16 (the loss and
  * the log-probabilities float32); Dropout and its gradient on bf16 values
- * (the mask is bytes). */
+ * (the mask is bytes); the poolings and their gradients, from bf16 x (dy)
+ * into bf16 y (dx), a max pooling's indices int64 as always. */
 static bool bf16_rows(const Graph *g, const Node *n)
 {
     switch (n->op) {
@@ -412,6 +413,9 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_BN_GRAD:
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
+    case OP_MAX_POOL: case OP_MAX_POOL_GRAD: case OP_AVERAGE_POOL: case OP_AVG_POOL_GRAD:
+    case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD:
+        return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     default:
         return false;
     }

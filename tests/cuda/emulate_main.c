@@ -623,6 +623,40 @@ static void test_pad(void)
     report("pad");
 }
 
+static uint16_t *bf16_copy(float *x, long n);
+static void same_narrowed(const char *what, const float *y, const uint16_t *h, long n);
+
+/* The pooling kernels' bf16 twins against the CPU's float32 kernels on
+ * the same bf16 values (x and dy rounded in place), each result narrowed;
+ * a max pooling's gradient with the CPU's indices. */
+static void pool_case_bf16(const MprtPool *p, int avg, float *x, float *dy)
+{
+    long nx = (long)p->N * p->C * p->D * p->H * p->W;
+    long ny = (long)p->N * p->C * p->OD * p->OH * p->OW;
+    uint16_t *hx = bf16_copy(x, nx), *hdy = bf16_copy(dy, ny);
+    uint16_t *hy = calloc((size_t)ny, 2), *hdx = calloc((size_t)nx, 2);
+    float *y = fzero(ny), *dx = fzero(nx);
+    if (avg) {
+        mprt_avgpool(0, p, x, y);
+        mprt_cu_avgpool_bf16(0, p, hx, hy);
+        same_narrowed("avgpool_bf16", y, hy, ny);
+        mprt_avgpool(1, p, dx, dy);
+        mprt_cu_avgpool_bf16(1, p, hdx, hdy);
+        same_narrowed("avgpool_bf16 (back)", dx, hdx, nx);
+    } else {
+        int64_t *idx = malloc((size_t)ny * 8), *hidx = malloc((size_t)ny * 8);
+        mprt_maxpool(p, x, y, idx);
+        mprt_cu_maxpool_bf16(p, hx, hy, hidx);
+        same_narrowed("maxpool_bf16", y, hy, ny);
+        same("maxpool_bf16 (indices)", idx, hidx, (size_t)ny * 8);
+        mprt_maxpool_grad(ny, nx, dy, idx, dx);
+        mprt_cu_maxpool_grad_bf16(p, hdy, idx, hdx);
+        same_narrowed("maxpool_grad_bf16", dx, hdx, nx);
+        free(idx), free(hidx);
+    }
+    free(hx), free(hdy), free(hy), free(hdx), free(y), free(dx);
+}
+
 static void pool_case(const MprtPool *p, int avg)
 {
     long nx = (long)p->N * p->C * p->D * p->H * p->W;
@@ -653,7 +687,9 @@ static void pool_case(const MprtPool *p, int avg)
         same("maxpool_grad (scatter)", dx, cdx, (size_t)nx * 4);
         free(idx), free(cidx), free(other), free(dy), free(dx), free(cdx);
     }
-    free(x), free(y), free(cy);
+    float *dy = fvec(ny, -1, 1);
+    pool_case_bf16(p, avg, x, dy);
+    free(x), free(y), free(cy), free(dy);
 }
 
 /* A k x k window over H x W (2-D), or k x k x k over D x H x W when D > 1,
@@ -699,15 +735,21 @@ static void test_pool(void)
     mprt_gap_grad(6, 5, dy, dx);
     mprt_cu_gap_grad(6, 5, dy, cdx);
     same("gap_grad", dx, cdx, sizeof dx);
+    uint16_t *hx = bf16_copy(x, 30), *hdy = bf16_copy(dy, 6), hy[6], hdx[30];
+    mprt_gap(6, 5, x, y);
+    mprt_cu_gap_bf16(6, 5, hx, hy);
+    same_narrowed("gap_bf16", y, hy, 6);
+    mprt_gap_grad(6, 5, dy, dx);
+    mprt_cu_gap_grad_bf16(6, 5, hdy, hdx);
+    same_narrowed("gap_grad_bf16", dx, hdx, 30);
+    free(hx), free(hdy);
     report("avgpool");
     report("maxpool");
     report("maxpool_grad");
     report("gap");
     report("gap_grad");
+    report("pooling's bf16 twins");
 }
-
-static uint16_t *bf16_copy(float *x, long n);
-static void same_narrowed(const char *what, const float *y, const uint16_t *h, long n);
 
 static void test_norm(void)
 {

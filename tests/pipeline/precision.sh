@@ -10,8 +10,9 @@
 # itself and the bias gradient (a SumTo) sums its bf16 dy itself (half the
 # bytes); every operand staged through float32 scratch around any other
 # kernel is a pass of its own (graph/precision.c): the MLP's Gemm, Relu and
-# SumTo cost less than under fp32, the CNN sample's first MaxPool (widened
-# and narrowed around a float32 kernel) more.
+# SumTo and the CNN sample's first MaxPool (a bf16 twin) cost less than
+# under fp32, the CNN's first convolution (it has a bias: its input widened
+# and its weight rounded around a float32 kernel) more.
 # Usage: precision.sh MPCC SAMPLE.mp WORKDIR
 set -eu
 mpcc=$1 model=$2 work=$3
@@ -41,14 +42,17 @@ mlp_ms() {   # the MLP's node $1's predicted ms on h100-sxm under the precision 
 g32=$(mlp_ms fc1/Gemm_0 fp32) g16=$(mlp_ms fc1/Gemm_0 bf16)
 r32=$(mlp_ms Relu_1 fp32) r16=$(mlp_ms Relu_1 bf16)
 s32=$(mlp_ms fc1/Gemm_0/dC fp32) s16=$(mlp_ms fc1/Gemm_0/dC bf16)
-pool_ms() {   # the CNN sample's first MaxPool's predicted ms on h100-sxm under the precision $1
+cnn_ms() {   # the CNN sample's node $1's predicted ms on h100-sxm under the precision $2
     "$mpcc" "$(dirname "$model")/cnn_bn.mp" -gpus 1 -batch 256 --profile=h100-sxm \
-        --precision="$1" --dump=costs 2>/dev/null | awk '$NF == "'"'block1/MaxPool_3'"'" { print $7 }'
+        --precision="$2" --dump=costs 2>/dev/null | awk -v n="'$1'" '$NF == n { print $7 }'
 }
-p32=$(pool_ms fp32) p16=$(pool_ms bf16)
+p32=$(cnn_ms block1/MaxPool_3 fp32) p16=$(cnn_ms block1/MaxPool_3 bf16)
+c32=$(cnn_ms block1.conv/Conv_0 fp32) c16=$(cnn_ms block1.conv/Conv_0 bf16)
 echo "h100-sxm, batch 4096: Gemm fp32 $g32 ms, bf16 $g16 ms; Relu fp32 $r32 ms, bf16 $r16 ms;" \
-    "SumTo fp32 $s32 ms, bf16 $s16 ms; the CNN's MaxPool at batch 256 fp32 $p32 ms, bf16 $p16 ms"
-less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$p32" "$p16"
+    "SumTo fp32 $s32 ms, bf16 $s16 ms; at batch 256 the CNN's MaxPool fp32 $p32 ms, bf16 $p16 ms," \
+    "its convolution fp32 $c32 ms, bf16 $c16 ms"
+less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$p16" "$p32" &&
+    less "$c32" "$c16"
 
 # Under bf16 the GEMMs run on bf16 tensor cores, a convolution with a bias
 # as a cuDNN float32 convolution on TF32 tensor cores and a data gradient
