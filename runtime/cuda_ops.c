@@ -1354,6 +1354,23 @@ MPRT_CU_KERNEL void mprt_cu_conv(const MprtConv *p, const float *x, const float 
     }
 }
 
+/* mprt_bias_round_add: y rounded to bf16, then the bias added. */
+MPRT_CU_KERNEL void mprt_cu_bias_round_add(long n, int M, long P, const float *b, float *y)
+{
+    void *round[] = {&n, &y, &y};
+    mprt_cu_each("bf16_round", n, round);
+    void *args[] = {&n, &M, &P, &b, &y};
+    mprt_cu_each("bias_add", n, args);
+}
+
+/* The same on a bf16 y, the bias read rounded to bf16 (as every operand
+ * of a convolution under bf16): y = bf16(y + bf16(b)). */
+MPRT_CU_KERNEL void mprt_cu_bias_add_bf16(long n, int M, long P, const float *b, uint16_t *y)
+{
+    void *args[] = {&n, &M, &P, &b, &y};
+    mprt_cu_each("bias_add_bf16", n, args);
+}
+
 MPRT_CU_KERNEL void mprt_cu_conv_grad_x(const MprtConv *p, const float *dy, const float *w,
                                         float *dx, float *col)
 {

@@ -757,6 +757,11 @@ extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, 
     FOR_EACH(i, n) y[i] = FADD(y[i], b[(i / P) % M]);
 }
 
+extern "C" __global__ void mprt_k_bias_add_bf16(i64 n, int M, i64 P, const float *b, u16 *y)
+{
+    FOR_EACH(i, n) y[i] = bf16_of(FADD(f32_of(y[i]), f32_of(bf16_of(b[(i / P) % M]))));
+}
+
 /* Batch normalization with the running statistics: y = (x - mean) *
  * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P. */
 template <typename T>

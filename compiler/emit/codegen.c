@@ -1105,6 +1105,50 @@ static bool dnnl_kernels(const CG *cg)
     return cg->ndnnl || cg->npool;
 }
 
+/* Value v's type as the graph stores it, while the node being written
+ * reads it staged as another (stage_operands). */
+static DType stored_dtype(CG *cg, uint32_t v)
+{
+    for (uint32_t j = 0; cg->staged && j < cg->staged->n; j++)
+        if (cg->staged->vals[j] == v)
+            return cg->staged->kind[j] == STAGE_WIDE ? DT_BF16 : DT_F32;
+    return cg->g->values[v].dtype;
+}
+
+/* Under bf16, a convolution with a bias into a bf16 value adds its bias
+ * after its sum is rounded, and rounds again (graph/precision.c): cuDNN's
+ * bf16 convolutions take no bias. The bias, or NULL. */
+static bool bias_after(CG *cg, const Node *n)
+{
+    return n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE &&
+           stored_dtype(cg, n->out[0]) == DT_BF16;
+}
+
+/* Whether the convolution kernel adds the bias itself. */
+static bool adds_bias(CG *cg, const Node *n)
+{
+    return n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE && !bias_after(cg, n);
+}
+
+/* The bias the convolution kernel adds itself, or "NULL". */
+static const char *conv_bias(CG *cg, const Node *n)
+{
+    return adds_bias(cg, n) ? buf(cg, n->in[2]) : "NULL";
+}
+
+/* After a convolution under bias_after: y rounded, the bias added
+ * (rounded again when y is stored). */
+static void emit_bias_after(CG *cg, const Node *n)
+{
+    if (!bias_after(cg, n))
+        return;
+    long N, M, P;
+    channel_dims(cg, n->out[0], &N, &M, &P);
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n",
+         cg->native == NATIVE_MATRIX ? "mprt_cu_bias_add_bf16" : kernel(cg, "bias_round_add"),
+         N * M * P, M, P, buf(cg, n->in[2]), buf(cg, n->out[0]));
+}
+
 /* A convolution through oneDNN (runtime/cpu_dnnl.c): cpu.c's operands, the
  * parameters in the table's row. */
 static void emit_conv_dnnl(CG *cg, const Node *n)
@@ -1112,8 +1156,7 @@ static void emit_conv_dnnl(CG *cg, const Node *n)
     int row = dnnl_row(cg, n);
     if (n->op == OP_CONV)
         emit(cg, "    mprt_dnnl_conv(%d, %s, %s, %s, %s, %s);\n", row, buf(cg, n->in[0]),
-             buf(cg, n->in[1]), n->nin > 2 && n->in[2] != NONE ? buf(cg, n->in[2]) : "NULL",
-             buf(cg, n->out[0]), workspace(cg));
+             buf(cg, n->in[1]), conv_bias(cg, n), buf(cg, n->out[0]), workspace(cg));
     else
         emit(cg, "    mprt_dnnl_%s(%d, %s, %s, %s, %s);\n",
              n->op == OP_CONV_GRAD_X ? "conv_grad_x" : "conv_grad_w", row, buf(cg, n->in[0]),
@@ -1131,9 +1174,10 @@ static void emit_conv(CG *cg, const Node *n)
 {
     if (uses_dnnl(cg, n)) {
         emit_conv_dnnl(cg, n);
+        emit_bias_after(cg, n);
         return;
     }
-    if (cg->native == NATIVE_MATRIX) {   /* on bf16 tensors, without bias */
+    if (cg->native == NATIVE_MATRIX) {   /* on bf16 tensors, the bias after */
         uint32_t x, w, y;
         conv_operands(n, &x, &w, &y);
         emit(cg, "    mprt_cu_conv%s_bf16(", n->op == OP_CONV          ? ""
@@ -1142,6 +1186,7 @@ static void emit_conv(CG *cg, const Node *n)
         conv_params(cg, n, x, w, y);
         emit(cg, ", %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]),
              workspace(cg));
+        emit_bias_after(cg, n);
         return;
     }
     switch (n->op) {
@@ -1149,8 +1194,8 @@ static void emit_conv(CG *cg, const Node *n)
         emit(cg, "    %s(", kernel(cg, "conv"));
         conv_params(cg, n, n->in[0], n->in[1], n->out[0]);
         emit(cg, ", %s, %s, %s, %s, %s);\n", buf(cg, n->in[0]), buf(cg, n->in[1]),
-             n->nin > 2 && n->in[2] != NONE ? buf(cg, n->in[2]) : "NULL", buf(cg, n->out[0]),
-             workspace(cg));
+             conv_bias(cg, n), buf(cg, n->out[0]), workspace(cg));
+        emit_bias_after(cg, n);
         break;
     case OP_CONV_GRAD_X:
         emit(cg, "    %s(", kernel(cg, "conv_grad_x"));
@@ -4080,7 +4125,7 @@ static void emit_dnnl_table(CG *cg)
         const Node *n = &cg->g->nodes[cg->dnnl_node[i]];
         int k = n->op == OP_CONV ? 0 : n->op == OP_CONV_GRAD_X ? 1 : 2;
         emit(cg, "    {%s, %d, %d, %s, ", kind[k], cg->dnnl_dev[i],
-             n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE, c_string(cg, n->name));
+             adds_bias(cg, n), c_string(cg, n->name));
         /* the data operands: x (dx) and y (dy) */
         uint32_t x = k == 0 ? n->in[0] : k == 1 ? n->out[0] : n->in[1];
         uint32_t y = k == 0 ? n->out[0] : n->in[0];

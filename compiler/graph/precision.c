@@ -19,7 +19,10 @@
  * the graph's outputs, which the host reads. A convolution's filter
  * gradient is a bf16 value in float32 all the same: cuDNN writes it from
  * bf16 tensors only as bf16, and torch.autocast's is bf16 too, so every
- * device rounds it once (rounded_output). Parameters, their optimizer
+ * device rounds it once (rounded_output). So too a convolution with a bias
+ * into a bf16 value rounds its sum before it adds the bias, and rounds
+ * again: cuDNN's bf16 convolutions take no bias, and PyTorch's add it
+ * after (codegen.c's bias_after). Parameters, their optimizer
  * state, inputs and constants are not activations and stay as they are.
  * The elementwise ops of the fused chain kernel (parallel/fuse.c) read and
  * write their bf16 operands themselves. Around any other node's kernel the

@@ -312,16 +312,14 @@ static bool sums_in_one_gemm(const Graph *g, const Node *n)
     return !mat_dims(g, n).y_batched;
 }
 
-/* A GPU's convolution without bias, or its data gradient, into a bf16
- * value, or its filter gradient: cuDNN on bf16 tensors (runtime/cuda_ops.c's
+/* A GPU's convolution, or its data gradient, into a bf16 value, or its
+ * filter gradient: cuDNN on bf16 tensors (runtime/cuda_ops.c's
  * mprt_cu_conv_bf16, mprt_cu_conv_grad_x_bf16, mprt_cu_conv_grad_w_bf16).
- * A float32 filter gradient is written as bf16 and widened (precision.c's
- * rounded_output). */
+ * A bias is added after (mprt_cu_bias_add_bf16); a float32 filter gradient
+ * is written as bf16 and widened (precision.c's rounded_output). */
 static bool bf16_conv(const Graph *g, const Node *n)
 {
     if (n->op != OP_CONV && n->op != OP_CONV_GRAD_X && n->op != OP_CONV_GRAD_W)
-        return false;
-    if (n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE)
         return false;
     DType out = g->values[n->out[0]].dtype;
     return bf16_or_f32(g, n->in[0]) && bf16_or_f32(g, n->in[1]) &&

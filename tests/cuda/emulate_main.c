@@ -1132,6 +1132,28 @@ static void conv_direct_bf16(const MprtConv *p, float *x, float *w, float *dy, l
         free(all[k]);
 }
 
+/* A convolution's bias after its rounded sum, under bf16: the CUDA twin of
+ * mprt_bias_round_add, and the bf16 kernel against it on the same values
+ * (y a bf16 value, the bias rounded as the CPU's staging rounds it). */
+static void test_bias_after(void)
+{
+    long N = 2, M = 5, P = 7, n = N * M * P;
+    float *y = fvec(n, -3, 3), *cy = fzero(n), *b = fvec(M, -1, 1), *rb = fzero(M);
+    memcpy(cy, y, (size_t)n * sizeof *y);
+    mprt_bias_round_add(n, (int)M, P, b, y);
+    mprt_cu_bias_round_add(n, (int)M, P, b, cy);
+    same("bias_round_add", y, cy, (size_t)n * 4);
+    float *y2 = fvec(n, -3, 3);
+    uint16_t *h = bf16_copy(y2, n);
+    mprt_bf16_round(M, b, rb);
+    mprt_bias_round_add(n, (int)M, P, rb, y2);
+    mprt_cu_bias_add_bf16(n, (int)M, P, b, h);
+    same_narrowed("bias_add_bf16", y2, h, n);
+    free(y), free(cy), free(b), free(rb), free(y2), free(h);
+    report("bias_round_add");
+    report("bias_add_bf16");
+}
+
 /* The direct convolution kernels of kernels.cu (forward, data and filter
  * gradients) against the CPU's, 2-D and 3-D, with strides, dilations,
  * groups and more padding after than before; then their bf16 twins. */
@@ -1648,6 +1670,7 @@ int main(void)
     test_cast_float();
     test_bf16();
     test_conv_direct();
+    test_bias_after();
     test_update();
     test_sq_norm();
     test_ew_chain();

@@ -331,7 +331,9 @@ def main_run(args):
             sys.exit("FAIL: stream order %d: %d of %d tensors differ from the CPU trainer's, "
                      "e.g. %s" % (seed, len(bad), len(w), bad[0]))
     extra = int(env.get("FAKECUDNN_EXTRA_BYTES", "0"))
-    if extra:   # the convolutions wanted more than the scratch: the trainer's own workspace
+    # the convolutions wanted more than the scratch: the trainer's own
+    # workspace (a few KB more may fit the scratch past a call's operands)
+    if extra >= 1 << 20:
         got = [float(x) for x in re.findall(r"\+ ([0-9.]+) MB cuDNN workspace", log)]
         if not got or min(got) < extra / 1e6:
             sys.exit("FAIL: algorithms asking for %d bytes beyond the scratch, but the summary "

@@ -3159,6 +3159,28 @@ MPRT_KERNEL void mprt_bf16_round(long n, const float *x, float *y)
     mprt_par(n, MPRT_GRAIN, mprt_bf16_round_piece, &(MprtBf16){x, y});
 }
 
+typedef struct MprtBiasRound {
+    int M;
+    long P;
+    const float *b;
+    float *y;
+} MprtBiasRound;
+
+static void mprt_bias_round_add_piece(void *ctx, long lo, long hi)
+{
+    const MprtBiasRound *e = ctx;
+    for (long i = lo; i < hi; i++)
+        e->y[i] = mprt_f32_of(mprt_bf16_of(e->y[i])) + e->b[(i / e->P) % e->M];
+}
+
+/* Under bf16, a convolution's bias after its sum: y (n values, N x M x P)
+ * rounded to bf16, then y + b per channel, in float32 (the caller rounds
+ * the result): as cuDNN's bf16 convolution and a bias added after it. */
+MPRT_KERNEL void mprt_bias_round_add(long n, int M, long P, const float *b, float *y)
+{
+    mprt_par(n, MPRT_GRAIN, mprt_bias_round_add_piece, &(MprtBiasRound){M, P, b, y});
+}
+
 typedef struct MprtSumCall {
     int k;
     const float *const *x;

@@ -11,8 +11,8 @@
 # bytes); every operand staged through float32 scratch around any other
 # kernel is a pass of its own (graph/precision.c): the MLP's Gemm, Relu and
 # SumTo and the CNN sample's first MaxPool (a bf16 twin) cost less than
-# under fp32, the CNN's first convolution (it has a bias: its input widened
-# and its weight rounded around a float32 kernel) more.
+# under fp32, its first convolution's bias gradient (a reduction: its dy
+# widened around a float32 kernel) more.
 # Usage: precision.sh MPCC SAMPLE.mp WORKDIR
 set -eu
 mpcc=$1 model=$2 work=$3
@@ -47,19 +47,18 @@ cnn_ms() {   # the CNN sample's node $1's predicted ms on h100-sxm under the pre
         --precision="$2" --dump=costs 2>/dev/null | awk -v n="'$1'" '$NF == n { print $7 }'
 }
 p32=$(cnn_ms block1/MaxPool_3 fp32) p16=$(cnn_ms block1/MaxPool_3 bf16)
-c32=$(cnn_ms block1.conv/Conv_0 fp32) c16=$(cnn_ms block1.conv/Conv_0 bf16)
+b32=$(cnn_ms block1.conv/Conv_0/dB fp32) b16=$(cnn_ms block1.conv/Conv_0/dB bf16)
 echo "h100-sxm, batch 4096: Gemm fp32 $g32 ms, bf16 $g16 ms; Relu fp32 $r32 ms, bf16 $r16 ms;" \
     "SumTo fp32 $s32 ms, bf16 $s16 ms; at batch 256 the CNN's MaxPool fp32 $p32 ms, bf16 $p16 ms," \
-    "its convolution fp32 $c32 ms, bf16 $c16 ms"
+    "its first convolution's bias gradient fp32 $b32 ms, bf16 $b16 ms"
 less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$p16" "$p32" &&
-    less "$c32" "$c16"
+    less "$b32" "$b16"
 
-# Under bf16 the GEMMs run on bf16 tensor cores, a convolution with a bias
-# as a cuDNN float32 convolution on TF32 tensor cores and a data gradient
-# (no bias) on bf16 tensors (runtime/cuda_ops.c): with bf16 1000x TF32 and
-# compute-bound nodes (bytes and launches free, so the staging passes cost
-# nothing), the CNN sample's Gemm and its convolution's data gradient cost
-# less under bf16 than under fp32 and its convolution the same.
+# Under bf16 the GEMMs, the convolutions (the bias added after) and their
+# data gradients run on bf16 tensor cores (runtime/cuda_ops.c): with bf16
+# 1000x TF32 and compute-bound nodes (bytes and launches free, so the
+# staging passes cost nothing), the CNN sample's Gemm, its convolution and
+# the convolution's data gradient cost less under bf16 than under fp32.
 printf 'flops = 1e13\nmatrix_flops = 1e13\ntf32_flops = 1e13\nbf16_flops = 1e16\nbandwidth = 1e16\noverhead = 0\ngraph_overhead = 0\n' \
     >"$work/conv.txt"
 node_ms() {   # node $1's predicted ms under the precision $2
@@ -71,8 +70,7 @@ d32=$(node_ms block2.conv/Conv_4/dX fp32) d16=$(node_ms block2.conv/Conv_4/dX bf
 m32=$(node_ms fc/Gemm_9 fp32) m16=$(node_ms fc/Gemm_9 bf16)
 echo "conv at fp32 $c32 ms, bf16 $c16 ms; its data gradient at fp32 $d32 ms, bf16 $d16 ms;" \
     "gemm at fp32 $m32 ms, bf16 $m16 ms"
-[ -n "$c32" ] && [ "$c32" = "$c16" ] || { echo "FAIL: a bf16 convolution priced off TF32's rate"; exit 1; }
-less "$m16" "$m32" && less "$d16" "$d32"
+less "$m16" "$m32" && less "$d16" "$d32" && less "$c16" "$c32"
 
 # --cuda-graph: a step captured as one graph pays graph_overhead a kernel
 # instead of the launch overhead, so the predicted step of a launch-bound
