@@ -1476,6 +1476,13 @@ MPRT_CU_KERNEL void mprt_cu_channel_sum(int N, int M, long P, const float *dy, f
     mprt_cu_rows("channel_sum", M, (long)N * P, args);
 }
 
+/* A convolution's bias gradient of a bf16 dy, into its float32 value. */
+MPRT_CU_KERNEL void mprt_cu_channel_sum_bf16(int N, int M, long P, const uint16_t *dy, float *db)
+{
+    void *args[] = {&N, &M, &P, &dy, &db};
+    mprt_cu_rows("channel_sum_bf16", M, (long)N * P, args);
+}
+
 /* ---- batch normalization (cuDNN, spatial: one statistic per channel) ---- */
 
 /* Inference: the running statistics, by the NVRTC kernel in the CPU's

@@ -739,17 +739,29 @@ extern "C" __global__ void mprt_k_reduce_max_grad_rows(SumTo p, const float *dy,
 }
 
 /* d bias[m] = sum over n and positions of dy[n, m, :], in double */
-extern "C" __global__ void mprt_k_channel_sum(int N, int M, i64 P, const float *dy, float *db)
+template <typename T>
+static __device__ void channel_sum_rows(int N, int M, i64 P, const T *dy, float *db)
 {
     FOR_ROWS(m, M) {
         double s = 0;
         for (int n = 0; n < N; n++)
             for (i64 i = threadIdx.x; i < P; i += blockDim.x)
-                s += dy[((i64)n * M + m) * P + i];
+                s += load_el(dy, ((i64)n * M + m) * P + i);
         s = block_sum(s);
         if (threadIdx.x == 0)
             db[m] = (float)s;
     }
+}
+
+extern "C" __global__ void mprt_k_channel_sum(int N, int M, i64 P, const float *dy, float *db)
+{
+    channel_sum_rows(N, M, P, dy, db);
+}
+
+/* A bias gradient of a bf16 dy, into the float32 gradient. */
+extern "C" __global__ void mprt_k_channel_sum_bf16(int N, int M, i64 P, const u16 *dy, float *db)
+{
+    channel_sum_rows(N, M, P, dy, db);
 }
 
 extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, float *y)

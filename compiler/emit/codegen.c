@@ -2514,7 +2514,7 @@ static void emit_kernel(CG *cg, const Node *n)
         long N, C, P;
         channel_dims(cg, n->in[0], &N, &C, &P);
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s);\n",
-             blocked(cg, n->in[0]) ? "mprt_dnnl_channel_sum" : kernel(cg, "channel_sum"), N, C, P,
+             blocked(cg, n->in[0]) ? "mprt_dnnl_channel_sum" : row_kernel(cg, "channel_sum"), N, C, P,
              buf(cg, n->in[0]),
              buf(cg, n->out[0]));
         break;

@@ -384,8 +384,8 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
  * values alone; LayerNorm of a bf16 x into a bf16 y, and its gradient of
  * bf16 dy and x into a bf16 dx (the weights, statistics and weight
  * gradients float32 as they always are); SumTo of a bf16 dy into its
- * float32 sum (a bias gradient); BatchNormalization in training and its
- * gradient, on bf16 x and y (dy, x and dx), through cuDNN; the softmax
+ * float32 sum (a bias gradient), and a convolution's bias gradient;
+ * BatchNormalization in training and its gradient, on bf16 x and y (dy, x and dx), through cuDNN; the softmax
  * cross-entropy of bf16 scores, and its gradient into bf16 (the loss and
  * the log-probabilities float32); Dropout and its gradient on bf16 values
  * (the mask is bytes); the poolings and their gradients, from bf16 x (dy)
@@ -399,7 +399,7 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_LN_GRAD:
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
-    case OP_SUM_TO:
+    case OP_SUM_TO: case OP_CONV_GRAD_B:
         return all_bf16(g, n->in, 1) && g->values[n->out[0]].dtype == DT_F32;
     case OP_BATCH_NORM:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);

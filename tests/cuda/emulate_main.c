@@ -1150,8 +1150,15 @@ static void test_bias_after(void)
     mprt_cu_bias_add_bf16(n, (int)M, P, b, h);
     same_narrowed("bias_add_bf16", y2, h, n);
     free(y), free(cy), free(b), free(rb), free(y2), free(h);
+    float *dy = fvec(n, -1, 1), *db = fzero(M), *hdb = fzero(M);
+    uint16_t *hdy = bf16_copy(dy, n);
+    mprt_cu_channel_sum((int)N, (int)M, P, dy, db);
+    mprt_cu_channel_sum_bf16((int)N, (int)M, P, hdy, hdb);
+    same("channel_sum_bf16", db, hdb, (size_t)M * 4);
+    free(dy), free(db), free(hdb), free(hdy);
     report("bias_round_add");
     report("bias_add_bf16");
+    report("channel_sum_bf16");
 }
 
 /* The direct convolution kernels of kernels.cu (forward, data and filter

@@ -10,9 +10,10 @@
 # itself and the bias gradient (a SumTo) sums its bf16 dy itself (half the
 # bytes); every operand staged through float32 scratch around any other
 # kernel is a pass of its own (graph/precision.c): the MLP's Gemm, Relu and
-# SumTo and the CNN sample's first MaxPool (a bf16 twin) cost less than
-# under fp32, its first convolution's bias gradient (a reduction: its dy
-# widened around a float32 kernel) more.
+# SumTo and the CNN sample's first MaxPool and first bias gradient (bf16
+# twins) cost less than under fp32, the GPT sample's first LayerNorm (its
+# input the embedding's float32 rows, its bf16 output narrowed after a
+# float32 kernel) more.
 # Usage: precision.sh MPCC SAMPLE.mp WORKDIR
 set -eu
 mpcc=$1 model=$2 work=$3
@@ -48,11 +49,18 @@ cnn_ms() {   # the CNN sample's node $1's predicted ms on h100-sxm under the pre
 }
 p32=$(cnn_ms block1/MaxPool_3 fp32) p16=$(cnn_ms block1/MaxPool_3 bf16)
 b32=$(cnn_ms block1.conv/Conv_0/dB fp32) b16=$(cnn_ms block1.conv/Conv_0/dB bf16)
+ln_ms() {   # the GPT sample's first LayerNorm's predicted ms on h100-sxm under the precision $1
+    "$mpcc" "$(dirname "$model")/gpt.mp" -gpus 1 -batch 256 --profile=h100-sxm \
+        --precision="$1" --dump=costs 2>/dev/null |
+        awk '$NF == "'"'blocks.0.ln1/LayerNormalization_4'"'" { print $7 }'
+}
+l32=$(ln_ms fp32) l16=$(ln_ms bf16)
 echo "h100-sxm, batch 4096: Gemm fp32 $g32 ms, bf16 $g16 ms; Relu fp32 $r32 ms, bf16 $r16 ms;" \
     "SumTo fp32 $s32 ms, bf16 $s16 ms; at batch 256 the CNN's MaxPool fp32 $p32 ms, bf16 $p16 ms," \
-    "its first convolution's bias gradient fp32 $b32 ms, bf16 $b16 ms"
+    "its first bias gradient fp32 $b32 ms, bf16 $b16 ms; the GPT's first LayerNorm fp32 $l32 ms," \
+    "bf16 $l16 ms"
 less "$g16" "$g32" && less "$r16" "$r32" && less "$s16" "$s32" && less "$p16" "$p32" &&
-    less "$b32" "$b16"
+    less "$b16" "$b32" && less "$l32" "$l16"
 
 # Under bf16 the GEMMs, the convolutions (the bias added after) and their
 # data gradients run on bf16 tensor cores (runtime/cuda_ops.c): with bf16
