@@ -98,6 +98,33 @@ typedef struct {
     int rank;
 } MprtCuBcast;
 
+/* `shape` (rank dims, at most 8) walked by k operands at strides s[j] (NULL:
+ * 0 throughout), with its dims merged where every operand walks them
+ * alike, as codegen.c's chain_dims: the same offsets over fewer dims, so
+ * fewer divisions an element in the kernels (kernels.cu's index_digits);
+ * dims of extent 1 dropped. Into out_shape and out_stride[j]; returns the
+ * rank and the elements in *n. */
+static int mprt_cu_merge_dims(int rank, const long *shape, int k, const long *const *s,
+                              int64_t *out_shape, int64_t (*out_stride)[8], long *n)
+{
+    int r = 0;
+    *n = 1;
+    for (int d = 0; d < rank; d++) {
+        *n *= shape[d];
+        if (shape[d] == 1)
+            continue;
+        int merge = r > 0;
+        for (int j = 0; j < k; j++)
+            merge = merge && out_stride[j][r - 1] == (s[j] ? s[j][d] : 0) * shape[d];
+        if (!merge)
+            out_shape[r++] = 1;
+        out_shape[r - 1] *= shape[d];
+        for (int j = 0; j < k; j++)
+            out_stride[j][r - 1] = s[j] ? s[j][d] : 0;
+    }
+    return r;
+}
+
 static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, const long *s1,
                                  const long *s2, long *n)
 {
@@ -105,15 +132,8 @@ static MprtCuBcast mprt_cu_bcast(int rank, const long *shape, const long *s0, co
     memset(&b, 0, sizeof b);
     if (rank > 8)
         mprt_cu_refuse("a broadcast over %d dimensions (at most 8)", rank);
-    b.rank = rank;
-    *n = 1;
-    for (int d = 0; d < rank; d++) {
-        b.shape[d] = shape[d];
-        b.stride[0][d] = s0 ? s0[d] : 0;
-        b.stride[1][d] = s1 ? s1[d] : 0;
-        b.stride[2][d] = s2 ? s2[d] : 0;
-        *n *= shape[d];
-    }
+    const long *s[3] = {s0, s1, s2};
+    b.rank = mprt_cu_merge_dims(rank, shape, 3, s, b.shape, b.stride, n);
     return b;
 }
 
@@ -442,17 +462,10 @@ static MprtCuNary mprt_cu_nary_of(int k, int rank, const long *shape, const floa
     memset(&a, 0, sizeof a);
     if (rank > 8 || k > 8 || k < 1)
         mprt_cu_refuse("%d operands over %d dimensions (at most 8 of each)", k, rank);
-    a.rank = rank, a.k = k;
-    *n = 1;
-    for (int d = 0; d < rank; d++) {
-        a.shape[d] = shape[d];
-        *n *= shape[d];
-    }
-    for (int j = 0; j < k; j++) {
+    a.k = k;
+    a.rank = mprt_cu_merge_dims(rank, shape, k, sx, a.shape, a.stride, n);
+    for (int j = 0; j < k; j++)
         a.p[j] = x[j];
-        for (int d = 0; d < rank; d++)
-            a.stride[j][d] = sx[j][d];
-    }
     return a;
 }
 
@@ -1575,12 +1588,8 @@ MPRT_CU_KERNEL void mprt_cu_strided(size_t size, int back, int rank, const long 
     memset(&s, 0, sizeof s);
     if (rank > 8)
         mprt_cu_refuse("a strided copy over %d dimensions (at most 8)", rank);
-    long n = 1;
-    s.rank = rank;
-    for (int d = 0; d < rank; d++) {
-        s.shape[d] = shape[d], s.stride[d] = stride[d];
-        n *= shape[d];
-    }
+    long n;
+    s.rank = mprt_cu_merge_dims(rank, shape, 1, &stride, s.shape, &s.stride, &n);
     if (back && n_x > 0)
         MPRT_CUDA(cudaMemsetAsync(x, 0, (size_t)n_x * size, mprt_cu->compute));
     void *args[] = {&back, &s, &base, &n, &x, &y, &half};

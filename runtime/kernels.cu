@@ -119,15 +119,45 @@ struct Bcast {
     int rank;
 };
 
+/* Element i's index along each of `rank` dims (digit[d], the last dim
+ * fastest). In 32 bits below 2^31: a 64-bit division is tens of
+ * instructions, which for a few each element would bound the elementwise
+ * kernels below the memory's bandwidth (a dim past 2^31 then holds the
+ * whole rest of the index). The host merges the dims every operand walks
+ * alike first (cuda_ops.c's mprt_cu_merge_dims, codegen.c's chain_dims):
+ * dense operands take one dim and the callers no division. */
+static __device__ void index_digits(i64 i, int rank, const i64 *shape, i64 *digit)
+{
+    if (i <= 0x7fffffff) {
+        unsigned e = (unsigned)i;
+        for (int d = rank - 1; d >= 0; d--) {
+            unsigned s = shape[d] > 0x7fffffff ? 0x80000000u : (unsigned)shape[d], q = e / s;
+            digit[d] = e - q * s;
+            e = q;
+        }
+        return;
+    }
+    for (int d = rank - 1; d >= 0; d--) {
+        i64 q = i / shape[d];
+        digit[d] = i - q * shape[d];
+        i = q;
+    }
+}
+
+/* Element i's offset in each of k operands. */
 static __device__ void bcast_offsets(const Bcast &b, i64 i, int k, i64 *off)
 {
-    for (int j = 0; j < k; j++)
-        off[j] = 0;
-    for (int d = b.rank - 1; d >= 0; d--) {
-        i64 q = i / b.shape[d], r = i - q * b.shape[d];
+    i64 digit[8];
+    if (b.rank == 1) {
         for (int j = 0; j < k; j++)
-            off[j] += r * b.stride[j][d];
-        i = q;
+            off[j] = i * b.stride[j][0];
+        return;
+    }
+    index_digits(i, b.rank, b.shape, digit);
+    for (int j = 0; j < k; j++) {
+        off[j] = 0;
+        for (int d = 0; d < b.rank; d++)
+            off[j] += digit[d] * b.stride[j][d];
     }
 }
 
@@ -308,13 +338,17 @@ struct Nary {
 
 static __device__ void nary_offsets(const Nary &a, i64 i, i64 *off)
 {
-    for (int j = 0; j < a.k; j++)
-        off[j] = 0;
-    for (int d = a.rank - 1; d >= 0; d--) {
-        i64 q = i / a.shape[d], r = i - q * a.shape[d];
+    i64 digit[8];
+    if (a.rank == 1) {
         for (int j = 0; j < a.k; j++)
-            off[j] += r * a.stride[j][d];
-        i = q;
+            off[j] = i * a.stride[j][0];
+        return;
+    }
+    index_digits(i, a.rank, a.shape, digit);
+    for (int j = 0; j < a.k; j++) {
+        off[j] = 0;
+        for (int d = 0; d < a.rank; d++)
+            off[j] += digit[d] * a.stride[j][d];
     }
 }
 
@@ -473,6 +507,23 @@ static __device__ float ew_operand(const EwChain &c, const EwPtrs &x, int k, i64
     return ((const float *)x.p[k])[i];
 }
 
+/* Element i's offset in each operand (index_digits). */
+static __device__ void ew_offsets(const EwChain &c, i64 i, i64 *off)
+{
+    i64 digit[8];
+    if (c.rank == 1) {
+        for (int k = 0; k < c.nops; k++)
+            off[k] = i * c.stride[k][0];
+        return;
+    }
+    index_digits(i, c.rank, c.shape, digit);
+    for (int k = 0; k < c.nops; k++) {
+        off[k] = 0;
+        for (int d = 0; d < c.rank; d++)
+            off[k] += digit[d] * c.stride[k][d];
+    }
+}
+
 /* One thread per element: its value through the chain's steps, each the
  * float operations of the unfused kernel (binary1, unary1, unary_grad1,
  * mprt_k_relu's and mprt_k_relu_grad's selects), rounded to bf16 where
@@ -480,15 +531,8 @@ static __device__ float ew_operand(const EwChain &c, const EwPtrs &x, int k, i64
 extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, void *y)
 {
     FOR_EACH(i, n) {
-        i64 off[MPRT_EW_OPERANDS], e = i;
-        for (int k = 0; k < c.nops; k++)
-            off[k] = 0;
-        for (int d = c.rank - 1; d >= 0; d--) {
-            i64 q = e / c.shape[d], r = e - q * c.shape[d];
-            for (int k = 0; k < c.nops; k++)
-                off[k] += r * c.stride[k][d];
-            e = q;
-        }
+        i64 off[MPRT_EW_OPERANDS];
+        ew_offsets(c, i, off);
         float v = 0.0f;
         for (int s = 0; s < c.nsteps; s++) {
             const EwStep &t = c.step[s];
@@ -1884,12 +1928,10 @@ extern "C" __global__ void mprt_k_strided(int back, Strided s, i64 base, i64 n, 
                                           void *y, int half)
 {
     FOR_EACH(i, n) {
-        i64 off = base, k = i;
-        for (int d = s.rank - 1; d >= 0; d--) {
-            i64 q = k / s.shape[d];
-            off += (k - q * s.shape[d]) * s.stride[d];
-            k = q;
-        }
+        i64 off = base, digit[8];
+        index_digits(i, s.rank, s.shape, digit);
+        for (int d = 0; d < s.rank; d++)
+            off += digit[d] * s.stride[d];
         if (half)
             move16(back, (u16 *)x + off, (u16 *)y + i);
         else
