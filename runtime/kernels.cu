@@ -808,14 +808,26 @@ extern "C" __global__ void mprt_k_channel_sum_bf16(int N, int M, i64 P, const u1
     channel_sum_rows(N, M, P, dy, db);
 }
 
+/* i / P and (i / P) % M, in 32 bits below 2^31 (index_digits). */
+static __device__ i64 quotient(i64 i, i64 P)
+{
+    return i <= 0x7fffffff && P <= 0x7fffffff ? (i64)((unsigned)i / (unsigned)P) : i / P;
+}
+
+static __device__ int channel_of(i64 i, i64 P, int M)
+{
+    i64 q = quotient(i, P);
+    return q <= 0x7fffffff ? (int)((unsigned)q % (unsigned)M) : (int)(q % M);
+}
+
 extern "C" __global__ void mprt_k_bias_add(i64 n, int M, i64 P, const float *b, float *y)
 {
-    FOR_EACH(i, n) y[i] = FADD(y[i], b[(i / P) % M]);
+    FOR_EACH(i, n) y[i] = FADD(y[i], b[channel_of(i, P, M)]);
 }
 
 extern "C" __global__ void mprt_k_bias_add_bf16(i64 n, int M, i64 P, const float *b, u16 *y)
 {
-    FOR_EACH(i, n) y[i] = bf16_of(FADD(f32_of(y[i]), f32_of(bf16_of(b[(i / P) % M]))));
+    FOR_EACH(i, n) y[i] = bf16_of(FADD(f32_of(y[i]), f32_of(bf16_of(b[channel_of(i, P, M)]))));
 }
 
 /* Batch normalization with the running statistics: y = (x - mean) *
@@ -903,7 +915,7 @@ extern "C" __global__ void mprt_k_gap_bf16(i64 NC, i64 P, const u16 *x, u16 *y)
 
 template <typename T> static __device__ void gap_grad_each(i64 NC, i64 P, const T *dy, T *dx)
 {
-    FOR_EACH(i, NC * P) store_el(dx, i, FDIV(load_el(dy, i / P), (float)P));
+    FOR_EACH(i, NC * P) store_el(dx, i, FDIV(load_el(dy, quotient(i, P)), (float)P));
 }
 
 extern "C" __global__ void mprt_k_gap_grad(i64 NC, i64 P, const float *dy, float *dx)
