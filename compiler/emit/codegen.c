@@ -1117,7 +1117,7 @@ static DType stored_dtype(CG *cg, uint32_t v)
 
 /* Under bf16, a convolution with a bias into a bf16 value adds its bias
  * after its sum is rounded, and rounds again (graph/precision.c): cuDNN's
- * bf16 convolutions take no bias. The bias, or NULL. */
+ * bf16 convolutions take no bias. */
 static bool bias_after(CG *cg, const Node *n)
 {
     return n->op == OP_CONV && n->nin > 2 && n->in[2] != NONE &&
