@@ -368,7 +368,7 @@ phase_check() {
             "PyTorch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)."
         echo "Every trainer of a model: the same model.onnx and data (4 batches of rows, step i reads" \
             "batch i mod 4), 2 micro-batches (--microbatches=2 --schedule=1f1b), SGD momentum 0.9;" \
-            "CPU runs with OPENBLAS_NUM_THREADS=1. Differences are against \`-cpus 1\`. The models" \
+            "CPU runs with OPENBLAS_NUM_THREADS=1. Differences are against \`-cpus 1\` (a GPU's bf16 runs: against \`-cpus 1 --precision=bf16\`). The models" \
             "(tests/bench/gpu_models.py):"
         echo
         printf '%s' "$settings"

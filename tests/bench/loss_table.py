@@ -24,7 +24,11 @@ so about 2F from each other. A float32 run passes when its step-1 difference
 is at most 1e-5 (the forward pass differs only in the order of its sums) and
 its largest relative difference at most max(1e-4, 4F) (1e-4: what the CPU
 trainer meets against PyTorch in tests/train; 4F: twice the 2F of rounding).
-TF32 runs (label containing "tf32") are reported without a verdict.
+TF32 runs (label containing "tf32") are reported without a verdict. So are
+bf16 runs (label containing "bf16"): the CPU's against the float32
+reference (how far bf16 moves the curve), a GPU's against the CPU's bf16
+run (label "-cpus 1 --precision=bf16"), the same precision plan on another
+device.
 
 Run:  loss_table.py MODEL_LABEL MODEL_DIR LABEL=RUN_DIR [LABEL=RUN_DIR ...]
 """
@@ -77,6 +81,10 @@ def main():
                     for a, b in zip(other, t64))
     tol = max(1e-4, 4 * floor) if floor is not None else 1e-4
 
+    cpu_bf16 = dict(runs).get("-cpus 1 --precision=bf16")
+    bf16_ref = read_losses(os.path.join(cpu_bf16, "losses.txt")) \
+        if cpu_bf16 and status_of(cpu_bf16) == "ok" else None
+
     rows = []
     entries = [(label, run, None) for label, run in runs]
     if t32:
@@ -99,12 +107,17 @@ def main():
             rows.append((label, "ok", curve, "reference" if run == ref_dir else "", "", "", "",
                          ", ".join(twins)))
             continue
-        n = min(len(losses), len(ref))
-        d = [abs(losses[i] - ref[i]) for i in range(n)]
-        r = [rel(losses[i], ref[i]) for i in range(n)]
+        against = ref
+        if "bf16" in label and run != cpu_bf16 and bf16_ref:
+            against = bf16_ref
+        n = min(len(losses), len(against))
+        d = [abs(losses[i] - against[i]) for i in range(n)]
+        r = [rel(losses[i], against[i]) for i in range(n)]
         first, worst = r[0], max(r)
         if "tf32" in label:
             verdict = "(TF32: no tolerance)"
+        elif "bf16" in label:
+            verdict = "(bf16: to -cpus 1 bf16)" if against is bf16_ref else "(bf16: to fp32)"
         elif run is None:
             verdict = ""
         elif len(losses) != len(ref):
