@@ -3166,11 +3166,17 @@ typedef struct MprtBiasRound {
     float *y;
 } MprtBiasRound;
 
+/* Elements [lo, hi): the channel found once, then stepped (no division an
+ * element). */
 static void mprt_bias_round_add_piece(void *ctx, long lo, long hi)
 {
     const MprtBiasRound *e = ctx;
-    for (long i = lo; i < hi; i++)
-        e->y[i] = mprt_f32_of(mprt_bf16_of(e->y[i])) + e->b[(i / e->P) % e->M];
+    long c = lo / e->P % e->M, k = lo % e->P;
+    for (long i = lo; i < hi; i++) {
+        e->y[i] = mprt_f32_of(mprt_bf16_of(e->y[i])) + e->b[c];
+        if (++k == e->P)
+            k = 0, c = c + 1 == e->M ? 0 : c + 1;
+    }
 }
 
 /* Under bf16, a convolution's bias after its sum: y (n values, N x M x P)
