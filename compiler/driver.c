@@ -3,8 +3,9 @@
  *   front end (front/)     import (ONNX or the DSL) -> bind shapes (and
  *                          re-batch a fixed batch) -> toposort -> infer
  *                          shapes + fold -> prune          [driver_model]
- *   training graph (graph/) export mode -> loss -> autodiff -> optimizer
- *                          -> precision                  [driver_training]
+ *   training graph (graph/) export mode -> transposed operands -> loss
+ *                          -> autodiff -> optimizer -> precision
+ *                                                        [driver_training]
  *   parallel (parallel/)   devices -> for each candidate schedule and
  *                          micro-batch count (pipeline.c): stages
  *                          (partition) -> schedule -> the step's program
@@ -101,6 +102,7 @@ void driver_analyse(Arena *a, const Options *o, Graph *g)
 static void training_graph(Graph *g, const Options *o)
 {
     check_export_mode(g);
+    fold_transposed_operands(g);
     add_loss(g, o);
     autodiff(g, o);
     VERIFY(g);

@@ -617,6 +617,12 @@ void list_ops(FILE *out);             /* the op table as Markdown */
 /* compiler/graph/ — the training graph (or the forward alone) */
 /* =================================================================== */
 
+/* ----------------------------------------------- graph/transposed.c */
+
+/* A MatMul whose operand is a Transpose of its last two dims reads the
+ * Transpose's input in place: a BatchMatMul with transA or transB. */
+void fold_transposed_operands(Graph *g);
+
 /* ----------------------------------------------------- graph/loss.c */
 
 void add_loss(Graph *g, const Options *o);      /* sets g->loss and g->labels */

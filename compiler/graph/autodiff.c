@@ -521,20 +521,28 @@ static uint32_t as_matrix(AD *ad, uint32_t v, bool left, const char *what)
     return reshape_to(ad, v, &m, what);
 }
 
-static uint32_t matmul_grad(AD *ad, uint32_t x, uint32_t y, bool left, uint32_t like,
+static uint32_t matmul_grad(AD *ad, uint32_t x, uint32_t y, int tx, int ty, uint32_t like,
                             const char *what)
 {
     uint32_t out;
     Node *g = emit(ad, OP_BATCH_MATMUL, what, (uint32_t[]){x, y}, 2, like, &out);
-    ir_set_int(ad->g, g, left ? "transB" : "transA", 1);
+    if (tx)
+        ir_set_int(ad->g, g, "transA", 1);
+    if (ty)
+        ir_set_int(ad->g, g, "transB", 1);
     return out;
 }
 
-/* dA = dY B^T and dB = A^T dY, each summed over its operand's broadcast
- * batch dims; 1-D operands go through their matrix forms. */
+/* Y = op(A) op(B), op a transpose where a forward BatchMatMul says so
+ * (transposed.c): dA = dY op(B)^T, or op(B) dY^T for a transposed A;
+ * dB = op(A)^T dY, or dY^T op(A) for a transposed B, each summed over
+ * its operand's broadcast batch dims. A MatMul's 1-D operands go through
+ * their matrix forms. */
 static void grad_matmul(AD *ad, uint32_t dy)
 {
     const Node *n = ad->n;
+    GemmParams gp = gemm_params(n);
+    int ta = gp.trans_a, tb = gp.trans_b;
     uint32_t a = n->in[0], b = n->in[1];
     const Shape *sa = &ad->g->values[a].shape, *sb = &ad->g->values[b].shape;
     uint32_t a2 = a, b2 = b, dy2 = dy;
@@ -553,11 +561,13 @@ static void grad_matmul(AD *ad, uint32_t dy)
         dy2 = reshape_to(ad, dy, &y, "dY2");
     }
     if (ad->needs[a]) {
-        uint32_t d = matmul_grad(ad, dy2, b2, true, a2, "dA");
+        uint32_t d = ta ? matmul_grad(ad, b2, dy2, tb, 1, a2, "dA")
+                        : matmul_grad(ad, dy2, b2, 0, !tb, a2, "dA");
         contribute(ad, a, a2 == a ? d : reshape_to(ad, d, sa, "dA1"));
     }
     if (ad->needs[b]) {
-        uint32_t d = matmul_grad(ad, a2, dy2, false, b2, "dB");
+        uint32_t d = tb ? matmul_grad(ad, dy2, a2, 1, ta, b2, "dB")
+                        : matmul_grad(ad, a2, dy2, !ta, 0, b2, "dB");
         contribute(ad, b, b2 == b ? d : reshape_to(ad, d, sb, "dB1"));
     }
 }
@@ -925,7 +935,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_GELU: case OP_CLIP:
         grad_elementwise(ad, dy[0]);
         break;
-    case OP_MATMUL: grad_matmul(ad, dy[0]); break;
+    case OP_MATMUL: case OP_BATCH_MATMUL: grad_matmul(ad, dy[0]); break;
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: grad_softmax(ad, dy[0]); break;
     case OP_NLL_LOSS: grad_nll(ad, dy[0]); break;
     case OP_LAYER_NORM: grad_layer_norm(ad, dy[0]); break;
@@ -960,7 +970,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
     case OP_TOPK_GRAD: case OP_ONE_HOT_GRAD: case OP_SCE_GRAD: case OP_MSE_GRAD: case OP_RELU_GRAD: case OP_SUM_TO:
     case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B: case OP_BN_GRAD:
     case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_UNARY_GRAD: case OP_POW_GRAD:
-    case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD:
+    case OP_SOFTMAX_GRAD: case OP_LN_GRAD: case OP_SLICE_GRAD:
     case OP_GATHER_GRAD: case OP_DROPOUT_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD:
     case OP_MINMAX_GRAD: case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD:
     case OP_AVG_POOL_GRAD: case OP_INSTANCE_NORM_GRAD: case OP_RESIZE_GRAD: case OP_SGD:

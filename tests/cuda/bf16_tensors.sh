@@ -15,9 +15,10 @@
 # value, which the CPU trainer computes on float32 copies and rounds.
 # Their numbers are the CPU's, bit for bit, on the fake GPUs
 # (cuda.fakegpu.*_bf16).
-# The exported GPT's tied head sums its weight's gradient over the batch
-# in one GEMM (A transposed, K over the batch too), into the bf16 gradient
-# of the weight's transposed copy: on bf16 tensors too.
+# The exported GPT's MatMuls read their weights transposed in place
+# (graph/transposed.c) and sum each weight's gradient over the batch in
+# one GEMM (A transposed, K over the batch too), into the float32
+# gradient: on bf16 tensors too.
 # Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR GPT_ONNX
 set -eu
 mpcc=$1 samples=$2 work=$3 gpt_onnx=$4
