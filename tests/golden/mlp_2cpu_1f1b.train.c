@@ -5420,9 +5420,39 @@ MPRT_INLINE float mprt_unary_1(int op, float v, float p, float q)
 /* The elementwise kernels run tile by tile through the fused chains'
  * steps (below), whose loops are one per op and vectorise. */
 #define MPRT_EW_TILE 1024
-MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v);
-MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
-                                           const float *restrict y, float *v);
+/* Defined before their first call, never declared ahead: clang 14 builds
+ * a target_clones function declared before its definition reading its
+ * parameters from static storage (wrong numbers, or a crash; train.clang). */
+#define MPRT_EW_UNARY_CASE(OP)                      \
+    case OP:                                        \
+        for (long j = 0; j < MPRT_EW_TILE; j++)     \
+            v[j] = mprt_unary_1(OP, v[j], p, q);    \
+        break;
+/* Gelu's q picks its form (tanh or erf): one loop for each, so that
+ * neither branches. */
+#define MPRT_EW_GELU_CASE(E)                                            \
+    case MPRT_GELU:                                                     \
+        if (q != 0.0f)                                                  \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(1.0f);                                         \
+        else                                                            \
+            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
+                v[j] = E(0.0f);                                         \
+        break;
+#define MPRT_EW_GELU(Q) mprt_unary_1(MPRT_GELU, v[j], p, Q)
+
+MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v)
+{
+    switch (op) {
+    MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
+    MPRT_EW_UNARY_CASE(MPRT_EXP) MPRT_EW_UNARY_CASE(MPRT_LOG) MPRT_EW_UNARY_CASE(MPRT_NEG)
+    MPRT_EW_UNARY_CASE(MPRT_SIGMOID) MPRT_EW_UNARY_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
+    }
+}
 
 /* n floats of x into a tile, the rest zero. */
 static void mprt_tile_in(float *tile, const float *x, long n)
@@ -5488,6 +5518,27 @@ typedef struct MprtUnaryGrad {
     float *dx;
 } MprtUnaryGrad;
 
+#define MPRT_EW_GRAD_CASE(OP)                                    \
+    case OP:                                                     \
+        for (long j = 0; j < MPRT_EW_TILE; j++)                  \
+            v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
+        break;
+#define MPRT_EW_GELU_GRAD(Q) mprt_unary_grad_1(MPRT_GELU, v[j], x[j], y[j], p, Q)
+
+MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
+                               const float *restrict y, float *v)
+{
+    switch (op) {
+    MPRT_EW_GRAD_CASE(MPRT_ERF) MPRT_EW_GRAD_CASE(MPRT_TANH) MPRT_EW_GRAD_CASE(MPRT_SQRT)
+    MPRT_EW_GRAD_CASE(MPRT_EXP) MPRT_EW_GRAD_CASE(MPRT_LOG) MPRT_EW_GRAD_CASE(MPRT_NEG)
+    MPRT_EW_GRAD_CASE(MPRT_SIGMOID) MPRT_EW_GRAD_CASE(MPRT_RECIPROCAL)
+    MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
+    MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
+    MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
+    MPRT_EW_GELU_CASE(MPRT_EW_GELU_GRAD) MPRT_EW_GRAD_CASE(MPRT_CLIP)
+    }
+}
+
 static void mprt_unary_grad_piece(void *ctx, long lo, long hi)
 {
     static _Thread_local float v[MPRT_EW_TILE], x[MPRT_EW_TILE], y[MPRT_EW_TILE];
@@ -5520,57 +5571,6 @@ MPRT_KERNEL void mprt_unary_grad(int op, long n, float p, float q, const float *
  * tile is worked in a local tile padded with zeros. Under bf16 an operand
  * stored in bf16 is widened into a local tile, and an output stored so is
  * worked in one and narrowed (kernel.h). */
-#define MPRT_EW_UNARY_CASE(OP)                      \
-    case OP:                                        \
-        for (long j = 0; j < MPRT_EW_TILE; j++)     \
-            v[j] = mprt_unary_1(OP, v[j], p, q);    \
-        break;
-#define MPRT_EW_GRAD_CASE(OP)                                    \
-    case OP:                                                     \
-        for (long j = 0; j < MPRT_EW_TILE; j++)                  \
-            v[j] = mprt_unary_grad_1(OP, v[j], x[j], y[j], p, q); \
-        break;
-/* Gelu's q picks its form (tanh or erf): one loop for each, so that
- * neither branches. */
-#define MPRT_EW_GELU_CASE(E)                                            \
-    case MPRT_GELU:                                                     \
-        if (q != 0.0f)                                                  \
-            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
-                v[j] = E(1.0f);                                         \
-        else                                                            \
-            for (long j = 0; j < MPRT_EW_TILE; j++)                     \
-                v[j] = E(0.0f);                                         \
-        break;
-#define MPRT_EW_GELU(Q) mprt_unary_1(MPRT_GELU, v[j], p, Q)
-#define MPRT_EW_GELU_GRAD(Q) mprt_unary_grad_1(MPRT_GELU, v[j], x[j], y[j], p, Q)
-
-MPRT_VECTOR static void mprt_ew_unary(int op, float p, float q, float *v)
-{
-    switch (op) {
-    MPRT_EW_UNARY_CASE(MPRT_ERF) MPRT_EW_UNARY_CASE(MPRT_TANH) MPRT_EW_UNARY_CASE(MPRT_SQRT)
-    MPRT_EW_UNARY_CASE(MPRT_EXP) MPRT_EW_UNARY_CASE(MPRT_LOG) MPRT_EW_UNARY_CASE(MPRT_NEG)
-    MPRT_EW_UNARY_CASE(MPRT_SIGMOID) MPRT_EW_UNARY_CASE(MPRT_RECIPROCAL)
-    MPRT_EW_UNARY_CASE(MPRT_ABS) MPRT_EW_UNARY_CASE(MPRT_HARD_SIGMOID)
-    MPRT_EW_UNARY_CASE(MPRT_HARD_SWISH) MPRT_EW_UNARY_CASE(MPRT_LEAKY_RELU)
-    MPRT_EW_UNARY_CASE(MPRT_ELU) MPRT_EW_UNARY_CASE(MPRT_SELU) MPRT_EW_UNARY_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_GELU_CASE(MPRT_EW_GELU) MPRT_EW_UNARY_CASE(MPRT_CLIP)
-    }
-}
-
-MPRT_VECTOR static void mprt_ew_unary_grad(int op, float p, float q, const float *restrict x,
-                               const float *restrict y, float *v)
-{
-    switch (op) {
-    MPRT_EW_GRAD_CASE(MPRT_ERF) MPRT_EW_GRAD_CASE(MPRT_TANH) MPRT_EW_GRAD_CASE(MPRT_SQRT)
-    MPRT_EW_GRAD_CASE(MPRT_EXP) MPRT_EW_GRAD_CASE(MPRT_LOG) MPRT_EW_GRAD_CASE(MPRT_NEG)
-    MPRT_EW_GRAD_CASE(MPRT_SIGMOID) MPRT_EW_GRAD_CASE(MPRT_RECIPROCAL)
-    MPRT_EW_GRAD_CASE(MPRT_ABS) MPRT_EW_GRAD_CASE(MPRT_HARD_SIGMOID)
-    MPRT_EW_GRAD_CASE(MPRT_HARD_SWISH) MPRT_EW_GRAD_CASE(MPRT_LEAKY_RELU)
-    MPRT_EW_GRAD_CASE(MPRT_ELU) MPRT_EW_GRAD_CASE(MPRT_SELU) MPRT_EW_GRAD_CASE(MPRT_SOFTPLUS)
-    MPRT_EW_GELU_CASE(MPRT_EW_GELU_GRAD) MPRT_EW_GRAD_CASE(MPRT_CLIP)
-    }
-}
-
 /* mprt_binary_row's ops: v = v op u, or u op v with swap; u is a tile, or
  * the scalar c where u is NULL. */
 #define MPRT_EW_ADD(a, b) ((a) + (b))
