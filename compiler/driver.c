@@ -3,7 +3,8 @@
  *   front end (front/)     import (ONNX or the DSL) -> bind shapes (and
  *                          re-batch a fixed batch) -> toposort -> infer
  *                          shapes + fold -> prune          [driver_model]
- *   training graph (graph/) export mode -> transposed operands -> loss
+ *   training graph (graph/) export mode -> transposed operands ->
+ *                          simplify -> loss
  *                          -> autodiff -> optimizer -> precision
  *                                                        [driver_training]
  *   parallel (parallel/)   devices -> for each candidate schedule and
@@ -103,6 +104,7 @@ static void training_graph(Graph *g, const Options *o)
 {
     check_export_mode(g);
     fold_transposed_operands(g);
+    simplify(g);
     add_loss(g, o);
     autodiff(g, o);
     VERIFY(g);

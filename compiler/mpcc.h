@@ -623,6 +623,11 @@ void list_ops(FILE *out);             /* the op table as Markdown */
  * Transpose's input in place: a BatchMatMul with transA or transB. */
 void fold_transposed_operands(Graph *g);
 
+/* ------------------------------------------------- graph/simplify.c */
+
+/* x * 1 and x / 1 become x; PyTorch's exported erf GELU becomes Gelu. */
+void simplify(Graph *g);
+
 /* ----------------------------------------------------- graph/loss.c */
 
 void add_loss(Graph *g, const Options *o);      /* sets g->loss and g->labels */

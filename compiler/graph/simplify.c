@@ -1,0 +1,284 @@
+/* simplify.c — rewrites of the forward graph before its gradient, each a
+ * kernel (and its gradient's) fewer:
+ *
+ *   x * 1, 1 * x, x / 1            x, where every element of the constant
+ *                                  is 1 and the result is shaped as x:
+ *                                  exact in IEEE arithmetic. PyTorch's
+ *                                  export of attention's baddbmm scales the
+ *                                  scores by a beta of 1 in every layer.
+ *   x * (1 + erf(x / sqrt 2)) * 0.5 Gelu(x), as PyTorch exports nn.GELU
+ *                                  before opset 20 (x / sqrt 2 may be
+ *                                  x * (1 / sqrt 2), and the 0.5 may
+ *                                  multiply x first): one kernel forward
+ *                                  and one backward instead of five and
+ *                                  four, and none of the four intermediate
+ *                                  activations kept for the backward. The
+ *                                  same function within rounding.
+ *   Slices of x that part it        one Split, as the q, k and v of
+ *   along one axis                  attention's packed projection: its
+ *                                  gradient is one Concat, where each
+ *                                  Slice's was a tensor of x's size, zero
+ *                                  but for its part, and their Sum read
+ *                                  them all again. The same values.
+ *
+ * A value the rewrite removes must have no other reader and not be a
+ * graph output; the constants are Constant values (never a trainable
+ * initializer). Training graphs only, as transposed.c. */
+#include "mpcc.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Whether v is a constant whose every element is `want` in float32. */
+static bool const_all(const Graph *g, uint32_t v, double want)
+{
+    const Value *val = &g->values[v];
+    if (val->kind != VK_CONST || !val->data || val->dtype != DT_F32)
+        return false;
+    int64_t n = shape_numel(&val->shape);
+    for (int64_t i = 0; i < n; i++)
+        if ((float)tensor_f64(val->data, i) != (float)want)
+            return false;
+    return n > 0;
+}
+
+/* The node computing v with op `op`, if v is read once and is no output. */
+static Node *sole(Graph *g, uint32_t v, Op op)
+{
+    const Value *val = &g->values[v];
+    if (val->producer == NONE || val->nuses != 1 || val->is_output)
+        return NULL;
+    Node *p = &g->nodes[val->producer];
+    return !p->dead && p->op == op ? p : NULL;
+}
+
+/* Binary node n with one operand the constant `c`: the other, or NONE.
+ * Only the second operand of a Div counts (x / c). */
+static uint32_t other_than(const Graph *g, const Node *n, double c)
+{
+    if (const_all(g, n->in[1], c))
+        return n->in[0];
+    return n->op != OP_DIV && const_all(g, n->in[0], c) ? n->in[1] : NONE;
+}
+
+/* ---- x * 1 and x / 1 ---- */
+
+/* The x that Mul or Div node n passes through unchanged, or NONE. */
+static uint32_t identity_of(const Graph *g, const Node *n)
+{
+    if ((n->op != OP_MUL && n->op != OP_DIV) || g->values[n->out[0]].is_output)
+        return NONE;
+    uint32_t x = other_than(g, n, 1.0);
+    if (x == NONE || g->values[x].dtype != g->values[n->out[0]].dtype ||
+        !shape_eq(&g->values[x].shape, &g->values[n->out[0]].shape))
+        return NONE;
+    return x;
+}
+
+/* ---- GELU ---- */
+
+typedef struct {
+    Node *gone[4];   /* the nodes the Gelu replaces, but the last */
+    int ngone;
+} Gelu;
+
+/* The x of v = 1 + erf(x / sqrt 2) (or erf(x * (1 / sqrt 2))), or NONE. */
+static uint32_t erf_term(Graph *g, uint32_t v, Gelu *m)
+{
+    Node *add = sole(g, v, OP_ADD);
+    uint32_t e = add ? other_than(g, add, 1.0) : NONE;
+    Node *erf = e != NONE ? sole(g, e, OP_ERF) : NULL;
+    if (!erf)
+        return NONE;
+    Node *d = sole(g, erf->in[0], OP_DIV);
+    uint32_t x = d ? other_than(g, d, M_SQRT2) : NONE;
+    if (!d) {
+        d = sole(g, erf->in[0], OP_MUL);
+        x = d ? other_than(g, d, M_SQRT1_2) : NONE;
+    }
+    if (x == NONE)
+        return NONE;
+    m->gone[m->ngone++] = add;
+    m->gone[m->ngone++] = erf;
+    m->gone[m->ngone++] = d;
+    return x;
+}
+
+/* Whether Mul node n is (x * t) * 0.5 or (x * 0.5) * t in any operand
+ * order, t = 1 + erf(x / sqrt 2), and shaped as x: its x, or NONE. */
+static uint32_t gelu_of(Graph *g, const Node *n, Gelu *m)
+{
+    if (n->op != OP_MUL)
+        return NONE;
+    for (int k = 0; k < 2; k++) {
+        Node *p = sole(g, n->in[k], OP_MUL);
+        uint32_t other = n->in[1 - k];
+        for (int j = 0; p && j < 2; j++) {
+            uint32_t x = p->in[j];
+            if (!shape_eq(&g->values[x].shape, &g->values[n->out[0]].shape))
+                continue;
+            m->gone[0] = p;
+            m->ngone = 1;
+            if (const_all(g, other, 0.5) && erf_term(g, p->in[1 - j], m) == x)
+                return x;
+            m->ngone = 1;
+            if (const_all(g, p->in[1 - j], 0.5) && erf_term(g, other, m) == x)
+                return x;
+        }
+    }
+    return NONE;
+}
+
+/* ---- Slices that part their input ---- */
+
+/* The axis along which Slice node n takes one contiguous range (step 1)
+ * of its input, all of every other dim; -1 if none. Its range in *start,
+ * *size. */
+static int slice_axis(Graph *g, Node *n, int64_t *start, int64_t *size)
+{
+    SliceParams p;
+    slice_params(g, n, &p);
+    const Shape *x = &g->values[n->in[0]].shape;
+    int axis = -1;
+    for (int d = 0; d < x->rank; d++) {
+        if (p.step[d] != 1)
+            return -1;
+        if (p.start[d] == 0 && p.size[d] == x->d[d])
+            continue;
+        if (axis >= 0)
+            return -1;
+        axis = d;
+    }
+    if (axis >= 0)
+        *start = p.start[axis], *size = p.size[axis];
+    return axis;
+}
+
+typedef struct {
+    Node *node;
+    int64_t start, size;
+} Part;
+
+static int by_start(const void *a, const void *b)
+{
+    int64_t x = ((const Part *)a)->start, y = ((const Part *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* The live Slices of the input of Slice node first (in order from it) when
+ * they part it along one axis, sorted by start, into parts; their count,
+ * or 0. */
+static uint32_t parting(Graph *g, uint32_t from, Part *parts, uint32_t max, int *axis)
+{
+    Node *first = &g->nodes[g->order[from]];
+    uint32_t x = first->in[0], count = 0;
+    int64_t s, z;
+    *axis = slice_axis(g, first, &s, &z);
+    if (*axis < 0 || g->values[x].nuses < 2)
+        return 0;
+    for (uint32_t i = from; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        if (n->dead || n->op != OP_SLICE || n->in[0] != x)
+            continue;
+        if (count == max || slice_axis(g, n, &s, &z) != *axis)
+            return 0;
+        parts[count++] = (Part){n, s, z};
+    }
+    qsort(parts, count, sizeof *parts, by_start);
+    int64_t at = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        if (parts[k].start != at)
+            return 0;
+        at += parts[k].size;
+    }
+    return count >= 2 && at == g->values[x].shape.d[*axis] ? count : 0;
+}
+
+/* Slice node `first` becomes the Split into every part's output; the
+ * other Slices go. */
+static void make_split(Graph *g, Node *first, const Part *parts, uint32_t count, int axis)
+{
+    uint32_t id = (uint32_t)(first - g->nodes);
+    int64_t *sizes = arena_array(g->arena, count, sizeof *sizes);
+    uint32_t *outs = arena_array(g->arena, count, sizeof *outs);
+    for (uint32_t k = 0; k < count; k++) {
+        sizes[k] = parts[k].size;
+        outs[k] = parts[k].node->out[0];
+        g->values[outs[k]].producer = id;
+        if (parts[k].node != first)
+            parts[k].node->dead = true;
+    }
+    first->op = OP_SPLIT;
+    first->op_type = op_info[OP_SPLIT].name;
+    first->nin = 1;
+    first->out = outs;
+    first->nout = count;
+    first->nattrs = 0;
+    ir_set_int(g, first, "axis", axis);
+    ir_set_ints(g, first, "split", sizes, count);
+}
+
+static bool split_slices(Graph *g)
+{
+    enum { MAX_PARTS = 64 };
+    Part parts[MAX_PARTS];
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        int axis;
+        uint32_t count = n->dead || n->op != OP_SLICE ? 0 : parting(g, i, parts, MAX_PARTS, &axis);
+        if (count) {
+            make_split(g, n, parts, count, axis);
+            any = true;
+        }
+    }
+    return any;
+}
+
+/* Node n becomes Gelu(x); the nodes of the pattern go. */
+static void make_gelu(Node *n, uint32_t x, const Gelu *m)
+{
+    for (int i = 0; i < m->ngone; i++)
+        m->gone[i]->dead = true;
+    n->op = OP_GELU;
+    n->op_type = op_info[OP_GELU].name;
+    n->in[0] = x;
+    n->nin = 1;
+    n->nattrs = 0;
+}
+
+void simplify(Graph *g)
+{
+    uint32_t *to = arena_array(g->arena, g->nvalues, sizeof(uint32_t));
+    for (uint32_t v = 0; v < g->nvalues; v++)
+        to[v] = v;
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        if (n->dead)
+            continue;
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] != NONE)
+                n->in[k] = to[n->in[k]];
+        uint32_t x = identity_of(g, n);
+        if (x != NONE) {
+            to[n->out[0]] = x;
+            n->dead = any = true;
+        }
+    }
+    if (any)
+        prune(g);   /* the uses counted anew: the pattern below reads them */
+    any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        Gelu m = {0};
+        uint32_t x = n->dead ? NONE : gelu_of(g, n, &m);
+        if (x != NONE) {
+            make_gelu(n, x, &m);
+            any = true;
+        }
+    }
+    any |= split_slices(g);
+    if (any)
+        prune(g);
+}
