@@ -187,7 +187,7 @@ static uint32_t parting(Graph *g, uint32_t from, Part *parts, uint32_t max, int 
     qsort(parts, count, sizeof *parts, by_start);
     int64_t at = 0;
     for (uint32_t k = 0; k < count; k++) {
-        if (parts[k].start != at)
+        if (parts[k].start != at || parts[k].size == 0)
             return 0;
         at += parts[k].size;
     }
