@@ -16,8 +16,8 @@
  *                          memory; the fastest that fits, refined
  *   emit (emit/)           the trainer's C source, or a dump of any pass
  *
- * --infer runs the same list without the training graph: forward outputs,
- * then one CPU device, one stage, one micro-batch. --check and the graph
+ * --infer runs the same list without the training graph: transposed
+ * operands and simplify, forward outputs, then one CPU device, one stage, one micro-batch. --check and the graph
  * dumps stop after the front end; --emit-onnx writes the model back.
  * main.c parses the command line and calls driver_run.
  */
@@ -211,6 +211,8 @@ static void infer_emit(const Options *o, Graph *g, const Plan *plan)
 const Plan *driver_forward(Arena *arena, const Options *o, Graph **g)
 {
     *g = driver_model(arena, o);
+    fold_transposed_operands(*g);
+    simplify(*g);
     forward_outputs(*g);
     VERIFY(*g);
     Devices *ds = arena_alloc(arena, sizeof *ds);   /* the plan keeps it */

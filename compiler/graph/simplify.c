@@ -23,7 +23,7 @@
  *
  * A value the rewrite removes must have no other reader and not be a
  * graph output; the constants are Constant values (never a trainable
- * initializer). Training graphs only, as transposed.c. */
+ * initializer). Where transposed.c runs: training and --infer. */
 #include "mpcc.h"
 
 #include <math.h>

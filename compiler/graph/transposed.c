@@ -10,9 +10,10 @@
  * element of the output sums the same terms. Both operands must be
  * matrices (rank 2 or more): a 1-D operand's MatMul keeps its own rules.
  *
- * Training graphs only, before the loss: the gradient then flows to the
- * weight directly (a GEMM into a float32 gradient, as Gemm's transB
- * weight), and --infer and --emit-onnx see the model as written. */
+ * On the training graph before the loss (the gradient then flows to the
+ * weight directly: a GEMM into a float32 gradient, as Gemm's transB
+ * weight) and on --infer's forward graph; --emit-onnx writes the model as
+ * written. */
 #include "mpcc.h"
 
 /* Whether Transpose node t swaps the last two dims of its input, rank r. */
