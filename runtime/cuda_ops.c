@@ -721,6 +721,13 @@ MPRT_CU_KERNEL void mprt_cu_softmax(long outer, long C, long inner, const float 
     mprt_cu_rows("softmax", outer * inner, C, args);
 }
 
+MPRT_CU_KERNEL void mprt_cu_softmax_bias(long rows, long C, long brows, int round,
+                                         const float *x, const float *b, float *y)
+{
+    void *args[] = {&rows, &C, &brows, &round, &x, &b, &y};
+    mprt_cu_rows("softmax_bias", rows, C, args);
+}
+
 MPRT_CU_KERNEL void mprt_cu_softmax_grad(long outer, long C, long inner, const float *dy,
                                          const float *y, float *dx)
 {
@@ -763,6 +770,13 @@ MPRT_CU_KERNEL void mprt_cu_softmax_bf16(long outer, long C, long inner, const u
 {
     void *args[] = {&outer, &C, &inner, &x, &y};
     mprt_cu_rows("softmax_bf16", outer * inner, C, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_softmax_bias_bf16(long rows, long C, long brows, const uint16_t *x,
+                                              const float *b, uint16_t *y)
+{
+    void *args[] = {&rows, &C, &brows, &x, &b, &y};
+    mprt_cu_rows("softmax_bias_bf16", rows, C, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_softmax_grad_bf16(long outer, long C, long inner, const uint16_t *dy,

@@ -1331,6 +1331,53 @@ extern "C" __global__ void mprt_k_softmax_bf16(i64 outer, i64 C, i64 inner, cons
     softmax_rows(outer, C, inner, x, y);
 }
 
+/* Element c of a SoftmaxBias row: x + b, rounded to bf16 where the Add
+ * it stands for stored its sum so (always for a bf16 y). */
+template <typename T>
+static __device__ float biased(const T *xs, const float *bs, i64 c, int round)
+{
+    float v = FADD(load_el(xs, c), bs[c]);
+    return round ? f32_of(bf16_of(v)) : v;
+}
+
+/* softmax_rows on x + b: rows of C, b's brows rows taken in turn. */
+template <typename T>
+static __device__ void softmax_bias_rows(i64 rows, i64 C, i64 brows, int round, const T *x,
+                                         const float *b, T *y)
+{
+    FOR_ROWS(r, rows) {
+        const T *xs = x + r * C;
+        const float *bs = b + (r % brows) * C;
+        T *ys = y + r * C;
+        float mx = -MPRT_INF;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+            float v = biased(xs, bs, c, round);
+            mx = v > mx ? v : mx;
+        }
+        mx = block_max(mx);
+        float v0 = biased(xs, bs, 0, round);
+        mx = v0 != v0 ? v0 : mx == -MPRT_INF ? 0.0f : mx;
+        double sum = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            sum += expf(FSUB(biased(xs, bs, c, round), mx));
+        float inv = (float)(1.0 / block_sum(sum));
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            store_el(ys, c, FMUL(expf(FSUB(biased(xs, bs, c, round), mx)), inv));
+    }
+}
+
+extern "C" __global__ void mprt_k_softmax_bias(i64 rows, i64 C, i64 brows, int round,
+                                               const float *x, const float *b, float *y)
+{
+    softmax_bias_rows(rows, C, brows, round, x, b, y);
+}
+
+extern "C" __global__ void mprt_k_softmax_bias_bf16(i64 rows, i64 C, i64 brows, const u16 *x,
+                                                    const float *b, u16 *y)
+{
+    softmax_bias_rows(rows, C, brows, 1, x, b, y);
+}
+
 template <typename T>
 static __device__ void softmax_grad_rows(i64 outer, i64 C, i64 inner, const T *dy, const T *y,
                                          T *dx)

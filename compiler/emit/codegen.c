@@ -1503,9 +1503,30 @@ static void softmax_dims(CG *cg, const Node *n, uint32_t x, long *outer, long *C
     }
 }
 
+/* softmax(x + b) over the last axis, b's rows taken in turn by x's
+ * (simplify.c's SoftmaxBias). The sum is rounded as the Add it replaces
+ * stored it: to bf16 when the output is kept in bf16. */
+static void emit_softmax_bias(CG *cg, const Node *n)
+{
+    const Shape *b = shape_of(cg, n->in[1]);
+    long C = (long)b->d[b->rank - 1], rows = numel(cg, n->out[0]) / C, brows = numel(cg, n->in[1]) / C;
+    if (cg->native == NATIVE_ROWS) {
+        emit(cg, "    mprt_cu_softmax_bias_bf16(%ld, %ld, %ld, %s, %s, %s);\n", rows, C, brows,
+             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
+        return;
+    }
+    emit(cg, "    %s(%ld, %ld, %ld, %d, %s, %s, %s);\n", kernel(cg, "softmax_bias"), rows, C, brows,
+         stored_dtype(cg, n->out[0]) == DT_BF16, buf(cg, n->in[0]), buf(cg, n->in[1]),
+         buf(cg, n->out[0]));
+}
+
 static void emit_softmax(CG *cg, const Node *n)
 {
     long outer, C, inner;
+    if (n->op == OP_SOFTMAX_BIAS) {
+        emit_softmax_bias(cg, n);
+        return;
+    }
     softmax_dims(cg, n, n->out[0], &outer, &C, &inner);
     bool log = n->op == OP_LOG_SOFTMAX || n->op == OP_LOG_SOFTMAX_GRAD;
     if (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX)
@@ -2297,6 +2318,7 @@ static uint32_t float_inputs(const Node *n)
     case OP_NEG: case OP_SIGMOID: case OP_RECIPROCAL: case OP_ABS: case OP_SOFTMAX:
     case OP_LOG_SOFTMAX: case OP_MAX_POOL: case OP_GLOBAL_AVG_POOL: case OP_DROPOUT:
         return 1;
+    case OP_SOFTMAX_BIAS: return 2;
     case OP_BATCH_NORM: return 5;
     case OP_LAYER_NORM: return n->nin;
     default: return 0;
@@ -2544,6 +2566,7 @@ static void emit_kernel(CG *cg, const Node *n)
     case OP_POW_GRAD: emit_pow_grad(cg, n); break;
     case OP_MATMUL: case OP_BATCH_MATMUL: emit_matmul(cg, n); break;
     case OP_SOFTMAX: case OP_SOFTMAX_GRAD: case OP_LOG_SOFTMAX: case OP_LOG_SOFTMAX_GRAD:
+    case OP_SOFTMAX_BIAS:
         emit_softmax(cg, n);
         break;
     case OP_NLL_LOSS: case OP_NLL_GRAD: emit_nll(cg, n); break;

@@ -1080,7 +1080,7 @@ static void infer_node(const Inf *c)
     case OP_SUM_TO: case OP_CONV_GRAD_X: case OP_CONV_GRAD_W: case OP_CONV_GRAD_B:
     case OP_BN_GRAD: case OP_MAX_POOL_GRAD: case OP_GAP_GRAD: case OP_SGD: case OP_ADAMW:
     case OP_UNARY_GRAD: case OP_POW_GRAD: case OP_BATCH_MATMUL: case OP_SOFTMAX_GRAD:
-    case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
+    case OP_SOFTMAX_BIAS: case OP_LN_GRAD: case OP_SLICE_GRAD: case OP_GATHER_GRAD: case OP_DROPOUT_GRAD:
     case OP_RESIZE_GRAD: case OP_LOG_SOFTMAX_GRAD: case OP_NLL_GRAD: case OP_MINMAX_GRAD:
     case OP_PRELU_GRAD: case OP_REDUCE_MAX_GRAD: case OP_PAD_GRAD: case OP_AVG_POOL_GRAD:
     case OP_INSTANCE_NORM_GRAD: case OP_GATHER_ELEMENTS_GRAD: case OP_GATHER_ND_GRAD:

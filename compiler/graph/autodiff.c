@@ -573,13 +573,14 @@ static void grad_matmul(AD *ad, uint32_t dy)
 }
 
 /* Softmax and LogSoftmax: the gradient from dy and the output, on the
- * forward's axis (the opset's default made explicit). */
+ * forward's axis (the opset's default made explicit). SoftmaxBias's is
+ * Softmax's: x + b has x's gradient, and b is a constant. */
 static void grad_softmax(AD *ad, uint32_t dy)
 {
     uint32_t x = ad->n->in[0], out;
     if (!ad->needs[x])
         return;
-    Op op = ad->n->op == OP_SOFTMAX ? OP_SOFTMAX_GRAD : OP_LOG_SOFTMAX_GRAD;
+    Op op = ad->n->op == OP_LOG_SOFTMAX ? OP_LOG_SOFTMAX_GRAD : OP_SOFTMAX_GRAD;
     Node *g = emit(ad, op, "dX", (uint32_t[]){dy, ad->n->out[0]}, 2, x, &out);
     ir_set_int(ad->g, g, "axis", softmax_axis(ad->g, ad->n));
     contribute(ad, x, out);
@@ -936,7 +937,7 @@ static void differentiate(AD *ad, const uint32_t *dy)
         grad_elementwise(ad, dy[0]);
         break;
     case OP_MATMUL: case OP_BATCH_MATMUL: grad_matmul(ad, dy[0]); break;
-    case OP_SOFTMAX: case OP_LOG_SOFTMAX: grad_softmax(ad, dy[0]); break;
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SOFTMAX_BIAS: grad_softmax(ad, dy[0]); break;
     case OP_NLL_LOSS: grad_nll(ad, dy[0]); break;
     case OP_LAYER_NORM: grad_layer_norm(ad, dy[0]); break;
     case OP_TRANSPOSE: grad_transpose(ad, dy[0]); break;

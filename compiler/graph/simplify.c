@@ -20,6 +20,13 @@
  *                                  Slice's was a tensor of x's size, zero
  *                                  but for its part, and their Sum read
  *                                  them all again. The same values.
+ *   Softmax(x + c) over the last    SoftmaxBias(x, c): the sum made in the
+ *   axis, c a constant of x's last  softmax's kernel, as the attention's
+ *   dims (a mask)                   mask added to its scores in every layer
+ *                                  of a PyTorch export, where the Add was
+ *                                  a pass of its own over the scores. The
+ *                                  same values (the sum rounded as the
+ *                                  Add's output was stored).
  *
  * A value the rewrite removes must have no other reader and not be a
  * graph output; the constants are Constant values (never a trainable
@@ -235,6 +242,68 @@ static bool split_slices(Graph *g)
     return any;
 }
 
+/* ---- a constant added before a softmax ---- */
+
+/* Whether constant c, its leading 1s aside, has the last dims of x: a
+ * bias that x's rows (over its last dim) take in turn. */
+static bool bias_rows_of(const Shape *c, const Shape *x)
+{
+    int lead = 0;
+    while (lead < c->rank && c->d[lead] == 1)
+        lead++;
+    int m = c->rank - lead;
+    if (m < 1 || m > x->rank)
+        return false;
+    for (int i = 0; i < m; i++)
+        if (c->d[lead + i] != x->d[x->rank - m + i])
+            return false;
+    return true;
+}
+
+/* Softmax node n over the last axis of Add(x, c) (either order), c a
+ * float32 constant of x's last dims: the Add, or NULL; its x and c. */
+static Node *biased_softmax(Graph *g, const Node *n, uint32_t *x, uint32_t *c)
+{
+    if (n->op != OP_SOFTMAX)
+        return NULL;
+    Node *add = sole(g, n->in[0], OP_ADD);
+    int rank = g->values[n->in[0]].shape.rank;
+    if (!add || rank < 1 || softmax_axis(g, n) != rank - 1)
+        return NULL;
+    for (int k = 0; k < 2; k++) {
+        const Value *cv = &g->values[add->in[k]], *xv = &g->values[add->in[1 - k]];
+        if (cv->kind == VK_CONST && cv->data && cv->dtype == DT_F32 && xv->dtype == DT_F32 &&
+            shape_eq(&xv->shape, &g->values[add->out[0]].shape) &&
+            bias_rows_of(&cv->shape, &xv->shape)) {
+            *x = add->in[1 - k], *c = add->in[k];
+            return add;
+        }
+    }
+    return NULL;
+}
+
+static bool softmax_biases(Graph *g)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        uint32_t x, c;
+        Node *add = n->dead ? NULL : biased_softmax(g, n, &x, &c);
+        if (!add)
+            continue;
+        int axis = g->values[x].shape.rank - 1;
+        add->dead = any = true;
+        n->op = OP_SOFTMAX_BIAS;
+        n->op_type = op_info[OP_SOFTMAX_BIAS].name;
+        n->in = arena_array(g->arena, 2, sizeof *n->in);
+        n->in[0] = x, n->in[1] = c;
+        n->nin = 2;
+        n->nattrs = 0;
+        ir_set_int(g, n, "axis", axis);
+    }
+    return any;
+}
+
 /* Node n becomes Gelu(x); the nodes of the pattern go. */
 static void make_gelu(Node *n, uint32_t x, const Gelu *m)
 {
@@ -279,6 +348,7 @@ void simplify(Graph *g)
         }
     }
     any |= split_slices(g);
+    any |= softmax_biases(g);
     if (any)
         prune(g);
 }

@@ -381,7 +381,7 @@ static bool all_bf16(const Graph *g, const uint32_t *v, uint32_t k)
 
 /* A GPU's row kernel with a bf16 twin (runtime/cuda_ops.c's
  * mprt_cu_softmax_bf16 and the like): Softmax and its gradient on bf16
- * values alone; LayerNorm of a bf16 x into a bf16 y, and its gradient of
+ * values alone, SoftmaxBias of a bf16 x and its float32 bias; LayerNorm of a bf16 x into a bf16 y, and its gradient of
  * bf16 dy and x into a bf16 dx (the weights, statistics and weight
  * gradients float32 as they always are); SumTo of a bf16 dy into its
  * float32 sum (a bias gradient), and a convolution's bias gradient;
@@ -395,6 +395,8 @@ static bool bf16_rows(const Graph *g, const Node *n)
     switch (n->op) {
     case OP_SOFTMAX: case OP_SOFTMAX_GRAD:
         return all_bf16(g, n->in, n->nin) && all_bf16(g, n->out, 1);
+    case OP_SOFTMAX_BIAS:   /* the bias a float32 constant */
+        return all_bf16(g, n->in, 1) && all_of(g, n->in + 1, 1, DT_F32) && all_bf16(g, n->out, 1);
     case OP_LAYER_NORM:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_LN_GRAD:

@@ -48,6 +48,9 @@
 #   WORK       models, trainers and checkpoints (default /tmp/mpcc-gpu-work)
 #   BENCH_SECONDS  bench: about how many seconds of mpcc's steps each of its
 #              timed runs holds (default 15)
+#   BENCH_PRECISIONS  bench: which rows, in order (default "fp32 tf32 bf16
+#              fp32-nograph"); "bf16 fp32 fp32-nograph" measures the bf16
+#              and CUDA-graph targets first in a short GPU window
 #   SMALL=1    every size shrunk, so that check and a bench dry run finish in
 #              minutes on a 2-core machine without a GPU
 #   CUDA_DIRS  where to look for the CUDA toolkit (default $CUDA_HOME,
@@ -448,12 +451,16 @@ bench_model() {
     local prec tf m1 m2 p1 p2 n mb pb st mcol mps pcol pps ratio tdir note ok t3
     # fp32, tf32, bf16 (against PyTorch AMP), and fp32 issued op by op
     # (--cuda-graph=off: the captured step's gain)
-    for prec in fp32 tf32 bf16 fp32-nograph; do
+    for prec in ${BENCH_PRECISIONS:-fp32 tf32 bf16 fp32-nograph}; do
         tf="" mp="" pt=""
         case $prec in
+        fp32) ;;
         tf32) tf=--tf32 mp=--tf32 pt=--tf32 ;;
         bf16) mp=--precision=bf16 pt=--bf16 ;;
         fp32-nograph) mp=--cuda-graph=off ;;
+        *) echo "gpu_run.sh: BENCH_PRECISIONS: unknown row '$prec' (fp32, tf32, bf16," \
+               "fp32-nograph)" >&2
+           continue ;;
         esac
         make_trainer "$dir/$prec" "$dir/model.onnx" -gpus 1 -batch $b --microbatches=1 \
             --lr=0.01 --momentum=0.9 $flags $mp

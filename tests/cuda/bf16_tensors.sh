@@ -18,7 +18,8 @@
 # The exported GPT's MatMuls read their weights transposed in place
 # (graph/transposed.c) and sum each weight's gradient over the batch in
 # one GEMM (A transposed, K over the batch too), into the float32
-# gradient: on bf16 tensors too.
+# gradient: on bf16 tensors too. Its attention adds the causal mask in
+# the softmax's kernel (simplify.c's SoftmaxBias): the bf16 twin's.
 # Usage: bf16_tensors.sh MPCC SAMPLES_DIR WORKDIR GPT_ONNX
 set -eu
 mpcc=$1 samples=$2 work=$3 gpt_onnx=$4
@@ -52,6 +53,11 @@ echo "gpt.mp: softmax $soft16 on bf16 tensors, $soft on float32 copies;" \
 [ "$soft16" -gt 0 ] && [ "$soft" -eq 0 ] && [ "$moves" -gt 0 ] && [ "$wide" -eq 0 ] &&
     [ "$sums16" -gt 0 ] && [ "$sums" -eq 0 ] && [ "$loss16" -eq 1 ] ||
     { echo "FAIL: gpt.mp: a softmax, a sum or a transpose on float32 copies"; exit 1; }
+onnx=$work/$(basename "$gpt_onnx").c
+biased=$(calls "$onnx" mprt_cu_softmax_bias) biased16=$(calls "$onnx" mprt_cu_softmax_bias_bf16)
+echo "$(basename "$gpt_onnx"): masked softmax $biased16 on bf16 tensors, $biased on float32 copies"
+[ "$biased16" -gt 0 ] && [ "$biased" -eq 0 ] ||
+    { echo "FAIL: $(basename "$gpt_onnx"): a masked softmax on float32 copies"; exit 1; }
 "$mpcc" "$samples/mlp.mp" -batch 64 -cpus 1 --precision=bf16 -o "$work/mlp_cpu.c" 2>/dev/null
 cpu=$(calls "$work/mlp_cpu.c" mprt_gemm) widened=$(calls "$work/mlp_cpu.c" mprt_bf16_widen)
 echo "mlp.mp on a CPU device: $cpu products, $widened widened copies"

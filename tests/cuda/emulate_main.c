@@ -1654,6 +1654,37 @@ static void test_rows_bf16(void)
     report("layernorm_grad_bf16");
 }
 
+/* SoftmaxBias (simplify.c's rewrite of Softmax(x + c)): the CPU's kernel
+ * against the Add and the Softmax it replaces, the sum rounded to bf16 or
+ * not, and its twins against it; the bias a causal mask, -inf above the
+ * diagonal, taken in turn by x's rows. */
+static void test_softmax_bias(void)
+{
+    enum { ROWS = 12, C = 5, BROWS = 3, N = ROWS * C };
+    float *x = fvec(N, -3, 3), b[BROWS * C], sum[N], want[N], y[N], cy[N];
+    for (int i = 0; i < BROWS * C; i++)
+        b[i] = i % C > i / C ? -INFINITY : frand(-1, 1);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            sum[i] = x[i] + b[(i / C % BROWS) * C + i % C];
+        if (round)
+            free(bf16_copy(sum, N));
+        mprt_softmax(ROWS, C, 1, sum, want);
+        mprt_softmax_bias(ROWS, C, BROWS, round, x, b, y);
+        same(round ? "softmax_bias, rounded (the Add and the Softmax)"
+                   : "softmax_bias (the Add and the Softmax)", want, y, sizeof y);
+        mprt_cu_softmax_bias(ROWS, C, BROWS, round, x, b, cy);
+        same(round ? "softmax_bias, rounded" : "softmax_bias", y, cy, sizeof y);
+    }
+    uint16_t *hx = bf16_copy(x, N), hy[N];
+    mprt_softmax_bias(ROWS, C, BROWS, 1, x, b, y);
+    mprt_cu_softmax_bias_bf16(ROWS, C, BROWS, hx, b, hy);
+    same_narrowed("softmax_bias_bf16", y, hy, N);
+    free(x), free(hx);
+    report("softmax_bias");
+    report("softmax_bias_bf16");
+}
+
 int main(void)
 {
     test_unary();
@@ -1682,6 +1713,7 @@ int main(void)
     test_sq_norm();
     test_ew_chain();
     test_rows_bf16();
+    test_softmax_bias();
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
     return failures != 0;

@@ -6182,6 +6182,9 @@ typedef struct MprtSoftmax {
     long C, inner;
     const float *x, *dy;
     float *y;
+    const float *b;   /* SoftmaxBias: brows rows of C, x's rows taking them in turn */
+    long brows;
+    int round;        /* the sum x + b rounded to bf16 */
 } MprtSoftmax;
 
 /* y[c * s] = e^(x[c * s] - mx) for c < C: contiguous rows (s = 1) in
@@ -6199,6 +6202,17 @@ MPRT_VECTOR static void mprt_exp_shifted(const float *restrict x, float mx, long
         y[c * s] = mprt_expf(x[c * s] - mx);
 }
 
+/* ys[c * s] /= their sum (in double), the exponentials of a softmax. */
+static void mprt_normalize_row(float *ys, long C, long s)
+{
+    double sum = 0;
+    for (long c = 0; c < C; c++)
+        sum += ys[c * s];
+    float inv = (float)(1.0 / sum);
+    for (long c = 0; c < C; c++)
+        ys[c * s] *= inv;
+}
+
 static void mprt_softmax_piece(void *ctx, long lo, long hi)
 {
     const MprtSoftmax *t = ctx;
@@ -6212,12 +6226,7 @@ static void mprt_softmax_piece(void *ctx, long lo, long hi)
             if (mx == -INFINITY)
                 mx = 0.0f;   /* a row masked entirely: exp gives 0, the sum 0 */
             mprt_exp_shifted(xs, mx, C, inner, ys);
-            double sum = 0;
-            for (long c = 0; c < C; c++)
-                sum += ys[c * inner];
-            float inv = (float)(1.0 / sum);
-            for (long c = 0; c < C; c++)
-                ys[c * inner] *= inv;
+            mprt_normalize_row(ys, C, inner);
         }
     }
 }
@@ -6226,6 +6235,47 @@ MPRT_KERNEL void mprt_softmax(long outer, long C, long inner, const float *x, fl
 {
     mprt_par(outer * inner, mprt_grain_rows(4 * C), mprt_softmax_piece,
              &(MprtSoftmax){.C = C, .inner = inner, .x = x, .y = y});
+}
+
+/* y[c] = e^(y[c] - mx) for c < C, in blocks of 64 as mprt_exp_shifted. */
+MPRT_VECTOR static void mprt_exp_shifted_in_place(float *y, float mx, long C)
+{
+    long c = 0;
+    for (; c + 64 <= C; c += 64)
+        for (long j = 0; j < 64; j++)
+            y[c + j] = mprt_expf(y[c + j] - mx);
+    for (; c < C; c++)
+        y[c] = mprt_expf(y[c] - mx);
+}
+
+/* Rows [lo, hi) of softmax(x + b): the sum as the Add before a Softmax
+ * stored it, then mprt_softmax_piece's operations on it. */
+static void mprt_softmax_bias_piece(void *ctx, long lo, long hi)
+{
+    const MprtSoftmax *t = ctx;
+    long C = t->C;
+    for (long r = lo; r < hi; r++) {
+        const float *xs = t->x + (size_t)r * C, *bs = t->b + (size_t)(r % t->brows) * C;
+        float *ys = t->y + (size_t)r * C;
+        for (long c = 0; c < C; c++) {
+            float v = xs[c] + bs[c];
+            ys[c] = t->round ? mprt_f32_of(mprt_bf16_of(v)) : v;
+        }
+        float mx = mprt_strided_max(ys, C, 1);
+        if (mx == -INFINITY)
+            mx = 0.0f;
+        mprt_exp_shifted_in_place(ys, mx, C);
+        mprt_normalize_row(ys, C, 1);
+    }
+}
+
+/* y = softmax(x + b) over rows of C (x is rows x C, b brows x C). */
+MPRT_KERNEL void mprt_softmax_bias(long rows, long C, long brows, int round, const float *x,
+                                   const float *b, float *y)
+{
+    mprt_par(rows, mprt_grain_rows(5 * C), mprt_softmax_bias_piece,
+             &(MprtSoftmax){.C = C, .inner = 1, .x = x, .y = y, .b = b, .brows = brows,
+                            .round = round});
 }
 
 static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
