@@ -960,6 +960,8 @@ typedef struct Buf {
     size_t bytes;              /* one slot, rounded up to 64 */
     size_t offset;             /* in the device's arena */
     bool received;             /* written by copies from the home stage */
+    bool shared;               /* holds other values than `value` too: a reshape's
+                                  output in place, running statistics */
     bool acc;                  /* a parameter's gradient summed over micro-batches */
     int levels;                /* acc: the sum's tree levels (--data-parallel), one after
                                   another, bytes / levels each; 1 for a running sum */
@@ -1126,6 +1128,7 @@ void plan_place(Plan *p, Arena *a);
 bool *plan_read_outside(const Graph *g, Arena *a);
 /* A buffer a copy sends: another stage holds a received copy of its value. */
 bool plan_sent(const Plan *p, const Buf *bf);
+bool moves_in_place(const Graph *g, const Node *n);   /* a reshape that may take its input's buffer */
 /* A buffer and the bytes it takes; sized_largest_first orders them for qsort. */
 typedef struct Sized {
     size_t bytes;

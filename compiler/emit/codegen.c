@@ -2497,7 +2497,9 @@ static void emit_kernel(CG *cg, const Node *n)
              buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->out[0]));
         break;
     case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_IDENTITY:
-        if (cg->g->values[n->out[0]].dtype == DT_F32)
+        if (!strcmp(buf(cg, n->in[0]), buf(cg, n->out[0])))
+            emit(cg, "    /* in place: its input's buffer */\n");
+        else if (cg->g->values[n->out[0]].dtype == DT_F32)
             emit(cg, "    %s(%ld, %s, %s);\n", kernel(cg, "copy"), numel(cg, n->out[0]),
                  buf(cg, n->in[0]), buf(cg, n->out[0]));
         else   /* any element type: the bytes */

@@ -677,6 +677,8 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
         if (t >= 0)
             return t;
     }
+    if (moves_in_place(g, n))
+        return 0;   /* it takes its input's buffer (plan.c; a copy where a value leaves) */
     if (p->per_call)
         return cpu_time(g, n, p) + staging_time(g, n, p);
     NodeCost c = node_cost(g, n);

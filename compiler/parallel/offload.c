@@ -62,8 +62,10 @@ static void positions(Pick *k)
         }
 }
 
-/* The kinds of stage s's actions whose nodes read v: a bit per ActKind. */
-static unsigned readers(const Pick *k, uint32_t v, int s)
+/* The kinds of stage s's actions whose nodes read buffer b (every value
+ * it holds: a reshape in place shares its input's, plan.c): a bit per
+ * ActKind. */
+static unsigned readers(const Pick *k, int b, int s)
 {
     const Plan *p = k->p;
     unsigned kinds = 0;
@@ -72,23 +74,25 @@ static unsigned readers(const Pick *k, uint32_t v, int s)
         for (int j = 0; j < p->nnodes[at]; j++) {
             const Node *n = &p->g->nodes[p->nodes[at][j]];
             for (uint32_t q = 0; q < n->nin; q++)
-                if (n->in[q] == v)
+                if (n->in[q] != NONE && plan_buf(p, n->in[q], s) == b)
                     kinds |= 1u << kind;
         }
     }
     return kinds;
 }
 
-/* A forward activation of stage s that its backward reads. */
+/* A forward activation of stage s that its backward reads (itself, or a
+ * reshape of it in its buffer), the first value of its buffer. */
 static bool kept(const Pick *k, uint32_t v, int s, unsigned *kinds)
 {
     const Graph *g = k->p->g;
     const Value *val = &g->values[v];
+    int b = plan_buf(k->p, v, s);
     if (val->kind != VK_ACTIVATION || val->producer == NONE || k->outside[v] ||
         k->p->st->stage[val->producer] != s || k->p->st->act[val->producer] != ACT_FWD ||
-        plan_buf(k->p, v, s) < 0)
+        b < 0 || k->p->bufs[b].value != v)
         return false;
-    *kinds = readers(k, v, s) & (1u << ACT_BWD | 1u << ACT_WGRAD);
+    *kinds = readers(k, b, s) & (1u << ACT_BWD | 1u << ACT_WGRAD);
     return *kinds != 0;
 }
 

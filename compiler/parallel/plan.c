@@ -4,7 +4,11 @@
  *
  * Each value has a buffer on its home stage and a received copy on every
  * other stage that reads it (a skip connection is sent straight to its
- * reader). A buffer holds as many micro-batches as are alive at once on
+ * reader). A reshape (Reshape, Flatten, Squeeze, Unsqueeze, Identity) of
+ * an activation into one of the same type takes its input's buffer: the
+ * same bytes, no copy (in_place). Where either value leaves the stage's
+ * compute stream (a copy sends it, the host reads it, an update reads it
+ * as a gradient), the reshape copies as any node writes its output. A buffer holds as many micro-batches as are alive at once on
  * its device under the schedule (one more for buffers a copy reads or
  * writes, so copies overlap compute); micro-batch mb uses slot mb % slots.
  * Dependencies:
@@ -110,12 +114,59 @@ static int new_buf(PB *b, uint32_t v, int stage, bool received)
     return p->nbufs++;
 }
 
-/* BatchNormalization writes its running statistics into the parameters
- * it read them from: those outputs share the parameters' buffers. */
-static uint32_t *running_stat_aliases(PB *b)
+/* Whether node n moves its input's bytes unchanged into an activation of
+ * the same type: a reshape that may take its input's buffer (in_place;
+ * cost.c prices it at nothing). */
+bool moves_in_place(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case OP_RESHAPE: case OP_FLATTEN: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_IDENTITY:
+        break;
+    default:
+        return false;
+    }
+    if (n->nin < 1 || n->nout < 1 || n->in[0] == NONE || n->out[0] == NONE)
+        return false;
+    const Value *x = &g->values[n->in[0]], *y = &g->values[n->out[0]];
+    return x->kind == VK_ACTIVATION && y->kind == VK_ACTIVATION && x->dtype == y->dtype &&
+           !x->is_output && !y->is_output;
+}
+
+/* [nvalues]: read on a stage other than its home. */
+static bool *crossing(const PB *b)
+{
+    const Graph *g = b->g;
+    bool *c = arena_array(b->a, g->nvalues, sizeof(bool));
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            if (n->in[k] != NONE && b->st->home[n->in[k]] != b->st->stage[g->order[i]])
+                c[n->in[k]] = true;
+    }
+    return c;
+}
+
+/* Whether reshape n takes its input's buffer: both values live on n's
+ * stage alone and only its compute stream touches them. */
+static bool in_place(const PB *b, const Node *n, const bool *cross, const bool *outside)
+{
+    if (!moves_in_place(b->g, n))
+        return false;
+    uint32_t x = n->in[0], y = n->out[0];
+    int s = b->st->stage[n - b->g->nodes];
+    return b->st->home[x] == s && b->st->home[y] == s && !cross[x] && !cross[y] &&
+           !outside[x] && !outside[y];
+}
+
+/* The value whose buffer each value takes (itself if its own).
+ * BatchNormalization writes its running statistics into the parameters
+ * it read them from: those outputs share the parameters' buffers; and a
+ * reshape in place shares its input's. */
+static uint32_t *buffer_aliases(PB *b)
 {
     Graph *g = b->g;
     uint32_t *alias = arena_array(b->a, g->nvalues, sizeof(uint32_t));
+    bool *cross = crossing(b), *outside = plan_read_outside(g, b->a);
     for (uint32_t v = 0; v < g->nvalues; v++)
         alias[v] = v;
     for (uint32_t i = 0; i < g->norder; i++) {
@@ -124,6 +175,8 @@ static uint32_t *running_stat_aliases(PB *b)
             for (uint32_t k = 1; k < 3 && k < n->nout; k++)
                 if (n->out[k] != NONE)
                     alias[n->out[k]] = n->in[k + 2];
+        if (in_place(b, n, cross, outside))
+            alias[n->out[0]] = n->in[0];
     }
     return alias;
 }
@@ -151,7 +204,7 @@ static void make_bufs(PB *b)
     Plan *p = b->p;
     p->buf_of = arena_array(b->a, (size_t)g->nvalues * b->S, sizeof(int));
     memset(p->buf_of, 0xff, (size_t)g->nvalues * b->S * sizeof(int));
-    uint32_t *alias = running_stat_aliases(b);
+    uint32_t *alias = buffer_aliases(b);
     for (uint32_t i = 0; i < g->norder; i++) {
         uint32_t id = g->order[i];
         const Node *n = &g->nodes[id];
@@ -160,9 +213,11 @@ static void make_bufs(PB *b)
             if (n->in[k] != NONE)
                 ensure_buf(b, n->in[k], s);
         for (uint32_t k = 0; k < n->nout; k++)
-            if (n->out[k] != NONE && alias[n->out[k]] != n->out[k])
-                p->buf_of[(size_t)n->out[k] * b->S + s] = ensure_buf(b, alias[n->out[k]], s);
-            else if (n->out[k] != NONE)
+            if (n->out[k] != NONE && alias[n->out[k]] != n->out[k]) {
+                int shared = ensure_buf(b, alias[n->out[k]], s);
+                p->buf_of[(size_t)n->out[k] * b->S + s] = shared;
+                p->bufs[shared].shared = true;
+            } else if (n->out[k] != NONE)
                 ensure_buf(b, n->out[k], s);
     }
     p->acc_of = arena_array(b->a, g->nvalues, sizeof(int));
@@ -240,7 +295,9 @@ static void make_offload(PB *b, const Options *o)
         p->bufs[f->host].from = f->dev;
         f->fetched = new_buf(b, f->value, f->stage, false);
         p->bufs[f->fetched].from = f->host;
-        p->fetch_of[(size_t)f->value * b->S + f->stage] = f->fetched;
+        for (uint32_t v = 0; v < b->g->nvalues; v++)   /* and every reshape in place of it */
+            if (plan_buf(p, v, f->stage) == f->dev)
+                p->fetch_of[(size_t)v * b->S + f->stage] = f->fetched;
     }
     make_streamed(b);
     b->host_of = arena_array(b->a, (size_t)p->nbufs, sizeof(int));
