@@ -509,7 +509,18 @@ static inline size_t mprt_line_at(const MprtLines *t, long l)
     return (size_t)(l / t->inner) * t->C * t->inner + (size_t)(l % t->inner);
 }
 
-/* Lines [lo, hi) of y = log_softmax(a); log-sum-exp in double. */
+/* The log-sum-exp of C elements `stride` apart, in double, as a float:
+ * log_softmax(x) = x - (max + log sum e^(x - max)), as PyTorch. */
+static float mprt_strided_lse(const float *xs, long C, long stride)
+{
+    float mx = mprt_strided_max(xs, C, stride);
+    double sum = 0;
+    for (long c = 0; c < C; c++)
+        sum += exp((double)xs[c * stride] - mx);
+    return (float)(mx + log(sum));
+}
+
+/* Lines [lo, hi) of y = log_softmax(a). */
 static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
 {
     const MprtLines *t = ctx;
@@ -517,14 +528,18 @@ static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
     for (long l = lo; l < hi; l++) {
         const float *xs = t->a + mprt_line_at(t, l);
         float *ys = t->y + mprt_line_at(t, l);
-        float mx = mprt_strided_max(xs, C, inner);
-        double sum = 0;
-        for (long c = 0; c < C; c++)
-            sum += exp((double)xs[c * inner] - mx);
-        float lse = (float)(mx + log(sum));   /* as PyTorch: x - (max + log sum) */
+        float lse = mprt_strided_lse(xs, C, inner);
         for (long c = 0; c < C; c++)
             ys[c * inner] = xs[c * inner] - lse;
     }
+}
+
+/* Lines [lo, hi) of y[l] = the log-sum-exp of line l of a. */
+static void mprt_lse_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    for (long l = lo; l < hi; l++)
+        t->y[l] = mprt_strided_lse(t->a + mprt_line_at(t, l), t->C, t->inner);
 }
 
 /* Log-softmax over one axis: x is outer x C x inner. */
@@ -553,6 +568,25 @@ MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *l
     *loss = count ? (float)(total / count) : 0.0f;
 }
 
+/* mprt_sce keeping each line's log-sum-exp (N x D, the labels' shape)
+ * instead of the log-probabilities: the same loss, x - lse at each label. */
+MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_t *labels,
+                              int64_t ignore, float *loss, float *lse)
+{
+    MprtLines t = {.C = C, .inner = D, .a = x, .y = lse};
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 8), mprt_lse_piece, &t);
+    double total = 0;
+    long count = 0;
+    for (long i = 0; i < (long)N * D; i++) {
+        int64_t l = labels[i];
+        if (l == ignore)
+            continue;
+        total -= x[((size_t)(i / D) * C + l) * D + i % D] - lse[i];
+        count++;
+    }
+    *loss = count ? (float)(total / count) : 0.0f;
+}
+
 /* Lines [lo, hi) of the cross-entropy's gradient: (softmax - one-hot) *
  * scale, 0 where the label is ignored. Line l is label l's. */
 static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
@@ -568,16 +602,48 @@ static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
     }
 }
 
-MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
-                          const int64_t *labels, int64_t ignore, float *dx)
+/* dloss over the count of labels that are not `ignore` (0 if none). */
+static float mprt_sce_scale(int N, long D, const float *dloss, const int64_t *labels,
+                            int64_t ignore)
 {
     long count = 0;
     for (long i = 0; i < (long)N * D; i++)
         count += labels[i] != ignore;
-    float scale = count ? dloss[0] / (float)count : 0.0f;
+    return count ? dloss[0] / (float)count : 0.0f;
+}
+
+MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
+                          const int64_t *labels, int64_t ignore, float *dx)
+{
     MprtLines t = {.C = C, .inner = D, .a = logp, .y = dx, .labels = labels, .ignore = ignore,
-                   .scale = scale};
+                   .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
     mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
+}
+
+/* Lines [lo, hi) of mprt_sce_lse_grad: the log-probability x - lse of
+ * line l made as mprt_sce made it, then mprt_sce_grad_piece's. */
+static void mprt_sce_lse_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    for (long l = lo; l < hi; l++) {
+        int64_t label = t->labels[l];
+        size_t at = mprt_line_at(t, l);
+        for (long c = 0; c < t->C; c++) {
+            size_t i = at + (size_t)c * t->inner;
+            float lp = t->a[i] - t->b[l];
+            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(lp) - (c == label)) * t->scale;
+        }
+    }
+}
+
+/* The gradient of mprt_sce_lse from the scores x and each line's lse. */
+MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, const float *x,
+                                   const float *lse, const int64_t *labels, int64_t ignore,
+                                   float *dx)
+{
+    MprtLines t = {.C = C, .inner = D, .a = x, .b = lse, .y = dx, .labels = labels,
+                   .ignore = ignore, .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_lse_grad_piece, &t);
 }
 
 MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)

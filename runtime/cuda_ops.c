@@ -645,6 +645,31 @@ MPRT_CU_KERNEL void mprt_cu_sce_bf16(int N, int C, long D, const uint16_t *x,
     mprt_cu_one("nll", args);
 }
 
+/* mprt_cu_sce keeping each row's log-sum-exp (cpu.c's mprt_sce_lse). */
+MPRT_CU_KERNEL void mprt_cu_sce_lse(int N, int C, long D, const float *x, const int64_t *labels,
+                                    int64_t ignore, float *loss, float *lse)
+{
+    long outer = N, inner = D, Cl = C;
+    void *rows[] = {&outer, &Cl, &inner, &x, &lse};
+    mprt_cu_rows("lse", outer * inner, Cl, rows);
+    uint64_t node = 0;
+    void *args[] = {&N, &C, &D, &x, &lse, &labels, &ignore, &loss, &node};
+    mprt_cu_one("nll_lse", args);
+}
+
+/* The same of bf16 scores, a GPU's only (codegen.c's row_kernel). */
+MPRT_CU_KERNEL void mprt_cu_sce_lse_bf16(int N, int C, long D, const uint16_t *x,
+                                         const int64_t *labels, int64_t ignore, float *loss,
+                                         float *lse)
+{
+    long outer = N, inner = D, Cl = C;
+    void *rows[] = {&outer, &Cl, &inner, &x, &lse};
+    mprt_cu_rows("lse_of_bf16", outer * inner, Cl, rows);
+    uint64_t node = 0;
+    void *args[] = {&N, &C, &D, &x, &lse, &labels, &ignore, &loss, &node};
+    mprt_cu_one("nll_lse_of_bf16", args);
+}
+
 /* A kernel over N*C*D elements that also counts the labels (every block
  * counts them all, so the grid stays small). */
 static void mprt_cu_counting(const char *kernel, long n, void **args)
@@ -669,6 +694,24 @@ MPRT_CU_KERNEL void mprt_cu_sce_grad_bf16(int N, int C, long D, const float *dlo
 {
     void *args[] = {&N, &C, &D, &dloss, &logp, &labels, &ignore, &dx};
     mprt_cu_counting("sce_grad_bf16", (long)N * C * D, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_sce_lse_grad(int N, int C, long D, const float *dloss,
+                                         const float *x, const float *lse,
+                                         const int64_t *labels, int64_t ignore, float *dx)
+{
+    void *args[] = {&N, &C, &D, &dloss, &x, &lse, &labels, &ignore, &dx};
+    mprt_cu_counting("sce_lse_grad", (long)N * C * D, args);
+}
+
+/* mprt_cu_sce_lse_grad into a bf16 dx, the scores float32 or (x_bf16) bf16. */
+MPRT_CU_KERNEL void mprt_cu_sce_lse_grad_bf16(int N, int C, long D, const float *dloss,
+                                              const void *x, int x_bf16, const float *lse,
+                                              const int64_t *labels, int64_t ignore,
+                                              uint16_t *dx)
+{
+    void *args[] = {&N, &C, &D, &dloss, &x, &x_bf16, &lse, &labels, &ignore, &dx};
+    mprt_cu_counting("sce_lse_grad_bf16", (long)N * C * D, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_nll(int N, int C, long D, const float *x, const int64_t *labels,

@@ -1436,6 +1436,34 @@ extern "C" __global__ void mprt_k_log_softmax_of_bf16(i64 outer, i64 C, i64 inne
     log_softmax_rows(outer, C, inner, x, y);
 }
 
+/* Each row's log-sum-exp alone, as log_softmax_rows makes it (a loss
+ * that keeps it for its gradient: graph/loss.c's mpcc_lse). */
+template <typename T>
+static __device__ void lse_rows(i64 outer, i64 C, i64 inner, const T *x, float *lse)
+{
+    FOR_ROWS(r, outer * inner) {
+        const T *xs = x + ROW_BASE(r);
+        float mx = row_max(xs, C, inner);
+        double sum = 0;
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
+            sum += exp((double)load_el(xs, c * inner) - mx);
+        float v = (float)(mx + log(block_sum(sum)));
+        if (threadIdx.x == 0)
+            lse[r] = v;
+    }
+}
+
+extern "C" __global__ void mprt_k_lse(i64 outer, i64 C, i64 inner, const float *x, float *lse)
+{
+    lse_rows(outer, C, inner, x, lse);
+}
+
+extern "C" __global__ void mprt_k_lse_of_bf16(i64 outer, i64 C, i64 inner, const u16 *x,
+                                              float *lse)
+{
+    lse_rows(outer, C, inner, x, lse);
+}
+
 extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
                                                    const float *y, float *dx)
 {
@@ -1474,6 +1502,43 @@ extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const
     count = block_sum(count);
     if (threadIdx.x == 0)
         *loss = count != 0 ? (float)(total / count) : 0.0f;
+}
+
+/* mprt_k_nll of the log-probabilities x - lse, made at each label from the
+ * scores and the rows' log-sum-exp (x float32 or bf16). */
+template <typename T>
+static __device__ void nll_lse_block(int N, int C, i64 D, const T *x, const float *lse,
+                                     const i64 *labels, i64 ignore, float *loss, u64 node)
+{
+    double total = 0, count = 0;
+    for (i64 i = threadIdx.x; i < (i64)N * D; i += blockDim.x) {
+        i64 t = labels[i];
+        if (t == ignore)
+            continue;
+        if (t < 0 || t >= C) {
+            fault(FAULT_LABEL, t, C, node, ignore);
+            continue;
+        }
+        total -= FSUB(load_el(x, ((i / D) * C + t) * D + i % D), lse[i]);
+        count += 1;
+    }
+    total = block_sum(total);
+    count = block_sum(count);
+    if (threadIdx.x == 0)
+        *loss = count != 0 ? (float)(total / count) : 0.0f;
+}
+
+extern "C" __global__ void mprt_k_nll_lse(int N, int C, i64 D, const float *x, const float *lse,
+                                          const i64 *labels, i64 ignore, float *loss, u64 node)
+{
+    nll_lse_block(N, C, D, x, lse, labels, ignore, loss, node);
+}
+
+extern "C" __global__ void mprt_k_nll_lse_of_bf16(int N, int C, i64 D, const u16 *x,
+                                                  const float *lse, const i64 *labels, i64 ignore,
+                                                  float *loss, u64 node)
+{
+    nll_lse_block(N, C, D, x, lse, labels, ignore, loss, node);
 }
 
 /* NegativeLogLikelihoodLoss with class weights (or NULL) and reduction 0
@@ -1543,6 +1608,40 @@ extern "C" __global__ void mprt_k_sce_grad_bf16(int N, int C, i64 D, const float
                                                 i64 ignore, u16 *dx)
 {
     sce_grad_each(N, C, D, dloss, logp, labels, ignore, dx);
+}
+
+/* sce_grad_each with each log-probability made from the scores x (float32
+ * or bf16) and its row's log-sum-exp, as the loss made it. */
+template <typename X, typename T>
+static __device__ void sce_lse_grad_each(int N, int C, i64 D, const float *dloss, const X *x,
+                                         const float *lse, const i64 *labels, i64 ignore, T *dx)
+{
+    i64 count = label_count((i64)N * D, labels, ignore);
+    float scale = count ? FDIV(dloss[0], (float)count) : 0.0f;
+    FOR_EACH(i, (i64)N * C * D) {
+        i64 n = i / ((i64)C * D), r = i - n * C * D, c = r / D, d = r - c * D;
+        i64 t = labels[n * D + d];
+        float lp = FSUB(load_el(x, i), lse[n * D + d]);
+        store_el(dx, i, t == ignore ? 0.0f : FMUL(FSUB(expf(lp), (float)(c == t)), scale));
+    }
+}
+
+extern "C" __global__ void mprt_k_sce_lse_grad(int N, int C, i64 D, const float *dloss,
+                                               const float *x, const float *lse,
+                                               const i64 *labels, i64 ignore, float *dx)
+{
+    sce_lse_grad_each(N, C, D, dloss, x, lse, labels, ignore, dx);
+}
+
+/* into a bf16 dx, from scores stored as float32 or (x_bf16) bf16 */
+extern "C" __global__ void mprt_k_sce_lse_grad_bf16(int N, int C, i64 D, const float *dloss,
+                                                    const void *x, int x_bf16, const float *lse,
+                                                    const i64 *labels, i64 ignore, u16 *dx)
+{
+    if (x_bf16)
+        sce_lse_grad_each(N, C, D, dloss, (const u16 *)x, lse, labels, ignore, dx);
+    else
+        sce_lse_grad_each(N, C, D, dloss, (const float *)x, lse, labels, ignore, dx);
 }
 
 extern "C" __global__ void mprt_k_nll_grad(int N, int C, i64 D, const float *dloss,

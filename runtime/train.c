@@ -355,7 +355,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
      * positions after; labels (Q, D). The padding rows' labels are the
      * ignore index */
     const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
-                                    m->log_prob_offset, out->nbytes, 2);
+                                    m->log_prob_offset,
+                                    m->lse ? lb->nbytes / mprt_dtype_size(lb->dtype) * 4
+                                           : out->nbytes, 2);
     const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
     int64_t C = out->shape[m->class_axis], D = 1;
     for (int i = m->class_axis + 1; i < out->rank; i++)
@@ -370,7 +372,7 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
             for (int64_t c = 1; c < C; c++)
                 if (xs[c * D] > xs[best * D])
                     best = c;
-            sc->loss -= lp[(r * C + label) * D + d];
+            sc->loss -= m->lse ? xs[label * D] - lp[r * D + d] : lp[(r * C + label) * D + d];
             sc->correct += best == label;
             sc->count++;
         }

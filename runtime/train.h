@@ -43,7 +43,8 @@ typedef struct MprtModel {
     int class_axis;             /* cross-entropy: the scores' classes (1, or
                                    mpcc --class-axis) */
     int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
-    size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
+    size_t log_prob_offset;     /* the log-softmax of micro-batch 0, or with lse */
+    int lse;                    /* each row's log-sum-exp (x - lse: the log-softmax) */
     void (*kernels_start)(size_t *scratch);  /* before the arenas: oneDNN's primitives,
                                                 each device's scratch raised to what they
                                                 need (runtime/cpu_dnnl.c); NULL if none */

@@ -923,6 +923,28 @@ static void emit_loss_forward(CG *cg, const Node *n)
         emit(cg, "    }\n");
 }
 
+/* The cross-entropy that keeps each row's log-sum-exp (graph/loss.c):
+ * its forward writes the loss and lse, its gradient reads the scores x
+ * again: (N, C, D, x, labels, ignore, loss, lse) and (N, C, D, dloss, x,
+ * lse, labels, ignore, dx). Under bf16 on a GPU the twins read bf16
+ * scores, and the gradient's writes a bf16 dx from scores of either type. */
+static void emit_sce_lse(CG *cg, const Node *n, bool grad, long N, long C, long D,
+                         long long ignore)
+{
+    if (!grad) {
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", row_kernel(cg, "sce_lse"), N,
+             C, D, buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
+             buf(cg, n->out[1]));
+        return;
+    }
+    const char *x = buf(cg, n->in[3]);
+    if (cg->native == NATIVE_ROWS)
+        x = arena_printf(cg->g->arena, "%s, %d", x, is_bf16(cg, n->in[3]));
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %lldLL, %s);\n", row_kernel(cg, "sce_lse_grad"),
+         N, C, D, buf(cg, n->in[0]), x, buf(cg, n->in[1]), buf(cg, n->in[2]), ignore,
+         buf(cg, n->out[0]));
+}
+
 static void emit_sce(CG *cg, const Node *n, bool grad)
 {
     long N, C, D;
@@ -930,12 +952,17 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
         emit_loss_forward(cg, n);
         return;
     }
-    class_dims(cg, n, n->in[grad ? 1 : 0], &N, &C, &D);
-    if (n->nin > (grad ? 3u : 2u))
+    bool lse = attr_int(n, "mpcc_lse", 0) != 0;
+    class_dims(cg, n, n->in[!grad ? 0 : lse ? 3 : 1], &N, &C, &D);
+    if (!grad && n->nin > 2)
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
     if (strcmp(loss_reduction(n), "mean") != 0)
         unsupported(cg, n, "a reduction other than mean");
     long long ignore = (long long)loss_ignore_index(n);
+    if (lse) {
+        emit_sce_lse(cg, n, grad, N, C, D, ignore);
+        return;
+    }
     if (!grad)
         emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", row_kernel(cg, "sce"), N, C, D,
              buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
@@ -4025,8 +4052,9 @@ static void emit_loss_fields(CG *cg)
         const Buf *lp = &cg->plan->bufs[plan_buf(cg->plan, n->out[1],
                                                   cg->plan->st->home[n->out[1]])];
         emit(cg, "    .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = %lldLL,\n"
-             "    .class_axis = %d, .log_prob_dev = %d, .log_prob_offset = %zu,\n",
-             (long long)loss_ignore_index(n), loss_class_axis(n), lp->dev, lp->offset);
+             "    .class_axis = %d, .log_prob_dev = %d, .log_prob_offset = %zu, .lse = %d,\n",
+             (long long)loss_ignore_index(n), loss_class_axis(n), lp->dev, lp->offset,
+             attr_int(n, "mpcc_lse", 0) != 0);
     } else {
         emit(cg, "    .loss_kind = MPRT_LOSS_MSE,\n");
     }

@@ -290,7 +290,9 @@ static void grad_loss(AD *ad, Op op, uint32_t dy)
     if (!ad->needs[x])
         return;
     uint32_t saved = op == OP_SCE_GRAD ? n->out[1] : x;
-    Node *g = emit(ad, op, "dX", (uint32_t[]){dy, saved, n->in[1]}, 3, x, &out);
+    /* a cross-entropy that kept each row's log-sum-exp reads its scores again */
+    uint32_t nin = op == OP_SCE_GRAD && attr_int(n, "mpcc_lse", 0) ? 4 : 3;
+    Node *g = emit(ad, op, "dX", (uint32_t[]){dy, saved, n->in[1], x}, nin, x, &out);
     ir_copy_attrs(ad->g, g, n);
     contribute(ad, x, out);
 }

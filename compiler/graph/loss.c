@@ -6,6 +6,13 @@
  * over (N,C) or (N,C,d1..dk) scores with integer labels (N) or (N,d1..dk),
  * or mean squared error against float targets of the output's shape. The
  * labels become a new graph input named "labels".
+ *
+ * A cross-entropy whose log-probabilities the model does not ask for keeps
+ * each row's log-sum-exp for its gradient instead (attribute mpcc_lse): a
+ * float per label, where the log-probabilities are the scores' size (a
+ * language model's: its vocabulary times every position, in float32). The
+ * gradient reads the scores again and computes each log-probability as the
+ * loss did, x - lse: the same numbers.
  */
 #include "mpcc.h"
 
@@ -57,9 +64,10 @@ static void cross_entropy(Graph *g, const Options *o, uint32_t scores)
             ls.d[ls.rank++] = x->shape.d[i];
     uint32_t labels = add_labels(g, DT_I64, &ls);
     uint32_t out[2] = {ir_new_value(g, "loss", x->dtype, &(Shape){0}),
-                       ir_new_value(g, "log_prob", x->dtype, &x->shape)};
+                       ir_new_value(g, "log_sum_exp", x->dtype, &ls)};
     uint32_t id = ir_emit(g, OP_SOFTMAX_CE, "loss", (uint32_t[]){scores, labels}, 2, out, 2,
                           PH_FORWARD);
+    ir_set_int(g, &g->nodes[id], "mpcc_lse", 1);
     ir_set_int(g, &g->nodes[id], "ignore_index", o->train.ignore_index);
     if (axis != 1)
         ir_set_int(g, &g->nodes[id], "mpcc_class_axis", axis);
@@ -90,13 +98,14 @@ void add_loss(Graph *g, const Options *o)
         g->loss = n->out[0];
         g->labels = n->in[1];
         if (n->op == OP_SOFTMAX_CE && (n->nout < 2 || n->out[1] == NONE)) {
-            /* backward needs log_prob */
-            uint32_t lp = ir_new_value(g, "log_prob", g->values[n->in[0]].dtype,
-                                       &g->values[n->in[0]].shape);
+            /* the backward needs each row's log-sum-exp */
+            uint32_t lse = ir_new_value(g, "log_sum_exp", g->values[n->in[0]].dtype,
+                                        &g->values[n->in[1]].shape);
             n->out = arena_grow(g->arena, n->out, n->nout, 2, sizeof(uint32_t));
             n->nout = 2;
-            n->out[1] = lp;
-            g->values[lp].producer = own;
+            n->out[1] = lse;
+            g->values[lse].producer = own;
+            ir_set_int(g, n, "mpcc_lse", 1);
         }
         return;
     }

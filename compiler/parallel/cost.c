@@ -407,8 +407,10 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_SOFTMAX_CE:
         return all_bf16(g, n->in, 1) && n->nout > 1 && all_of(g, n->out, 2, DT_F32);
-    case OP_SCE_GRAD:
-        return all_of(g, n->in, 2, DT_F32) && all_bf16(g, n->out, 1);
+    case OP_SCE_GRAD:   /* with lse (graph/loss.c), scores of either type */
+        return all_of(g, n->in, 2, DT_F32) && all_bf16(g, n->out, 1) &&
+               (n->nin < 4 || g->values[n->in[3]].dtype == DT_F32 ||
+                g->values[n->in[3]].dtype == DT_BF16);
     case OP_DROPOUT: case OP_DROPOUT_GRAD:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
     case OP_BN_GRAD:

@@ -44,7 +44,7 @@ gpt=$work/gpt.mp.c
 soft=$(($(calls "$gpt" mprt_cu_softmax) + $(calls "$gpt" mprt_cu_softmax_grad)))
 soft16=$(($(calls "$gpt" mprt_cu_softmax_bf16) + $(calls "$gpt" mprt_cu_softmax_grad_bf16)))
 sums=$(calls "$gpt" mprt_cu_sum_to) sums16=$(calls "$gpt" mprt_cu_sum_to_bf16)
-loss16=$(calls "$gpt" mprt_cu_sce_grad_bf16)
+loss16=$(calls "$gpt" mprt_cu_sce_lse_grad_bf16)
 moves=$(grep -c "^    mprt_cu_strided(2, " "$gpt" || true)
 wide=$(grep -c "^    mprt_cu_strided(4, .*(W[0-9]* + " "$gpt" || true)   # on a float32 copy
 echo "gpt.mp: softmax $soft16 on bf16 tensors, $soft on float32 copies;" \

@@ -1685,6 +1685,47 @@ static void test_softmax_bias(void)
     report("softmax_bias_bf16");
 }
 
+/* The cross-entropy that keeps each row's log-sum-exp (graph/loss.c's
+ * mpcc_lse): on the CPU the loss and the gradient of the one that keeps
+ * the log-probabilities, bit for bit; its twins against it, on float32
+ * and bf16 scores (the gradient into bf16 from either). */
+static void test_sce_lse(void)
+{
+    enum { N = 3, C = 4, D = 5, NL = N * D, NX = N * C * D };
+    float *x = fvec(NX, -3, 1), logp[NX], lse[NL], clse[NL], dx[NX], want[NX], cdx[NX];
+    float l1, l2, dl = 0.75f;
+    int64_t labels[NL];
+    for (int i = 0; i < NL; i++)
+        labels[i] = i % 4 == 3 ? -100 : (int64_t)frand(0, (float)C);
+    mprt_sce(N, C, D, x, labels, -100, &l1, logp);
+    mprt_sce_lse(N, C, D, x, labels, -100, &l2, lse);
+    same("sce_lse (mprt_sce's loss)", &l1, &l2, 4);
+    mprt_sce_grad(N, C, D, &dl, logp, labels, -100, want);
+    mprt_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, dx);
+    same("sce_lse_grad (mprt_sce_grad's)", want, dx, sizeof dx);
+    mprt_cu_sce_lse(N, C, D, x, labels, -100, &l1, clse);
+    same("sce_lse", &l2, &l1, 4);
+    same("sce_lse (log-sum-exp)", lse, clse, sizeof lse);
+    mprt_cu_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, cdx);
+    same("sce_lse_grad", dx, cdx, sizeof dx);
+    uint16_t hdx[NX];
+    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, x, 0, lse, labels, -100, hdx);
+    same_narrowed("sce_lse_grad_bf16 (float32 scores)", dx, hdx, NX);
+    uint16_t *hx = bf16_copy(x, NX);   /* x now holds the bf16 values widened */
+    mprt_sce_lse(N, C, D, x, labels, -100, &l1, lse);
+    mprt_cu_sce_lse_bf16(N, C, D, hx, labels, -100, &l2, clse);
+    same("sce_lse_bf16", &l1, &l2, 4);
+    same("sce_lse_bf16 (log-sum-exp)", lse, clse, sizeof lse);
+    mprt_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, dx);
+    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, hx, 1, lse, labels, -100, hdx);
+    same_narrowed("sce_lse_grad_bf16", dx, hdx, NX);
+    free(x), free(hx);
+    report("sce_lse");
+    report("sce_lse_grad");
+    report("sce_lse_bf16");
+    report("sce_lse_grad_bf16");
+}
+
 int main(void)
 {
     test_unary();
@@ -1713,6 +1754,7 @@ int main(void)
     test_sq_norm();
     test_ew_chain();
     test_rows_bf16();
+    test_sce_lse();
     test_softmax_bias();
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);

@@ -7,7 +7,7 @@
  * schedule: 1f1b, 2 stage(s) on 2 device(s); predicted step 0.0021524 s, bubble 46.9%
  * oneDNN:   the GEMMs (--cpu-kernels=auto), so -ldnnl -lgomp
  * cpu:0     stages 0; memory plan 2544640 bytes
- * cpu:1     stages 1; memory plan 81408 bytes
+ * cpu:1     stages 1; memory plan 81152 bytes
  * build:    cc -O2 -fno-trapping-math -ffp-contract=off train.c -o train -ldnnl -lgomp -lopenblas -lm -pthread
  */
 #define _DEFAULT_SOURCE
@@ -643,7 +643,8 @@ typedef struct MprtModel {
     int class_axis;             /* cross-entropy: the scores' classes (1, or
                                    mpcc --class-axis) */
     int log_prob_dev;           /* cross-entropy: where the loss kernel leaves */
-    size_t log_prob_offset;     /* the log-softmax of micro-batch 0 */
+    size_t log_prob_offset;     /* the log-softmax of micro-batch 0, or with lse */
+    int lse;                    /* each row's log-sum-exp (x - lse: the log-softmax) */
     void (*kernels_start)(size_t *scratch);  /* before the arenas: oneDNN's primitives,
                                                 each device's scratch raised to what they
                                                 need (runtime/cpu_dnnl.c); NULL if none */
@@ -669,8 +670,8 @@ MPRT_KERNEL void mprt_gemm(int ta, int tb, int M, int N, int K, float alpha, con
 MPRT_KERNEL void mprt_relu(long n, const float *x, float *y);
 MPRT_KERNEL void mprt_relu_grad(long n, const float *dy, const float *y, float *dx);
 MPRT_KERNEL void mprt_sum_to(int rank, const long *shape, const int *keep, const float *dy, float alpha, long n_out, float *out);
-MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *labels, int64_t ignore, float *loss, float *logp);
-MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp, const int64_t *labels, int64_t ignore, float *dx);
+MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_t *labels, int64_t ignore, float *loss, float *lse);
+MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, const float *x, const float *lse, const int64_t *labels, int64_t ignore, float *dx);
 MPRT_KERNEL void mprt_sgd(long n, float *w, const float *g, float *buf, float scale, float lr, float momentum, float wd, int nesterov, int first);
 MPRT_KERNEL void mprt_accumulate(long n, float *sum, const float *g, int first);
 MPRT_KERNEL void mprt_run_as(int dev);
@@ -693,7 +694,7 @@ MPRT_GLOBAL float mprt_lr;
 static void zero_state(void)
 {
     /* const 'loss_grad' */
-    mprt_dev_write(1, A1 + 27648, (const float[]){0x1p+0f}, 4);
+    mprt_dev_write(1, A1 + 27392, (const float[]){0x1p+0f}, 4);
 }
 
 /* --- stage 0 on cpu:0: forward --- */
@@ -746,19 +747,19 @@ static void s0_update(int mb)
 static void s1_forward(int mb)
 {
     float *v_0_Gemm_output_0 = (float *)(A1 + 0 + (size_t)(mb % 2) * 8192);   /* f32[8,256], from stage 0, slot mb % 2 */
-    float *v_1_Relu_output_0 = (float *)(A1 + 64704);   /* f32[8,256] */
+    float *v_1_Relu_output_0 = (float *)(A1 + 64448);   /* f32[8,256] */
     float *v_2_weight = (float *)(A1 + 16384);   /* f32[10,256] */
     float *v_2_bias = (float *)(A1 + 26624);   /* f32[10] */
     float *logits = (float *)(A1 + 26688);   /* f32[8,10] */
     int64_t *labels = (int64_t *)(A1 + 27008 + (size_t)(mb % 4) * 64);   /* i64[8], slot mb % 4 */
     float *loss = (float *)(A1 + 27264);   /* f32[] */
-    float *log_prob = (float *)(A1 + 27328);   /* f32[8,10] */
+    float *log_sum_exp = (float *)(A1 + 27328);   /* f32[8] */
     mprt_prof_node(5);   /* node '/1/Relu' (Relu) */
     mprt_relu(2048, v_0_Gemm_output_0, v_1_Relu_output_0);
     mprt_prof_node(6);   /* node '/2/Gemm' (Gemm) */
     mprt_gemm(0, 1, 8, 10, 256, (float)1, v_1_Relu_output_0, v_2_weight, (float)1, v_2_bias, 1, 10, logits);
     mprt_prof_node(7);   /* node 'loss' (SoftmaxCrossEntropyLoss) */
-    mprt_sce(8, 10, 1, logits, labels, -100LL, loss, log_prob);
+    mprt_sce_lse(8, 10, 1, logits, labels, -100LL, loss, log_sum_exp);
     mprt_keep_loss(mb, loss);
     mprt_prof_end();
 }
@@ -766,20 +767,21 @@ static void s1_forward(int mb)
 /* --- stage 1 on cpu:1: backward --- */
 static void s1_backward(int mb)
 {
-    float *loss_grad = (float *)(A1 + 27648);   /* f32[] */
-    float *log_prob = (float *)(A1 + 27328);   /* f32[8,10] */
+    float *loss_grad = (float *)(A1 + 27392);   /* f32[] */
+    float *logits = (float *)(A1 + 26688);   /* f32[8,10] */
+    float *log_sum_exp = (float *)(A1 + 27328);   /* f32[8] */
     int64_t *labels = (int64_t *)(A1 + 27008 + (size_t)(mb % 4) * 64);   /* i64[8], slot mb % 4 */
-    float *loss_dX = (float *)(A1 + 81088);   /* f32[8,10] */
+    float *loss_dX = (float *)(A1 + 80832);   /* f32[8,10] */
     float *v_2_weight = (float *)(A1 + 16384);   /* f32[10,256] */
-    float *v_2_Gemm_dA = (float *)(A1 + 72896);   /* f32[8,256] */
-    float *v_1_Relu_output_0 = (float *)(A1 + 64704);   /* f32[8,256] */
-    float *v_2_Gemm_dB = (float *)(A1 + 27712);   /* f32[10,256] */
-    float *v_2_Gemm_dC = (float *)(A1 + 37952);   /* f32[10] */
-    float *v_1_Relu_dX = (float *)(A1 + 38016 + (size_t)(mb % 2) * 8192);   /* f32[8,256], slot mb % 2 */
-    float *v_2_weight_grad_sum = (float *)(A1 + 54400);   /* f32[10,256], the sum over the micro-batches */
-    float *v_2_bias_grad_sum = (float *)(A1 + 64640);   /* f32[10], the sum over the micro-batches */
+    float *v_2_Gemm_dA = (float *)(A1 + 72640);   /* f32[8,256] */
+    float *v_1_Relu_output_0 = (float *)(A1 + 64448);   /* f32[8,256] */
+    float *v_2_Gemm_dB = (float *)(A1 + 27456);   /* f32[10,256] */
+    float *v_2_Gemm_dC = (float *)(A1 + 37696);   /* f32[10] */
+    float *v_1_Relu_dX = (float *)(A1 + 37760 + (size_t)(mb % 2) * 8192);   /* f32[8,256], slot mb % 2 */
+    float *v_2_weight_grad_sum = (float *)(A1 + 54144);   /* f32[10,256], the sum over the micro-batches */
+    float *v_2_bias_grad_sum = (float *)(A1 + 64384);   /* f32[10], the sum over the micro-batches */
     mprt_prof_node(8);   /* node 'loss/dX' (SoftmaxCrossEntropyGrad) */
-    mprt_sce_grad(8, 10, 1, loss_grad, log_prob, labels, -100LL, loss_dX);
+    mprt_sce_lse_grad(8, 10, 1, loss_grad, logits, log_sum_exp, labels, -100LL, loss_dX);
     mprt_prof_node(9);   /* node '/2/Gemm/dA' (Gemm) */
     mprt_gemm(0, 0, 8, 256, 10, (float)1, loss_dX, v_2_weight, (float)1, NULL, 1, 1, v_2_Gemm_dA);
     mprt_prof_node(10);   /* node '/2/Gemm/dB' (Gemm) */
@@ -797,9 +799,9 @@ static void s1_backward(int mb)
 static void s1_update(int mb)
 {
     float *v_2_weight = (float *)(A1 + 16384);   /* f32[10,256] */
-    float *v_2_weight_grad_sum = (float *)(A1 + 54400);   /* f32[10,256], the sum over the micro-batches */
+    float *v_2_weight_grad_sum = (float *)(A1 + 54144);   /* f32[10,256], the sum over the micro-batches */
     float *v_2_bias = (float *)(A1 + 26624);   /* f32[10] */
-    float *v_2_bias_grad_sum = (float *)(A1 + 64640);   /* f32[10], the sum over the micro-batches */
+    float *v_2_bias_grad_sum = (float *)(A1 + 64384);   /* f32[10], the sum over the micro-batches */
     (void)mb;
     float scale = 1.0f / 4, lr = mprt_lr;
     mprt_prof_node(13);   /* update/2.weight */
@@ -841,7 +843,7 @@ static void run_step(void)
     mprt_launch(CPU1_COMPUTE, s1_backward, 0, 4);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB0);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB0);
-    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 920576, A1 + 38016, 8192, 5);   /* cpu:1 send-back: '/1/Relu/dX' mb 0 to stage 0 */
+    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 920576, A1 + 37760, 8192, 5);   /* cpu:1 send-back: '/1/Relu/dX' mb 0 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB0);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB0);
     mprt_launch(CPU0_COMPUTE, s0_backward, 0, 6);
@@ -853,7 +855,7 @@ static void run_step(void)
     mprt_launch(CPU1_COMPUTE, s1_backward, 1, 9);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB1);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB1);
-    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 46208, 8192, 10);   /* cpu:1 send-back: '/1/Relu/dX' mb 1 to stage 0 */
+    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 45952, 8192, 10);   /* cpu:1 send-back: '/1/Relu/dX' mb 1 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB1);
     mprt_launch(CPU0_COMPUTE, s0_forward, 2, 11);
     mprt_record_event(CPU0_COMPUTE, EV_S0_FWD_MB2);
@@ -867,7 +869,7 @@ static void run_step(void)
     mprt_launch(CPU1_COMPUTE, s1_backward, 2, 15);
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB2);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB2);
-    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 920576, A1 + 38016, 8192, 16);   /* cpu:1 send-back: '/1/Relu/dX' mb 2 to stage 0 */
+    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 920576, A1 + 37760, 8192, 16);   /* cpu:1 send-back: '/1/Relu/dX' mb 2 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB2);
     mprt_launch(CPU0_COMPUTE, s0_forward, 3, 17);
     mprt_record_event(CPU0_COMPUTE, EV_S0_FWD_MB3);
@@ -882,7 +884,7 @@ static void run_step(void)
     mprt_record_event(CPU1_COMPUTE, EV_S1_BWD_MB3);
     mprt_launch(CPU1_COMPUTE, s1_update, 0, 22);
     mprt_wait_event(CPU1_SEND_BACK, EV_S1_BWD_MB3);
-    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 46208, 8192, 23);   /* cpu:1 send-back: '/1/Relu/dX' mb 3 to stage 0 */
+    mprt_memcpy_async(CPU1_SEND_BACK, A0 + 928768, A1 + 45952, 8192, 23);   /* cpu:1 send-back: '/1/Relu/dX' mb 3 to stage 0 */
     mprt_record_event(CPU1_SEND_BACK, EV_COPY_S1_S0_MB3);
     mprt_wait_event(CPU0_COMPUTE, EV_COPY_S1_S0_MB3);
     mprt_launch(CPU0_COMPUTE, s0_backward, 3, 24);
@@ -958,9 +960,9 @@ static const MprtBuffer buffers[] = {
     {"logits", MPRT_OUTPUT, MPRT_F32, 2, {8, 10}, 1, 26688, 1, 320, 320, 0, 0, 0},
 };
 
-static const size_t arena_bytes[] = {2544640, 81408};
+static const size_t arena_bytes[] = {2544640, 81152};
 static const size_t host_bytes[] = {0, 0};
-static const size_t work_offset[] = {2544640, 81408};
+static const size_t work_offset[] = {2544640, 81152};
 static const size_t work_bytes[] = {0, 0};
 static const size_t slot_bytes[] = {0, 0};
 static const char *const device_names[] = {"cpu:0", "cpu:1"};
@@ -981,7 +983,7 @@ static const MprtModel model = {
     .nstreams = 8, .nevents = 16, .nops = 26,
     .buffers = buffers, .nbuffers = (int)(sizeof buffers / sizeof buffers[0]),
     .loss_kind = MPRT_LOSS_CROSS_ENTROPY, .ignore_index = -100LL,
-    .class_axis = 1, .log_prob_dev = 1, .log_prob_offset = 27328,
+    .class_axis = 1, .log_prob_dev = 1, .log_prob_offset = 27328, .lse = 1,
     .ops = op_info, .prof_nodes = prof_nodes, .nprof_nodes = 15,
     .zero_state = zero_state, .run_step = run_step, .eval_forward = eval_forward,
 };
@@ -3443,7 +3445,18 @@ static inline size_t mprt_line_at(const MprtLines *t, long l)
     return (size_t)(l / t->inner) * t->C * t->inner + (size_t)(l % t->inner);
 }
 
-/* Lines [lo, hi) of y = log_softmax(a); log-sum-exp in double. */
+/* The log-sum-exp of C elements `stride` apart, in double, as a float:
+ * log_softmax(x) = x - (max + log sum e^(x - max)), as PyTorch. */
+static float mprt_strided_lse(const float *xs, long C, long stride)
+{
+    float mx = mprt_strided_max(xs, C, stride);
+    double sum = 0;
+    for (long c = 0; c < C; c++)
+        sum += exp((double)xs[c * stride] - mx);
+    return (float)(mx + log(sum));
+}
+
+/* Lines [lo, hi) of y = log_softmax(a). */
 static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
 {
     const MprtLines *t = ctx;
@@ -3451,14 +3464,18 @@ static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
     for (long l = lo; l < hi; l++) {
         const float *xs = t->a + mprt_line_at(t, l);
         float *ys = t->y + mprt_line_at(t, l);
-        float mx = mprt_strided_max(xs, C, inner);
-        double sum = 0;
-        for (long c = 0; c < C; c++)
-            sum += exp((double)xs[c * inner] - mx);
-        float lse = (float)(mx + log(sum));   /* as PyTorch: x - (max + log sum) */
+        float lse = mprt_strided_lse(xs, C, inner);
         for (long c = 0; c < C; c++)
             ys[c * inner] = xs[c * inner] - lse;
     }
+}
+
+/* Lines [lo, hi) of y[l] = the log-sum-exp of line l of a. */
+static void mprt_lse_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    for (long l = lo; l < hi; l++)
+        t->y[l] = mprt_strided_lse(t->a + mprt_line_at(t, l), t->C, t->inner);
 }
 
 /* Log-softmax over one axis: x is outer x C x inner. */
@@ -3487,6 +3504,25 @@ MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *l
     *loss = count ? (float)(total / count) : 0.0f;
 }
 
+/* mprt_sce keeping each line's log-sum-exp (N x D, the labels' shape)
+ * instead of the log-probabilities: the same loss, x - lse at each label. */
+MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_t *labels,
+                              int64_t ignore, float *loss, float *lse)
+{
+    MprtLines t = {.C = C, .inner = D, .a = x, .y = lse};
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 8), mprt_lse_piece, &t);
+    double total = 0;
+    long count = 0;
+    for (long i = 0; i < (long)N * D; i++) {
+        int64_t l = labels[i];
+        if (l == ignore)
+            continue;
+        total -= x[((size_t)(i / D) * C + l) * D + i % D] - lse[i];
+        count++;
+    }
+    *loss = count ? (float)(total / count) : 0.0f;
+}
+
 /* Lines [lo, hi) of the cross-entropy's gradient: (softmax - one-hot) *
  * scale, 0 where the label is ignored. Line l is label l's. */
 static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
@@ -3502,16 +3538,48 @@ static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
     }
 }
 
-MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
-                          const int64_t *labels, int64_t ignore, float *dx)
+/* dloss over the count of labels that are not `ignore` (0 if none). */
+static float mprt_sce_scale(int N, long D, const float *dloss, const int64_t *labels,
+                            int64_t ignore)
 {
     long count = 0;
     for (long i = 0; i < (long)N * D; i++)
         count += labels[i] != ignore;
-    float scale = count ? dloss[0] / (float)count : 0.0f;
+    return count ? dloss[0] / (float)count : 0.0f;
+}
+
+MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const float *logp,
+                          const int64_t *labels, int64_t ignore, float *dx)
+{
     MprtLines t = {.C = C, .inner = D, .a = logp, .y = dx, .labels = labels, .ignore = ignore,
-                   .scale = scale};
+                   .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
     mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
+}
+
+/* Lines [lo, hi) of mprt_sce_lse_grad: the log-probability x - lse of
+ * line l made as mprt_sce made it, then mprt_sce_grad_piece's. */
+static void mprt_sce_lse_grad_piece(void *ctx, long lo, long hi)
+{
+    const MprtLines *t = ctx;
+    for (long l = lo; l < hi; l++) {
+        int64_t label = t->labels[l];
+        size_t at = mprt_line_at(t, l);
+        for (long c = 0; c < t->C; c++) {
+            size_t i = at + (size_t)c * t->inner;
+            float lp = t->a[i] - t->b[l];
+            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(lp) - (c == label)) * t->scale;
+        }
+    }
+}
+
+/* The gradient of mprt_sce_lse from the scores x and each line's lse. */
+MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, const float *x,
+                                   const float *lse, const int64_t *labels, int64_t ignore,
+                                   float *dx)
+{
+    MprtLines t = {.C = C, .inner = D, .a = x, .b = lse, .y = dx, .labels = labels,
+                   .ignore = ignore, .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_lse_grad_piece, &t);
 }
 
 MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)
@@ -9560,7 +9628,9 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
      * positions after; labels (Q, D). The padding rows' labels are the
      * ignore index */
     const float *lp = mprt_ops->dev_read(m->log_prob_dev, mprt_arenas[m->log_prob_dev] +
-                                    m->log_prob_offset, out->nbytes, 2);
+                                    m->log_prob_offset,
+                                    m->lse ? lb->nbytes / mprt_dtype_size(lb->dtype) * 4
+                                           : out->nbytes, 2);
     const int64_t *t = mprt_ops->dev_read(lb->dev, mprt_slot(lb, 0), lb->nbytes, 1);
     int64_t C = out->shape[m->class_axis], D = 1;
     for (int i = m->class_axis + 1; i < out->rank; i++)
@@ -9575,7 +9645,7 @@ static void mprt_score(const MprtModel *m, const MprtBuffer *out, const MprtBuff
             for (int64_t c = 1; c < C; c++)
                 if (xs[c * D] > xs[best * D])
                     best = c;
-            sc->loss -= lp[(r * C + label) * D + d];
+            sc->loss -= m->lse ? xs[label * D] - lp[r * D + d] : lp[(r * C + label) * D + d];
             sc->correct += best == label;
             sc->count++;
         }
