@@ -33,7 +33,9 @@
 #                             tensor after each of 2 steps; bench's ResNet-50
 #                             and GPT-2-small timed node by node (./train
 #                             --profile), summed by kind of node. PROBE
-#                             picks the parts (default "gpt repro resnet50")
+#                             picks the parts (default "gpt repro resnet50"),
+#                             PROBE_PRECISION the profiles' precision (fp32,
+#                             the default; tf32 or bf16)
 #
 # Several phases may follow one another: `gpu_run.sh check timeline`.
 # Environment:
@@ -647,10 +649,10 @@ probe_repro() {
 }
 
 # probe_profile MODEL: ./train --profile of bench's ResNet-50 or GPT on
-# -gpus 1, fp32, one micro-batch, summed by kind of node
-# (tests/bench/profile_summary.py).
+# -gpus 1, in $PROBE_PRECISION (default fp32), one micro-batch, summed by
+# kind of node (tests/bench/profile_summary.py).
 probe_profile() {
-    local m=$1 d=$w/$1 b opts flags="" dev="-gpus 1"
+    local m=$1 d=$w/$1 b opts flags="" dev="-gpus 1" prec=${PROBE_PRECISION:-fp32} p
     if [ $m = resnet50 ]; then
         b=128 opts="--size 224 --classes 1000"
         [ "$small" = 1 ] && b=4 opts="--size 32 --classes 10"
@@ -658,19 +660,25 @@ probe_profile() {
         b=4 opts="--vocab 50304 --d 768 --heads 12 --layers 12 --T 1024" flags=--class-axis=-1
         [ "$small" = 1 ] && opts="--vocab 512 --d 64 --heads 4 --layers 2 --T 32"
     fi
+    case $prec in
+    fp32) p="" ;;
+    tf32) p=--tf32 ;;
+    bf16) p=--precision=bf16 ;;
+    *) echo "gpu_run.sh: PROBE_PRECISION=$prec is not fp32, tf32 or bf16" >&2; return ;;
+    esac
     mkdir -p "$d"
-    echo "== probe: per-node profile of $m, batch $b, $opts"
+    echo "== probe: per-node profile of $m, batch $b, $opts, $prec"
     "$py" "$here/gpu_models.py" $m --out "$d" $opts >"$d/export.log" 2>&1 ||
         { echo "export failed: $(tail -1 "$d/export.log")"; return; }
     [ $gpu = 1 ] || dev="-cpus 1"
     make_trainer "$d/trainer" "$d/model.onnx" $dev -batch $b --microbatches=1 --lr=0.01 \
-        --momentum=0.9 $flags
+        --momentum=0.9 $flags $p
     MPRT_CU_ALGOS=1 run_trainer "$d/prof" "$d/trainer/train" 240 --synthetic --steps 3 \
         --profile prof.json
     echo "$m, ./train --profile ($dev): $(cat "$d/prof/status")"
     {
         echo
-        echo "#### Per-node profile: $m ($dev, batch $b, $opts, one micro-batch, fp32)"
+        echo "#### Per-node profile: $m ($dev, batch $b, $opts, one micro-batch, $prec)"
         echo
         grep -m1 'trained 3 steps' "$d/prof/run.log"
         echo
