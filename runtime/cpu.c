@@ -588,16 +588,20 @@ MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_
 }
 
 /* Lines [lo, hi) of the cross-entropy's gradient: (softmax - one-hot) *
- * scale, 0 where the label is ignored. Line l is label l's. */
+ * scale, 0 where the label is ignored. Line l is label l's. a holds the
+ * log-probabilities, or with b each line's log-sum-exp the scores, whose
+ * log-probability x - lse is made as mprt_sce_lse made it. */
 static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
 {
     const MprtLines *t = ctx;
     for (long l = lo; l < hi; l++) {
         int64_t label = t->labels[l];
         size_t at = mprt_line_at(t, l);
+        float lse = t->b ? t->b[l] : 0.0f;
         for (long c = 0; c < t->C; c++) {
             size_t i = at + (size_t)c * t->inner;
-            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(t->a[i]) - (c == label)) * t->scale;
+            float lp = t->b ? t->a[i] - lse : t->a[i];
+            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(lp) - (c == label)) * t->scale;
         }
     }
 }
@@ -620,22 +624,6 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
     mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
 }
 
-/* Lines [lo, hi) of mprt_sce_lse_grad: the log-probability x - lse of
- * line l made as mprt_sce made it, then mprt_sce_grad_piece's. */
-static void mprt_sce_lse_grad_piece(void *ctx, long lo, long hi)
-{
-    const MprtLines *t = ctx;
-    for (long l = lo; l < hi; l++) {
-        int64_t label = t->labels[l];
-        size_t at = mprt_line_at(t, l);
-        for (long c = 0; c < t->C; c++) {
-            size_t i = at + (size_t)c * t->inner;
-            float lp = t->a[i] - t->b[l];
-            t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(lp) - (c == label)) * t->scale;
-        }
-    }
-}
-
 /* The gradient of mprt_sce_lse from the scores x and each line's lse. */
 MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, const float *x,
                                    const float *lse, const int64_t *labels, int64_t ignore,
@@ -643,7 +631,7 @@ MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, con
 {
     MprtLines t = {.C = C, .inner = D, .a = x, .b = lse, .y = dx, .labels = labels,
                    .ignore = ignore, .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
-    mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_lse_grad_piece, &t);
+    mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
 }
 
 MPRT_KERNEL void mprt_mse(long n, const float *x, const float *t, float *loss)

@@ -1482,9 +1482,12 @@ extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, 
 
 /* Mean of -x[n, t, d] over the labels t that are not `ignore`; x is
  * (N, C, D): log-probabilities (NegativeLogLikelihoodLoss, and the
- * cross-entropy after its log-softmax). */
-extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const i64 *labels,
-                                      i64 ignore, float *loss, u64 node)
+ * cross-entropy after its log-softmax), or with lse the scores (float32
+ * or bf16), whose log-probability x - lse at each label is made from the
+ * rows' log-sum-exp (a cross-entropy that keeps it: graph/loss.c). */
+template <typename T>
+static __device__ void nll_block(int N, int C, i64 D, const T *x, const float *lse,
+                                 const i64 *labels, i64 ignore, float *loss, u64 node)
 {
     double total = 0, count = 0;
     for (i64 i = threadIdx.x; i < (i64)N * D; i += blockDim.x) {
@@ -1495,7 +1498,8 @@ extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const
             fault(FAULT_LABEL, t, C, node, ignore);
             continue;
         }
-        total -= x[((i / D) * C + t) * D + i % D];
+        float v = load_el(x, ((i / D) * C + t) * D + i % D);
+        total -= lse ? FSUB(v, lse[i]) : v;
         count += 1;
     }
     total = block_sum(total);
@@ -1504,41 +1508,23 @@ extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const
         *loss = count != 0 ? (float)(total / count) : 0.0f;
 }
 
-/* mprt_k_nll of the log-probabilities x - lse, made at each label from the
- * scores and the rows' log-sum-exp (x float32 or bf16). */
-template <typename T>
-static __device__ void nll_lse_block(int N, int C, i64 D, const T *x, const float *lse,
-                                     const i64 *labels, i64 ignore, float *loss, u64 node)
+extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const i64 *labels,
+                                      i64 ignore, float *loss, u64 node)
 {
-    double total = 0, count = 0;
-    for (i64 i = threadIdx.x; i < (i64)N * D; i += blockDim.x) {
-        i64 t = labels[i];
-        if (t == ignore)
-            continue;
-        if (t < 0 || t >= C) {
-            fault(FAULT_LABEL, t, C, node, ignore);
-            continue;
-        }
-        total -= FSUB(load_el(x, ((i / D) * C + t) * D + i % D), lse[i]);
-        count += 1;
-    }
-    total = block_sum(total);
-    count = block_sum(count);
-    if (threadIdx.x == 0)
-        *loss = count != 0 ? (float)(total / count) : 0.0f;
+    nll_block(N, C, D, x, (const float *)0, labels, ignore, loss, node);
 }
 
 extern "C" __global__ void mprt_k_nll_lse(int N, int C, i64 D, const float *x, const float *lse,
                                           const i64 *labels, i64 ignore, float *loss, u64 node)
 {
-    nll_lse_block(N, C, D, x, lse, labels, ignore, loss, node);
+    nll_block(N, C, D, x, lse, labels, ignore, loss, node);
 }
 
 extern "C" __global__ void mprt_k_nll_lse_of_bf16(int N, int C, i64 D, const u16 *x,
                                                   const float *lse, const i64 *labels, i64 ignore,
                                                   float *loss, u64 node)
 {
-    nll_lse_block(N, C, D, x, lse, labels, ignore, loss, node);
+    nll_block(N, C, D, x, lse, labels, ignore, loss, node);
 }
 
 /* NegativeLogLikelihoodLoss with class weights (or NULL) and reduction 0
