@@ -370,6 +370,23 @@ static void mprt_gpus_per_process(int ndev, int gpus)
     exit(1);   /* mpirun stops the others */
 }
 
+/* A bf16 trainer's matrix products and convolutions run on bf16 tensor
+ * cores, which GPUs before compute capability 8.0 (Ampere) lack: cuBLAS and
+ * cuDNN would refuse them mid-step. Said before anything runs. */
+static void mprt_cu_check_arch(const char *name, int ordinal)
+{
+    int major, minor;
+    MPRT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
+    MPRT_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal));
+    if (!mprt_cu_bf16 || major >= 8)
+        return;
+    fprintf(stderr, "train: error: %s is GPU %d, of compute capability %d.%d; this trainer was "
+            "compiled with mpcc --precision=bf16, whose matrix products and convolutions need "
+            "bf16 tensor cores (compute capability 8.0 or newer): compile it with "
+            "--precision=fp32 for this GPU\n", name, ordinal, major, minor);
+    exit(2);
+}
+
 /* A pipeline across processes: this process's devices are [mprt_dev_lo,
  * mprt_dev_hi) (comm.c), its GPUs counted from 0. */
 static int mprt_cu_away(int d)
@@ -410,6 +427,7 @@ static void mprt_gpu_devices_open(int ndev, const char *const *names, const doub
                 mprt_local_rank * here;   /* after those of this machine's other processes */
         c->ordinal = k % gpus;
         shared |= k >= gpus;
+        mprt_cu_check_arch(names[d], c->ordinal);
         MPRT_CUDA(cudaSetDevice(c->ordinal));
         for (int k = 0; k < MPRT_STREAMS; k++)
             MPRT_CUDA(cudaStreamCreateWithFlags(&mprt_cu_streams[d * MPRT_STREAMS + k],

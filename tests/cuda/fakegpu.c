@@ -11,6 +11,8 @@
  *   driver would stage it through host memory: a trainer that runs must
  *   stage its copies itself (runtime/cuda.c, mprt_cu_stage_copy).
  * - With $FAKEGPU_NVRTC_LOG set, NVRTC's compilation fails with that log.
+ * - With $FAKEGPU_ARCH=70 (say), the GPUs are of compute capability 7.0
+ *   (default 9.0).
  * - With $FAKEGPU_MEMORY=N, each GPU has N bytes: a cudaMalloc past them
  *   fails with cudaErrorMemoryAllocation, and cudaMemGetInfo counts them.
  * - Kernels are runtime/kernels.cu compiled for the host (emulate.py's
@@ -547,10 +549,20 @@ cudaError_t cudaSetDevice(int device)
     return cudaSuccess;
 }
 
+/* $FAKEGPU_ARCH: the GPUs' compute capability as major * 10 + minor
+ * (default 90, an H100's). */
+static int gpu_arch(void)
+{
+    const char *c = getenv("FAKEGPU_ARCH");
+    return c && atoi(c) > 0 ? atoi(c) : 90;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     (void)device;
-    *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+    *value = attr == cudaDevAttrComputeCapabilityMajor   ? gpu_arch() / 10
+             : attr == cudaDevAttrComputeCapabilityMinor ? gpu_arch() % 10
+                                                         : 0;
     return cudaSuccess;
 }
 

@@ -179,6 +179,24 @@ def main_nvrtc_error(args):
     print("fakegpu: an NVRTC error: its log with the line, one error line, exit 1")
 
 
+def main_old_gpu(args):
+    """A bf16 trainer on a GPU of compute capability 7.0 (no bf16 tensor
+    cores): one line naming the device and what to do, exit 2, before any
+    step; on 8.0 the same trainer runs its step."""
+    _, r = failing_trainer(args, FAKEGPU_ARCH=70)
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    if r.returncode != 2 or len(errors) != 1 or not re.match(
+            r"^train: error: cuda:0 is GPU 0, of compute capability 7\.0; this trainer was "
+            r"compiled with mpcc --precision=bf16, .*compile it with --precision=fp32",
+            errors[0]) or "step 1" in r.stderr:
+        sys.exit("FAIL: exit %d, %d error line(s); want 2 and the compute capability line"
+                 % (r.returncode, len(errors)))
+    _, r = failing_trainer(args, FAKEGPU_ARCH=80)
+    if r.returncode != 0 or "step 1" not in r.stderr:
+        sys.exit("FAIL: on compute capability 8.0 the bf16 trainer exits %d" % r.returncode)
+    print("fakegpu: a bf16 trainer on compute capability 7.0: one line, exit 2; on 8.0 it trains")
+
+
 def main_oom(args):
     """A GPU one byte short of its arena: one line naming the device, the
     planned peak, what is free, and what to try; exit 1."""
@@ -404,6 +422,8 @@ def main():
         main_evaluate(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "offload":
         main_offload(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "old_gpu":
+        main_old_gpu(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "oom":
         main_oom(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "nccl_gpus":
