@@ -1403,6 +1403,13 @@ static void unary_params(CG *cg, const Node *n, Op op, double *p, double *q)
     }
 }
 
+/* ElementwiseGrad's y: its own input, or the one value (x or y) its
+ * derivative reads, passed as both (autodiff.c's grad_elementwise). */
+static uint32_t grad_y(const Node *n)
+{
+    return n->nin > 2 ? n->in[2] : n->in[1];
+}
+
 static void emit_unary(CG *cg, const Node *n)
 {
     Op op = n->op == OP_UNARY_GRAD ? (Op)attr_int(n, "op", OP_UNKNOWN) : n->op;
@@ -1413,7 +1420,7 @@ static void emit_unary(CG *cg, const Node *n)
     if (n->op == OP_UNARY_GRAD)
         emit(cg, "    %s(%s, %ld, (float)%.9g, (float)%.9g, %s, %s, %s, %s);\n", kernel(cg, "unary_grad"),
              code, numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->in[1]),
-             buf(cg, n->in[2]), buf(cg, n->out[0]));
+             buf(cg, grad_y(n)), buf(cg, n->out[0]));
     else
         emit(cg, "    %s(%s, %ld, (float)%.9g, (float)%.9g, %s, %s);\n", kernel(cg, "unary"), code,
              numel(cg, n->out[0]), p, q, buf(cg, n->in[0]), buf(cg, n->out[0]));
@@ -2202,7 +2209,7 @@ static void chain_node(CG *cg, Chain *ch, const Node *n, uint32_t via)
         t = chain_step(ch, n, "MPRT_EW_UNARY_GRAD", unary_code(op));
         unary_params(cg, n, op, &t->p, &t->q);
         t->a = chain_operand(ch, n->in[1]);
-        t->b = chain_operand(ch, n->in[2]);
+        t->b = chain_operand(ch, grad_y(n));
         break;
     }
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW:

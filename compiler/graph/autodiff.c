@@ -491,18 +491,32 @@ static void grad_pow(AD *ad, uint32_t dy)
     }
 }
 
+/* Whether a function's derivative is computed from its output y alone
+ * (tanh: 1 - y^2), from both x and y (ELU), or else from x alone
+ * (runtime/kernels.cu's unary_grad1). */
+static bool grad_reads_y_only(Op op)
+{
+    return op == OP_TANH || op == OP_SQRT || op == OP_EXP || op == OP_SIGMOID ||
+           op == OP_RECIPROCAL;
+}
+
 /* Elementwise functions: ElementwiseGrad(dy, x, y) with the forward op
  * named in its "op" attribute and the forward's attributes (Clip's bounds
- * as attributes min and max, whichever way the model gave them). */
+ * as attributes min and max, whichever way the model gave them). It reads
+ * only what the derivative needs: ElementwiseGrad(dy, y) or (dy, x) where
+ * that is y or x alone, the one value passed to the kernel as both (a
+ * pass less over memory, and a value less kept for the backward pass). */
 static void grad_elementwise(AD *ad, uint32_t dy)
 {
-    uint32_t x = ad->n->in[0], out;
+    Op op = ad->n->op;
+    uint32_t x = ad->n->in[0], y = ad->n->out[0], out;
     if (!ad->needs[x])
         return;
     double lo = 0, hi = 0;
-    if (ad->n->op == OP_CLIP)
+    if (op == OP_CLIP)
         clip_bounds(ad->g, ad->n, &lo, &hi);
-    Node *g = emit(ad, OP_UNARY_GRAD, "dX", (uint32_t[]){dy, x, ad->n->out[0]}, 3, x, &out);
+    uint32_t in[3] = {dy, grad_reads_y_only(op) ? y : x, y};
+    Node *g = emit(ad, OP_UNARY_GRAD, "dX", in, op == OP_ELU ? 3 : 2, x, &out);
     ir_copy_attrs(ad->g, g, ad->n);
     ir_set_int(ad->g, g, "op", ad->n->op);
     if (ad->n->op == OP_CLIP) {
