@@ -111,6 +111,8 @@ static void training_graph(Graph *g, const Options *o)
     add_optimizer(g, o);
     VERIFY(g);
     lower_precision(g, o);
+    fold_product_views(g);
+    VERIFY(g);
 }
 
 /* The model as the front end leaves it: bound, typed, folded, pruned. */

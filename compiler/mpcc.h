@@ -623,6 +623,21 @@ void list_ops(FILE *out);             /* the op table as Markdown */
  * Transpose's input in place: a BatchMatMul with transA or transB. */
 void fold_transposed_operands(Graph *g);
 
+/* ---------------------------------------------------- graph/views.c */
+
+/* A batched product reads the input of a Transpose before it, and writes
+ * the output of one after it, in place (attributes mpcc_view_a, _b, _y). */
+void fold_product_views(Graph *g);
+
+/* A matrix product's operand k (0: A, 1: B, 2: the output) as the product
+ * sees it: its shape, and each dim's stride in elements in the buffer it
+ * reads or writes (dense, where it has no view). */
+typedef struct MatView {
+    Shape shape;
+    int64_t stride[MAX_RANK];
+} MatView;
+MatView matmul_view(const Graph *g, const Node *n, int k);
+
 /* ------------------------------------------------- graph/simplify.c */
 
 /* x * 1 and x / 1 become x; PyTorch's exported erf GELU becomes Gelu. */

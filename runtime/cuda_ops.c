@@ -208,16 +208,35 @@ MPRT_CU_KERNEL void mprt_cu_gemm_bf16(int ta, int tb, int M, int N, int K, float
 }
 
 /* A batch's layout: each operand's batch strides dense (full) or 0
- * (shared), and whether Y sums over broadcast batch dims. */
+ * (shared), whether Y sums over broadcast batch dims, and each operand's
+ * step from one matrix to the next where its batch dims walk it evenly
+ * (step[k] * the batch dims after d is its stride in d), else -1. */
 typedef struct {
     long nb;
     int full_a, full_b, full_y, shared_a, shared_b, shared_y, accumulate;
+    long step[3];
 } MprtCuBatch;
 
-static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, const long *sb,
-                                 const long *sy, int M, int N, int K)
+/* The even step of strides st over the batch, or -1. */
+static long mprt_cu_batch_step(int rank, const long *shape, const long *st)
 {
-    MprtCuBatch b = {1, 1, 1, 1, 1, 1, 1, 0};
+    long step = -1, after = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        if (shape[d] > 1) {
+            if (step < 0 && st[d] % after == 0)
+                step = st[d] / after;
+            if (st[d] != step * after)
+                return -1;
+        }
+        after *= shape[d];
+    }
+    return step < 0 ? 0 : step;
+}
+
+static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, const long *sb,
+                                 const long *sy, int M, int N, int K, int dense)
+{
+    MprtCuBatch b = {1, dense, dense, dense, 1, 1, 1, 0, {0, 0, 0}};
     long s = 1;
     for (int d = rank - 1; d >= 0; d--) {
         b.nb *= shape[d];
@@ -230,20 +249,25 @@ static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, co
         b.accumulate |= shape[d] > 1 && sy[d] == 0;
         s *= shape[d];
     }
+    b.step[0] = mprt_cu_batch_step(rank, shape, sa);
+    b.step[1] = mprt_cu_batch_step(rank, shape, sb);
+    b.step[2] = mprt_cu_batch_step(rank, shape, sy);
     return b;
 }
 
-/* Batched Y[b] (+)= op(A[b]) op(B[b]) with broadcast batch strides, as the
- * CPU's mprt_bmm: the same two single-GEMM layouts; a batch whose every
- * operand is either dense or shared is one strided-batched GEMM; any other
+/* Batched Y[b] (+)= op(A[b]) op(B[b]) with broadcast batch strides and
+ * leading dimensions ld, as the CPU's mprt_bmm: the same two single-GEMM
+ * layouts; a batch that walks every operand evenly (dense, shared, or a
+ * transposed activation's view) is one strided-batched GEMM; any other
  * walks the batch, summing into Y in the CPU's order where Y is shared
  * (in float32 only: a bf16 sum would round each term). io: the types. */
 static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa, const long *sb,
-                            const long *sy, int M, int N, int K, int ta, int tb, const void *A,
-                            const void *B, void *Y)
+                            const long *sy, int M, int N, int K, int ta, int tb, const long *ld,
+                            const void *A, const void *B, void *Y)
 {
-    MprtCuBatch b = mprt_cu_batch(rank, shape, sa, sb, sy, M, N, K);
-    int lda = ta ? M : K, ldb = tb ? K : N;
+    int lda = (int)ld[0], ldb = (int)ld[1], ldy = (int)ld[2];
+    int dense = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldy == N;
+    MprtCuBatch b = mprt_cu_batch(rank, shape, sa, sb, sy, M, N, K, dense);
     size_t ab = io & MPRT_CU_IN16 ? 2 : 4, yb = io & MPRT_CU_OUT16 ? 2 : 4;
     if (b.nb <= 0 || M <= 0 || N <= 0)
         return;
@@ -255,14 +279,14 @@ static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa,
         mprt_cu_sgemm(io, 1, 0, M, N, (int)(b.nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
         return;
     }
-    if (!b.accumulate && (b.full_a || b.shared_a) && (b.full_b || b.shared_b) && b.full_y) {
+    if (!b.accumulate && b.step[0] >= 0 && b.step[1] >= 0 && b.step[2] >= 0) {
         float one = 1.0f, zero = 0.0f;
         cudaDataType in = io & MPRT_CU_IN16 ? CUDA_R_16BF : CUDA_R_32F;
         cudaDataType out = io & MPRT_CU_OUT16 ? CUDA_R_16BF : CUDA_R_32F;
         MPRT_CUBLAS(cublasGemmStridedBatchedEx(
             mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-            K, &one, B, in, ldb, b.shared_b ? 0 : (long long)K * N, A, in, lda,
-            b.shared_a ? 0 : (long long)M * K, &zero, Y, out, N, (long long)M * N, (int)b.nb,
+            K, &one, B, in, ldb, b.step[1], A, in, lda, b.step[0], &zero, Y, out, ldy,
+            b.step[2], (int)b.nb,
             io & MPRT_CU_IN16 ? CUBLAS_COMPUTE_32F : mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
         return;
     }
@@ -279,25 +303,26 @@ static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa,
         }
         mprt_cu_sgemm(io, ta, tb, M, N, K, 1.0f, (const char *)A + oa * ab, lda,
                       (const char *)B + ob * ab, ldb, b.accumulate ? 1.0f : 0.0f,
-                      (char *)Y + oy * yb, N);
+                      (char *)Y + oy * yb, ldy);
     }
 }
 
 MPRT_CU_KERNEL void mprt_cu_bmm(int rank, const long *shape, const long *sa, const long *sb,
                                 const long *sy, int M, int N, int K, int ta, int tb,
-                                const float *A, const float *B, float *Y)
+                                const long *ld, const float *A, const float *B, float *Y)
 {
-    mprt_cu_batched(0, rank, shape, sa, sb, sy, M, N, K, ta, tb, A, B, Y);
+    mprt_cu_batched(0, rank, shape, sa, sb, sy, M, N, K, ta, tb, ld, A, B, Y);
 }
 
 /* mprt_cu_bmm on bf16 tensors (as mprt_cu_gemm_bf16): A and B bf16, Y bf16
  * where y_bf16 (then not summed over batch dims), else float32. */
 MPRT_CU_KERNEL void mprt_cu_bmm_bf16(int rank, const long *shape, const long *sa, const long *sb,
                                      const long *sy, int M, int N, int K, int ta, int tb,
-                                     const uint16_t *A, const uint16_t *B, void *Y, int y_bf16)
+                                     const long *ld, const uint16_t *A, const uint16_t *B,
+                                     void *Y, int y_bf16)
 {
     mprt_cu_batched(MPRT_CU_IN16 | (y_bf16 ? MPRT_CU_OUT16 : 0), rank, shape, sa, sb, sy, M, N,
-                    K, ta, tb, A, B, Y);
+                    K, ta, tb, ld, A, B, Y);
 }
 
 /* ---- bfloat16 storage (--precision=bf16) ---- */

@@ -1464,26 +1464,37 @@ static void emit_pow_grad(CG *cg, const Node *n)
 
 /* Strides of one operand's matrices along the full batch dims (rank r,
  * right-aligned), 0 where the operand's batch dim is 1 or absent. */
-static void matrix_strides(const Shape *s, int mdims, int r, long *st)
+static void matrix_strides(const MatView *v, int mdims, int r, long *st)
 {
-    int br = s->rank - mdims;
-    long mat = 1;
-    for (int i = br; i < s->rank; i++)
-        mat *= (long)s->d[i];
-    for (int d = r - 1, j = br - 1; d >= 0; d--, j--) {
-        st[d] = j >= 0 && s->d[j] != 1 ? mat : 0;
-        if (j >= 0)
-            mat *= (long)s->d[j];
-    }
+    for (int d = r - 1, j = v->shape.rank - mdims - 1; d >= 0; d--, j--)
+        st[d] = j >= 0 && v->shape.d[j] != 1 ? (long)v->stride[j] : 0;
+}
+
+/* An operand matrix's leading dimension, for op(X) with *trans: its rows'
+ * stride where its columns lie contiguous, else (a view of a transposed
+ * activation, graph/views.c) its columns', read as the transpose (*trans
+ * flips). */
+static long leading_dim(const MatView *v, int *trans)
+{
+    int r = v->shape.rank;
+    long rows = (long)v->shape.d[r - 2], cols = (long)v->shape.d[r - 1];
+    if (v->stride[r - 1] == 1 || cols == 1)
+        return rows == 1 ? cols : (long)v->stride[r - 2];
+    MPCC_ASSERT(rows == 1 || v->stride[r - 2] == 1);
+    *trans = !*trans;
+    return (long)v->stride[r - 1];
 }
 
 /* MatMul (numpy semantics, 1-D operands included) and BatchMatMul, its
  * gradient form with transposed operands and an output that may sum over
- * broadcast batch dims. */
+ * broadcast batch dims, each operand read and the output written through
+ * its view (dense but for graph/views.c's). An output whose rows lie
+ * contiguous is written as its transpose: op(B)^T op(A)^T. */
 static void emit_matmul(CG *cg, const Node *n)
 {
-    const Shape *a = shape_of(cg, n->in[0]), *b = shape_of(cg, n->in[1]),
-                *y = shape_of(cg, n->out[0]);
+    MatView va = matmul_view(cg->g, n, 0), vb = matmul_view(cg->g, n, 1),
+            vy = matmul_view(cg->g, n, 2);
+    const Shape *a = &va.shape, *b = &vb.shape, *y = &vy.shape;
     GemmParams gp = gemm_params(n);   /* autodiff's transposed products */
     int ta = gp.trans_a, tb = gp.trans_b;
     int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
@@ -1499,11 +1510,26 @@ static void emit_matmul(CG *cg, const Node *n)
         long da = ja >= 0 ? (long)a->d[ja] : 1, db = jb >= 0 ? (long)b->d[jb] : 1;
         shape[d] = da > db ? da : db;
     }
-    matrix_strides(a, ma, r, sa);
-    matrix_strides(b, mb, r, sb);
-    matrix_strides(y, my, r, sy);
+    matrix_strides(&va, ma, r, sa);
+    matrix_strides(&vb, mb, r, sb);
+    matrix_strides(&vy, my, r, sy);
     if (y->rank - my > r)
         unsupported(cg, n, "a MatMul output with more batch dims than its operands");
+    int ty = 0;
+    long ld[3] = {ma < 2 ? K : leading_dim(&va, &ta), mb < 2 ? 1 : leading_dim(&vb, &tb),
+                  my < 2 ? N : leading_dim(&vy, &ty)};
+    const char *in_a = buf(cg, n->in[0]), *in_b = buf(cg, n->in[1]);
+    if (ty) {   /* Y^T = op(B)^T op(A)^T */
+        long t = M;
+        M = N, N = t;
+        int tt = ta;
+        ta = !tb, tb = !tt;
+        const char *p = in_a;
+        in_a = in_b, in_b = p;
+        t = ld[0], ld[0] = ld[1], ld[1] = t;
+        for (int d = 0; d < r; d++)
+            t = sa[d], sa[d] = sb[d], sb[d] = t;
+    }
     emit(cg, "    %s(%d, ", cg->native == NATIVE_MATRIX ? "mprt_cu_bmm_bf16" : kernel(cg, "bmm"), r);
     emit_longs(cg, shape, r);
     emit(cg, ", ");
@@ -1512,8 +1538,9 @@ static void emit_matmul(CG *cg, const Node *n)
     emit_longs(cg, sb, r);
     emit(cg, ", ");
     emit_longs(cg, sy, r);
-    emit(cg, ", %ld, %ld, %ld, %d, %d, %s, %s, %s", M, N, K, ta, tb, buf(cg, n->in[0]),
-         buf(cg, n->in[1]), buf(cg, n->out[0]));
+    emit(cg, ", %ld, %ld, %ld, %d, %d, ", M, N, K, ta, tb);
+    emit_longs(cg, ld, 3);
+    emit(cg, ", %s, %s, %s", in_a, in_b, buf(cg, n->out[0]));
     if (cg->native == NATIVE_MATRIX)
         emit(cg, ", %d", is_bf16(cg, n->out[0]));
     emit(cg, ");\n");

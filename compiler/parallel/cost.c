@@ -62,7 +62,8 @@ typedef struct MatDims {
 
 static MatDims mat_dims(const Graph *g, const Node *n)
 {
-    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
+    MatView va = matmul_view(g, n, 0), vb = matmul_view(g, n, 1);
+    const Shape *a = &va.shape, *b = &vb.shape;
     GemmParams gp = gemm_params(n);
     bool ta = gp.trans_a, tb = gp.trans_b;
     MatDims d = {.batch = 1};
@@ -282,8 +283,8 @@ static bool bf16_or_f32(const Graph *g, uint32_t v)
  * no broadcast batch dim (a bf16 sum would round each term). */
 static bool keeps_batches(const Graph *g, const Node *n)
 {
-    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
-    const Shape *y = &g->values[n->out[0]].shape;
+    MatView va = matmul_view(g, n, 0), vb = matmul_view(g, n, 1), vy = matmul_view(g, n, 2);
+    const Shape *a = &va.shape, *b = &vb.shape, *y = &vy.shape;
     int ma = a->rank >= 2 ? 2 : 1, mb = b->rank >= 2 ? 2 : 1;
     int my = n->op == OP_BATCH_MATMUL ? 2 : (a->rank >= 2) + (b->rank >= 2);
     for (int i = 1; i <= a->rank - ma || i <= b->rank - mb; i++) {
@@ -302,7 +303,8 @@ static bool keeps_batches(const Graph *g, const Node *n)
  * mprt_bmm): a weight's gradient, summed over the batch and rounded once. */
 static bool sums_in_one_gemm(const Graph *g, const Node *n)
 {
-    const Shape *a = &g->values[n->in[0]].shape, *b = &g->values[n->in[1]].shape;
+    MatView va = matmul_view(g, n, 0), vb = matmul_view(g, n, 1);
+    const Shape *a = &va.shape, *b = &vb.shape;
     GemmParams gp = gemm_params(n);
     if (!gp.trans_a || gp.trans_b || a->rank < 3 || a->rank != b->rank)
         return false;
