@@ -5377,16 +5377,21 @@ MPRT_KERNEL void mprt_resize(int back, const MprtResize *p, float *x, float *y)
 
 /* Y[b] (+)= op(A[b]) op(B[b]) over the batch index b of `shape` (rank
  * dims, the broadcast batch of A and B); sa, sb, sy are the strides of A's,
- * B's and Y's matrices per batch dimension, 0 where one is broadcast. Where
- * Y's stride is 0 the products are summed into it: that is the gradient of
- * a broadcast operand (a weight shared by the batch). Common layouts become
- * one GEMM: a shared right operand folds the batch into the rows, a shared
- * output folds it into the inner dimension. */
+ * B's and Y's matrices per batch dimension, 0 where one is broadcast, and
+ * ld their leading dimensions (rows this far apart; more than a dense
+ * matrix's where the product reads or writes a transposed activation in
+ * place, compiler/graph/views.c). Where Y's stride is 0 the products are
+ * summed into it: that is the gradient of a broadcast operand (a weight
+ * shared by the batch). Common dense layouts become one GEMM: a shared
+ * right operand folds the batch into the rows, a shared output folds it
+ * into the inner dimension. */
 MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const long *sb,
-                          const long *sy, int M, int N, int K, int ta, int tb, const float *A,
-                          const float *B, float *Y)
+                          const long *sy, int M, int N, int K, int ta, int tb, const long *ld,
+                          const float *A, const float *B, float *Y)
 {
-    long nb = 1, full_a = 1, full_b = 1, full_y = 1, shared_b = 1, shared_y = 1, s = 1;
+    long lda = ld[0], ldb = ld[1], ldy = ld[2];
+    long dense = lda == (ta ? M : K) && ldb == (tb ? K : N) && ldy == N;
+    long nb = 1, full_a = dense, full_b = dense, full_y = dense, shared_b = 1, shared_y = 1, s = 1;
     for (int d = rank - 1; d >= 0; d--) {
         nb *= shape[d];
         full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
@@ -5413,8 +5418,8 @@ MPRT_KERNEL void mprt_bmm(int rank, const long *shape, const long *sa, const lon
     if (accumulate)
         memset(Y, 0, (size_t)M * N * sizeof *Y);
     for (long i = 0; i < nb; i++) {
-        mprt_sgemm(ta, tb, M, N, K, 1.0f, A + off[0], ta ? M : K, B + off[1], tb ? K : N,
-                   accumulate ? 1.0f : 0.0f, Y + off[2], N);
+        mprt_sgemm(ta, tb, M, N, K, 1.0f, A + off[0], (int)lda, B + off[1], (int)ldb,
+                   accumulate ? 1.0f : 0.0f, Y + off[2], (int)ldy);
         mprt_bcast_next(rank, shape, idx, 3, off, st);
     }
 }
