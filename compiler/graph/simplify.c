@@ -27,6 +27,13 @@
  *                                  a pass of its own over the scores. The
  *                                  same values (the sum rounded as the
  *                                  Add's output was stored).
+ *   Transpose(x) * c, / c           Transpose(x * c), c a constant of one
+ *                                  element: attention's queries scaled
+ *                                  before they move into the batch's
+ *                                  layout, so that the Transpose reads
+ *                                  into the product after it, where
+ *                                  graph/views.c folds it (and its
+ *                                  gradient). The same values.
  *
  * A value the rewrite removes must have no other reader and not be a
  * graph output; the constants are Constant values (never a trainable
@@ -304,6 +311,71 @@ static bool softmax_biases(Graph *g)
     return any;
 }
 
+/* ---- a scaling before the Transpose ---- */
+
+/* Whether v is a constant of one element that broadcasts into rank dims. */
+static bool scalar_const(const Graph *g, uint32_t v, int rank)
+{
+    const Value *c = &g->values[v];
+    return c->kind == VK_CONST && c->data && shape_numel(&c->shape) == 1 &&
+           c->shape.rank <= rank;
+}
+
+/* Mul or Div node n scales the output of a Transpose that nothing else
+ * reads by a constant (x / c, or x * c either side): the Transpose, and
+ * in *k which input of n it is; or NULL. */
+static Node *scaled_transpose(Graph *g, const Node *n, int *k)
+{
+    if (n->op != OP_MUL && n->op != OP_DIV)
+        return NULL;
+    for (*k = 0; *k < (n->op == OP_DIV ? 1 : 2); (*k)++) {
+        Node *t = sole(g, n->in[*k], OP_TRANSPOSE);
+        const Value *z = t ? &g->values[n->in[*k]] : NULL;
+        if (t && scalar_const(g, n->in[1 - *k], z->shape.rank) &&
+            z->dtype == g->values[n->out[0]].dtype &&
+            shape_eq(&z->shape, &g->values[n->out[0]].shape))
+            return t;
+    }
+    return NULL;
+}
+
+/* Order position of node id, from `from` on. */
+static uint32_t position(const Graph *g, uint32_t id, uint32_t from)
+{
+    while (g->order[from] != id)
+        from++;
+    return from;
+}
+
+/* s = Transpose(x) * c becomes Transpose(x * c): the scaling on x in
+ * place of the Transpose's output value (now shaped as x), the Transpose
+ * after it into s; their places in the order swapped. The same values.
+ * Attention's queries are scaled after they move into the batch's layout:
+ * so moved, the Transpose reads into the product's operand and goes
+ * (graph/views.c), its gradient with it. */
+static bool scale_before_transposes(Graph *g)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *n = &g->nodes[g->order[i]];
+        int k;
+        Node *t = n->dead ? NULL : scaled_transpose(g, n, &k);
+        if (!t)
+            continue;
+        uint32_t x = t->in[0], z = n->in[k], s = n->out[0];
+        uint32_t ti = position(g, (uint32_t)(t - g->nodes), 0);
+        g->values[z].shape = g->values[x].shape;
+        n->in[k] = x, n->out[0] = z;
+        t->in[0] = z, t->out[0] = s;
+        g->values[z].producer = g->order[i];
+        g->values[s].producer = g->order[ti];
+        g->order[ti] = g->order[i];
+        g->order[i] = (uint32_t)(t - g->nodes);
+        any = true;
+    }
+    return any;
+}
+
 /* Node n becomes Gelu(x); the nodes of the pattern go. */
 static void make_gelu(Node *n, uint32_t x, const Gelu *m)
 {
@@ -349,6 +421,7 @@ void simplify(Graph *g)
     }
     any |= split_slices(g);
     any |= softmax_biases(g);
+    any |= scale_before_transposes(g);
     if (any)
         prune(g);
 }
