@@ -208,13 +208,10 @@ MPRT_CU_KERNEL void mprt_cu_gemm_bf16(int ta, int tb, int M, int N, int K, float
 }
 
 /* A batch's layout: each operand's batch strides dense (full) or 0
- * (shared), whether Y sums over broadcast batch dims, and each operand's
- * step from one matrix to the next where its batch dims walk it evenly
- * (step[k] * the batch dims after d is its stride in d), else -1. */
+ * (shared), and whether Y sums over broadcast batch dims. */
 typedef struct {
     long nb;
     int full_a, full_b, full_y, shared_a, shared_b, shared_y, accumulate;
-    long step[3];
 } MprtCuBatch;
 
 /* The even step of strides st over the batch, or -1. */
@@ -236,7 +233,7 @@ static long mprt_cu_batch_step(int rank, const long *shape, const long *st)
 static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, const long *sb,
                                  const long *sy, int M, int N, int K, int dense)
 {
-    MprtCuBatch b = {1, dense, dense, dense, 1, 1, 1, 0, {0, 0, 0}};
+    MprtCuBatch b = {1, dense, dense, dense, 1, 1, 1, 0};
     long s = 1;
     for (int d = rank - 1; d >= 0; d--) {
         b.nb *= shape[d];
@@ -249,18 +246,63 @@ static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, co
         b.accumulate |= shape[d] > 1 && sy[d] == 0;
         s *= shape[d];
     }
-    b.step[0] = mprt_cu_batch_step(rank, shape, sa);
-    b.step[1] = mprt_cu_batch_step(rank, shape, sb);
-    b.step[2] = mprt_cu_batch_step(rank, shape, sy);
     return b;
+}
+
+/* The first batch dim from which every operand's strides walk evenly:
+ * the dims from there on are one strided batch of GEMMs. */
+static int mprt_cu_even_from(int rank, const long *shape, const long *const *st)
+{
+    int p = rank;
+    while (p > 0 && mprt_cu_batch_step(rank - p + 1, shape + p - 1, st[0] + p - 1) >= 0 &&
+           mprt_cu_batch_step(rank - p + 1, shape + p - 1, st[1] + p - 1) >= 0 &&
+           mprt_cu_batch_step(rank - p + 1, shape + p - 1, st[2] + p - 1) >= 0)
+        p--;
+    return p;
+}
+
+/* Y[b] = op(A[b]) op(B[b]) for a batch Y does not sum over: one
+ * strided-batched GEMM for the dims from mprt_cu_even_from on, one for
+ * each index of the dims before (a view whose batch dims walk it
+ * unevenly: a (B, T, H, d) activation read as (B, H, T, d)). */
+static void mprt_cu_gemm_batches(int io, int rank, const long *shape, const long *const *st,
+                                 int M, int N, int K, int ta, int tb, const long *ld,
+                                 const void *A, const void *B, void *Y)
+{
+    int p = mprt_cu_even_from(rank, shape, st);
+    long outer = 1, inner = 1, step[3];
+    for (int d = 0; d < rank; d++)
+        *(d < p ? &outer : &inner) *= shape[d];
+    for (int k = 0; k < 3; k++)
+        step[k] = mprt_cu_batch_step(rank - p, shape + p, st[k] + p);
+    size_t ab = io & MPRT_CU_IN16 ? 2 : 4, yb = io & MPRT_CU_OUT16 ? 2 : 4;
+    float one = 1.0f, zero = 0.0f;
+    cudaDataType in = io & MPRT_CU_IN16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType out = io & MPRT_CU_OUT16 ? CUDA_R_16BF : CUDA_R_32F;
+    for (long i = 0; i < outer; i++) {
+        long off[3] = {0, 0, 0}, r = i;
+        for (int d = p - 1; d >= 0; d--) {
+            long k = r % shape[d];
+            r /= shape[d];
+            for (int j = 0; j < 3; j++)
+                off[j] += k * st[j][d];
+        }
+        MPRT_CUBLAS(cublasGemmStridedBatchedEx(
+            mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+            K, &one, (const char *)B + off[1] * ab, in, (int)ld[1], step[1],
+            (const char *)A + off[0] * ab, in, (int)ld[0], step[0], &zero,
+            (char *)Y + off[2] * yb, out, (int)ld[2], step[2], (int)inner,
+            io & MPRT_CU_IN16 ? CUBLAS_COMPUTE_32F : mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
+    }
 }
 
 /* Batched Y[b] (+)= op(A[b]) op(B[b]) with broadcast batch strides and
  * leading dimensions ld, as the CPU's mprt_bmm: the same two single-GEMM
- * layouts; a batch that walks every operand evenly (dense, shared, or a
- * transposed activation's view) is one strided-batched GEMM; any other
- * walks the batch, summing into Y in the CPU's order where Y is shared
- * (in float32 only: a bf16 sum would round each term). io: the types. */
+ * layouts; a batch Y does not sum over is strided-batched GEMMs
+ * (mprt_cu_gemm_batches: one, where every operand is dense, shared, or a
+ * transposed activation's view walked evenly); one Y sums over walks the
+ * batch, summing into Y in the CPU's order (in float32 only: a bf16 sum
+ * would round each term). io: the types. */
 static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa, const long *sb,
                             const long *sy, int M, int N, int K, int ta, int tb, const long *ld,
                             const void *A, const void *B, void *Y)
@@ -279,21 +321,14 @@ static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa,
         mprt_cu_sgemm(io, 1, 0, M, N, (int)(b.nb * K), 1.0f, A, M, B, N, 0.0f, Y, N);
         return;
     }
-    if (!b.accumulate && b.step[0] >= 0 && b.step[1] >= 0 && b.step[2] >= 0) {
-        float one = 1.0f, zero = 0.0f;
-        cudaDataType in = io & MPRT_CU_IN16 ? CUDA_R_16BF : CUDA_R_32F;
-        cudaDataType out = io & MPRT_CU_OUT16 ? CUDA_R_16BF : CUDA_R_32F;
-        MPRT_CUBLAS(cublasGemmStridedBatchedEx(
-            mprt_cu->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-            K, &one, B, in, ldb, b.step[1], A, in, lda, b.step[0], &zero, Y, out, ldy,
-            b.step[2], (int)b.nb,
-            io & MPRT_CU_IN16 ? CUBLAS_COMPUTE_32F : mprt_cu_gemm_compute(), CUBLAS_GEMM_DEFAULT));
+    if (!b.accumulate) {
+        mprt_cu_gemm_batches(io, rank, shape, (const long *const[]){sa, sb, sy}, M, N, K, ta, tb,
+                             ld, A, B, Y);
         return;
     }
-    if (b.accumulate && (io & MPRT_CU_OUT16))
+    if (io & MPRT_CU_OUT16)
         mprt_cu_refuse("a bf16 MatMul output summed over broadcast batch dims");
-    if (b.accumulate)
-        MPRT_CUDA(cudaMemsetAsync(Y, 0, (size_t)M * N * yb, mprt_cu->compute));
+    MPRT_CUDA(cudaMemsetAsync(Y, 0, (size_t)M * N * yb, mprt_cu->compute));
     for (long i = 0; i < b.nb; i++) {
         long oa = 0, ob = 0, oy = 0, r = i;
         for (int d = rank - 1; d >= 0; d--) {
@@ -302,8 +337,7 @@ static void mprt_cu_batched(int io, int rank, const long *shape, const long *sa,
             oa += k * sa[d], ob += k * sb[d], oy += k * sy[d];
         }
         mprt_cu_sgemm(io, ta, tb, M, N, K, 1.0f, (const char *)A + oa * ab, lda,
-                      (const char *)B + ob * ab, ldb, b.accumulate ? 1.0f : 0.0f,
-                      (char *)Y + oy * yb, ldy);
+                      (const char *)B + ob * ab, ldb, 1.0f, (char *)Y + oy * yb, ldy);
     }
 }
 
