@@ -270,6 +270,9 @@ typedef struct Graph {
     uint32_t *order, norder, cap_order;  /* live nodes in topological order */
     NameMap *names;
     uint32_t loss, labels; /* training: the loss and the labels input, or NONE */
+    uint32_t scores;       /* training: what evaluation scores, the loss's first input
+                              or the model's output whose Add the loss took in
+                              (graph/loss.c), or NONE */
     const char **output_names;  /* --infer: each output's ONNX name (forward.c may have
                                    given the output a copy of its own), else NULL */
     uint32_t cur_origin;   /* autodiff: the forward node being differentiated */

@@ -497,6 +497,7 @@ static float mprt_strided_max(const float *x, long C, long stride)
 typedef struct MprtLines {
     long C, inner;
     const float *a, *b;
+    const float *bias;   /* the cross-entropy's: each class's, added to its score */
     float *y;
     const int64_t *labels;
     int64_t ignore;
@@ -509,14 +510,26 @@ static inline size_t mprt_line_at(const MprtLines *t, long l)
     return (size_t)(l / t->inner) * t->C * t->inner + (size_t)(l % t->inner);
 }
 
-/* The log-sum-exp of C elements `stride` apart, in double, as a float:
- * log_softmax(x) = x - (max + log sum e^(x - max)), as PyTorch. */
-static float mprt_strided_lse(const float *xs, long C, long stride)
+/* Class c's score in a line of scores `stride` apart: with a bias (the
+ * cross-entropy's, graph/loss.c), the sum the Add before it made. */
+static inline float mprt_score_at(const float *xs, long c, long stride, const float *bias)
 {
-    float mx = mprt_strided_max(xs, C, stride);
+    return bias ? xs[c * stride] + bias[c] : xs[c * stride];
+}
+
+/* The log-sum-exp of C scores `stride` apart (plus each class's bias),
+ * in double, as a float: log_softmax(x) = x - (max + log sum e^(x - max)),
+ * as PyTorch. */
+static float mprt_strided_lse(const float *xs, long C, long stride, const float *bias)
+{
+    float mx = bias ? mprt_score_at(xs, 0, stride, bias) : mprt_strided_max(xs, C, stride);
+    for (long c = 1; bias && c < C; c++) {
+        float v = mprt_score_at(xs, c, stride, bias);
+        mx = v > mx ? v : mx;
+    }
     double sum = 0;
     for (long c = 0; c < C; c++)
-        sum += exp((double)xs[c * stride] - mx);
+        sum += exp((double)mprt_score_at(xs, c, stride, bias) - mx);
     return (float)(mx + log(sum));
 }
 
@@ -528,7 +541,7 @@ static void mprt_log_softmax_piece(void *ctx, long lo, long hi)
     for (long l = lo; l < hi; l++) {
         const float *xs = t->a + mprt_line_at(t, l);
         float *ys = t->y + mprt_line_at(t, l);
-        float lse = mprt_strided_lse(xs, C, inner);
+        float lse = mprt_strided_lse(xs, C, inner, NULL);
         for (long c = 0; c < C; c++)
             ys[c * inner] = xs[c * inner] - lse;
     }
@@ -539,7 +552,7 @@ static void mprt_lse_piece(void *ctx, long lo, long hi)
 {
     const MprtLines *t = ctx;
     for (long l = lo; l < hi; l++)
-        t->y[l] = mprt_strided_lse(t->a + mprt_line_at(t, l), t->C, t->inner);
+        t->y[l] = mprt_strided_lse(t->a + mprt_line_at(t, l), t->C, t->inner, t->bias);
 }
 
 /* Log-softmax over one axis: x is outer x C x inner. */
@@ -569,11 +582,13 @@ MPRT_KERNEL void mprt_sce(int N, int C, long D, const float *x, const int64_t *l
 }
 
 /* mprt_sce keeping each line's log-sum-exp (N x D, the labels' shape)
- * instead of the log-probabilities: the same loss, x - lse at each label. */
-MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_t *labels,
-                              int64_t ignore, float *loss, float *lse)
+ * instead of the log-probabilities: the same loss, x - lse at each label.
+ * The scores x + bias (bias NULL, or C floats: graph/loss.c folds the Add
+ * of a head's bias into the loss). */
+MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const float *bias,
+                              const int64_t *labels, int64_t ignore, float *loss, float *lse)
 {
-    MprtLines t = {.C = C, .inner = D, .a = x, .y = lse};
+    MprtLines t = {.C = C, .inner = D, .a = x, .bias = bias, .y = lse};
     mprt_par((long)N * D, mprt_grain_rows((long)C * 8), mprt_lse_piece, &t);
     double total = 0;
     long count = 0;
@@ -581,7 +596,7 @@ MPRT_KERNEL void mprt_sce_lse(int N, int C, long D, const float *x, const int64_
         int64_t l = labels[i];
         if (l == ignore)
             continue;
-        total -= x[((size_t)(i / D) * C + l) * D + i % D] - lse[i];
+        total -= mprt_score_at(x + (size_t)(i / D) * C * D + i % D, l, D, bias) - lse[i];
         count++;
     }
     *loss = count ? (float)(total / count) : 0.0f;
@@ -600,7 +615,7 @@ static void mprt_sce_grad_piece(void *ctx, long lo, long hi)
         float lse = t->b ? t->b[l] : 0.0f;
         for (long c = 0; c < t->C; c++) {
             size_t i = at + (size_t)c * t->inner;
-            float lp = t->b ? t->a[i] - lse : t->a[i];
+            float lp = t->b ? mprt_score_at(t->a + at, c, t->inner, t->bias) - lse : t->a[i];
             t->y[i] = label == t->ignore ? 0.0f : (mprt_expf(lp) - (c == label)) * t->scale;
         }
     }
@@ -624,12 +639,13 @@ MPRT_KERNEL void mprt_sce_grad(int N, int C, long D, const float *dloss, const f
     mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
 }
 
-/* The gradient of mprt_sce_lse from the scores x and each line's lse. */
+/* The gradient of mprt_sce_lse from the scores x (+ bias) and each
+ * line's lse. */
 MPRT_KERNEL void mprt_sce_lse_grad(int N, int C, long D, const float *dloss, const float *x,
-                                   const float *lse, const int64_t *labels, int64_t ignore,
-                                   float *dx)
+                                   const float *bias, const float *lse, const int64_t *labels,
+                                   int64_t ignore, float *dx)
 {
-    MprtLines t = {.C = C, .inner = D, .a = x, .b = lse, .y = dx, .labels = labels,
+    MprtLines t = {.C = C, .inner = D, .a = x, .b = lse, .bias = bias, .y = dx, .labels = labels,
                    .ignore = ignore, .scale = mprt_sce_scale(N, D, dloss, labels, ignore)};
     mprt_par((long)N * D, mprt_grain_rows((long)C * 4), mprt_sce_grad_piece, &t);
 }

@@ -704,28 +704,30 @@ MPRT_CU_KERNEL void mprt_cu_sce_bf16(int N, int C, long D, const uint16_t *x,
     mprt_cu_one("nll", args);
 }
 
-/* mprt_cu_sce keeping each row's log-sum-exp (cpu.c's mprt_sce_lse). */
-MPRT_CU_KERNEL void mprt_cu_sce_lse(int N, int C, long D, const float *x, const int64_t *labels,
-                                    int64_t ignore, float *loss, float *lse)
+/* mprt_cu_sce keeping each row's log-sum-exp (cpu.c's mprt_sce_lse), of
+ * the scores plus each class's bias (or NULL). */
+MPRT_CU_KERNEL void mprt_cu_sce_lse(int N, int C, long D, const float *x, const float *bias,
+                                    const int64_t *labels, int64_t ignore, float *loss,
+                                    float *lse)
 {
     long outer = N, inner = D, Cl = C;
-    void *rows[] = {&outer, &Cl, &inner, &x, &lse};
+    void *rows[] = {&outer, &Cl, &inner, &x, &bias, &lse};
     mprt_cu_rows("lse", outer * inner, Cl, rows);
     uint64_t node = 0;
-    void *args[] = {&N, &C, &D, &x, &lse, &labels, &ignore, &loss, &node};
+    void *args[] = {&N, &C, &D, &x, &bias, &lse, &labels, &ignore, &loss, &node};
     mprt_cu_one("nll_lse", args);
 }
 
 /* The same of bf16 scores, a GPU's only (codegen.c's row_kernel). */
 MPRT_CU_KERNEL void mprt_cu_sce_lse_bf16(int N, int C, long D, const uint16_t *x,
-                                         const int64_t *labels, int64_t ignore, float *loss,
-                                         float *lse)
+                                         const float *bias, const int64_t *labels,
+                                         int64_t ignore, float *loss, float *lse)
 {
     long outer = N, inner = D, Cl = C;
-    void *rows[] = {&outer, &Cl, &inner, &x, &lse};
+    void *rows[] = {&outer, &Cl, &inner, &x, &bias, &lse};
     mprt_cu_rows("lse_of_bf16", outer * inner, Cl, rows);
     uint64_t node = 0;
-    void *args[] = {&N, &C, &D, &x, &lse, &labels, &ignore, &loss, &node};
+    void *args[] = {&N, &C, &D, &x, &bias, &lse, &labels, &ignore, &loss, &node};
     mprt_cu_one("nll_lse_of_bf16", args);
 }
 
@@ -756,20 +758,20 @@ MPRT_CU_KERNEL void mprt_cu_sce_grad_bf16(int N, int C, long D, const float *dlo
 }
 
 MPRT_CU_KERNEL void mprt_cu_sce_lse_grad(int N, int C, long D, const float *dloss,
-                                         const float *x, const float *lse,
+                                         const float *x, const float *bias, const float *lse,
                                          const int64_t *labels, int64_t ignore, float *dx)
 {
-    void *args[] = {&N, &C, &D, &dloss, &x, &lse, &labels, &ignore, &dx};
+    void *args[] = {&N, &C, &D, &dloss, &x, &bias, &lse, &labels, &ignore, &dx};
     mprt_cu_counting("sce_lse_grad", (long)N * C * D, args);
 }
 
 /* mprt_cu_sce_lse_grad into a bf16 dx, the scores float32 or (x_bf16) bf16. */
 MPRT_CU_KERNEL void mprt_cu_sce_lse_grad_bf16(int N, int C, long D, const float *dloss,
-                                              const void *x, int x_bf16, const float *lse,
-                                              const int64_t *labels, int64_t ignore,
-                                              uint16_t *dx)
+                                              const void *x, int x_bf16, const float *bias,
+                                              const float *lse, const int64_t *labels,
+                                              int64_t ignore, uint16_t *dx)
 {
-    void *args[] = {&N, &C, &D, &dloss, &x, &x_bf16, &lse, &labels, &ignore, &dx};
+    void *args[] = {&N, &C, &D, &dloss, &x, &x_bf16, &bias, &lse, &labels, &ignore, &dx};
     mprt_cu_counting("sce_lse_grad_bf16", (long)N * C * D, args);
 }
 

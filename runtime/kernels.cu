@@ -1289,15 +1289,24 @@ extern "C" __global__ void mprt_k_conv_grad_w_bf16(Conv p, const u16 *dy, const 
 
 /* The row's maximum as the CPU finds it: x[0] if it is NaN, else the
  * largest of the others. */
-template <typename T> static __device__ float row_max(const T *xs, i64 C, i64 inner)
+/* Class c's score in a row `inner` apart: with a bias (the
+ * cross-entropy's, graph/loss.c), the sum the Add before it made. */
+template <typename T>
+static __device__ float score_el(const T *xs, i64 c, i64 inner, const float *b)
+{
+    return b ? FADD(load_el(xs, c * inner), b[c]) : load_el(xs, c * inner);
+}
+
+template <typename T>
+static __device__ float row_max(const T *xs, i64 C, i64 inner, const float *b = 0)
 {
     float mx = -MPRT_INF;
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = load_el(xs, c * inner);
+        float v = score_el(xs, c, inner, b);
         mx = v > mx ? v : mx;
     }
     mx = block_max(mx);
-    float x0 = load_el(xs, 0);
+    float x0 = score_el(xs, 0, inner, b);
     return x0 != x0 ? x0 : mx;
 }
 
@@ -1437,31 +1446,34 @@ extern "C" __global__ void mprt_k_log_softmax_of_bf16(i64 outer, i64 C, i64 inne
 }
 
 /* Each row's log-sum-exp alone, as log_softmax_rows makes it (a loss
- * that keeps it for its gradient: graph/loss.c's mpcc_lse). */
+ * that keeps it for its gradient: graph/loss.c's mpcc_lse), of the scores
+ * plus each class's bias b (or NULL). */
 template <typename T>
-static __device__ void lse_rows(i64 outer, i64 C, i64 inner, const T *x, float *lse)
+static __device__ void lse_rows(i64 outer, i64 C, i64 inner, const T *x, const float *b,
+                                float *lse)
 {
     FOR_ROWS(r, outer * inner) {
         const T *xs = x + ROW_BASE(r);
-        float mx = row_max(xs, C, inner);
+        float mx = row_max(xs, C, inner, b);
         double sum = 0;
         for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            sum += exp((double)load_el(xs, c * inner) - mx);
+            sum += exp((double)score_el(xs, c, inner, b) - mx);
         float v = (float)(mx + log(block_sum(sum)));
         if (threadIdx.x == 0)
             lse[r] = v;
     }
 }
 
-extern "C" __global__ void mprt_k_lse(i64 outer, i64 C, i64 inner, const float *x, float *lse)
+extern "C" __global__ void mprt_k_lse(i64 outer, i64 C, i64 inner, const float *x,
+                                      const float *b, float *lse)
 {
-    lse_rows(outer, C, inner, x, lse);
+    lse_rows(outer, C, inner, x, b, lse);
 }
 
 extern "C" __global__ void mprt_k_lse_of_bf16(i64 outer, i64 C, i64 inner, const u16 *x,
-                                              float *lse)
+                                              const float *b, float *lse)
 {
-    lse_rows(outer, C, inner, x, lse);
+    lse_rows(outer, C, inner, x, b, lse);
 }
 
 extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, const float *dy,
@@ -1486,8 +1498,9 @@ extern "C" __global__ void mprt_k_log_softmax_grad(i64 outer, i64 C, i64 inner, 
  * or bf16), whose log-probability x - lse at each label is made from the
  * rows' log-sum-exp (a cross-entropy that keeps it: graph/loss.c). */
 template <typename T>
-static __device__ void nll_block(int N, int C, i64 D, const T *x, const float *lse,
-                                 const i64 *labels, i64 ignore, float *loss, u64 node)
+static __device__ void nll_block(int N, int C, i64 D, const T *x, const float *b,
+                                 const float *lse, const i64 *labels, i64 ignore, float *loss,
+                                 u64 node)
 {
     double total = 0, count = 0;
     for (i64 i = threadIdx.x; i < (i64)N * D; i += blockDim.x) {
@@ -1498,7 +1511,7 @@ static __device__ void nll_block(int N, int C, i64 D, const T *x, const float *l
             fault(FAULT_LABEL, t, C, node, ignore);
             continue;
         }
-        float v = load_el(x, ((i / D) * C + t) * D + i % D);
+        float v = score_el(x + (i / D) * C * D + i % D, t, D, b);
         total -= lse ? FSUB(v, lse[i]) : v;
         count += 1;
     }
@@ -1511,20 +1524,22 @@ static __device__ void nll_block(int N, int C, i64 D, const T *x, const float *l
 extern "C" __global__ void mprt_k_nll(int N, int C, i64 D, const float *x, const i64 *labels,
                                       i64 ignore, float *loss, u64 node)
 {
-    nll_block(N, C, D, x, (const float *)0, labels, ignore, loss, node);
+    nll_block(N, C, D, x, (const float *)0, (const float *)0, labels, ignore, loss, node);
 }
 
-extern "C" __global__ void mprt_k_nll_lse(int N, int C, i64 D, const float *x, const float *lse,
-                                          const i64 *labels, i64 ignore, float *loss, u64 node)
+extern "C" __global__ void mprt_k_nll_lse(int N, int C, i64 D, const float *x, const float *b,
+                                          const float *lse, const i64 *labels, i64 ignore,
+                                          float *loss, u64 node)
 {
-    nll_block(N, C, D, x, lse, labels, ignore, loss, node);
+    nll_block(N, C, D, x, b, lse, labels, ignore, loss, node);
 }
 
 extern "C" __global__ void mprt_k_nll_lse_of_bf16(int N, int C, i64 D, const u16 *x,
-                                                  const float *lse, const i64 *labels, i64 ignore,
-                                                  float *loss, u64 node)
+                                                  const float *b, const float *lse,
+                                                  const i64 *labels, i64 ignore, float *loss,
+                                                  u64 node)
 {
-    nll_block(N, C, D, x, lse, labels, ignore, loss, node);
+    nll_block(N, C, D, x, b, lse, labels, ignore, loss, node);
 }
 
 /* NegativeLogLikelihoodLoss with class weights (or NULL) and reduction 0
@@ -1597,37 +1612,41 @@ extern "C" __global__ void mprt_k_sce_grad_bf16(int N, int C, i64 D, const float
 }
 
 /* sce_grad_each with each log-probability made from the scores x (float32
- * or bf16) and its row's log-sum-exp, as the loss made it. */
+ * or bf16, plus each class's bias b or NULL) and its row's log-sum-exp, as
+ * the loss made it. */
 template <typename X, typename T>
 static __device__ void sce_lse_grad_each(int N, int C, i64 D, const float *dloss, const X *x,
-                                         const float *lse, const i64 *labels, i64 ignore, T *dx)
+                                         const float *b, const float *lse, const i64 *labels,
+                                         i64 ignore, T *dx)
 {
     i64 count = label_count((i64)N * D, labels, ignore);
     float scale = count ? FDIV(dloss[0], (float)count) : 0.0f;
     FOR_EACH(i, (i64)N * C * D) {
         i64 n = i / ((i64)C * D), r = i - n * C * D, c = r / D, d = r - c * D;
         i64 t = labels[n * D + d];
-        float lp = FSUB(load_el(x, i), lse[n * D + d]);
+        float lp = FSUB(score_el(x + i - c * D, c, D, b), lse[n * D + d]);
         store_el(dx, i, t == ignore ? 0.0f : FMUL(FSUB(expf(lp), (float)(c == t)), scale));
     }
 }
 
 extern "C" __global__ void mprt_k_sce_lse_grad(int N, int C, i64 D, const float *dloss,
-                                               const float *x, const float *lse,
-                                               const i64 *labels, i64 ignore, float *dx)
+                                               const float *x, const float *b,
+                                               const float *lse, const i64 *labels, i64 ignore,
+                                               float *dx)
 {
-    sce_lse_grad_each(N, C, D, dloss, x, lse, labels, ignore, dx);
+    sce_lse_grad_each(N, C, D, dloss, x, b, lse, labels, ignore, dx);
 }
 
 /* into a bf16 dx, from scores stored as float32 or (x_bf16) bf16 */
 extern "C" __global__ void mprt_k_sce_lse_grad_bf16(int N, int C, i64 D, const float *dloss,
-                                                    const void *x, int x_bf16, const float *lse,
-                                                    const i64 *labels, i64 ignore, u16 *dx)
+                                                    const void *x, int x_bf16, const float *b,
+                                                    const float *lse, const i64 *labels,
+                                                    i64 ignore, u16 *dx)
 {
     if (x_bf16)
-        sce_lse_grad_each(N, C, D, dloss, (const u16 *)x, lse, labels, ignore, dx);
+        sce_lse_grad_each(N, C, D, dloss, (const u16 *)x, b, lse, labels, ignore, dx);
     else
-        sce_lse_grad_each(N, C, D, dloss, (const float *)x, lse, labels, ignore, dx);
+        sce_lse_grad_each(N, C, D, dloss, (const float *)x, b, lse, labels, ignore, dx);
 }
 
 extern "C" __global__ void mprt_k_nll_grad(int N, int C, i64 D, const float *dloss,

@@ -253,7 +253,7 @@ Graph *ir_new(Arena *a, const char *file)
     g->name = "";
     g->producer = "";
     g->names = arena_alloc(a, sizeof *g->names);
-    g->loss = g->labels = g->cur_origin = NONE;
+    g->loss = g->labels = g->scores = g->cur_origin = NONE;
     g->nvalues = 0;
     map_rehash(g, 512);
     return g;

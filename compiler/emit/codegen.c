@@ -925,24 +925,27 @@ static void emit_loss_forward(CG *cg, const Node *n)
 
 /* The cross-entropy that keeps each row's log-sum-exp (graph/loss.c):
  * its forward writes the loss and lse, its gradient reads the scores x
- * again: (N, C, D, x, labels, ignore, loss, lse) and (N, C, D, dloss, x,
- * lse, labels, ignore, dx). Under bf16 on a GPU the twins read bf16
- * scores, and the gradient's writes a bf16 dx from scores of either type. */
+ * again: (N, C, D, x, bias, labels, ignore, loss, lse) and (N, C, D,
+ * dloss, x, bias, lse, labels, ignore, dx), the bias each class's, added
+ * to its scores (a head's: graph/loss.c's loss_bias puts it third, where
+ * attribute mpcc_bias says so, and the gradient's fifth), or NULL. Under bf16 on a
+ * GPU the twins read bf16 scores, and the gradient's writes a bf16 dx
+ * from scores of either type. */
 static void emit_sce_lse(CG *cg, const Node *n, bool grad, long N, long C, long D,
                          long long ignore)
 {
     if (!grad) {
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %lldLL, %s, %s);\n", row_kernel(cg, "sce_lse"), N,
-             C, D, buf(cg, n->in[0]), buf(cg, n->in[1]), ignore, buf(cg, n->out[0]),
-             buf(cg, n->out[1]));
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %lldLL, %s, %s);\n", row_kernel(cg, "sce_lse"),
+             N, C, D, buf(cg, n->in[0]), opt_buf(cg, n, 2, false), buf(cg, n->in[1]), ignore,
+             buf(cg, n->out[0]), buf(cg, n->out[1]));
         return;
     }
     const char *x = buf(cg, n->in[3]);
     if (cg->native == NATIVE_ROWS)
         x = arena_printf(cg->g->arena, "%s, %d", x, is_bf16(cg, n->in[3]));
-    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %lldLL, %s);\n", row_kernel(cg, "sce_lse_grad"),
-         N, C, D, buf(cg, n->in[0]), x, buf(cg, n->in[1]), buf(cg, n->in[2]), ignore,
-         buf(cg, n->out[0]));
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, %lldLL, %s);\n",
+         row_kernel(cg, "sce_lse_grad"), N, C, D, buf(cg, n->in[0]), x, opt_buf(cg, n, 4, false),
+         buf(cg, n->in[1]), buf(cg, n->in[2]), ignore, buf(cg, n->out[0]));
 }
 
 static void emit_sce(CG *cg, const Node *n, bool grad)
@@ -954,7 +957,7 @@ static void emit_sce(CG *cg, const Node *n, bool grad)
     }
     bool lse = attr_int(n, "mpcc_lse", 0) != 0;
     class_dims(cg, n, n->in[!grad ? 0 : lse ? 3 : 1], &N, &C, &D);
-    if (!grad && n->nin > 2)
+    if (!grad && n->nin > 2 && n->in[2] != NONE && !attr_int(n, "mpcc_bias", 0))
         unsupported(cg, n, "class weights in SoftmaxCrossEntropyLoss");
     if (strcmp(loss_reduction(n), "mean") != 0)
         unsupported(cg, n, "a reduction other than mean");
@@ -2531,6 +2534,9 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     Native native = cg->fu->prev[n - cg->g->nodes] != NONE
                         ? NATIVE_CHAIN : bf16_native(cg->g, n, cuda_stage(cg));
     Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
+    bool eval_only = attr_int(n, "mpcc_eval_only", 0) != 0;
+    if (eval_only)   /* graph/loss.c: the loss adds the bias itself */
+        emit(cg, "    if (!mprt_training) {   /* the model's output, for evaluation only */\n");
     stage_operands(cg, n, native, s);
     if (native == NATIVE_CHAIN) {
         emit_chain(cg, n);
@@ -2542,6 +2548,8 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
         cg->native = NATIVE_NONE;
     }
     unstage_operands(cg, n, true);
+    if (eval_only)
+        emit(cg, "    }\n");
 }
 
 /* The call of node n's kernel. */
@@ -4075,8 +4083,8 @@ static void emit_buffer(CG *cg, uint32_t v, const char *kind)
     emit_named_buffer(cg, v, cg->g->values[v].name, kind);
 }
 
-/* What evaluation needs besides the output buffer (the loss's first input:
- * scores for cross-entropy, predictions for MSE): the loss kind and, for
+/* What evaluation needs besides the output buffer (g->scores: scores for
+ * cross-entropy, predictions for MSE): the loss kind and, for
  * cross-entropy, the ignored label and where the loss kernel leaves the
  * log-probabilities. */
 static void emit_loss_fields(CG *cg)
@@ -4143,7 +4151,7 @@ static void emit_model(CG *cg, const char *hash, const char *weights)
     emit_const_buffers(cg);
     for (uint32_t i = 0; i < g->ninputs; i++)
         emit_buffer(cg, g->inputs[i], g->inputs[i] == g->labels ? "MPRT_LABELS" : "MPRT_INPUT");
-    emit_buffer(cg, g->nodes[g->values[g->loss].producer].in[0], "MPRT_OUTPUT");
+    emit_buffer(cg, g->scores, "MPRT_OUTPUT");
     emit(cg, "};\n\nstatic const size_t arena_bytes[] = {");
     for (int d = 0; d < p->sc->ndev; d++)
         emit(cg, "%s%zu", d ? ", " : "", p->arena_bytes[d]);

@@ -287,14 +287,18 @@ static void grad_loss(AD *ad, Op op, uint32_t dy)
 {
     const Node *n = ad->n;
     uint32_t x = n->in[0], out;
-    if (!ad->needs[x])
+    /* a cross-entropy that kept each row's log-sum-exp reads its scores
+     * again, and the bias it adds to them (graph/loss.c) */
+    uint32_t bias = op == OP_SCE_GRAD && attr_int(n, "mpcc_bias", 0) ? n->in[2] : NONE;
+    if (!ad->needs[x] && (bias == NONE || !ad->needs[bias]))
         return;
     uint32_t saved = op == OP_SCE_GRAD ? n->out[1] : x;
-    /* a cross-entropy that kept each row's log-sum-exp reads its scores again */
-    uint32_t nin = op == OP_SCE_GRAD && attr_int(n, "mpcc_lse", 0) ? 4 : 3;
-    Node *g = emit(ad, op, "dX", (uint32_t[]){dy, saved, n->in[1], x}, nin, x, &out);
+    uint32_t nin = bias != NONE ? 5 : op == OP_SCE_GRAD && attr_int(n, "mpcc_lse", 0) ? 4 : 3;
+    Node *g = emit(ad, op, "dX", (uint32_t[]){dy, saved, n->in[1], x, bias}, nin, x, &out);
     ir_copy_attrs(ad->g, g, n);
     contribute(ad, x, out);
+    if (bias != NONE && ad->needs[bias])   /* the Add's gradient: dX summed over the rows */
+        contribute(ad, bias, sum_to(ad, out, bias, 1.0, "dBias"));
 }
 
 /* A constant made by the pass: a float scalar, or zeros shaped like v. */

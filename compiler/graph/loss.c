@@ -13,6 +13,15 @@
  * language model's: its vocabulary times every position, in float32). The
  * gradient reads the scores again and computes each log-probability as the
  * loss did, x - lse: the same numbers.
+ *
+ * Such a cross-entropy of a head's Add(x, bias) adds the bias itself
+ * (loss_bias: attribute mpcc_bias, the bias its third input): its kernels
+ * read x, and the bias, where they read the Add's float32 output, and make
+ * each score as the Add made it, the same numbers. The Add stays, for the
+ * scores the host reads to evaluate (g->scores), and runs in evaluation
+ * only (attribute mpcc_eval_only): a training step writes no float32
+ * scores (a language model's vocabulary times every position) and reads
+ * none.
  */
 #include "mpcc.h"
 
@@ -90,6 +99,64 @@ static void mean_squared_error(Graph *g, uint32_t pred)
     g->labels = target;
 }
 
+/* How many times the live nodes read v. */
+static uint32_t reads_of(const Graph *g, uint32_t v)
+{
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        for (uint32_t k = 0; k < n->nin; k++)
+            count += n->in[k] == v;
+    }
+    return count;
+}
+
+/* Whether b is a float32 parameter or constant of scores s's classes
+ * alone: broadcast against s, every dim 1 but the class axis, C there. */
+static bool class_bias(const Graph *g, uint32_t b, const Value *s, int axis)
+{
+    const Value *v = &g->values[b];
+    if ((v->kind != VK_PARAM && v->kind != VK_CONST) || v->dtype != DT_F32 ||
+        v->shape.rank > s->shape.rank || s->shape.rank - v->shape.rank > axis)
+        return false;
+    for (int i = 0; i < v->shape.rank; i++) {
+        int j = s->shape.rank - v->shape.rank + i;
+        if (v->shape.d[i] != (j == axis ? s->shape.d[axis] : 1))
+            return false;
+    }
+    return true;
+}
+
+/* The cross-entropy that keeps its log-sum-exp, of scores Add(x, b) with
+ * b a class_bias and nothing else reading them, adds b itself (see the
+ * top of the file). */
+static void loss_bias(Graph *g)
+{
+    Node *n = &g->nodes[g->values[g->loss].producer];
+    uint32_t scores = g->scores = n->in[0];
+    if (n->op != OP_SOFTMAX_CE || !attr_int(n, "mpcc_lse", 0) || n->nin != 2)
+        return;
+    const Value *s = &g->values[scores];
+    if (s->producer == NONE || g->nodes[s->producer].op != OP_ADD || s->dtype != DT_F32 ||
+        reads_of(g, scores) != 1)
+        return;
+    Node *add = &g->nodes[s->producer];
+    for (int k = 0; k < 2; k++) {
+        uint32_t b = add->in[k], x = add->in[1 - k];
+        if (!class_bias(g, b, s, loss_class_axis(n)) || g->values[x].dtype != DT_F32 ||
+            !shape_eq(&g->values[x].shape, &s->shape))
+            continue;
+        g->values[scores].nuses--;
+        n->in = arena_grow(g->arena, n->in, n->nin, 3, sizeof *n->in);
+        n->in[0] = x, n->in[2] = b;
+        n->nin = 3;
+        g->values[x].nuses++, g->values[b].nuses++;
+        ir_set_int(g, n, "mpcc_bias", 1);
+        ir_set_int(g, add, "mpcc_eval_only", 1);
+        return;
+    }
+}
+
 void add_loss(Graph *g, const Options *o)
 {
     uint32_t own = model_loss(g);
@@ -107,6 +174,7 @@ void add_loss(Graph *g, const Options *o)
             g->values[lse].producer = own;
             ir_set_int(g, n, "mpcc_lse", 1);
         }
+        loss_bias(g);
         return;
     }
     if (g->noutputs != 1) {
@@ -114,8 +182,11 @@ void add_loss(Graph *g, const Options *o)
         error_at(&loc, "the model has %u outputs; mpcc puts the loss on a single output "
                  "(export the model with one output, or with its own loss)", g->noutputs);
     }
-    if (o->train.loss == LOSS_MSE)
+    if (o->train.loss == LOSS_MSE) {
         mean_squared_error(g, g->outputs[0]);
-    else
-        cross_entropy(g, o, g->outputs[0]);
+        g->scores = g->outputs[0];
+        return;
+    }
+    cross_entropy(g, o, g->outputs[0]);
+    loss_bias(g);
 }

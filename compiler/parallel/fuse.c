@@ -153,9 +153,8 @@ static void mark_host_reads(FB *b)
     }
     if (g->loss != NONE) {
         b->host_read[g->loss] = true;
-        uint32_t pn = g->values[g->loss].producer;
-        if (pn != NONE && g->nodes[pn].nin > 0 && g->nodes[pn].in[0] != NONE)
-            b->host_read[g->nodes[pn].in[0]] = true;
+        if (g->scores != NONE)
+            b->host_read[g->scores] = true;
     }
 }
 
@@ -306,8 +305,9 @@ Fusion *fuse(Graph *g, const Plan *p, const Options *o)
     b.ops = arena_array(g->arena, g->nnodes, sizeof *b.ops);
     for (int k = 0; k < p->st->n * ACT_KINDS; k++)
         for (int i = 0; i < p->nnodes[k]; i++)
-            if (chainable(g, &g->nodes[p->nodes[k][i]]))
-                grow(&b, p->nodes[k][i]);
+            if (chainable(g, &g->nodes[p->nodes[k][i]]) &&
+                !attr_int(&g->nodes[p->nodes[k][i]], "mpcc_eval_only", 0))
+                grow(&b, p->nodes[k][i]);   /* not one that runs in evaluation alone */
     close_chains(&b);
     return f;
 }

@@ -158,18 +158,30 @@ void plan_walk_action(const Plan *p, int dev, int i, TouchFn fn, void *ctx)
 
 /* ---- which buffers may share ---- */
 
+/* Whether v is the output of a node that runs in evaluation alone
+ * (graph/loss.c): the host reads it right after the evaluation's forward
+ * pass, which nothing follows, so that its buffer is a forward value's,
+ * taken by others in a training step's backward pass. */
+static bool eval_only(const Graph *g, uint32_t v)
+{
+    uint32_t p = g->values[v].producer;
+    return p != NONE && attr_int(&g->nodes[p], "mpcc_eval_only", 0);
+}
+
 bool *plan_read_outside(const Graph *g, Arena *a)
 {
     bool *out = arena_array(a, g->nvalues, sizeof(bool));
     for (uint32_t v = 0; v < g->nvalues; v++)
-        out[v] |= g->values[v].is_output;
+        out[v] |= g->values[v].is_output && !eval_only(g, v);
+    if (g->scores != NONE && !eval_only(g, g->scores))
+        out[g->scores] = true;   /* evaluation scores them */
     for (uint32_t v = 0; v < g->nvalues; v++)
         if (g->values[v].trainable && g->values[v].grad != NONE)
             out[g->values[v].grad] = true;
     if (g->loss != NONE && g->values[g->loss].producer != NONE) {
         const Node *n = &g->nodes[g->values[g->loss].producer];
-        for (uint32_t k = 0; k < n->nin; k++)
-            if (n->in[k] != NONE)
+        for (uint32_t k = 0; k < n->nin; k++)   /* but the scores of an Add it took in */
+            if (n->in[k] != NONE && (k != 0 || !attr_int(n, "mpcc_bias", 0)))
                 out[n->in[k]] = true;
         for (uint32_t k = 0; k < n->nout; k++)
             if (n->out[k] != NONE)

@@ -1685,6 +1685,64 @@ static void test_softmax_bias(void)
     report("softmax_bias_bf16");
 }
 
+/* x + bias over the class axis of (N, C, D) scores, as the Add that
+ * graph/loss.c folds into the loss computes it. */
+static float *biased(int N, int C, long D, const float *x, const float *bias)
+{
+    float *y = malloc((size_t)N * C * D * sizeof *y);
+    for (long i = 0; i < (long)N * C * D; i++)
+        y[i] = x[i] + bias[i / D % C];
+    return y;
+}
+
+/* The cross-entropy of scores plus a bias (graph/loss.c folds a head's
+ * bias Add into it): on the CPU the loss, log-sum-exp and gradient of the
+ * Add's output bit for bit, then the CUDA kernels against the CPU's. */
+static void test_sce_lse_bias(int N, int C, long D, const float *x, const int64_t *labels,
+                              float dl)
+{
+    long NL = (long)N * D, NX = NL * C;
+    float *bias = fvec(C, -2, 2), *xb = biased(N, C, D, x, bias), l1, l2;
+    float *lse = malloc(NL * sizeof *lse), *clse = malloc(NL * sizeof *clse);
+    float *want = malloc(NX * sizeof *want), *dx = malloc(NX * sizeof *dx);
+    mprt_sce_lse(N, C, D, xb, NULL, labels, -100, &l1, lse);
+    mprt_sce_lse(N, C, D, x, bias, labels, -100, &l2, clse);
+    same("sce_lse_bias (the Add's loss)", &l1, &l2, 4);
+    same("sce_lse_bias (the Add's log-sum-exp)", lse, clse, NL * sizeof *lse);
+    mprt_sce_lse_grad(N, C, D, &dl, xb, NULL, lse, labels, -100, want);
+    mprt_sce_lse_grad(N, C, D, &dl, x, bias, lse, labels, -100, dx);
+    same("sce_lse_grad_bias (the Add's gradient)", want, dx, NX * sizeof *dx);
+    mprt_cu_sce_lse(N, C, D, x, bias, labels, -100, &l1, clse);
+    same("sce_lse_bias", &l2, &l1, 4);
+    same("sce_lse_bias (log-sum-exp)", lse, clse, NL * sizeof *lse);
+    mprt_cu_sce_lse_grad(N, C, D, &dl, x, bias, lse, labels, -100, want);
+    same("sce_lse_grad_bias", dx, want, NX * sizeof *dx);
+    free(bias), free(xb), free(lse), free(clse), free(want), free(dx);
+    report("sce_lse_bias");
+    report("sce_lse_grad_bias");
+}
+
+/* The same on bf16 scores (x holds their values widened, hx the bf16). */
+static void test_sce_lse_bias_bf16(int N, int C, long D, const float *x, const uint16_t *hx,
+                                   const int64_t *labels, float dl)
+{
+    long NL = (long)N * D, NX = NL * C;
+    float *bias = fvec(C, -2, 2), l1, l2;
+    float *lse = malloc(NL * sizeof *lse), *clse = malloc(NL * sizeof *clse);
+    float *dx = malloc(NX * sizeof *dx);
+    uint16_t *hdx = malloc(NX * sizeof *hdx);
+    mprt_sce_lse(N, C, D, x, bias, labels, -100, &l1, lse);
+    mprt_cu_sce_lse_bf16(N, C, D, hx, bias, labels, -100, &l2, clse);
+    same("sce_lse_bias_bf16", &l1, &l2, 4);
+    same("sce_lse_bias_bf16 (log-sum-exp)", lse, clse, NL * sizeof *lse);
+    mprt_sce_lse_grad(N, C, D, &dl, x, bias, lse, labels, -100, dx);
+    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, hx, 1, bias, lse, labels, -100, hdx);
+    same_narrowed("sce_lse_grad_bias_bf16", dx, hdx, NX);
+    free(bias), free(lse), free(clse), free(dx), free(hdx);
+    report("sce_lse_bias_bf16");
+    report("sce_lse_grad_bias_bf16");
+}
+
 /* The cross-entropy that keeps each row's log-sum-exp (graph/loss.c's
  * mpcc_lse): on the CPU the loss and the gradient of the one that keeps
  * the log-probabilities, bit for bit; its twins against it, on float32
@@ -1698,27 +1756,29 @@ static void test_sce_lse(void)
     for (int i = 0; i < NL; i++)
         labels[i] = i % 4 == 3 ? -100 : (int64_t)frand(0, (float)C);
     mprt_sce(N, C, D, x, labels, -100, &l1, logp);
-    mprt_sce_lse(N, C, D, x, labels, -100, &l2, lse);
+    mprt_sce_lse(N, C, D, x, NULL, labels, -100, &l2, lse);
     same("sce_lse (mprt_sce's loss)", &l1, &l2, 4);
     mprt_sce_grad(N, C, D, &dl, logp, labels, -100, want);
-    mprt_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, dx);
+    mprt_sce_lse_grad(N, C, D, &dl, x, NULL, lse, labels, -100, dx);
     same("sce_lse_grad (mprt_sce_grad's)", want, dx, sizeof dx);
-    mprt_cu_sce_lse(N, C, D, x, labels, -100, &l1, clse);
+    mprt_cu_sce_lse(N, C, D, x, NULL, labels, -100, &l1, clse);
     same("sce_lse", &l2, &l1, 4);
     same("sce_lse (log-sum-exp)", lse, clse, sizeof lse);
-    mprt_cu_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, cdx);
+    mprt_cu_sce_lse_grad(N, C, D, &dl, x, NULL, lse, labels, -100, cdx);
     same("sce_lse_grad", dx, cdx, sizeof dx);
     uint16_t hdx[NX];
-    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, x, 0, lse, labels, -100, hdx);
+    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, x, 0, NULL, lse, labels, -100, hdx);
     same_narrowed("sce_lse_grad_bf16 (float32 scores)", dx, hdx, NX);
+    test_sce_lse_bias(N, C, D, x, labels, dl);
     uint16_t *hx = bf16_copy(x, NX);   /* x now holds the bf16 values widened */
-    mprt_sce_lse(N, C, D, x, labels, -100, &l1, lse);
-    mprt_cu_sce_lse_bf16(N, C, D, hx, labels, -100, &l2, clse);
+    mprt_sce_lse(N, C, D, x, NULL, labels, -100, &l1, lse);
+    mprt_cu_sce_lse_bf16(N, C, D, hx, NULL, labels, -100, &l2, clse);
     same("sce_lse_bf16", &l1, &l2, 4);
     same("sce_lse_bf16 (log-sum-exp)", lse, clse, sizeof lse);
-    mprt_sce_lse_grad(N, C, D, &dl, x, lse, labels, -100, dx);
-    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, hx, 1, lse, labels, -100, hdx);
+    mprt_sce_lse_grad(N, C, D, &dl, x, NULL, lse, labels, -100, dx);
+    mprt_cu_sce_lse_grad_bf16(N, C, D, &dl, hx, 1, NULL, lse, labels, -100, hdx);
     same_narrowed("sce_lse_grad_bf16", dx, hdx, NX);
+    test_sce_lse_bias_bf16(N, C, D, x, hx, labels, dl);
     free(x), free(hx);
     report("sce_lse");
     report("sce_lse_grad");
