@@ -11,7 +11,7 @@ mpcc=$1 samples=$2 work=$3
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 # priced as a step issued op by op (--cuda-graph=off): the launch costs the
 # sizes below were chosen for
-flags="-batch 40 --microbatches=1 -gpus 1 --schedule=interleaved --virtual-stages=4 --cuda-graph=off"
+flags="-batch 48 --microbatches=1 -gpus 1 --schedule=interleaved --virtual-stages=4 --cuda-graph=off"
 arena() {   # the memory plan of cuda:0 with these flags
     # shellcheck disable=SC2086
     "$mpcc" "$samples/gpt.mp" $flags "$@" -o plan.c 2>/dev/null
