@@ -292,6 +292,7 @@ uint32_t ir_new_value(Graph *g, const char *name, DType t, const Shape *s); /* u
 uint32_t ir_new_const(Graph *g, const char *name, const Tensor *t);
 uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t nin,
                  const uint32_t *out, uint32_t nout, uint8_t phase);  /* appends to order */
+uint32_t ir_reads(const Graph *g, uint32_t v);   /* live nodes' reads of v, counted now */
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
 void ir_set_float(Graph *g, Node *n, const char *name, double v);
 void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t count);

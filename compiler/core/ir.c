@@ -302,6 +302,19 @@ uint32_t ir_new_const(Graph *g, const char *name, const Tensor *t)
     return v;
 }
 
+/* How many times the live nodes of the order read v (a value's nuses is
+ * counted by prune alone, and passes after it add readers). */
+uint32_t ir_reads(const Graph *g, uint32_t v)
+{
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        const Node *n = &g->nodes[g->order[i]];
+        for (uint32_t k = 0; k < n->nin && !n->dead; k++)
+            count += n->in[k] == v;
+    }
+    return count;
+}
+
 uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t nin,
                  const uint32_t *out, uint32_t nout, uint8_t phase)
 {

@@ -99,18 +99,6 @@ static void mean_squared_error(Graph *g, uint32_t pred)
     g->labels = target;
 }
 
-/* How many times the live nodes read v. */
-static uint32_t reads_of(const Graph *g, uint32_t v)
-{
-    uint32_t count = 0;
-    for (uint32_t i = 0; i < g->norder; i++) {
-        const Node *n = &g->nodes[g->order[i]];
-        for (uint32_t k = 0; k < n->nin; k++)
-            count += n->in[k] == v;
-    }
-    return count;
-}
-
 /* Whether b is a float32 parameter or constant of scores s's classes
  * alone: broadcast against s, every dim 1 but the class axis, C there. */
 static bool class_bias(const Graph *g, uint32_t b, const Value *s, int axis)
@@ -138,7 +126,7 @@ static void loss_bias(Graph *g)
         return;
     const Value *s = &g->values[scores];
     if (s->producer == NONE || g->nodes[s->producer].op != OP_ADD || s->dtype != DT_F32 ||
-        reads_of(g, scores) != 1)
+        ir_reads(g, scores) != 1)
         return;
     Node *add = &g->nodes[s->producer];
     for (int k = 0; k < 2; k++) {
@@ -146,11 +134,9 @@ static void loss_bias(Graph *g)
         if (!class_bias(g, b, s, loss_class_axis(n)) || g->values[x].dtype != DT_F32 ||
             !shape_eq(&g->values[x].shape, &s->shape))
             continue;
-        g->values[scores].nuses--;
         n->in = arena_grow(g->arena, n->in, n->nin, 3, sizeof *n->in);
         n->in[0] = x, n->in[2] = b;
         n->nin = 3;
-        g->values[x].nuses++, g->values[b].nuses++;
         ir_set_int(g, n, "mpcc_bias", 1);
         ir_set_int(g, add, "mpcc_eval_only", 1);
         return;

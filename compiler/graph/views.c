@@ -110,18 +110,6 @@ static const Node *moving_transpose(const Graph *g, uint32_t v)
     return t;
 }
 
-/* How many times the live nodes read v. */
-static uint32_t reads_of(const Graph *g, uint32_t v)
-{
-    uint32_t count = 0;
-    for (uint32_t i = 0; i < g->norder; i++) {
-        const Node *n = &g->nodes[g->order[i]];
-        for (uint32_t k = 0; k < n->nin && !n->dead; k++)
-            count += n->in[k] == v;
-    }
-    return count;
-}
-
 /* Whether every live reader of v reads it as an operand of a product that
  * keeps its batch, with no view there yet. */
 static bool only_products_read(const Graph *g, uint32_t v)
@@ -155,19 +143,16 @@ static bool fold_input(Graph *g, Node *t)
     if (rank < 3 || !moving_transpose(g, z))
         return false;
     transpose_perm(g, t, perm);
-    if (!contiguous_matrix(perm, rank, false) || !reads_of(g, z) || !only_products_read(g, z))
+    if (!contiguous_matrix(perm, rank, false) || !ir_reads(g, z) || !only_products_read(g, z))
         return false;
     for (uint32_t i = 0; i < g->norder; i++) {
         Node *n = &g->nodes[g->order[i]];
         for (uint32_t k = 0; k < n->nin; k++)
             if (n->in[k] == z) {
                 n->in[k] = x;
-                g->values[x].nuses++;
                 set_view(g, n, (int)k, perm, rank);
             }
     }
-    g->values[z].nuses = 0;
-    g->values[x].nuses--;   /* t reads it no more */
     return true;
 }
 
@@ -177,7 +162,7 @@ static bool fold_output(Graph *g, Node *n)
 {
     uint32_t y = n->out[0];
     if (!keeps_batch(g, n) || attr_ints(n, view_attr[2], &(uint32_t){0}) ||
-        reads_of(g, y) != 1 || g->values[y].is_output)
+        ir_reads(g, y) != 1 || g->values[y].is_output)
         return false;
     Node *t = NULL;
     for (uint32_t i = 0; i < g->norder && !t; i++) {
@@ -194,7 +179,6 @@ static bool fold_output(Graph *g, Node *n)
     uint32_t z = t->out[0];
     n->out[0] = z;
     g->values[z].producer = (uint32_t)(n - g->nodes);
-    g->values[y].nuses = 0;
     g->values[y].producer = NONE;
     set_view(g, n, 2, perm, rank);
     t->dead = true;
