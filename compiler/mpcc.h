@@ -650,6 +650,7 @@ void simplify(Graph *g);
 /* ----------------------------------------------------- graph/loss.c */
 
 void add_loss(Graph *g, const Options *o);      /* sets g->loss and g->labels */
+bool eval_only(const Node *n);   /* it runs in evaluation alone (a head's Add the loss took in) */
 
 /* ------------------------------------------------- graph/autodiff.c */
 

@@ -2534,8 +2534,8 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
     Native native = cg->fu->prev[n - cg->g->nodes] != NONE
                         ? NATIVE_CHAIN : bf16_native(cg->g, n, cuda_stage(cg));
     Staged *s = arena_alloc(cg->g->arena, sizeof *s);   /* outlives an error's longjmp */
-    bool eval_only = attr_int(n, "mpcc_eval_only", 0) != 0;
-    if (eval_only)   /* graph/loss.c: the loss adds the bias itself */
+    bool in_eval = eval_only(n);
+    if (in_eval)   /* graph/loss.c: the loss adds the bias itself */
         emit(cg, "    if (!mprt_training) {   /* the model's output, for evaluation only */\n");
     stage_operands(cg, n, native, s);
     if (native == NATIVE_CHAIN) {
@@ -2548,7 +2548,7 @@ static void emit_node_code(CG *cg, const Node *n, int mark)
         cg->native = NATIVE_NONE;
     }
     unstage_operands(cg, n, true);
-    if (eval_only)
+    if (in_eval)
         emit(cg, "    }\n");
 }
 

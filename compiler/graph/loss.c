@@ -99,6 +99,11 @@ static void mean_squared_error(Graph *g, uint32_t pred)
     g->labels = target;
 }
 
+bool eval_only(const Node *n)
+{
+    return attr_int(n, "mpcc_eval_only", 0) != 0;
+}
+
 /* Whether b is a float32 parameter or constant of scores s's classes
  * alone: broadcast against s, every dim 1 but the class axis, C there. */
 static bool class_bias(const Graph *g, uint32_t b, const Value *s, int axis)

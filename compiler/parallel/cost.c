@@ -676,7 +676,7 @@ static double gpu_rate(const Graph *g, const Node *n, const Profile *p)
 
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m)
 {
-    if (attr_int(n, "mpcc_eval_only", 0))
+    if (eval_only(n))
         return 0;   /* graph/loss.c: no training step runs it */
     if (m) {
         double t = measured_time(m, n->name, n->phase, (double)g->rows);

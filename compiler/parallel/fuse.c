@@ -306,7 +306,7 @@ Fusion *fuse(Graph *g, const Plan *p, const Options *o)
     for (int k = 0; k < p->st->n * ACT_KINDS; k++)
         for (int i = 0; i < p->nnodes[k]; i++)
             if (chainable(g, &g->nodes[p->nodes[k][i]]) &&
-                !attr_int(&g->nodes[p->nodes[k][i]], "mpcc_eval_only", 0))
+                !eval_only(&g->nodes[p->nodes[k][i]]))
                 grow(&b, p->nodes[k][i]);   /* not one that runs in evaluation alone */
     close_chains(&b);
     return f;

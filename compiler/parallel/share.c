@@ -162,18 +162,18 @@ void plan_walk_action(const Plan *p, int dev, int i, TouchFn fn, void *ctx)
  * (graph/loss.c): the host reads it right after the evaluation's forward
  * pass, which nothing follows, so that its buffer is a forward value's,
  * taken by others in a training step's backward pass. */
-static bool eval_only(const Graph *g, uint32_t v)
+static bool evaluation_output(const Graph *g, uint32_t v)
 {
     uint32_t p = g->values[v].producer;
-    return p != NONE && attr_int(&g->nodes[p], "mpcc_eval_only", 0);
+    return p != NONE && eval_only(&g->nodes[p]);
 }
 
 bool *plan_read_outside(const Graph *g, Arena *a)
 {
     bool *out = arena_array(a, g->nvalues, sizeof(bool));
     for (uint32_t v = 0; v < g->nvalues; v++)
-        out[v] |= g->values[v].is_output && !eval_only(g, v);
-    if (g->scores != NONE && !eval_only(g, g->scores))
+        out[v] |= g->values[v].is_output && !evaluation_output(g, v);
+    if (g->scores != NONE && !evaluation_output(g, g->scores))
         out[g->scores] = true;   /* evaluation scores them */
     for (uint32_t v = 0; v < g->nvalues; v++)
         if (g->values[v].trainable && g->values[v].grad != NONE)
