@@ -295,6 +295,7 @@ uint32_t ir_emit(Graph *g, Op op, const char *name, const uint32_t *in, uint32_t
 uint32_t ir_reads(const Graph *g, uint32_t v);   /* live nodes' reads of v, counted now */
 void ir_set_int(Graph *g, Node *n, const char *name, int64_t v);
 void ir_set_float(Graph *g, Node *n, const char *name, double v);
+void ir_set_str(Graph *g, Node *n, const char *name, const char *s);
 void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t count);
 void ir_copy_attrs(Graph *g, Node *dst, const Node *src);
 const Attr *ir_attr(const Node *n, const char *name);   /* NULL if absent */
@@ -644,8 +645,12 @@ MatView matmul_view(const Graph *g, const Node *n, int k);
 
 /* ------------------------------------------------- graph/simplify.c */
 
-/* x * 1 and x / 1 become x; PyTorch's exported erf GELU becomes Gelu. */
+/* x * 1 and x / 1 become x; PyTorch's exported erf GELU becomes Gelu;
+ * a BatchNormalization's ReLU runs in it; and the rest of its table. */
 void simplify(Graph *g);
+/* The name of the Relu a BatchNormalization (or its gradient) took in, or
+ * NULL: its output is max(y, 0). */
+const char *bn_relu(const Node *n);
 
 /* ----------------------------------------------------- graph/loss.c */
 

@@ -43,9 +43,10 @@ typedef struct MprtEw {
 
 /* A per-channel kernel's operands (batch norm, bias gradients): x (and
  * dy) are N x C x P; per channel, sums in acc (`width` doubles each) or
- * the factors of a second pass in k; the result in y. */
+ * the factors of a second pass in k; the result in y, with relu set
+ * max(y, 0) (a batch norm with its ReLU, graph/simplify.c). */
 typedef struct MprtBn {
-    int N, C, width;
+    int N, C, width, relu;
     long P;
     const float *x, *dy, *m, *a, *b, *k;
     double *acc;
@@ -939,7 +940,8 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
  * sums) or of planes (to write y or dx), and walks it the same way. */
 
 /* Planes [lo, hi) of y = (x - m[c]) * a[c] + b[c] (subtracting the mean
- * first keeps what a large mean would cancel). */
+ * first keeps what a large mean would cancel), then max(y, 0) with relu:
+ * mprt_relu's select, so the same bits as the two kernels. */
 static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
 {
     const MprtBn *t = ctx;
@@ -947,16 +949,22 @@ static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
         int c = (int)(nc % t->C);
         size_t k = (size_t)nc * t->P;
         float mc = t->m[c], ac = t->a[c], bc = t->b[c];
-        for (long i = 0; i < t->P; i++)
-            t->y[k + i] = (t->x[k + i] - mc) * ac + bc;
+        float *y = t->y + k;
+        const float *x = t->x + k;
+        if (t->relu)
+            for (long i = 0; i < t->P; i++) {
+                float v = (x[i] - mc) * ac + bc;
+                y[i] = mprt_select(v > 0.0f, v);
+            }
+        else
+            for (long i = 0; i < t->P; i++)
+                y[i] = (x[i] - mc) * ac + bc;
     }
 }
 
-static void mprt_bn_apply(int N, int C, long P, const float *x, const float *m, const float *a,
-                          const float *b, float *y)
+static void mprt_bn_apply(const MprtBn *t)
 {
-    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = b, .y = y};
-    mprt_par((long)N * C, mprt_grain_rows(P), mprt_bn_apply_piece, &t);
+    mprt_par((long)t->N * t->C, mprt_grain_rows(t->P), mprt_bn_apply_piece, (void *)t);
 }
 
 /* Scratch for one call: `arrays` arrays of C elements of `size` bytes. */
@@ -971,10 +979,11 @@ static void *mprt_bn_scratch(int C, size_t size, int arrays)
 }
 
 /* Inference (mprt_training == 0): Y = (X - running_mean) /
- * sqrt(running_var + eps) * scale + bias; the running statistics stay. */
+ * sqrt(running_var + eps) * scale + bias; the running statistics stay.
+ * With relu, max(Y, 0). */
 MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, const float *running_mean,
-                          const float *running_var, float eps, float *y)
+                          const float *running_var, float eps, int relu, float *y)
 {
     float *inv = mprt_bn_scratch(C, sizeof(float), 1);
     for (int c = 0; c < C; c++)
@@ -983,8 +992,10 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
         for (int c = 0; c < C; c++) {
             size_t k = ((size_t)n * C + c) * P;
             float m = running_mean[c], i = inv[c], s = scale[c], b = bias[c];
-            for (long j = 0; j < P; j++)   /* the CUDA kernel's order of operations */
-                y[k + j] = (x[k + j] - m) * i * s + b;
+            for (long j = 0; j < P; j++) {   /* the CUDA kernel's order of operations */
+                float v = (x[k + j] - m) * i * s + b;
+                y[k + j] = relu ? mprt_select(v > 0.0f, v) : v;
+            }
         }
     free(inv);
 }
@@ -1046,13 +1057,14 @@ static void mprt_bn_train_factors(int C, long cnt, const double *acc, const floa
 /* Training: Y = (X - mean) / sqrt(var + eps) * scale + bias with the
  * batch's statistics; running stats move by momentum (ONNX's convention:
  * new = momentum * old + (1 - momentum) * batch), the variance unbiased as
- * in PyTorch. In inference mode (mprt_training == 0), mprt_bn_infer. */
+ * in PyTorch. With relu, max(Y, 0): the ReLU after it, in the same pass.
+ * In inference mode (mprt_training == 0), mprt_bn_infer. */
 MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, float *running_mean, float *running_var,
-                          float momentum, float eps, float *y)
+                          float momentum, float eps, int relu, float *y)
 {
     if (!mprt_training) {
-        mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, y);
+        mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, relu, y);
         return;
     }
     double *acc = mprt_bn_scratch(C, sizeof(double), 2);
@@ -1060,7 +1072,8 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
     mprt_bn_sums(N, C, P, x, NULL, acc);
     mprt_bn_train_factors(C, (long)N * P, acc, scale, running_mean, running_var, momentum, eps,
                           a, m);
-    mprt_bn_apply(N, C, P, x, m, a, bias, y);
+    mprt_bn_apply(&(MprtBn){.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias,
+                            .relu = relu, .y = y});
     free(acc);
     free(a);
 }
@@ -1102,9 +1115,24 @@ static void mprt_bn_grad_factors(int C, long cnt, const double *acc, const float
     }
 }
 
-MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *x,
-                         const float *scale, float eps, float *dx, float *dscale, float *dbias)
+/* The dy a batch norm's gradient reads. With z (the output of a batch
+ * norm with its ReLU), dy is the ReLU's output's gradient: the ReLU's
+ * gradient (mprt_relu_grad) goes into dx first, and the batch norm's reads
+ * it there and overwrites it, element by element: the same bits as the
+ * two kernels, in the memory of one. */
+static const float *mprt_bn_dy(long n, const float *dy, const float *z, float *dx)
 {
+    if (!z)
+        return dy;
+    mprt_relu_grad(n, dy, z, dx);
+    return dx;
+}
+
+MPRT_KERNEL void mprt_bn_grad(int N, int C, long P, const float *dy, const float *z,
+                         const float *x, const float *scale, float eps, float *dx,
+                         float *dscale, float *dbias)
+{
+    dy = mprt_bn_dy((long)N * C * P, dy, z, dx);
     double *acc = mprt_bn_scratch(C, sizeof(double), 4);
     float *k = mprt_bn_scratch(C, sizeof(float), 4);
     mprt_bn_sums(N, C, P, x, dy, acc);

@@ -681,6 +681,9 @@ MPRT_INLINE void mprt_bnb_apply_block(const MprtBn *t, size_t o, int c0, const i
             for (int j = 0; j < b; j++)
                 y[i * b + j] = (x[i * b + j] - k0[j]) * k1[j] + k2[j];
     }
+    if (t->relu && !t->dy)   /* the block just written, still in the cache */
+        for (long i = 0; i < t->P * b; i++)
+            y[i] = mprt_select(y[i] > 0.0f, y[i]);
 }
 
 /* Blocks [lo, hi) of (image, channel block); .width 1 marks inference. */
@@ -708,10 +711,10 @@ static void mprt_bnb_apply(MprtBn *t)
  * blocked x and y. */
 MPRT_KERNEL void mprt_dnnl_bn_train(int N, int C, long P, const float *x, const float *scale,
                                     const float *bias, float *running_mean, float *running_var,
-                                    float momentum, float eps, float *y)
+                                    float momentum, float eps, int relu, float *y)
 {
     float *a = mprt_bn_scratch(C, sizeof(float), 2), *m = a + C;
-    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias, .y = y};
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias, .relu = relu, .y = y};
     if (!mprt_training) {
         for (int c = 0; c < C; c++)
             a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)), m[c] = running_mean[c];
@@ -727,11 +730,12 @@ MPRT_KERNEL void mprt_dnnl_bn_train(int N, int C, long P, const float *x, const 
     free(a);
 }
 
-/* cpu.c's mprt_bn_grad on blocked dy, x and dx. */
-MPRT_KERNEL void mprt_dnnl_bn_grad(int N, int C, long P, const float *dy, const float *x,
-                                   const float *scale, float eps, float *dx, float *dscale,
-                                   float *dbias)
+/* cpu.c's mprt_bn_grad on blocked dy, z, x and dx. */
+MPRT_KERNEL void mprt_dnnl_bn_grad(int N, int C, long P, const float *dy, const float *z,
+                                   const float *x, const float *scale, float eps, float *dx,
+                                   float *dscale, float *dbias)
 {
+    dy = mprt_bn_dy((long)N * C * P, dy, z, dx);
     double *acc = mprt_bn_scratch(C, sizeof(double), 4);
     float *k = mprt_bn_scratch(C, sizeof(float), 4);
     mprt_bnb_sums(N, C, P, x, dy, acc);

@@ -85,6 +85,14 @@ static void mprt_cu_cols(const char *kernel, long C, void **args)
         mprt_cu_launch(kernel, mprt_cu_blocks(C, 32), 512, 0, args);
 }
 
+/* A channel kernel (kernels.cu's mprt_k_bn_train_rows): one block of 512
+ * threads per channel, each reducing over its channel's images. */
+static void mprt_cu_channels(const char *kernel, long C, void **args)
+{
+    if (C > 0)
+        mprt_cu_launch(kernel, mprt_cu_blocks(C, 1), 512, 0, args);
+}
+
 /* One block reducing everything (the losses). */
 static void mprt_cu_one(const char *kernel, void **args)
 {
@@ -1614,15 +1622,20 @@ MPRT_CU_KERNEL void mprt_cu_channel_sum_bf16(int N, int M, long P, const uint16_
     mprt_cu_rows("channel_sum_bf16", M, (long)N * P, args);
 }
 
-/* ---- batch normalization (cuDNN, spatial: one statistic per channel) ---- */
+/* ---- batch normalization (cuDNN, spatial: one statistic per channel) ----
+ *
+ * A batch norm with its ReLU (relu set, or z given to the gradient:
+ * graph/simplify.c) runs kernels.cu's channel kernels instead, in the
+ * CPU's operation order: cuDNN fuses no ReLU into a batch norm of NCHW
+ * tensors. */
 
 /* Inference: the running statistics, by the NVRTC kernel in the CPU's
  * operation order. */
 MPRT_CU_KERNEL void mprt_cu_bn_infer(int N, int C, long P, const float *x, const float *scale,
                                      const float *bias, const float *running_mean,
-                                     const float *running_var, float eps, float *y)
+                                     const float *running_var, float eps, int relu, float *y)
 {
-    void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &y};
+    void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &relu, &y};
     mprt_cu_each("bn_infer", (long)N * C * P, args);
 }
 
@@ -1633,10 +1646,16 @@ MPRT_CU_KERNEL void mprt_cu_bn_infer(int N, int C, long P, const float *x, const
  * (mprt_training == 0): mprt_cu_bn_infer, as the CPU. */
 MPRT_CU_KERNEL void mprt_cu_bn_train(int N, int C, long P, const float *x, const float *scale,
                                      const float *bias, float *running_mean, float *running_var,
-                                     float momentum, float eps, float *y)
+                                     float momentum, float eps, int relu, float *y)
 {
     if (!mprt_training) {
-        mprt_cu_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, y);
+        mprt_cu_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, relu, y);
+        return;
+    }
+    if (relu) {
+        void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var,
+                        &momentum, &eps, &relu, &y};
+        mprt_cu_channels("bn_train_rows", C, args);
         return;
     }
     cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
@@ -1647,10 +1666,15 @@ MPRT_CU_KERNEL void mprt_cu_bn_train(int N, int C, long P, const float *x, const
         NULL, NULL));
 }
 
-MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const float *x,
-                                    const float *scale, float eps, float *dx, float *dscale,
-                                    float *dbias)
+MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const float *z,
+                                    const float *x, const float *scale, float eps, float *dx,
+                                    float *dscale, float *dbias)
 {
+    if (z) {
+        void *args[] = {&N, &C, &P, &dy, &z, &x, &scale, &eps, &dx, &dscale, &dbias};
+        mprt_cu_channels("bn_grad_rows", C, args);
+        return;
+    }
     cudnnTensorDescriptor_t xd = mprt_cu_tensor(N, C, P, 1), sd = mprt_cu_tensor(1, C, 1, 1);
     float one = 1.0f, zero = 0.0f;
     MPRT_CUDNN(cudnnBatchNormalizationBackward(mprt_cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero,
@@ -1665,11 +1689,18 @@ MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const
 MPRT_CU_KERNEL void mprt_cu_bn_train_bf16(int N, int C, long P, const uint16_t *x,
                                           const float *scale, const float *bias,
                                           float *running_mean, float *running_var,
-                                          float momentum, float eps, uint16_t *y)
+                                          float momentum, float eps, int relu, uint16_t *y)
 {
     if (!mprt_training) {
-        void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &y};
+        void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps,
+                        &relu, &y};
         mprt_cu_each("bn_infer_bf16", (long)N * C * P, args);
+        return;
+    }
+    if (relu) {
+        void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var,
+                        &momentum, &eps, &relu, &y};
+        mprt_cu_channels("bn_train_rows_bf16", C, args);
         return;
     }
     cudnnTensorDescriptor_t xd = mprt_cu_tensor_nd(4, (long[]){N, C, P, 1}, CUDNN_DATA_BFLOAT16);
@@ -1682,9 +1713,15 @@ MPRT_CU_KERNEL void mprt_cu_bn_train_bf16(int N, int C, long P, const uint16_t *
 }
 
 MPRT_CU_KERNEL void mprt_cu_bn_grad_bf16(int N, int C, long P, const uint16_t *dy,
-                                         const uint16_t *x, const float *scale, float eps,
-                                         uint16_t *dx, float *dscale, float *dbias)
+                                         const uint16_t *z, const uint16_t *x,
+                                         const float *scale, float eps, uint16_t *dx,
+                                         float *dscale, float *dbias)
 {
+    if (z) {
+        void *args[] = {&N, &C, &P, &dy, &z, &x, &scale, &eps, &dx, &dscale, &dbias};
+        mprt_cu_channels("bn_grad_rows_bf16", C, args);
+        return;
+    }
     cudnnTensorDescriptor_t xd = mprt_cu_tensor_nd(4, (long[]){N, C, P, 1}, CUDNN_DATA_BFLOAT16);
     cudnnTensorDescriptor_t sd = mprt_cu_tensor(1, C, 1, 1);
     float one = 1.0f, zero = 0.0f;

@@ -831,33 +831,185 @@ extern "C" __global__ void mprt_k_bias_add_bf16(i64 n, int M, i64 P, const float
 }
 
 /* Batch normalization with the running statistics: y = (x - mean) *
- * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P. */
+ * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P;
+ * with relu, max(y, 0) (a batch norm with its ReLU, graph/simplify.c). */
 template <typename T>
 static __device__ void bn_infer_each(int N, int C, i64 P, const T *x, const float *scale,
                                      const float *bias, const float *mean, const float *var,
-                                     float eps, T *y)
+                                     float eps, int relu, T *y)
 {
     FOR_EACH(k, (i64)N * C * P) {
         int c = (int)((k / P) % C);
         float inv = (float)(1.0 / sqrt((double)var[c] + eps));
-        store_el(y, k, FADD(FMUL(FMUL(FSUB(load_el(x, k), mean[c]), inv), scale[c]), bias[c]));
+        float v = FADD(FMUL(FMUL(FSUB(load_el(x, k), mean[c]), inv), scale[c]), bias[c]);
+        store_el(y, k, relu && !(v > 0.0f) ? 0.0f : v);
     }
 }
 
 extern "C" __global__ void mprt_k_bn_infer(int N, int C, i64 P, const float *x,
                                            const float *scale, const float *bias,
                                            const float *mean, const float *var, float eps,
-                                           float *y)
+                                           int relu, float *y)
 {
-    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, y);
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, relu, y);
 }
 
 extern "C" __global__ void mprt_k_bn_infer_bf16(int N, int C, i64 P, const u16 *x,
                                                 const float *scale, const float *bias,
                                                 const float *mean, const float *var, float eps,
-                                                u16 *y)
+                                                int relu, u16 *y)
 {
-    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, y);
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, relu, y);
+}
+
+/* ---- batch normalization with its ReLU: one block per channel ----
+ *
+ * runtime/cpu.c's mprt_bn_train and mprt_bn_grad with their relu, where
+ * cuDNN has no fused ReLU for these layouts. Block c sums channel c over
+ * the images, each thread its pairs of positions (row n, i and i + 1),
+ * even and odd positions apart and added at the end of each row, in
+ * double (DMUL: no product fuses into its sum): with one thread a block
+ * (tests/cuda's emulation) the CPU's order, so its bits. The factors are
+ * the CPU's (mprt_bn_train_factors, mprt_bn_grad_factors); then the block
+ * writes its channel. */
+
+/* Row n, element r of rows of len elements: on by the block's width
+ * (no division in the loop). */
+static __device__ void next_at(i64 *n, i64 *r, i64 len)
+{
+    *r += blockDim.x;
+    while (*r >= len)
+        *r -= len, ++*n;
+}
+
+/* Thread's share of channel c's sums: of x and x^2 (width 2), and with dy
+ * of dy' and dy' * x where dy' = dy, or 0 where z <= 0 (width 4). */
+template <typename T>
+static __device__ void bn_channel_sums(int N, int C, i64 P, int c, const T *x, const T *dy,
+                                       const T *z, int width, double acc[4])
+{
+    i64 pairs = (P + 1) / 2, last = -1;
+    double s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (i64 n = threadIdx.x / pairs, r = threadIdx.x - n * pairs; n < N; next_at(&n, &r, pairs)) {
+        i64 i = 2 * r;
+        if (n != last) {   /* a new row: the one before adds its even and odd sums */
+            for (int k = 0; k < width; k++)
+                acc[k] += s[0][k] + s[1][k], s[0][k] = s[1][k] = 0;
+            last = n;
+        }
+        i64 base = ((i64)n * C + c) * P;
+        for (int h = 0; h < 2 && i + h < P; h++) {
+            double u = load_el(x, base + i + h);
+            s[h][0] += u, s[h][1] += DMUL(u, u);
+            if (width == 4) {
+                float g = load_el(dy, base + i + h);
+                double d = z && !(load_el(z, base + i + h) > 0.0f) ? 0.0 : (double)g;
+                s[h][2] += d, s[h][3] += DMUL(d, u);
+            }
+        }
+    }
+    for (int k = 0; k < width; k++)
+        acc[k] += s[0][k] + s[1][k];
+}
+
+template <typename T>
+static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const float *scale,
+                                     const float *bias, float *rmean, float *rvar,
+                                     float momentum, float eps, int relu, T *y)
+{
+    __shared__ float f[2];
+    i64 cnt = (i64)N * P;
+    FOR_ROWS(c, C) {
+        double acc[4] = {0, 0, 0, 0};
+        bn_channel_sums(N, C, P, (int)c, x, (const T *)0, (const T *)0, 2, acc);
+        double s = block_sum(acc[0]), ss = block_sum(acc[1]);
+        if (threadIdx.x == 0) {
+            double mean = s / (double)cnt, var = ss / (double)cnt - DMUL(mean, mean);
+            var = var > 0 ? var : 0;
+            float inv = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+            f[0] = FMUL(inv, scale[c]), f[1] = m;
+            if (rmean) {   /* NULL: a recomputation, the statistics moved already */
+                rmean[c] = FADD(FMUL(momentum, rmean[c]), FMUL(FSUB(1.0f, momentum), m));
+                double unbiased = cnt > 1 ? DMUL(var, (double)cnt) / (double)(cnt - 1) : var;
+                rvar[c] = FADD(FMUL(momentum, rvar[c]), FMUL(FSUB(1.0f, momentum), (float)unbiased));
+            }
+        }
+        __syncthreads();
+        float a = f[0], m = f[1], b = bias[c];
+        for (i64 n = threadIdx.x / P, i = threadIdx.x - n * P; n < N; next_at(&n, &i, P)) {
+            i64 k = ((i64)n * C + c) * P + i;
+            float v = FADD(FMUL(FSUB(load_el(x, k), m), a), b);
+            store_el(y, k, relu && !(v > 0.0f) ? 0.0f : v);
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void mprt_k_bn_train_rows(int N, int C, i64 P, const float *x,
+                                                const float *scale, const float *bias,
+                                                float *rmean, float *rvar, float momentum,
+                                                float eps, int relu, float *y)
+{
+    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
+}
+
+extern "C" __global__ void mprt_k_bn_train_rows_bf16(int N, int C, i64 P, const u16 *x,
+                                                     const float *scale, const float *bias,
+                                                     float *rmean, float *rvar, float momentum,
+                                                     float eps, int relu, u16 *y)
+{
+    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
+}
+
+/* dx = k1 * (dy' - k0 - (x - m) * k2), dscale and dbias, from the sums
+ * of x, x^2, dy' and dy' * x (z: the ReLU's output; NULL: dy' = dy). */
+template <typename T>
+static __device__ void bn_grad_rows(int N, int C, i64 P, const T *dy, const T *z, const T *x,
+                                    const float *scale, float eps, T *dx, float *dscale,
+                                    float *dbias)
+{
+    __shared__ float f[4];
+    i64 cnt = (i64)N * P;
+    FOR_ROWS(c, C) {
+        double acc[4] = {0, 0, 0, 0};
+        bn_channel_sums(N, C, P, (int)c, x, dy, z, 4, acc);
+        double s0 = block_sum(acc[0]), s1 = block_sum(acc[1]);
+        double sdy = block_sum(acc[2]), s3 = block_sum(acc[3]);
+        if (threadIdx.x == 0) {
+            double mean = s0 / (double)cnt, var = s1 / (double)cnt - DMUL(mean, mean);
+            var = var > 0 ? var : 0;
+            double sdyx = s3 - DMUL(mean, sdy), inv = 1.0 / sqrt(var + eps);
+            dscale[c] = (float)DMUL(sdyx, inv);
+            dbias[c] = (float)sdy;
+            f[0] = (float)DMUL((double)scale[c], inv), f[1] = (float)(sdy / (double)cnt);
+            f[2] = (float)(DMUL(DMUL(inv, inv), sdyx) / (double)cnt), f[3] = (float)mean;
+        }
+        __syncthreads();
+        float k1 = f[0], k0 = f[1], k2 = f[2], m = f[3];
+        for (i64 n = threadIdx.x / P, i = threadIdx.x - n * P; n < N; next_at(&n, &i, P)) {
+            i64 k = ((i64)n * C + c) * P + i;
+            float g = load_el(dy, k);
+            float d = z && !(load_el(z, k) > 0.0f) ? 0.0f : g;
+            store_el(dx, k, FMUL(k1, FSUB(FSUB(d, k0), FMUL(FSUB(load_el(x, k), m), k2))));
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void mprt_k_bn_grad_rows(int N, int C, i64 P, const float *dy,
+                                               const float *z, const float *x,
+                                               const float *scale, float eps, float *dx,
+                                               float *dscale, float *dbias)
+{
+    bn_grad_rows(N, C, P, dy, z, x, scale, eps, dx, dscale, dbias);
+}
+
+extern "C" __global__ void mprt_k_bn_grad_rows_bf16(int N, int C, i64 P, const u16 *dy,
+                                                    const u16 *z, const u16 *x,
+                                                    const float *scale, float eps, u16 *dx,
+                                                    float *dscale, float *dbias)
+{
+    bn_grad_rows(N, C, P, dy, z, x, scale, eps, dx, dscale, dbias);
 }
 
 /* Y[i, j] = C[i or 0, j or 0], before a GEMM with beta */

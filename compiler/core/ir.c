@@ -363,6 +363,13 @@ void ir_set_float(Graph *g, Node *n, const char *name, double v)
     a->f = v;
 }
 
+void ir_set_str(Graph *g, Node *n, const char *name, const char *s)
+{
+    Attr *a = new_attr(g, n, name);
+    a->kind = AT_STRING;
+    a->s = arena_strdup(g->arena, s);
+}
+
 void ir_set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t count)
 {
     Attr *a = new_attr(g, n, name);

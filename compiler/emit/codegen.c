@@ -1247,20 +1247,22 @@ static void emit_batch_norm(CG *cg, const Node *n)
     long N, C, P;
     channel_dims(cg, n->in[0], &N, &C, &P);
     bool training = bn_is_training(cg->g, n);
+    int relu = bn_relu(n) != NULL;   /* the ReLU after it, in its kernel */
     if (!training && cg->o->infer) {
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", kernel(cg, "bn_infer"), N, C,
-             P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]), buf(cg, n->in[3]),
-             buf(cg, n->in[4]), norm_epsilon(n), buf(cg, n->out[0]));
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %d, %s);\n",
+             kernel(cg, "bn_infer"), N, C, P, buf(cg, n->in[0]), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), buf(cg, n->in[3]), buf(cg, n->in[4]), norm_epsilon(n), relu,
+             buf(cg, n->out[0]));
         return;
     }
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
-    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %s);\n",
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %d, %s);\n",
          blocked(cg, n->in[0]) ? "mprt_dnnl_bn_train" : row_kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
-         bn_momentum(n), norm_epsilon(n), buf(cg, n->out[0]));
+         bn_momentum(n), norm_epsilon(n), relu, buf(cg, n->out[0]));
 }
 
 static void emit_instance_norm(CG *cg, const Node *n)
@@ -2617,10 +2619,11 @@ static void emit_kernel(CG *cg, const Node *n)
     case OP_BN_GRAD: {
         long N, C, P;
         channel_dims(cg, n->in[1], &N, &C, &P);
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, (float)%.9g, %s, %s, %s);\n",
+        /* dy, the ReLU's output z (or NULL), x, scale */
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, (float)%.9g, %s, %s, %s);\n",
              blocked(cg, n->in[1]) ? "mprt_dnnl_bn_grad" : row_kernel(cg, "bn_grad"), N, C, P,
-             buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
-             norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
+             buf(cg, n->in[0]), opt_buf(cg, n, 3, false), buf(cg, n->in[1]),
+             buf(cg, n->in[2]), norm_epsilon(n), buf(cg, n->out[0]), buf(cg, n->out[1]),
              buf(cg, n->out[2]));
         break;
     }

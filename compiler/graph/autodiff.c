@@ -265,7 +265,8 @@ static void grad_conv(AD *ad, uint32_t dy, bool transposed)
 
 /* BatchNorm (training mode) and InstanceNorm: BatchNormGrad or
  * InstanceNormGrad (dy, x, scale) gives dX, dScale and dBias, recomputing
- * the statistics from x. */
+ * the statistics from x. A batch norm with its ReLU (graph/simplify.c)
+ * reads its output z too, (dy, x, scale, z): dy counts where z > 0. */
 static void grad_norm(AD *ad, uint32_t dy, Op op)
 {
     const Node *n = ad->n;
@@ -274,11 +275,15 @@ static void grad_norm(AD *ad, uint32_t dy, Op op)
                  "yet; export the model with training=TrainingMode.TRAINING");
     uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
                         new_grad(ad, "dBias", n->in[2])};
+    const char *relu = op == OP_BN_GRAD ? bn_relu(n) : NULL;
     uint32_t id = ir_emit(ad->g, op, grad_name(ad, "grad"),
-                          (uint32_t[]){dy, n->in[0], n->in[1]}, 3, outs, 3, PH_BACKWARD);
+                          (uint32_t[]){dy, n->in[0], n->in[1], n->out[0]}, relu ? 4 : 3, outs, 3,
+                          PH_BACKWARD);
     Node *g = &ad->g->nodes[id];
     g->loc = n->loc;
     ir_set_float(ad->g, g, "epsilon", norm_epsilon(n));
+    if (relu)
+        ir_set_str(ad->g, g, "mpcc_relu", relu);
     for (int k = 0; k < 3; k++)
         contribute(ad, n->in[k], outs[k]);
 }

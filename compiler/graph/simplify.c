@@ -34,6 +34,16 @@
  *                                  into the product after it, where
  *                                  graph/views.c folds it (and its
  *                                  gradient). The same values.
+ *   Relu(BatchNormalization(x))     BatchNormalization(x) with attribute
+ *                                  mpcc_relu (the Relu's name): the batch
+ *                                  norm's kernel writes max(y, 0), where
+ *                                  the Relu read y and wrote it again, and
+ *                                  its gradient masks dy by the output
+ *                                  itself (BatchNormGrad's fourth input),
+ *                                  where ReluGrad wrote a tensor of its
+ *                                  own: every batch norm but the last of
+ *                                  each ResNet block. The same values.
+ *                                  --split still takes the Relu's name.
  *
  * A value the rewrite removes must have no other reader and not be a
  * graph output; the constants are Constant values (never a trainable
@@ -311,6 +321,32 @@ static bool softmax_biases(Graph *g)
     return any;
 }
 
+/* ---- a batch norm's ReLU ---- */
+
+const char *bn_relu(const Node *n)
+{
+    return attr_str(n, "mpcc_relu", NULL);
+}
+
+/* Relu node r after a BatchNormalization whose first output it alone
+ * reads: the batch norm writes r's output, and r goes. */
+static bool bn_relus(Graph *g)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *r = &g->nodes[g->order[i]];
+        Node *bn = r->dead || r->op != OP_RELU ? NULL : sole(g, r->in[0], OP_BATCH_NORM);
+        if (!bn || bn_relu(bn) || bn->out[0] != r->in[0])
+            continue;
+        g->values[bn->out[0]].producer = NONE;   /* y: no node writes it now */
+        bn->out[0] = r->out[0];
+        g->values[r->out[0]].producer = (uint32_t)(bn - g->nodes);
+        ir_set_str(g, bn, "mpcc_relu", r->name);
+        r->dead = any = true;
+    }
+    return any;
+}
+
 /* ---- a scaling before the Transpose ---- */
 
 /* Whether v is a constant of one element that broadcasts into rank dims. */
@@ -422,6 +458,7 @@ void simplify(Graph *g)
     any |= split_slices(g);
     any |= softmax_biases(g);
     any |= scale_before_transposes(g);
+    any |= bn_relus(g);
     if (any)
         prune(g);
 }

@@ -415,8 +415,9 @@ static bool bf16_rows(const Graph *g, const Node *n)
                 g->values[n->in[3]].dtype == DT_BF16);
     case OP_DROPOUT: case OP_DROPOUT_GRAD:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
-    case OP_BN_GRAD:
-        return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
+    case OP_BN_GRAD:   /* dy, x, and a ReLU's output z */
+        return all_bf16(g, n->in, 2) && (n->nin < 4 || all_bf16(g, n->in + 3, 1)) &&
+               all_bf16(g, n->out, 1);
     case OP_MAX_POOL: case OP_MAX_POOL_GRAD: case OP_AVERAGE_POOL: case OP_AVG_POOL_GRAD:
     case OP_GLOBAL_AVG_POOL: case OP_GAP_GRAD:
         return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);

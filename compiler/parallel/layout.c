@@ -70,10 +70,12 @@ static bool may_block(const Graph *g, const Node *n, uint32_t k, uint32_t *up)
         tie(up, n->in[0], n->out[0]);
         return true;
     case OP_BN_GRAD:
-        if (k != 0 && k != 1 && k != nin)
-            return false;                          /* dy, x and dx; not scale, dscale */
+        if (k != 0 && k != 1 && k != 3 && k != nin)
+            return false;                          /* dy, x, z and dx; not scale, dscale */
         tie(up, n->in[0], n->in[1]);
         tie(up, n->in[0], n->out[0]);
+        if (nin > 3)
+            tie(up, n->in[0], n->in[3]);
         return true;
     case OP_CONV_GRAD_B:
         return k == 0;                             /* dy; the bias gradient is 1-D */

@@ -160,17 +160,14 @@ static void bench_bn(const Shape *s, int rounds, Times *t)
         for (int side = 0; side < 2; side++) {
             double t0 = now();
             if (side == 0) {
-                mprt_bn_train(s->N, s->C, P, x, ss, ss + s->C, rm, rv, 0.9f, 1e-5f, y);
-                if (with_relu)
-                    mprt_relu((long)n, y, y);
+                mprt_bn_train(s->N, s->C, P, x, ss, ss + s->C, rm, rv, 0.9f, 1e-5f, with_relu, y);
             } else {
                 execute(fwd, 5 + with_relu, fa);
             }
             double t1 = now();
             if (side == 0) {
-                if (with_relu)
-                    mprt_relu_grad((long)n, dy, y, g);
-                mprt_bn_grad(s->N, s->C, P, g, x, ss, 1e-5f, dx, dss, dss + s->C);
+                mprt_bn_grad(s->N, s->C, P, dy, with_relu ? y : NULL, x, ss, 1e-5f, dx, dss,
+                             dss + s->C);
             } else {
                 execute(bwd, 7 + with_relu, ba);
             }

@@ -751,6 +751,50 @@ static void test_pool(void)
     report("pooling's bf16 twins");
 }
 
+/* A batch norm with its ReLU in training, forward and backward: the
+ * channel kernels (kernels.cu's bn_train_rows, bn_grad_rows) against the
+ * CPU's mprt_bn_train and mprt_bn_grad with relu, bit for bit, the
+ * running statistics too; the bf16 twins against the CPU on the widened
+ * values, each result rounded once. */
+static void test_bn_relu(int N, int C, long P)
+{
+    long n = N * C * P;
+    float *x = fvec(n, -2, 3), *dy = fvec(n, -1, 1), *st = fvec(4 * (size_t)C, 0.5f, 1.5f);
+    float *y = fzero(n), *cy = fzero(n), *dx = fzero(n), *cdx = fzero(n), *g = fzero(8 * C);
+    float *scale = st, *bias = st + C, *rm = fvec(C, -0.5f, 0.5f), *rv = fvec(C, 0.5f, 2.0f);
+    float *crm = malloc((size_t)C * 4), *crv = malloc((size_t)C * 4);
+    memcpy(crm, rm, (size_t)C * 4), memcpy(crv, rv, (size_t)C * 4);
+    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, 1, y);
+    mprt_cu_bn_train(N, C, P, x, scale, bias, crm, crv, 0.9f, 1e-5f, 1, cy);
+    same("bn_train_rows", y, cy, (size_t)n * 4);
+    same("bn_train_rows (running mean)", rm, crm, (size_t)C * 4);
+    same("bn_train_rows (running variance)", rv, crv, (size_t)C * 4);
+    mprt_bn_grad(N, C, P, dy, y, x, scale, 1e-5f, dx, g, g + C);
+    mprt_cu_bn_grad(N, C, P, dy, y, x, scale, 1e-5f, cdx, g + 2 * C, g + 3 * C);
+    same("bn_grad_rows (dx)", dx, cdx, (size_t)n * 4);
+    same("bn_grad_rows (dscale, dbias)", g, g + 2 * C, (size_t)C * 4);
+    same("bn_grad_rows (dbias)", g + C, g + 3 * C, (size_t)C * 4);
+
+    uint16_t *hx = bf16_copy(x, n), *hdy = bf16_copy(dy, n), *hy = calloc((size_t)n, 2);
+    uint16_t *hdx = calloc((size_t)n, 2);
+    float *wx = fzero(n), *wdy = fzero(n), *wz = fzero(n);
+    mprt_bf16_widen(n, hx, wx), mprt_bf16_widen(n, hdy, wdy);
+    mprt_bn_train(N, C, P, wx, scale, bias, rm, rv, 0.9f, 1e-5f, 1, y);
+    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, crm, crv, 0.9f, 1e-5f, 1, hy);
+    same_narrowed("bn_train_rows_bf16", y, hy, n);
+    same("bn_train_rows_bf16 (running statistics)", rm, crm, (size_t)C * 4);
+    mprt_bf16_widen(n, hy, wz);   /* the bf16 z both read */
+    mprt_bn_grad(N, C, P, wdy, wz, wx, scale, 1e-5f, dx, g, g + C);
+    mprt_cu_bn_grad_bf16(N, C, P, hdy, hy, hx, scale, 1e-5f, hdx, g + 2 * C, g + 3 * C);
+    same_narrowed("bn_grad_rows_bf16 (dx)", dx, hdx, n);
+    same("bn_grad_rows_bf16 (dscale, dbias)", g, g + 2 * C, 2 * (size_t)C * 4);
+    free(x), free(dy), free(st), free(y), free(cy), free(dx), free(cdx), free(g), free(rm);
+    free(rv), free(crm), free(crv), free(hx), free(hdy), free(hy), free(hdx), free(wx);
+    free(wdy), free(wz);
+    report("bn_train_rows");
+    report("bn_grad_rows");
+}
+
 static void test_norm(void)
 {
     int N = 2, C = 4;
@@ -758,18 +802,22 @@ static void test_norm(void)
     float *x = fvec(n, -2, 3), *scale = fvec(C, 0.5f, 1.5f), *bias = fvec(C, -1, 1);
     float *mean = fvec(C, -0.5f, 0.5f), *var = fvec(C, 0.5f, 2.0f);
     float *y = fzero(n), *cy = fzero(n);
-    mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, y);
-    mprt_cu_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, cy);
-    same("bn_infer", y, cy, (size_t)n * 4);
-    mprt_training = 0;
-    mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, cy);
-    same("bn_train (inference)", y, cy, (size_t)n * 4);
-    uint16_t *hx = bf16_copy(x, n), *hy = calloc((size_t)n, 2);   /* x rounded to bf16 */
-    mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, y);
-    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, mean, var, 0.9f, 1e-5f, hy);
-    same_narrowed("bn_train_bf16 (inference)", y, hy, n);
-    free(hx), free(hy);
-    mprt_training = 1;
+    for (int relu = 0; relu < 2; relu++) {
+        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, y);
+        mprt_cu_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, cy);
+        same("bn_infer", y, cy, (size_t)n * 4);
+        mprt_training = 0;
+        mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, relu, cy);
+        same("bn_train (inference)", y, cy, (size_t)n * 4);
+        uint16_t *hx = bf16_copy(x, n), *hy = calloc((size_t)n, 2);   /* x rounded to bf16 */
+        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, y);
+        mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, mean, var, 0.9f, 1e-5f, relu, hy);
+        same_narrowed("bn_train_bf16 (inference)", y, hy, n);
+        free(hx), free(hy);
+        mprt_training = 1;
+    }
+    test_bn_relu(3, 5, 7);   /* an odd plane: the sums' tails */
+    test_bn_relu(2, 3, 16);
     for (int G = C; G >= 2; G /= 2) {
         float *dy = fvec(n, -1, 1), *dx = fzero(n), *cdx = fzero(n);
         float ds[4], db[4], cds[4], cdb[4];

@@ -2,7 +2,9 @@
  * oneDNN's blocked layout give runtime/cpu.c's plain kernels' results bit
  * for bit, in blocks of 16 channels and of 8 (the layout on machines
  * without AVX-512, forced here): batch normalisation in training (the
- * output and the running statistics) and in inference, its gradient, a
+ * output and the running statistics) and in inference, its gradient,
+ * each alone and with its ReLU (which also gives the bits of the batch
+ * norm and mprt_relu, and of mprt_relu_grad and the batch norm's), a
  * convolution's bias gradient, global average pooling and its gradient; on
  * 1 and 3 threads; with an odd number of positions (the sums' tails), one
  * position, and many. */
@@ -62,6 +64,33 @@ static int same_blocked(const float *x, const float *y, int N, int C, long P, in
                     C, P, b, mprt_threads);                                            \
     } while (0)
 
+/* The plain kernels with relu: the batch norm then mprt_relu, and
+ * mprt_relu_grad then the batch norm's gradient, bit for bit. */
+static void fused_is_composed(int N, int C, long P, const float *x, const float *dy,
+                              const float *scale, const float *bias)
+{
+    long n = (long)N * C * P;
+    float *y = floats(n), *z = floats(n), *dx1 = floats(n), *dx2 = floats(n), *t = floats(n);
+    float *st = calloc(8 * (size_t)C, 4);
+    int b = 0;
+    mprt_training = 1;
+    for (int c = 0; c < C; c++)
+        st[2 * C + c] = st[3 * C + c] = 1.0f;
+    mprt_bn_train(N, C, P, x, scale, bias, st, st + 2 * C, 0.9f, 1e-5f, 0, y);
+    mprt_relu(n, y, y);
+    mprt_bn_train(N, C, P, x, scale, bias, st + C, st + 3 * C, 0.9f, 1e-5f, 1, z);
+    EXPECT(memcmp(y, z, (size_t)n * 4) == 0 && memcmp(st, st + C, (size_t)C * 4) == 0 &&
+           memcmp(st + 2 * C, st + 3 * C, (size_t)C * 4) == 0,
+           "batch norm + ReLU against the batch norm, then mprt_relu");
+    mprt_relu_grad(n, dy, z, t);
+    mprt_bn_grad(N, C, P, t, NULL, x, scale, 1e-5f, dx1, st + 4 * C, st + 5 * C);
+    mprt_bn_grad(N, C, P, dy, z, x, scale, 1e-5f, dx2, st + 6 * C, st + 7 * C);
+    EXPECT(memcmp(dx1, dx2, (size_t)n * 4) == 0 &&
+           memcmp(st + 4 * C, st + 6 * C, 2 * (size_t)C * 4) == 0,
+           "batch norm + ReLU's gradient against mprt_relu_grad, then the batch norm's");
+    free(y), free(z), free(dx1), free(dx2), free(t), free(st);
+}
+
 static void one_case(int N, int C, long P, int b)
 {
     long n = (long)N * C * P;
@@ -76,23 +105,31 @@ static void one_case(int N, int C, long P, int b)
     memcpy(rmb, rm, (size_t)C * 4), memcpy(rvb, rv, (size_t)C * 4);
     mprt_dnnl_block = b;
 
-    mprt_training = 1;
-    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, y);
-    mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, yb);
-    EXPECT(same_blocked(y, yb, N, C, P, b), "batch norm, training");
-    EXPECT(memcmp(rm, rmb, (size_t)C * 4) == 0 && memcmp(rv, rvb, (size_t)C * 4) == 0,
-           "batch norm's running statistics");
-    mprt_training = 0;
-    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, y);
-    mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, yb);
-    EXPECT(same_blocked(y, yb, N, C, P, b), "batch norm, inference");
-    mprt_training = 1;
+    for (int relu = 0; relu < 2; relu++) {   /* alone, then with its ReLU */
+        mprt_training = 1;
+        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, relu, y);
+        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, relu, yb);
+        EXPECT(same_blocked(y, yb, N, C, P, b), relu ? "batch norm + ReLU, training"
+                                                      : "batch norm, training");
+        EXPECT(memcmp(rm, rmb, (size_t)C * 4) == 0 && memcmp(rv, rvb, (size_t)C * 4) == 0,
+               "batch norm's running statistics");
+        mprt_training = 0;
+        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, relu, y);
+        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, relu, yb);
+        EXPECT(same_blocked(y, yb, N, C, P, b), relu ? "batch norm + ReLU, inference"
+                                                      : "batch norm, inference");
+        mprt_training = 1;
 
-    mprt_bn_grad(N, C, P, dy, x, scale, 1e-5f, y, g1, h1);
-    mprt_dnnl_bn_grad(N, C, P, dyb, xb, scale, 1e-5f, yb, g2, h2);
-    EXPECT(same_blocked(y, yb, N, C, P, b), "batch norm's dx");
-    EXPECT(memcmp(g1, g2, (size_t)C * 4) == 0 && memcmp(h1, h2, (size_t)C * 4) == 0,
-           "batch norm's dscale and dbias");
+        /* z: the fused forward's output (blocked: its blocked twin) */
+        float *z = relu ? y : NULL, *zb = relu ? yb : NULL, *dx = floats(n), *dxb = floats(n);
+        mprt_bn_grad(N, C, P, dy, z, x, scale, 1e-5f, dx, g1, h1);
+        mprt_dnnl_bn_grad(N, C, P, dyb, zb, xb, scale, 1e-5f, dxb, g2, h2);
+        EXPECT(same_blocked(dx, dxb, N, C, P, b), relu ? "batch norm + ReLU's dx" : "batch norm's dx");
+        EXPECT(memcmp(g1, g2, (size_t)C * 4) == 0 && memcmp(h1, h2, (size_t)C * 4) == 0,
+               "batch norm's dscale and dbias");
+        free(dx), free(dxb);
+    }
+    fused_is_composed(N, C, P, x, dy, scale, bias);
 
     mprt_channel_sum(N, C, P, dy, g1);
     mprt_dnnl_channel_sum(N, C, P, dyb, g2);

@@ -364,7 +364,9 @@ int main(int argc, char **argv)
         {"-batch", "8", "-cpus", "2", "--schedule=1f1b", "--microbatches=4", NULL},
         {"-batch", "8", "-cpus", "2", "--schedule=gpipe", "--microbatches=4", NULL},
         {"-batch", "8", "-cpus", "2", "--schedule=zb", "--microbatches=4", NULL},
-        {"-batch", "8", "-cpus", "2", "--schedule=interleaved", "--microbatches=4", NULL},
+        /* at 4 micro-batches, cnn_bn's four stages (its batch norms
+         * writing their ReLUs' outputs) hold nothing that takes turns */
+        {"-batch", "8", "-cpus", "2", "--schedule=interleaved", "--microbatches=2", NULL},
         {"-batch", "8", "-cpus", "2", "--schedule=1f1b", "--microbatches=4", "--recompute=all",
          NULL},
         {"--offload=activations", "-batch", "8", "--schedule=gpipe", "--microbatches=8", NULL},
