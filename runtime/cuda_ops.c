@@ -85,12 +85,14 @@ static void mprt_cu_cols(const char *kernel, long C, void **args)
         mprt_cu_launch(kernel, mprt_cu_blocks(C, 32), 512, 0, args);
 }
 
-/* A channel kernel (kernels.cu's mprt_k_bn_train_rows): one block of 512
- * threads per channel, each reducing over its channel's images. */
+/* A channel kernel (kernels.cu's mprt_k_bn_train_rows): one block per
+ * channel, each reducing over its channel's images; 1024 threads a block
+ * where there are fewer channels than about two an SM (ptxas gives these
+ * kernels 48 registers a thread on sm_90: one such block fits an SM). */
 static void mprt_cu_channels(const char *kernel, long C, void **args)
 {
     if (C > 0)
-        mprt_cu_launch(kernel, mprt_cu_blocks(C, 1), 512, 0, args);
+        mprt_cu_launch(kernel, mprt_cu_blocks(C, 1), C < 256 ? 1024 : 512, 0, args);
 }
 
 /* One block reducing everything (the losses). */
