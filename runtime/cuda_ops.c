@@ -217,11 +217,11 @@ MPRT_CU_KERNEL void mprt_cu_gemm_bf16(int ta, int tb, int M, int N, int K, float
                   ta ? M : K, B, tb ? K : N, b, Y, N);
 }
 
-/* A batch's layout: each operand's batch strides dense (full) or 0
- * (shared), and whether Y sums over broadcast batch dims. */
+/* A batch's layout: each operand's batch strides dense (full), B's or
+ * Y's 0 (shared), and whether Y sums over broadcast batch dims. */
 typedef struct {
     long nb;
-    int full_a, full_b, full_y, shared_a, shared_b, shared_y, accumulate;
+    int full_a, full_b, full_y, shared_b, shared_y, accumulate;
 } MprtCuBatch;
 
 /* The even step of strides st over the batch, or -1. */
@@ -243,14 +243,13 @@ static long mprt_cu_batch_step(int rank, const long *shape, const long *st)
 static MprtCuBatch mprt_cu_batch(int rank, const long *shape, const long *sa, const long *sb,
                                  const long *sy, int M, int N, int K, int dense)
 {
-    MprtCuBatch b = {1, dense, dense, dense, 1, 1, 1, 0};
+    MprtCuBatch b = {1, dense, dense, dense, 1, 1, 0};
     long s = 1;
     for (int d = rank - 1; d >= 0; d--) {
         b.nb *= shape[d];
         b.full_a &= shape[d] == 1 || sa[d] == (long)M * K * s;
         b.full_b &= shape[d] == 1 || sb[d] == (long)K * N * s;
         b.full_y &= shape[d] == 1 || sy[d] == (long)M * N * s;
-        b.shared_a &= shape[d] == 1 || sa[d] == 0;
         b.shared_b &= shape[d] == 1 || sb[d] == 0;
         b.shared_y &= shape[d] == 1 || sy[d] == 0;
         b.accumulate |= shape[d] > 1 && sy[d] == 0;
