@@ -410,16 +410,24 @@ phase_check() {
 # ---- bench: step time against PyTorch eager ----
 
 # mpcc_step DIR N: (time of 3+N steps - time of 3 steps) / N, in seconds,
-# as tests/bench/bench_train.sh measures it; nothing when the trainer fails.
+# as tests/bench/bench_train.sh measures it; nothing when the trainer fails,
+# or when the N steps took no time past the start-up's noise (a tiny model
+# on a short BENCH_SECONDS: the difference can come out negative).
 mpcc_step() {
-    local dir=$1 n=$2 t0 t1 t2
+    local dir=$1 n=$2 t0 t1 t2 d
     t0=$(date +%s%N)
     run_trainer "$dir/run3" "$dir/train" 300 --synthetic --steps 3 --log-every 1000 || return 0
     t1=$(date +%s%N)
     run_trainer "$dir/run3+N" "$dir/train" 300 --synthetic --steps $((n + 3)) \
         --log-every 100000 || return 0
     t2=$(date +%s%N)
-    calc "(($t2 - $t1) - ($t1 - $t0)) / 1e9 / $n" %.6f
+    d=$(calc "(($t2 - $t1) - ($t1 - $t0)) / 1e9 / $n" %.6f)
+    if [ "$(calc "($d > 0)" %d)" = 1 ]; then
+        echo "$d"
+    else
+        echo "gpu_run.sh: $dir: $n steps took no longer than 3 to time; not counted" \
+            "(raise BENCH_SECONDS)" >&2
+    fi
 }
 
 # calc EXPR FORMAT: EXPR (numbers, + - * / and parentheses, int()) by awk
