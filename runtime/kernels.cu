@@ -873,6 +873,10 @@ extern "C" __global__ void mprt_k_bn_infer_bf16(int N, int C, i64 P, const u16 *
  * the CPU's (mprt_bn_train_factors, mprt_bn_grad_factors); then the block
  * writes its channel. */
 
+/* Up to 1024 threads a block (cuda_ops.c's mprt_cu_channels): the
+ * compiler keeps each thread within the 64 registers that allows. */
+#define CHANNEL_BLOCK __launch_bounds__(1024)
+
 /* Row n, element r of rows of len elements: on by the block's width
  * (no division in the loop). */
 static __device__ void next_at(i64 *n, i64 *r, i64 len)
@@ -930,8 +934,9 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
             f[0] = FMUL(inv, scale[c]), f[1] = m;
             if (rmean) {   /* NULL: a recomputation, the statistics moved already */
                 rmean[c] = FADD(FMUL(momentum, rmean[c]), FMUL(FSUB(1.0f, momentum), m));
-                double unbiased = cnt > 1 ? DMUL(var, (double)cnt) / (double)(cnt - 1) : var;
-                rvar[c] = FADD(FMUL(momentum, rvar[c]), FMUL(FSUB(1.0f, momentum), (float)unbiased));
+                float unbiased =
+                    (float)(cnt > 1 ? DMUL(var, (double)cnt) / (double)(cnt - 1) : var);
+                rvar[c] = FADD(FMUL(momentum, rvar[c]), FMUL(FSUB(1.0f, momentum), unbiased));
             }
         }
         __syncthreads();
@@ -945,18 +950,16 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
     }
 }
 
-extern "C" __global__ void mprt_k_bn_train_rows(int N, int C, i64 P, const float *x,
-                                                const float *scale, const float *bias,
-                                                float *rmean, float *rvar, float momentum,
-                                                float eps, int relu, float *y)
+extern "C" __global__ void CHANNEL_BLOCK
+mprt_k_bn_train_rows(int N, int C, i64 P, const float *x, const float *scale, const float *bias,
+                     float *rmean, float *rvar, float momentum, float eps, int relu, float *y)
 {
     bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
 }
 
-extern "C" __global__ void mprt_k_bn_train_rows_bf16(int N, int C, i64 P, const u16 *x,
-                                                     const float *scale, const float *bias,
-                                                     float *rmean, float *rvar, float momentum,
-                                                     float eps, int relu, u16 *y)
+extern "C" __global__ void CHANNEL_BLOCK
+mprt_k_bn_train_rows_bf16(int N, int C, i64 P, const u16 *x, const float *scale, const float *bias,
+                          float *rmean, float *rvar, float momentum, float eps, int relu, u16 *y)
 {
     bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
 }
@@ -996,18 +999,16 @@ static __device__ void bn_grad_rows(int N, int C, i64 P, const T *dy, const T *z
     }
 }
 
-extern "C" __global__ void mprt_k_bn_grad_rows(int N, int C, i64 P, const float *dy,
-                                               const float *z, const float *x,
-                                               const float *scale, float eps, float *dx,
-                                               float *dscale, float *dbias)
+extern "C" __global__ void CHANNEL_BLOCK
+mprt_k_bn_grad_rows(int N, int C, i64 P, const float *dy, const float *z, const float *x,
+                    const float *scale, float eps, float *dx, float *dscale, float *dbias)
 {
     bn_grad_rows(N, C, P, dy, z, x, scale, eps, dx, dscale, dbias);
 }
 
-extern "C" __global__ void mprt_k_bn_grad_rows_bf16(int N, int C, i64 P, const u16 *dy,
-                                                    const u16 *z, const u16 *x,
-                                                    const float *scale, float eps, u16 *dx,
-                                                    float *dscale, float *dbias)
+extern "C" __global__ void CHANNEL_BLOCK
+mprt_k_bn_grad_rows_bf16(int N, int C, i64 P, const u16 *dy, const u16 *z, const u16 *x,
+                         const float *scale, float eps, u16 *dx, float *dscale, float *dbias)
 {
     bn_grad_rows(N, C, P, dy, z, x, scale, eps, dx, dscale, dbias);
 }

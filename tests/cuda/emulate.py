@@ -23,7 +23,9 @@ def thunks(kernels_cu):
     mprt_emu_kernel looks names up in, and each kernel's argument sizes
     (mprt_emu_kernel_sizes, for a launch that copies its arguments)."""
     out, table = [], []
-    for m in re.finditer(r'extern "C" __global__ void mprt_k_([a-z0-9_]+)\(([^)]*)\)', kernels_cu):
+    # a kernel's name may follow an attribute macro (kernels.cu's CHANNEL_BLOCK)
+    kernel = r'extern "C" __global__ void\s+(?:[A-Z_]+\s+)?mprt_k_([a-z0-9_]+)\(([^)]*)\)'
+    for m in re.finditer(kernel, kernels_cu):
         name, params = m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
         args, sizes = [], []
         for i, p in enumerate(params):

@@ -18,6 +18,7 @@
 #define __global__
 #define __device__
 #define __shared__ static
+#define __launch_bounds__(threads)
 
 struct MprtEmuDim {
     unsigned x;

@@ -124,7 +124,8 @@ static void one_case(int N, int C, long P, int b)
         float *z = relu ? y : NULL, *zb = relu ? yb : NULL, *dx = floats(n), *dxb = floats(n);
         mprt_bn_grad(N, C, P, dy, z, x, scale, 1e-5f, dx, g1, h1);
         mprt_dnnl_bn_grad(N, C, P, dyb, zb, xb, scale, 1e-5f, dxb, g2, h2);
-        EXPECT(same_blocked(dx, dxb, N, C, P, b), relu ? "batch norm + ReLU's dx" : "batch norm's dx");
+        EXPECT(same_blocked(dx, dxb, N, C, P, b),
+               relu ? "batch norm + ReLU's dx" : "batch norm's dx");
         EXPECT(memcmp(g1, g2, (size_t)C * 4) == 0 && memcmp(h1, h2, (size_t)C * 4) == 0,
                "batch norm's dscale and dbias");
         free(dx), free(dxb);
