@@ -651,6 +651,9 @@ void simplify(Graph *g);
 /* The name of the Relu a BatchNormalization (or its gradient) took in, or
  * NULL: its output is max(y, 0). */
 const char *bn_relu(const Node *n);
+/* The name of the residual Add a BatchNormalization took in, before its
+ * ReLU, or NULL: it reads the Add's other operand as a sixth input. */
+const char *bn_add(const Node *n);
 
 /* ----------------------------------------------------- graph/loss.c */
 

@@ -681,7 +681,9 @@ MPRT_INLINE void mprt_bnb_apply_block(const MprtBn *t, size_t o, int c0, const i
             for (int j = 0; j < b; j++)
                 y[i * b + j] = (x[i * b + j] - k0[j]) * k1[j] + k2[j];
     }
-    if (t->relu && !t->dy)   /* the block just written, still in the cache */
+    if (t->add && !t->dy)   /* the block just written, still in the cache */
+        mprt_bn_fused(t->fuse, t->P * b, t->add + o, y);
+    else if ((t->fuse & MPRT_BN_RELU) && !t->dy)
         for (long i = 0; i < t->P * b; i++)
             y[i] = mprt_select(y[i] > 0.0f, y[i]);
 }
@@ -708,13 +710,15 @@ static void mprt_bnb_apply(MprtBn *t)
 }
 
 /* cpu.c's mprt_bn_train (and, in inference mode, mprt_bn_infer) on
- * blocked x and y. */
+ * blocked x, add and y. */
 MPRT_KERNEL void mprt_dnnl_bn_train(int N, int C, long P, const float *x, const float *scale,
                                     const float *bias, float *running_mean, float *running_var,
-                                    float momentum, float eps, int relu, float *y)
+                                    float momentum, float eps, int fuse, const float *add,
+                                    float *y)
 {
     float *a = mprt_bn_scratch(C, sizeof(float), 2), *m = a + C;
-    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias, .relu = relu, .y = y};
+    MprtBn t = {.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias, .fuse = fuse,
+                .add = add, .y = y};
     if (!mprt_training) {
         for (int c = 0; c < C; c++)
             a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)), m[c] = running_mean[c];

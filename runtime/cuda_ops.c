@@ -1625,18 +1625,20 @@ MPRT_CU_KERNEL void mprt_cu_channel_sum_bf16(int N, int M, long P, const uint16_
 
 /* ---- batch normalization (cuDNN, spatial: one statistic per channel) ----
  *
- * A batch norm with its ReLU (relu set, or z given to the gradient:
- * graph/simplify.c) runs kernels.cu's channel kernels instead, in the
- * CPU's operation order: cuDNN fuses no ReLU into a batch norm of NCHW
- * tensors. */
+ * A batch norm with its ReLU or its residual Add (fuse or add set, or z
+ * given to the gradient: graph/simplify.c) runs kernels.cu's channel
+ * kernels instead, in the CPU's operation order: cuDNN fuses neither into
+ * a batch norm of NCHW tensors. */
 
 /* Inference: the running statistics, by the NVRTC kernel in the CPU's
  * operation order. */
 MPRT_CU_KERNEL void mprt_cu_bn_infer(int N, int C, long P, const float *x, const float *scale,
                                      const float *bias, const float *running_mean,
-                                     const float *running_var, float eps, int relu, float *y)
+                                     const float *running_var, float eps, int fuse,
+                                     const float *add, float *y)
 {
-    void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &relu, &y};
+    void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps, &fuse,
+                    &add, &y};
     mprt_cu_each("bn_infer", (long)N * C * P, args);
 }
 
@@ -1647,15 +1649,16 @@ MPRT_CU_KERNEL void mprt_cu_bn_infer(int N, int C, long P, const float *x, const
  * (mprt_training == 0): mprt_cu_bn_infer, as the CPU. */
 MPRT_CU_KERNEL void mprt_cu_bn_train(int N, int C, long P, const float *x, const float *scale,
                                      const float *bias, float *running_mean, float *running_var,
-                                     float momentum, float eps, int relu, float *y)
+                                     float momentum, float eps, int fuse, const float *add,
+                                     float *y)
 {
     if (!mprt_training) {
-        mprt_cu_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, relu, y);
+        mprt_cu_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, fuse, add, y);
         return;
     }
-    if (relu) {
+    if (fuse || add) {
         void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var,
-                        &momentum, &eps, &relu, &y};
+                        &momentum, &eps, &fuse, &add, &y};
         mprt_cu_channels("bn_train_rows", C, args);
         return;
     }
@@ -1690,17 +1693,18 @@ MPRT_CU_KERNEL void mprt_cu_bn_grad(int N, int C, long P, const float *dy, const
 MPRT_CU_KERNEL void mprt_cu_bn_train_bf16(int N, int C, long P, const uint16_t *x,
                                           const float *scale, const float *bias,
                                           float *running_mean, float *running_var,
-                                          float momentum, float eps, int relu, uint16_t *y)
+                                          float momentum, float eps, int fuse,
+                                          const uint16_t *add, uint16_t *y)
 {
     if (!mprt_training) {
         void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var, &eps,
-                        &relu, &y};
+                        &fuse, &add, &y};
         mprt_cu_each("bn_infer_bf16", (long)N * C * P, args);
         return;
     }
-    if (relu) {
+    if (fuse || add) {
         void *args[] = {&N, &C, &P, &x, &scale, &bias, &running_mean, &running_var,
-                        &momentum, &eps, &relu, &y};
+                        &momentum, &eps, &fuse, &add, &y};
         mprt_cu_channels("bn_train_rows_bf16", C, args);
         return;
     }

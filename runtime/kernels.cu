@@ -830,36 +830,51 @@ extern "C" __global__ void mprt_k_bias_add_bf16(i64 n, int M, i64 P, const float
     FOR_EACH(i, n) y[i] = bf16_of(FADD(f32_of(y[i]), f32_of(bf16_of(b[channel_of(i, P, M)]))));
 }
 
+/* A batch norm's output v, at k, with what graph/simplify.c fused into it
+ * (runtime/cpu.c's mprt_bn_fused): with add, v + add[k], v rounded to
+ * bf16 first where it was stored so (a bf16 T, or fuse & 2: float32
+ * copies of bf16 values); with fuse & 1, then max(v, 0). */
+template <typename T>
+static __device__ float bn_fused(int fuse, const T *add, i64 k, float v)
+{
+    if (add) {
+        if (sizeof(T) == 2 || (fuse & 2))
+            v = f32_of(bf16_of(v));
+        v = FADD(v, load_el(add, k));
+    }
+    return (fuse & 1) && !(v > 0.0f) ? 0.0f : v;
+}
+
 /* Batch normalization with the running statistics: y = (x - mean) *
  * (1 / sqrt(var + eps), in double) * scale + bias, x being N x C x P;
- * with relu, max(y, 0) (a batch norm with its ReLU, graph/simplify.c). */
+ * then bn_fused. */
 template <typename T>
 static __device__ void bn_infer_each(int N, int C, i64 P, const T *x, const float *scale,
                                      const float *bias, const float *mean, const float *var,
-                                     float eps, int relu, T *y)
+                                     float eps, int fuse, const T *add, T *y)
 {
     FOR_EACH(k, (i64)N * C * P) {
         int c = (int)((k / P) % C);
         float inv = (float)(1.0 / sqrt((double)var[c] + eps));
         float v = FADD(FMUL(FMUL(FSUB(load_el(x, k), mean[c]), inv), scale[c]), bias[c]);
-        store_el(y, k, relu && !(v > 0.0f) ? 0.0f : v);
+        store_el(y, k, bn_fused(fuse, add, k, v));
     }
 }
 
 extern "C" __global__ void mprt_k_bn_infer(int N, int C, i64 P, const float *x,
                                            const float *scale, const float *bias,
                                            const float *mean, const float *var, float eps,
-                                           int relu, float *y)
+                                           int fuse, const float *add, float *y)
 {
-    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, relu, y);
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, fuse, add, y);
 }
 
 extern "C" __global__ void mprt_k_bn_infer_bf16(int N, int C, i64 P, const u16 *x,
                                                 const float *scale, const float *bias,
                                                 const float *mean, const float *var, float eps,
-                                                int relu, u16 *y)
+                                                int fuse, const u16 *add, u16 *y)
 {
-    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, relu, y);
+    bn_infer_each(N, C, P, x, scale, bias, mean, var, eps, fuse, add, y);
 }
 
 /* ---- batch normalization with its ReLU: one block per channel ----
@@ -919,7 +934,7 @@ static __device__ void bn_channel_sums(int N, int C, i64 P, int c, const T *x, c
 template <typename T>
 static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const float *scale,
                                      const float *bias, float *rmean, float *rvar,
-                                     float momentum, float eps, int relu, T *y)
+                                     float momentum, float eps, int fuse, const T *add, T *y)
 {
     __shared__ float f[2];
     i64 cnt = (i64)N * P;
@@ -944,7 +959,7 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
         for (i64 n = threadIdx.x / P, i = threadIdx.x - n * P; n < N; next_at(&n, &i, P)) {
             i64 k = ((i64)n * C + c) * P + i;
             float v = FADD(FMUL(FSUB(load_el(x, k), m), a), b);
-            store_el(y, k, relu && !(v > 0.0f) ? 0.0f : v);
+            store_el(y, k, bn_fused(fuse, add, k, v));
         }
         __syncthreads();
     }
@@ -952,16 +967,18 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
 
 extern "C" __global__ void CHANNEL_BLOCK
 mprt_k_bn_train_rows(int N, int C, i64 P, const float *x, const float *scale, const float *bias,
-                     float *rmean, float *rvar, float momentum, float eps, int relu, float *y)
+                     float *rmean, float *rvar, float momentum, float eps, int fuse,
+                     const float *add, float *y)
 {
-    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
+    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, fuse, add, y);
 }
 
 extern "C" __global__ void CHANNEL_BLOCK
 mprt_k_bn_train_rows_bf16(int N, int C, i64 P, const u16 *x, const float *scale, const float *bias,
-                          float *rmean, float *rvar, float momentum, float eps, int relu, u16 *y)
+                          float *rmean, float *rvar, float momentum, float eps, int fuse,
+                          const u16 *add, u16 *y)
 {
-    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, relu, y);
+    bn_train_rows(N, C, P, x, scale, bias, rmean, rvar, momentum, eps, fuse, add, y);
 }
 
 /* dx = k1 * (dy' - k0 - (x - m) * k2), dscale and dbias, from the sums

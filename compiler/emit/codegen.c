@@ -1247,22 +1247,27 @@ static void emit_batch_norm(CG *cg, const Node *n)
     long N, C, P;
     channel_dims(cg, n->in[0], &N, &C, &P);
     bool training = bn_is_training(cg->g, n);
-    int relu = bn_relu(n) != NULL;   /* the ReLU after it, in its kernel */
+    /* what graph/simplify.c put in its kernel (runtime/cpu.c's MprtBn):
+     * the ReLU after it (1); the residual it adds, its own output rounded
+     * to bf16 first where that was stored so (2) */
+    bool add = bn_add(n) != NULL;
+    int fuse = (bn_relu(n) ? 1 : 0) | (add && cg->g->bf16 ? 2 : 0);
+    const char *added = add ? buf(cg, n->in[5]) : "NULL";
     if (!training && cg->o->infer) {
-        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %d, %s);\n",
+        emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, %d, %s, %s);\n",
              kernel(cg, "bn_infer"), N, C, P, buf(cg, n->in[0]), buf(cg, n->in[1]),
-             buf(cg, n->in[2]), buf(cg, n->in[3]), buf(cg, n->in[4]), norm_epsilon(n), relu,
-             buf(cg, n->out[0]));
+             buf(cg, n->in[2]), buf(cg, n->in[3]), buf(cg, n->in[4]), norm_epsilon(n), fuse,
+             added, buf(cg, n->out[0]));
         return;
     }
     if (!training)
         unsupported(cg, n, "BatchNormalization in inference mode");
     /* a recomputation leaves the running statistics alone (NULL) */
-    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %d, %s);\n",
+    emit(cg, "    %s(%ld, %ld, %ld, %s, %s, %s, %s, %s, (float)%.9g, (float)%.9g, %d, %s, %s);\n",
          blocked(cg, n->in[0]) ? "mprt_dnnl_bn_train" : row_kernel(cg, "bn_train"), N, C,
          P, buf(cg, n->in[0]), buf(cg, n->in[1]), buf(cg, n->in[2]),
          cg->recomputing ? "NULL" : buf(cg, n->in[3]), cg->recomputing ? "NULL" : buf(cg, n->in[4]),
-         bn_momentum(n), norm_epsilon(n), relu, buf(cg, n->out[0]));
+         bn_momentum(n), norm_epsilon(n), fuse, added, buf(cg, n->out[0]));
 }
 
 static void emit_instance_norm(CG *cg, const Node *n)
@@ -2385,7 +2390,7 @@ static uint32_t float_inputs(const Node *n)
     case OP_LOG_SOFTMAX: case OP_MAX_POOL: case OP_GLOBAL_AVG_POOL: case OP_DROPOUT:
         return 1;
     case OP_SOFTMAX_BIAS: return 2;
-    case OP_BATCH_NORM: return 5;
+    case OP_BATCH_NORM: return n->nin;   /* a sixth: the residual it adds */
     case OP_LAYER_NORM: return n->nin;
     default: return 0;
     }

@@ -266,16 +266,26 @@ static void grad_conv(AD *ad, uint32_t dy, bool transposed)
 /* BatchNorm (training mode) and InstanceNorm: BatchNormGrad or
  * InstanceNormGrad (dy, x, scale) gives dX, dScale and dBias, recomputing
  * the statistics from x. A batch norm with its ReLU (graph/simplify.c)
- * reads its output z too, (dy, x, scale, z): dy counts where z > 0. */
+ * reads its output z too, (dy, x, scale, z): dy counts where z > 0. One
+ * that added a residual s before its ReLU has that masked dy made first,
+ * by ReluGrad, as s's gradient too, and reads it as its dy. */
 static void grad_norm(AD *ad, uint32_t dy, Op op)
 {
     const Node *n = ad->n;
     if (op == OP_BN_GRAD && !bn_is_training(ad->g, n))
         error_at(&n->loc, "BatchNormalization in inference mode has no gradient in mpcc "
                  "yet; export the model with training=TrainingMode.TRAINING");
+    if (op == OP_BN_GRAD && bn_add(n)) {   /* named as the Relu's gradient was */
+        uint32_t dz = new_grad(ad, "dSum", n->out[0]);
+        uint32_t id = ir_emit(ad->g, OP_RELU_GRAD,
+                              arena_printf(ad->g->arena, "%s/dX", bn_relu(n)),
+                              (uint32_t[]){dy, n->out[0]}, 2, &dz, 1, PH_BACKWARD);
+        ad->g->nodes[id].loc = n->loc;
+        contribute(ad, n->in[5], dy = dz);
+    }
     uint32_t outs[3] = {new_grad(ad, "dX", n->in[0]), new_grad(ad, "dScale", n->in[1]),
                         new_grad(ad, "dBias", n->in[2])};
-    const char *relu = op == OP_BN_GRAD ? bn_relu(n) : NULL;
+    const char *relu = op == OP_BN_GRAD && !bn_add(n) ? bn_relu(n) : NULL;
     uint32_t id = ir_emit(ad->g, op, grad_name(ad, "grad"),
                           (uint32_t[]){dy, n->in[0], n->in[1], n->out[0]}, relu ? 4 : 3, outs, 3,
                           PH_BACKWARD);

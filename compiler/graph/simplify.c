@@ -44,6 +44,17 @@
  *                                  own: every batch norm but the last of
  *                                  each ResNet block. The same values.
  *                                  --split still takes the Relu's name.
+ *   Relu(BatchNormalization(x)      BatchNormalization(x, ..., s) with
+ *        + s)                      mpcc_relu and mpcc_add (the Add's
+ *                                  name): the batch norm adds s and
+ *                                  writes max(y + s, 0) (y rounded to bf16
+ *                                  first where it was stored so), where y
+ *                                  was written and read again: each
+ *                                  ResNet block's last batch norm. Its
+ *                                  gradient is the Relu's, ReluGrad, and
+ *                                  then the plain batch norm's. The same
+ *                                  values. --split takes the Add's or the
+ *                                  Relu's name.
  *
  * A value the rewrite removes must have no other reader and not be a
  * graph output; the constants are Constant values (never a trainable
@@ -347,6 +358,67 @@ static bool bn_relus(Graph *g)
     return any;
 }
 
+/* The name of the residual Add a batch norm took in (bn_adds), or NULL. */
+const char *bn_add(const Node *n)
+{
+    return attr_str(n, "mpcc_add", NULL);
+}
+
+/* Input k of Add a, if it is the output of a BatchNormalization that it
+ * alone reads, that has no ReLU of its own yet, and that has the shape of
+ * the Add's other input and output (no broadcast): the batch norm. */
+static Node *residual_bn(Graph *g, Node *a, int k)
+{
+    Node *bn = sole(g, a->in[k], OP_BATCH_NORM);
+    if (!bn || bn_relu(bn) || bn->nin != 5 || bn->out[0] != a->in[k] ||
+        a->in[1 - k] == a->in[k] || g->values[a->in[1 - k]].dtype != DT_F32 ||
+        !shape_eq(&g->values[a->in[1 - k]].shape, &g->values[a->out[0]].shape) ||
+        !shape_eq(&g->values[a->in[k]].shape, &g->values[a->out[0]].shape))
+        return NULL;
+    return bn;
+}
+
+/* The place of node id in g->order, searching back from position i. */
+static uint32_t order_at(const Graph *g, uint32_t id, uint32_t i)
+{
+    while (g->order[i] != id)
+        i--;
+    return i;
+}
+
+/* Relu node r after an Add of a batch norm's output and another value s
+ * (a ResNet block's end: the residual, and its ReLU): the batch norm
+ * reads s as a sixth input, adds it and writes r's output; the Add and r
+ * go. The batch norm takes the Add's place in the order, after s. */
+static bool bn_adds(Graph *g)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < g->norder; i++) {
+        Node *r = &g->nodes[g->order[i]];
+        Node *a = r->dead || r->op != OP_RELU ? NULL : sole(g, r->in[0], OP_ADD);
+        Node *bn = NULL;
+        int k = 0;
+        for (; a && k < 2 && !bn; k += !bn)
+            bn = residual_bn(g, a, k);
+        if (!bn)
+            continue;
+        uint32_t at = order_at(g, (uint32_t)(a - g->nodes), i);
+        uint32_t from = order_at(g, (uint32_t)(bn - g->nodes), at);
+        g->order[from] = g->order[at], g->order[at] = (uint32_t)(bn - g->nodes);
+        g->values[bn->out[0]].producer = NONE;   /* y and the sum: no node writes them */
+        g->values[a->out[0]].producer = NONE;
+        bn->in = arena_grow(g->arena, bn->in, bn->nin, 6, sizeof *bn->in);
+        bn->in[5] = a->in[1 - k];
+        bn->nin = 6;
+        bn->out[0] = r->out[0];
+        g->values[r->out[0]].producer = (uint32_t)(bn - g->nodes);
+        ir_set_str(g, bn, "mpcc_relu", r->name);
+        ir_set_str(g, bn, "mpcc_add", a->name);
+        a->dead = r->dead = any = true;
+    }
+    return any;
+}
+
 /* ---- a scaling before the Transpose ---- */
 
 /* Whether v is a constant of one element that broadcasts into rank dims. */
@@ -459,6 +531,7 @@ void simplify(Graph *g)
     any |= softmax_biases(g);
     any |= scale_before_transposes(g);
     any |= bn_relus(g);
+    any |= bn_adds(g);
     if (any)
         prune(g);
 }

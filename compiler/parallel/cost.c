@@ -405,8 +405,9 @@ static bool bf16_rows(const Graph *g, const Node *n)
         return all_bf16(g, n->in, 2) && all_bf16(g, n->out, 1);
     case OP_SUM_TO: case OP_CONV_GRAD_B:
         return all_bf16(g, n->in, 1) && g->values[n->out[0]].dtype == DT_F32;
-    case OP_BATCH_NORM:
-        return all_bf16(g, n->in, 1) && all_bf16(g, n->out, 1);
+    case OP_BATCH_NORM:   /* x, and the residual it adds (graph/simplify.c) */
+        return all_bf16(g, n->in, 1) && (n->nin < 6 || all_bf16(g, n->in + 5, 1)) &&
+               all_bf16(g, n->out, 1);
     case OP_SOFTMAX_CE:
         return all_bf16(g, n->in, 1) && n->nout > 1 && all_of(g, n->out, 2, DT_F32);
     case OP_SCE_GRAD:   /* with lse (graph/loss.c), scores of either type */

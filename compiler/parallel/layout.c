@@ -65,9 +65,11 @@ static bool may_block(const Graph *g, const Node *n, uint32_t k, uint32_t *up)
             return k == 0 || out;                  /* dy, dx; not w */
         return k == 0 || k == 1;                   /* dy, x; not dw */
     case OP_BATCH_NORM:
-        if (!bn_is_training(g, n) || (k != 0 && k != nin))
-            return false;                          /* x and y; scale, stats are 1-D */
+        if (!bn_is_training(g, n) || (k != 0 && k != 5 && k != nin))
+            return false;                          /* x, a residual and y; not 1-D ones */
         tie(up, n->in[0], n->out[0]);
+        if (nin > 5)
+            tie(up, n->in[0], n->in[5]);
         return true;
     case OP_BN_GRAD:
         if (k != 0 && k != 1 && k != 3 && k != nin)

@@ -474,14 +474,16 @@ static PartProblem make_problem(Build *b, SchedKind kind, int M, const Exclusion
 /* ---- choosing the cuts ---- */
 
 /* The unit of the forward node named `name`, or of the batch norm that
- * took in the Relu of that name (graph/simplify.c): cutting after the
- * Relu is cutting after it. */
+ * took in the Relu, or the residual Add, of that name (graph/simplify.c):
+ * cutting after either is cutting after it. */
 static int unit_named(Build *b, const char *name)
 {
     for (int u = 0; u < b->st->nunits; u++) {
         const Node *n = &b->g->nodes[b->st->units[u]];
         const char *relu = n->op == OP_BATCH_NORM ? bn_relu(n) : NULL;
-        if (strcmp(n->name, name) == 0 || (relu && strcmp(relu, name) == 0))
+        const char *add = n->op == OP_BATCH_NORM ? bn_add(n) : NULL;
+        if (strcmp(n->name, name) == 0 || (relu && strcmp(relu, name) == 0) ||
+            (add && strcmp(add, name) == 0))
             return u;
     }
     reject_file(b->g->arena, b->rej, b->g->file, "--split: no forward node is named '%s' "

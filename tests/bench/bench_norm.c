@@ -160,7 +160,7 @@ static void bench_bn(const Shape *s, int rounds, Times *t)
         for (int side = 0; side < 2; side++) {
             double t0 = now();
             if (side == 0) {
-                mprt_bn_train(s->N, s->C, P, x, ss, ss + s->C, rm, rv, 0.9f, 1e-5f, with_relu, y);
+                mprt_bn_train(s->N, s->C, P, x, ss, ss + s->C, rm, rv, 0.9f, 1e-5f, with_relu, NULL, y);
             } else {
                 execute(fwd, 5 + with_relu, fa);
             }

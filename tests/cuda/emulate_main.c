@@ -764,30 +764,51 @@ static void test_bn_relu(int N, int C, long P)
     float *scale = st, *bias = st + C, *rm = fvec(C, -0.5f, 0.5f), *rv = fvec(C, 0.5f, 2.0f);
     float *crm = malloc((size_t)C * 4), *crv = malloc((size_t)C * 4);
     memcpy(crm, rm, (size_t)C * 4), memcpy(crv, rv, (size_t)C * 4);
-    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, 1, y);
-    mprt_cu_bn_train(N, C, P, x, scale, bias, crm, crv, 0.9f, 1e-5f, 1, cy);
+    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, 1, NULL, y);
+    mprt_cu_bn_train(N, C, P, x, scale, bias, crm, crv, 0.9f, 1e-5f, 1, NULL, cy);
     same("bn_train_rows", y, cy, (size_t)n * 4);
     same("bn_train_rows (running mean)", rm, crm, (size_t)C * 4);
     same("bn_train_rows (running variance)", rv, crv, (size_t)C * 4);
     mprt_bn_grad(N, C, P, dy, y, x, scale, 1e-5f, dx, g, g + C);
     mprt_cu_bn_grad(N, C, P, dy, y, x, scale, 1e-5f, cdx, g + 2 * C, g + 3 * C);
     same("bn_grad_rows (dx)", dx, cdx, (size_t)n * 4);
-    same("bn_grad_rows (dscale, dbias)", g, g + 2 * C, (size_t)C * 4);
+    same("bn_grad_rows (dscale)", g, g + 2 * C, (size_t)C * 4);
     same("bn_grad_rows (dbias)", g + C, g + 3 * C, (size_t)C * 4);
 
     uint16_t *hx = bf16_copy(x, n), *hdy = bf16_copy(dy, n), *hy = calloc((size_t)n, 2);
     uint16_t *hdx = calloc((size_t)n, 2);
     float *wx = fzero(n), *wdy = fzero(n), *wz = fzero(n);
     mprt_bf16_widen(n, hx, wx), mprt_bf16_widen(n, hdy, wdy);
-    mprt_bn_train(N, C, P, wx, scale, bias, rm, rv, 0.9f, 1e-5f, 1, y);
-    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, crm, crv, 0.9f, 1e-5f, 1, hy);
+    mprt_bn_train(N, C, P, wx, scale, bias, rm, rv, 0.9f, 1e-5f, 1, NULL, y);
+    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, crm, crv, 0.9f, 1e-5f, 1, NULL, hy);
     same_narrowed("bn_train_rows_bf16", y, hy, n);
-    same("bn_train_rows_bf16 (running statistics)", rm, crm, (size_t)C * 4);
+    same("bn_train_rows_bf16 (running mean)", rm, crm, (size_t)C * 4);
+    same("bn_train_rows_bf16 (running variance)", rv, crv, (size_t)C * 4);
     mprt_bf16_widen(n, hy, wz);   /* the bf16 z both read */
     mprt_bn_grad(N, C, P, wdy, wz, wx, scale, 1e-5f, dx, g, g + C);
     mprt_cu_bn_grad_bf16(N, C, P, hdy, hy, hx, scale, 1e-5f, hdx, g + 2 * C, g + 3 * C);
     same_narrowed("bn_grad_rows_bf16 (dx)", dx, hdx, n);
     same("bn_grad_rows_bf16 (dscale, dbias)", g, g + 2 * C, 2 * (size_t)C * 4);
+
+    /* with a residual (dy's values) added before the ReLU: in float32; in
+     * bf16, the twin against the CPU on widened copies (fuse 3: y rounded
+     * before the add), and the float32 kernel on them so too */
+    mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, 1, dy, y);
+    mprt_cu_bn_train(N, C, P, x, scale, bias, crm, crv, 0.9f, 1e-5f, 1, dy, cy);
+    same("bn_train_rows + residual", y, cy, (size_t)n * 4);
+    mprt_bn_train(N, C, P, wx, scale, bias, rm, rv, 0.9f, 1e-5f, 3, wdy, y);
+    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, crm, crv, 0.9f, 1e-5f, 1, hdy, hy);
+    same_narrowed("bn_train_rows_bf16 + residual", y, hy, n);
+    same("bn_train_rows_bf16 + residual (running mean)", rm, crm, (size_t)C * 4);
+    mprt_cu_bn_train(N, C, P, wx, scale, bias, NULL, NULL, 0.9f, 1e-5f, 3, wdy, cy);
+    same("bn_train_rows + residual, rounded", y, cy, (size_t)n * 4);
+    mprt_training = 0;
+    mprt_bn_train(N, C, P, wx, scale, bias, rm, rv, 0.9f, 1e-5f, 3, wdy, y);
+    mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, crm, crv, 0.9f, 1e-5f, 1, hdy, hy);
+    same_narrowed("bn_infer_bf16 + residual", y, hy, n);
+    mprt_cu_bn_train(N, C, P, wx, scale, bias, crm, crv, 0.9f, 1e-5f, 3, wdy, cy);
+    same("bn_infer + residual, rounded", y, cy, (size_t)n * 4);
+    mprt_training = 1;
     free(x), free(dy), free(st), free(y), free(cy), free(dx), free(cdx), free(g), free(rm);
     free(rv), free(crm), free(crv), free(hx), free(hdy), free(hy), free(hdx), free(wx);
     free(wdy), free(wz);
@@ -803,15 +824,15 @@ static void test_norm(void)
     float *mean = fvec(C, -0.5f, 0.5f), *var = fvec(C, 0.5f, 2.0f);
     float *y = fzero(n), *cy = fzero(n);
     for (int relu = 0; relu < 2; relu++) {
-        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, y);
-        mprt_cu_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, cy);
+        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, NULL, y);
+        mprt_cu_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, NULL, cy);
         same("bn_infer", y, cy, (size_t)n * 4);
         mprt_training = 0;
-        mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, relu, cy);
+        mprt_cu_bn_train(N, C, P, x, scale, bias, mean, var, 0.9f, 1e-5f, relu, NULL, cy);
         same("bn_train (inference)", y, cy, (size_t)n * 4);
         uint16_t *hx = bf16_copy(x, n), *hy = calloc((size_t)n, 2);   /* x rounded to bf16 */
-        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, y);
-        mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, mean, var, 0.9f, 1e-5f, relu, hy);
+        mprt_bn_infer(N, C, P, x, scale, bias, mean, var, 1e-5f, relu, NULL, y);
+        mprt_cu_bn_train_bf16(N, C, P, hx, scale, bias, mean, var, 0.9f, 1e-5f, relu, NULL, hy);
         same_narrowed("bn_train_bf16 (inference)", y, hy, n);
         free(hx), free(hy);
         mprt_training = 1;

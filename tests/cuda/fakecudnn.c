@@ -404,7 +404,7 @@ static void run_half_bn(Call *k)
     float *b = k->kind == BN_BWD ? widened(k->b, n) : NULL;
     if (k->kind == BN_FWD)
         mprt_bn_train(k->N, k->C, k->P, a, k->scale, k->bias, k->d1, k->d2, k->momentum, k->eps,
-                      0, out);
+                      0, NULL, out);
     else
         mprt_bn_grad(k->N, k->C, k->P, a, NULL, b, k->scale, k->eps, out, k->d1, k->d2);
     mprt_bf16_narrow(n, out, (uint16_t *)(void *)k->out);
@@ -430,7 +430,7 @@ static void run_call(void *arg)
     case CONV_FILTER: mprt_conv_grad_w(&k->p, k->a, k->b, k->out, k->col); break;
     case BN_FWD:
         mprt_bn_train(k->N, k->C, k->P, k->a, k->scale, k->bias, k->d1, k->d2, k->momentum,
-                      k->eps, 0, k->out);
+                      k->eps, 0, NULL, k->out);
         break;
     case BN_BWD:
         mprt_bn_grad(k->N, k->C, k->P, k->a, NULL, k->b, k->scale, k->eps, k->out, k->d1,

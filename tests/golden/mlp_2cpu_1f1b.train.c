@@ -2979,12 +2979,15 @@ typedef struct MprtEw {
 
 /* A per-channel kernel's operands (batch norm, bias gradients): x (and
  * dy) are N x C x P; per channel, sums in acc (`width` doubles each) or
- * the factors of a second pass in k; the result in y, with relu set
- * max(y, 0) (a batch norm with its ReLU, graph/simplify.c). */
+ * the factors of a second pass in k; the result in y. A batch norm's
+ * `fuse` (graph/simplify.c): with MPRT_BN_ADD, y + add (y rounded to
+ * bf16 first with MPRT_BN_ROUND, as a bf16 y was stored); with
+ * MPRT_BN_RELU, then max(y, 0). */
+enum { MPRT_BN_RELU = 1, MPRT_BN_ROUND = 2 };
 typedef struct MprtBn {
-    int N, C, width, relu;
+    int N, C, width, fuse;
     long P;
-    const float *x, *dy, *m, *a, *b, *k;
+    const float *x, *dy, *m, *a, *b, *k, *add;
     double *acc;
     float *y;
 } MprtBn;
@@ -3875,9 +3878,23 @@ MPRT_KERNEL void mprt_channel_sum(int N, int M, long P, const float *dy, float *
  * time would. On several threads, each takes a block of channels (for the
  * sums) or of planes (to write y or dx), and walks it the same way. */
 
+/* n values of y, a batch norm's output, made y + add (y rounded to bf16
+ * first with MPRT_BN_ROUND) and max(y, 0) with MPRT_BN_RELU, as its
+ * residual Add and ReLU made them (mprt_add, mprt_relu): the same bits. */
+static void mprt_bn_fused(int fuse, long n, const float *add, float *y)
+{
+    if (fuse & MPRT_BN_ROUND)
+        for (long i = 0; i < n; i++)
+            y[i] = mprt_f32_of(mprt_bf16_of(y[i]));
+    for (long i = 0; i < n; i++)
+        y[i] = (fuse & MPRT_BN_RELU) ? mprt_select(y[i] + add[i] > 0.0f, y[i] + add[i])
+                                     : y[i] + add[i];
+}
+
 /* Planes [lo, hi) of y = (x - m[c]) * a[c] + b[c] (subtracting the mean
- * first keeps what a large mean would cancel), then max(y, 0) with relu:
- * mprt_relu's select, so the same bits as the two kernels. */
+ * first keeps what a large mean would cancel), then max(y, 0) with
+ * MPRT_BN_RELU: mprt_relu's select, so the same bits as the two kernels;
+ * with add, mprt_bn_fused. */
 static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
 {
     const MprtBn *t = ctx;
@@ -3887,7 +3904,11 @@ static void mprt_bn_apply_piece(void *ctx, long lo, long hi)
         float mc = t->m[c], ac = t->a[c], bc = t->b[c];
         float *y = t->y + k;
         const float *x = t->x + k;
-        if (t->relu)
+        if (t->add) {
+            for (long i = 0; i < t->P; i++)
+                y[i] = (x[i] - mc) * ac + bc;
+            mprt_bn_fused(t->fuse, t->P, t->add + k, y);
+        } else if (t->fuse & MPRT_BN_RELU)
             for (long i = 0; i < t->P; i++) {
                 float v = (x[i] - mc) * ac + bc;
                 y[i] = mprt_select(v > 0.0f, v);
@@ -3916,11 +3937,13 @@ static void *mprt_bn_scratch(int C, size_t size, int arrays)
 
 /* Inference (mprt_training == 0): Y = (X - running_mean) /
  * sqrt(running_var + eps) * scale + bias; the running statistics stay.
- * With relu, max(Y, 0). */
+ * fuse and add as for mprt_bn_train. */
 MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, const float *running_mean,
-                          const float *running_var, float eps, int relu, float *y)
+                          const float *running_var, float eps, int fuse, const float *add,
+                          float *y)
 {
+    int relu = (fuse & MPRT_BN_RELU) && !add;
     float *inv = mprt_bn_scratch(C, sizeof(float), 1);
     for (int c = 0; c < C; c++)
         inv[c] = (float)(1.0 / sqrt((double)running_var[c] + eps));
@@ -3932,6 +3955,8 @@ MPRT_KERNEL void mprt_bn_infer(int N, int C, long P, const float *x, const float
                 float v = (x[k + j] - m) * i * s + b;
                 y[k + j] = relu ? mprt_select(v > 0.0f, v) : v;
             }
+            if (add)
+                mprt_bn_fused(fuse, P, add + k, y + k);
         }
     free(inv);
 }
@@ -3993,14 +4018,16 @@ static void mprt_bn_train_factors(int C, long cnt, const double *acc, const floa
 /* Training: Y = (X - mean) / sqrt(var + eps) * scale + bias with the
  * batch's statistics; running stats move by momentum (ONNX's convention:
  * new = momentum * old + (1 - momentum) * batch), the variance unbiased as
- * in PyTorch. With relu, max(Y, 0): the ReLU after it, in the same pass.
- * In inference mode (mprt_training == 0), mprt_bn_infer. */
+ * in PyTorch. In the same pass (graph/simplify.c), with add (not NULL) Y
+ * + add, Y rounded to bf16 first where fuse has MPRT_BN_ROUND: a residual
+ * Add; with MPRT_BN_RELU, then max(Y, 0): the ReLU after it. In inference
+ * mode (mprt_training == 0), mprt_bn_infer. */
 MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float *scale,
                           const float *bias, float *running_mean, float *running_var,
-                          float momentum, float eps, int relu, float *y)
+                          float momentum, float eps, int fuse, const float *add, float *y)
 {
     if (!mprt_training) {
-        mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, relu, y);
+        mprt_bn_infer(N, C, P, x, scale, bias, running_mean, running_var, eps, fuse, add, y);
         return;
     }
     double *acc = mprt_bn_scratch(C, sizeof(double), 2);
@@ -4009,7 +4036,7 @@ MPRT_KERNEL void mprt_bn_train(int N, int C, long P, const float *x, const float
     mprt_bn_train_factors(C, (long)N * P, acc, scale, running_mean, running_var, momentum, eps,
                           a, m);
     mprt_bn_apply(&(MprtBn){.N = N, .C = C, .P = P, .x = x, .m = m, .a = a, .b = bias,
-                            .relu = relu, .y = y});
+                            .fuse = fuse, .add = add, .y = y});
     free(acc);
     free(a);
 }

@@ -76,12 +76,28 @@ static void fused_is_composed(int N, int C, long P, const float *x, const float 
     mprt_training = 1;
     for (int c = 0; c < C; c++)
         st[2 * C + c] = st[3 * C + c] = 1.0f;
-    mprt_bn_train(N, C, P, x, scale, bias, st, st + 2 * C, 0.9f, 1e-5f, 0, y);
+    mprt_bn_train(N, C, P, x, scale, bias, st, st + 2 * C, 0.9f, 1e-5f, 0, NULL, y);
     mprt_relu(n, y, y);
-    mprt_bn_train(N, C, P, x, scale, bias, st + C, st + 3 * C, 0.9f, 1e-5f, 1, z);
+    mprt_bn_train(N, C, P, x, scale, bias, st + C, st + 3 * C, 0.9f, 1e-5f, 1, NULL, z);
     EXPECT(memcmp(y, z, (size_t)n * 4) == 0 && memcmp(st, st + C, (size_t)C * 4) == 0 &&
            memcmp(st + 2 * C, st + 3 * C, (size_t)C * 4) == 0,
            "batch norm + ReLU against the batch norm, then mprt_relu");
+    /* a residual (dy), in float32, then bf16; training, then inference */
+    for (int v = 0; v < 4; v++) {
+        int fuse = v & 1 ? 3 : 1;
+        mprt_training = v < 2;
+        mprt_bn_train(N, C, P, x, scale, bias, st, st + 2 * C, 0.9f, 1e-5f, 0, NULL, y);
+        if (fuse & 2)
+            mprt_bf16_round(n, y, y);
+        for (long i = 0; i < n; i++)
+            y[i] += dy[i];
+        mprt_relu(n, y, y);
+        mprt_bn_train(N, C, P, x, scale, bias, st + C, st + 3 * C, 0.9f, 1e-5f, fuse, dy, z);
+        EXPECT(memcmp(y, z, (size_t)n * 4) == 0,
+               fuse & 2 ? "batch norm + residual + ReLU against them apart, y rounded to bf16"
+                        : "batch norm + residual + ReLU against the three kernels");
+    }
+    mprt_training = 1;
     mprt_relu_grad(n, dy, z, t);
     mprt_bn_grad(N, C, P, t, NULL, x, scale, 1e-5f, dx1, st + 4 * C, st + 5 * C);
     mprt_bn_grad(N, C, P, dy, z, x, scale, 1e-5f, dx2, st + 6 * C, st + 7 * C);
@@ -105,20 +121,27 @@ static void one_case(int N, int C, long P, int b)
     memcpy(rmb, rm, (size_t)C * 4), memcpy(rvb, rv, (size_t)C * 4);
     mprt_dnnl_block = b;
 
-    for (int relu = 0; relu < 2; relu++) {   /* alone, then with its ReLU */
+    /* alone, with its ReLU, with a residual (dy) and its ReLU, and so in bf16 */
+    for (int v = 0; v < 4; v++) {
+        int relu = v > 0, fuse = v == 3 ? 3 : relu;
+        const float *add = v >= 2 ? dy : NULL, *addb = v >= 2 ? dyb : NULL;
         mprt_training = 1;
-        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, relu, y);
-        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, relu, yb);
-        EXPECT(same_blocked(y, yb, N, C, P, b), relu ? "batch norm + ReLU, training"
-                                                      : "batch norm, training");
+        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, fuse, add, y);
+        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, fuse, addb, yb);
+        EXPECT(same_blocked(y, yb, N, C, P, b), add  ? "batch norm + residual + ReLU, training"
+                                                : relu ? "batch norm + ReLU, training"
+                                                       : "batch norm, training");
         EXPECT(memcmp(rm, rmb, (size_t)C * 4) == 0 && memcmp(rv, rvb, (size_t)C * 4) == 0,
                "batch norm's running statistics");
         mprt_training = 0;
-        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, relu, y);
-        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, relu, yb);
-        EXPECT(same_blocked(y, yb, N, C, P, b), relu ? "batch norm + ReLU, inference"
-                                                      : "batch norm, inference");
+        mprt_bn_train(N, C, P, x, scale, bias, rm, rv, 0.9f, 1e-5f, fuse, add, y);
+        mprt_dnnl_bn_train(N, C, P, xb, scale, bias, rmb, rvb, 0.9f, 1e-5f, fuse, addb, yb);
+        EXPECT(same_blocked(y, yb, N, C, P, b), add  ? "batch norm + residual + ReLU, inference"
+                                                : relu ? "batch norm + ReLU, inference"
+                                                       : "batch norm, inference");
         mprt_training = 1;
+        if (add)
+            continue;   /* its gradient is the plain one's, after a ReluGrad */
 
         /* z: the fused forward's output (blocked: its blocked twin) */
         float *z = relu ? y : NULL, *zb = relu ? yb : NULL, *dx = floats(n), *dxb = floats(n);
