@@ -1511,10 +1511,14 @@ extern "C" __global__ void mprt_k_softmax_bf16(i64 outer, i64 C, i64 inner, cons
 }
 
 /* Element c of a SoftmaxBias row: x + b, rounded to bf16 where the Add
- * it stands for stored its sum so (always for a bf16 y). */
+ * it stands for stored its sum so (always for a bf16 y); where b masks it
+ * (-inf), -inf without reading x (the same for a finite x: a causal
+ * mask's half of the scores is never loaded). */
 template <typename T>
 static __device__ float biased(const T *xs, const float *bs, i64 c, int round)
 {
+    if (bs[c] == -MPRT_INF)
+        return -MPRT_INF;
     float v = FADD(load_el(xs, c), bs[c]);
     return round ? f32_of(bf16_of(v)) : v;
 }
@@ -1557,6 +1561,9 @@ extern "C" __global__ void mprt_k_softmax_bias_bf16(i64 rows, i64 C, i64 brows, 
     softmax_bias_rows(rows, C, brows, 1, x, b, y);
 }
 
+/* dx = y * (dy - sum dy * y), where y is not 0; where it is (a masked
+ * score's), +0 without reading dy (runtime/cpu_math.c's
+ * mprt_softmax_grad_piece: the same numbers). */
 template <typename T>
 static __device__ void softmax_grad_rows(i64 outer, i64 C, i64 inner, const T *dy, const T *y,
                                          T *dx)
@@ -1564,12 +1571,17 @@ static __device__ void softmax_grad_rows(i64 outer, i64 C, i64 inner, const T *d
     FOR_ROWS(r, outer * inner) {
         i64 base = ROW_BASE(r);
         double dot = 0;
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            dot += (double)load_el(dy, base + c * inner) * load_el(y, base + c * inner);
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+            float yc = load_el(y, base + c * inner);
+            if (yc != 0.0f)
+                dot += (double)load_el(dy, base + c * inner) * yc;
+        }
         float d = (float)block_sum(dot);
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            store_el(dx, base + c * inner, FMUL(load_el(y, base + c * inner),
-                                                FSUB(load_el(dy, base + c * inner), d)));
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+            float yc = load_el(y, base + c * inner);
+            store_el(dx, base + c * inner,
+                     yc != 0.0f ? FMUL(yc, FSUB(load_el(dy, base + c * inner), d)) : 0.0f);
+        }
     }
 }
 

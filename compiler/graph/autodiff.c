@@ -618,6 +618,9 @@ static void grad_softmax(AD *ad, uint32_t dy)
     Op op = ad->n->op == OP_LOG_SOFTMAX ? OP_LOG_SOFTMAX_GRAD : OP_SOFTMAX_GRAD;
     Node *g = emit(ad, op, "dX", (uint32_t[]){dy, ad->n->out[0]}, 2, x, &out);
     ir_set_int(ad->g, g, "axis", softmax_axis(ad->g, ad->n));
+    double masked = attr_float(ad->n, "mpcc_masked", 0);   /* of a SoftmaxBias */
+    if (masked > 0)
+        ir_set_float(ad->g, g, "mpcc_masked", masked);
     contribute(ad, x, out);
 }
 

@@ -26,7 +26,12 @@
  *                                  of a PyTorch export, where the Add was
  *                                  a pass of its own over the scores. The
  *                                  same values (the sum rounded as the
- *                                  Add's output was stored).
+ *                                  Add's output was stored). Where c is
+ *                                  -inf (a causal mask's upper half:
+ *                                  attribute mpcc_masked, the share, for
+ *                                  the cost model), the kernels read no x
+ *                                  and write 0, and the gradient's read no
+ *                                  dy where y is 0 (runtime/cpu_math.c).
  *   Transpose(x) * c, / c           Transpose(x * c), c a constant of one
  *                                  element: attention's queries scaled
  *                                  before they move into the batch's
@@ -310,6 +315,17 @@ static Node *biased_softmax(Graph *g, const Node *n, uint32_t *x, uint32_t *c)
     return NULL;
 }
 
+/* The share of constant c's elements that are -inf: of the scores a
+ * SoftmaxBias masks (its rows take c's in turn), which its kernels do not
+ * read, nor its gradient's (runtime/cpu_math.c; a causal mask's: half). */
+static double masked_share(const Value *c)
+{
+    int64_t n = shape_numel(&c->data->shape), masked = 0;
+    for (int64_t i = 0; i < n; i++)
+        masked += tensor_f64(c->data, i) == -INFINITY;
+    return n ? (double)masked / (double)n : 0;
+}
+
 static bool softmax_biases(Graph *g)
 {
     bool any = false;
@@ -328,6 +344,9 @@ static bool softmax_biases(Graph *g)
         n->nin = 2;
         n->nattrs = 0;
         ir_set_int(g, n, "axis", axis);
+        double masked = masked_share(&g->values[c]);
+        if (masked > 0)
+            ir_set_float(g, n, "mpcc_masked", masked);
     }
     return any;
 }

@@ -128,6 +128,12 @@ NodeCost node_cost(const Graph *g, const Node *n)
         elems = numel_of(g, n->in[0]);
     double per = op_info[n->op].flags & OPF_HEAVY ? 20 : n->op == OP_SUM ? 4.0 * n->nin : 4;
     c.flops = per * elems;
+    /* a SoftmaxBias and its gradient neither read x (dy) nor compute
+     * where the constant masks the scores (graph/simplify.c) */
+    double masked = n->op == OP_SOFTMAX_BIAS || n->op == OP_SOFTMAX_GRAD
+                        ? attr_float(n, "mpcc_masked", 0) : 0;
+    c.bytes -= masked * bytes_of(g, n->in[0]);
+    c.flops *= 1 - masked;
     return c;
 }
 

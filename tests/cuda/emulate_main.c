@@ -1723,14 +1723,63 @@ static void test_rows_bf16(void)
     report("layernorm_grad_bf16");
 }
 
+/* The softmax's gradient as its formula gives it, dx = y * (dy - sum dy
+ * * y), the sum in double in order: what the kernels give, but for the
+ * sign of a zero where y is 0 (they write +0 there without reading dy). */
+static void softmax_grad_formula(long rows, long C, const float *dy, const float *y, float *dx)
+{
+    for (long r = 0; r < rows; r++) {
+        double dot = 0;
+        for (long c = 0; c < C; c++)
+            dot += (double)dy[r * C + c] * y[r * C + c];
+        for (long c = 0; c < C; c++)
+            dx[r * C + c] = y[r * C + c] * (dy[r * C + c] - (float)dot);
+    }
+}
+
+/* Whether a and b hold the same n numbers, a zero's sign aside. */
+static void same_values(const char *what, const float *a, const float *b, long n)
+{
+    float *pa = malloc((size_t)n * 4), *pb = malloc((size_t)n * 4);
+    for (long i = 0; i < n; i++)
+        pa[i] = a[i] == 0.0f ? 0.0f : a[i], pb[i] = b[i] == 0.0f ? 0.0f : b[i];
+    same(what, pa, pb, (size_t)n * 4);
+    free(pa), free(pb);
+}
+
+/* The gradient of a causal softmax's output y (rows x C): the CPU's and
+ * the CUDA kernel's against the formula, and against each other bit for
+ * bit; and the bf16 twin (y rounded to bf16 in place). */
+static void test_softmax_grad_masked(long rows, long C, float *y)
+{
+    long N = rows * C;
+    float *dy = fvec(N, -1, 1), *want = fzero(N), *dx = fzero(N), *cdx = fzero(N);
+    softmax_grad_formula(rows, C, dy, y, want);
+    mprt_softmax_grad(rows, C, 1, dy, y, dx);
+    same_values("softmax_grad of a masked softmax (the formula)", want, dx, N);
+    mprt_cu_softmax_grad(rows, C, 1, dy, y, cdx);
+    same("softmax_grad of a masked softmax", dx, cdx, (size_t)N * 4);
+    uint16_t *hdy = bf16_copy(dy, N), *hy = bf16_copy(y, N), *hdx = calloc((size_t)N, 2);
+    float *wdy = fzero(N), *wy = fzero(N);
+    mprt_bf16_widen(N, hdy, wdy), mprt_bf16_widen(N, hy, wy);
+    mprt_softmax_grad(rows, C, 1, wdy, wy, dx);
+    mprt_cu_softmax_grad_bf16(rows, C, 1, hdy, hy, hdx);
+    same_narrowed("softmax_grad_bf16 of a masked softmax", dx, hdx, N);
+    free(dy), free(want), free(dx), free(cdx), free(hdy), free(hy), free(hdx), free(wdy);
+    free(wy);
+}
+
 /* SoftmaxBias (simplify.c's rewrite of Softmax(x + c)): the CPU's kernel
  * against the Add and the Softmax it replaces, the sum rounded to bf16 or
  * not, and its twins against it; the bias a causal mask, -inf above the
- * diagonal, taken in turn by x's rows. */
-static void test_softmax_bias(void)
+ * diagonal, taken in turn by x's rows (the kernels read no x, and take no
+ * exponential, past a row's diagonal); then the gradient of its output.
+ * Rows of 5, and of 70 (past the CPU's blocks of 64). */
+static void test_softmax_bias(int ROWS, int C, int BROWS)
 {
-    enum { ROWS = 12, C = 5, BROWS = 3, N = ROWS * C };
-    float *x = fvec(N, -3, 3), b[BROWS * C], sum[N], want[N], y[N], cy[N];
+    long N = (long)ROWS * C;
+    float *x = fvec(N, -3, 3), *b = fzero((long)BROWS * C), *sum = fzero(N);
+    float *want = fzero(N), *y = fzero(N), *cy = fzero(N);
     for (int i = 0; i < BROWS * C; i++)
         b[i] = i % C > i / C ? -INFINITY : frand(-1, 1);
     for (int round = 0; round < 2; round++) {
@@ -1741,15 +1790,16 @@ static void test_softmax_bias(void)
         mprt_softmax(ROWS, C, 1, sum, want);
         mprt_softmax_bias(ROWS, C, BROWS, round, x, b, y);
         same(round ? "softmax_bias, rounded (the Add and the Softmax)"
-                   : "softmax_bias (the Add and the Softmax)", want, y, sizeof y);
+                   : "softmax_bias (the Add and the Softmax)", want, y, (size_t)N * 4);
         mprt_cu_softmax_bias(ROWS, C, BROWS, round, x, b, cy);
-        same(round ? "softmax_bias, rounded" : "softmax_bias", y, cy, sizeof y);
+        same(round ? "softmax_bias, rounded" : "softmax_bias", y, cy, (size_t)N * 4);
     }
-    uint16_t *hx = bf16_copy(x, N), hy[N];
+    test_softmax_grad_masked(ROWS, C, y);
+    uint16_t *hx = bf16_copy(x, N), *hy = calloc((size_t)N, 2);
     mprt_softmax_bias(ROWS, C, BROWS, 1, x, b, y);
     mprt_cu_softmax_bias_bf16(ROWS, C, BROWS, hx, b, hy);
     same_narrowed("softmax_bias_bf16", y, hy, N);
-    free(x), free(hx);
+    free(x), free(hx), free(hy), free(b), free(sum), free(want), free(y), free(cy);
     report("softmax_bias");
     report("softmax_bias_bf16");
 }
@@ -1884,7 +1934,8 @@ int main(void)
     test_ew_chain();
     test_rows_bf16();
     test_sce_lse();
-    test_softmax_bias();
+    test_softmax_bias(12, 5, 3);
+    test_softmax_bias(140, 70, 70);
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
     return failures != 0;

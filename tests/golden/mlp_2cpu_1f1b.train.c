@@ -6380,8 +6380,21 @@ MPRT_VECTOR static void mprt_exp_shifted_in_place(float *y, float mx, long C)
         y[c] = mprt_expf(y[c] - mx);
 }
 
+/* Where bias row b's scores end: past its last element that is not
+ * -inf (a causal mask's row: past the diagonal); C if it masks them all. */
+static long mprt_masked_end(const float *b, long C)
+{
+    long e = C;
+    while (e > 0 && b[e - 1] == -INFINITY)
+        e--;
+    return e ? e : C;
+}
+
 /* Rows [lo, hi) of softmax(x + b): the sum as the Add before a Softmax
- * stored it, then mprt_softmax_piece's operations on it. */
+ * stored it, then mprt_softmax_piece's operations on it. Past the last
+ * score the bias does not mask (mprt_masked_end) y is +0, as e^-inf made
+ * it, without reading x or taking the exponentials: the same numbers for
+ * finite x (an x of +inf or NaN there gave the row NaN). */
 static void mprt_softmax_bias_piece(void *ctx, long lo, long hi)
 {
     const MprtSoftmax *t = ctx;
@@ -6389,15 +6402,18 @@ static void mprt_softmax_bias_piece(void *ctx, long lo, long hi)
     for (long r = lo; r < hi; r++) {
         const float *xs = t->x + (size_t)r * C, *bs = t->b + (size_t)(r % t->brows) * C;
         float *ys = t->y + (size_t)r * C;
-        for (long c = 0; c < C; c++) {
+        long e = mprt_masked_end(bs, C);
+        for (long c = 0; c < e; c++) {
             float v = xs[c] + bs[c];
             ys[c] = t->round ? mprt_f32_of(mprt_bf16_of(v)) : v;
         }
-        float mx = mprt_strided_max(ys, C, 1);
+        float mx = mprt_strided_max(ys, e, 1);
         if (mx == -INFINITY)
             mx = 0.0f;
-        mprt_exp_shifted_in_place(ys, mx, C);
-        mprt_normalize_row(ys, C, 1);
+        mprt_exp_shifted_in_place(ys, mx, e);
+        mprt_normalize_row(ys, e, 1);
+        for (long c = e; c < C; c++)
+            ys[c] = 0.0f;
     }
 }
 
@@ -6410,6 +6426,11 @@ MPRT_KERNEL void mprt_softmax_bias(long rows, long C, long brows, int round, con
                             .round = round});
 }
 
+/* Rows [lo, hi) of dx = y * (dy - sum_c dy * y), where y is not 0; where
+ * it is (a masked score's, or one e^x took to 0), dx is +0 and dy counts
+ * for nothing: the same numbers for a finite dy, but for the sign of a
+ * zero dx (it was 0 * (dy - sum)). A contiguous row's zeros at its end (a
+ * causal mask's) are not read in dy at all. */
 static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
 {
     const MprtSoftmax *t = ctx;
@@ -6417,19 +6438,24 @@ static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
     const float *dy = t->dy, *y = t->x;
     float *dx = t->y;
     for (long r = lo; r < hi; r++) {
-        long o = r / inner, j = r % inner;
-        {
-            size_t base = (size_t)o * C * inner + j;
-            double dot = 0;
-            for (long c = 0; c < C; c++)
-                dot += (double)dy[base + c * inner] * y[base + c * inner];
-            for (long c = 0; c < C; c++)
-                dx[base + c * inner] = y[base + c * inner] * (dy[base + c * inner] - (float)dot);
-        }
+        long o = r / inner, j = r % inner, e = C;
+        size_t base = (size_t)o * C * inner + j;
+        const float *ys = y + base, *dys = dy + base;
+        float *dxs = dx + base;
+        while (inner == 1 && e > 0 && ys[e - 1] == 0.0f)
+            e--;
+        double dot = 0;
+        for (long c = 0; c < e; c++)
+            dot += ys[c * inner] != 0.0f ? (double)dys[c * inner] * ys[c * inner] : 0.0;
+        for (long c = 0; c < e; c++)
+            dxs[c * inner] = mprt_select(ys[c * inner] != 0.0f,
+                                         ys[c * inner] * (dys[c * inner] - (float)dot));
+        for (long c = e; c < C; c++)
+            dxs[c * inner] = 0.0f;
     }
 }
 
-/* dx = y * (dy - sum_c dy * y) */
+/* dx = y * (dy - sum_c dy * y) (mprt_softmax_grad_piece) */
 MPRT_KERNEL void mprt_softmax_grad(long outer, long C, long inner, const float *dy,
                                    const float *y, float *dx)
 {
