@@ -30,8 +30,9 @@
  *                                  -inf (a causal mask's upper half:
  *                                  attribute mpcc_masked, the share, for
  *                                  the cost model), the kernels read no x
- *                                  and write 0, and the gradient's read no
- *                                  dy where y is 0 (runtime/cpu_math.c).
+ *                                  and write 0 (runtime/cpu_math.c,
+ *                                  kernels.cu), and the gradient's on a
+ *                                  GPU read no dy where y is 0.
  *   Transpose(x) * c, / c           Transpose(x * c), c a constant of one
  *                                  element: attention's queries scaled
  *                                  before they move into the batch's
