@@ -6393,7 +6393,8 @@ static long mprt_masked_end(const float *b, long C)
 /* Rows [lo, hi) of softmax(x + b): the sum as the Add before a Softmax
  * stored it, then mprt_softmax_piece's operations on it. Past the last
  * score the bias does not mask (mprt_masked_end) y is +0, as e^-inf made
- * it, without reading x or taking the exponentials: the same numbers for
+ * it, without reading x there, and with exponentials only to the end of
+ * the block of 64 that holds it (of -inf: +0): the same numbers for
  * finite x (an x of +inf or NaN there gave the row NaN). */
 static void mprt_softmax_bias_piece(void *ctx, long lo, long hi)
 {
@@ -6402,17 +6403,19 @@ static void mprt_softmax_bias_piece(void *ctx, long lo, long hi)
     for (long r = lo; r < hi; r++) {
         const float *xs = t->x + (size_t)r * C, *bs = t->b + (size_t)(r % t->brows) * C;
         float *ys = t->y + (size_t)r * C;
-        long e = mprt_masked_end(bs, C);
+        long e = mprt_masked_end(bs, C), e64 = (e + 63) / 64 * 64 < C ? (e + 63) / 64 * 64 : C;
         for (long c = 0; c < e; c++) {
             float v = xs[c] + bs[c];
             ys[c] = t->round ? mprt_f32_of(mprt_bf16_of(v)) : v;
         }
+        for (long c = e; c < e64; c++)
+            ys[c] = -INFINITY;
         float mx = mprt_strided_max(ys, e, 1);
         if (mx == -INFINITY)
             mx = 0.0f;
-        mprt_exp_shifted_in_place(ys, mx, e);
-        mprt_normalize_row(ys, e, 1);
-        for (long c = e; c < C; c++)
+        mprt_exp_shifted_in_place(ys, mx, e64);
+        mprt_normalize_row(ys, e64, 1);
+        for (long c = e64; c < C; c++)
             ys[c] = 0.0f;
     }
 }
@@ -6426,11 +6429,14 @@ MPRT_KERNEL void mprt_softmax_bias(long rows, long C, long brows, int round, con
                             .round = round});
 }
 
-/* Rows [lo, hi) of dx = y * (dy - sum_c dy * y), where y is not 0; where
- * it is (a masked score's, or one e^x took to 0), dx is +0 and dy counts
- * for nothing: the same numbers for a finite dy, but for the sign of a
- * zero dx (it was 0 * (dy - sum)). A contiguous row's zeros at its end (a
- * causal mask's) are not read in dy at all. */
+/* Rows [lo, hi) of dx = y * (dy - sum_c dy * y) + 0: a zero dx is +0,
+ * where it was 0 * (dy - sum), of either sign, where y is 0 (a masked
+ * score's, or one e^x took to 0). The CUDA kernel reads no dy where y is
+ * 0 and writes +0 there: the same numbers for a finite dy (a softmax's y
+ * is never negative, and dy - sum is +0 where they are equal). A finite
+ * dy's term of the sum, a zero, changes no sum, so here every term is
+ * added, and the row is read whole: finding where its zeros begin cost
+ * as much as the terms it saved. */
 static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
 {
     const MprtSoftmax *t = ctx;
@@ -6438,20 +6444,15 @@ static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
     const float *dy = t->dy, *y = t->x;
     float *dx = t->y;
     for (long r = lo; r < hi; r++) {
-        long o = r / inner, j = r % inner, e = C;
+        long o = r / inner, j = r % inner;
         size_t base = (size_t)o * C * inner + j;
         const float *ys = y + base, *dys = dy + base;
         float *dxs = dx + base;
-        while (inner == 1 && e > 0 && ys[e - 1] == 0.0f)
-            e--;
         double dot = 0;
-        for (long c = 0; c < e; c++)
-            dot += ys[c * inner] != 0.0f ? (double)dys[c * inner] * ys[c * inner] : 0.0;
-        for (long c = 0; c < e; c++)
-            dxs[c * inner] = mprt_select(ys[c * inner] != 0.0f,
-                                         ys[c * inner] * (dys[c * inner] - (float)dot));
-        for (long c = e; c < C; c++)
-            dxs[c * inner] = 0.0f;
+        for (long c = 0; c < C; c++)
+            dot += (double)dys[c * inner] * ys[c * inner];
+        for (long c = 0; c < C; c++)
+            dxs[c * inner] = ys[c * inner] * (dys[c * inner] - (float)dot) + 0.0f;
     }
 }
 
