@@ -6429,6 +6429,20 @@ MPRT_KERNEL void mprt_softmax_bias(long rows, long C, long brows, int round, con
                             .round = round});
 }
 
+/* dx[c] = y[c] * (dy[c] - dot) + 0 for c < C, contiguous: in blocks of
+ * 16, each a loop of a fixed length that vectorises, the rest one at a
+ * time (the same operations). */
+MPRT_VECTOR static void mprt_softmax_dx(const float *restrict y, const float *restrict dy,
+                                        float dot, long C, float *restrict dx)
+{
+    long c = 0;
+    for (; c + 16 <= C; c += 16)
+        for (long j = 0; j < 16; j++)
+            dx[c + j] = y[c + j] * (dy[c + j] - dot) + 0.0f;
+    for (; c < C; c++)
+        dx[c] = y[c] * (dy[c] - dot) + 0.0f;
+}
+
 /* Rows [lo, hi) of dx = y * (dy - sum_c dy * y) + 0: a zero dx is +0,
  * where it was 0 * (dy - sum), of either sign, where y is 0 (a masked
  * score's, or one e^x took to 0). The CUDA kernel reads no dy where y is
@@ -6451,8 +6465,11 @@ static void mprt_softmax_grad_piece(void *ctx, long lo, long hi)
         double dot = 0;
         for (long c = 0; c < C; c++)
             dot += (double)dys[c * inner] * ys[c * inner];
-        for (long c = 0; c < C; c++)
-            dxs[c * inner] = ys[c * inner] * (dys[c * inner] - (float)dot) + 0.0f;
+        if (inner == 1)
+            mprt_softmax_dx(ys, dys, (float)dot, C, dxs);
+        else
+            for (long c = 0; c < C; c++)
+                dxs[c * inner] = ys[c * inner] * (dys[c * inner] - (float)dot) + 0.0f;
     }
 }
 
