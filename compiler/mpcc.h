@@ -781,7 +781,7 @@ void cuda_graph_price(Devices *ds, const Options *o);   /* its launch overhead *
 Profile cpu_profile(bool shared);    /* calibrate.c: this machine, alone or two devices at once */
 double link_bandwidth(const Devices *ds, int a, int b);
 double link_latency(const Devices *ds, int a, int b);
-NodeCost node_cost(const Graph *g, const Node *n);
+NodeCost node_cost(const Graph *g, const Node *n, const Profile *p);   /* on p's device */
 double node_time(const Graph *g, const Node *n, const Profile *p, const Measured *m);
 typedef struct Fusion Fusion;
 double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profile *p,

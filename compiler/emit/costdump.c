@@ -26,7 +26,7 @@ static void cost_line(const Pipeline *pl, const Measured *m, uint32_t id, Totals
     int s = pl->st->stage[id];
     const Device *d = &pl->ds.d[pl->st->dev[s]];
     WorkKind k = work_kind(n);
-    NodeCost c = node_cost(g, n);
+    NodeCost c = node_cost(g, n, &d->prof);
     double p = node_time(g, n, &d->prof, NULL);
     double meas = measured_time(m, n->name, n->phase, (double)g->rows);
     bool chained = pl->plan->fu && pl->plan->fu->tail[id] != NONE;

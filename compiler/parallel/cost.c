@@ -106,7 +106,18 @@ static double contraction(const Graph *g, const Node *n)
     }
 }
 
-NodeCost node_cost(const Graph *g, const Node *n)
+/* The share of n's first input that its kernel on profile p neither reads
+ * nor computes on: the scores a SoftmaxBias's constant masks
+ * (graph/simplify.c), on every device; the dy of its gradient where y is
+ * 0, on a GPU only (runtime/kernels.cu; the CPU's kernel reads each row
+ * whole, runtime/cpu_math.c). */
+static double masked_share(const Node *n, const Profile *p)
+{
+    bool skips = n->op == OP_SOFTMAX_BIAS || (n->op == OP_SOFTMAX_GRAD && !p->per_call);
+    return skips ? attr_float(n, "mpcc_masked", 0) : 0;
+}
+
+NodeCost node_cost(const Graph *g, const Node *n, const Profile *p)
 {
     NodeCost c = {0, 0};
     for (uint32_t k = 0; k < n->nin; k++)
@@ -128,10 +139,7 @@ NodeCost node_cost(const Graph *g, const Node *n)
         elems = numel_of(g, n->in[0]);
     double per = op_info[n->op].flags & OPF_HEAVY ? 20 : n->op == OP_SUM ? 4.0 * n->nin : 4;
     c.flops = per * elems;
-    /* a SoftmaxBias and its gradient neither read x (dy) nor compute
-     * where the constant masks the scores (graph/simplify.c) */
-    double masked = n->op == OP_SOFTMAX_BIAS || n->op == OP_SOFTMAX_GRAD
-                        ? attr_float(n, "mpcc_masked", 0) : 0;
+    double masked = masked_share(n, p);
     c.bytes -= masked * bytes_of(g, n->in[0]);
     c.flops *= 1 - masked;
     return c;
@@ -632,7 +640,7 @@ static double norm_rows(const Graph *g, const Node *n)
 
 static double cpu_time(const Graph *g, const Node *n, const Profile *p)
 {
-    NodeCost c = node_cost(g, n);
+    NodeCost c = node_cost(g, n, p);
     switch (work_kind(n)) {
     case WORK_WINDOW:
         return window_elements(g, n) / p->window_rate + c.bytes / bandwidth_at(p, c.bytes) +
@@ -695,7 +703,7 @@ double node_time(const Graph *g, const Node *n, const Profile *p, const Measured
         return 0;   /* it takes its input's buffer (plan.c; a copy where a value leaves) */
     if (p->per_call)
         return cpu_time(g, n, p) + staging_time(g, n, p);
-    NodeCost c = node_cost(g, n);
+    NodeCost c = node_cost(g, n, p);
     return fmax(c.flops / gpu_rate(g, n, p), c.bytes / p->bandwidth) + p->overhead +
            staging_time(g, n, p);
 }
@@ -716,7 +724,7 @@ double fused_saving(const Graph *g, const Node *n, const Fusion *fu, const Profi
     }
     if (fu->prev[id] != NONE)
         bytes += bytes_of(g, n->in[fu->via[id]]);
-    NodeCost c = node_cost(g, n);
+    NodeCost c = node_cost(g, n, p);
     double bw = bandwidth_at(p, c.bytes);
     return bytes / (bw > 0 ? bw : 1) + launch;
 }

@@ -652,7 +652,7 @@ static void stage_figures(Build *b)
         st->time[s * ACT_KINDS + st->act[id]] +=
             node_time(g, n, &b->ds->d[st->dev[s]].prof, b->m);
         if (n->phase != PH_UPDATE)
-            st->flops[s] += node_cost(g, n).flops;
+            st->flops[s] += node_cost(g, n, &b->ds->d[st->dev[s]].prof).flops;
     }
     for (uint32_t v = 0; v < g->nvalues; v++)
         if (g->values[v].kind == VK_PARAM && g->values[v].trainable && st->home[v] >= 0)
