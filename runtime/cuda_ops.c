@@ -1416,13 +1416,32 @@ static int mprt_cu_conv_rank(const MprtCuConv *c, int dir, MprtCuAlgo *cand)
     return n;
 }
 
+/* MPRT_CU_DETERMINISTIC: 1 (the default), cuDNN's deterministic
+ * algorithms first, so that two runs give the same bits; 0, the first of
+ * cuDNN's ranking whatever it is, as PyTorch picks them with
+ * cudnn.deterministic off: faster on some shapes (the data and weight
+ * gradients' algorithms 0 and 3 accumulate with atomics), and two runs may
+ * differ from the second step. */
+static int mprt_cu_deterministic(void)
+{
+    const char *e = getenv("MPRT_CU_DETERMINISTIC");
+    if (!e || !*e || strcmp(e, "1") == 0)
+        return 1;
+    if (strcmp(e, "0") != 0)
+        mprt_cu_refuse("MPRT_CU_DETERMINISTIC=%s: give 1 (the default: cuDNN's deterministic "
+                       "algorithms, the same bits every run) or 0 (the fastest-ranked, "
+                       "deterministic or not)", e);
+    return 0;
+}
+
 /* The first of cand[n] that can run within room bytes: deterministic
- * ones first, tensor-core ones only under --tf32 or bf16 (never one that
- * converts to float16, whose range is bf16's less); -1 if none. */
+ * ones first (unless MPRT_CU_DETERMINISTIC=0), tensor-core ones only under
+ * --tf32 or bf16 (never one that converts to float16, whose range is
+ * bf16's less); -1 if none. */
 static int mprt_cu_conv_pick(const MprtCuConv *c, int dir, const MprtCuAlgo *cand, int n,
                              size_t room, size_t *ws)
 {
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = !mprt_cu_deterministic(); pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if (cand[i].status != CUDNN_STATUS_SUCCESS || cand[i].memory > room ||
                 (!mprt_cu_tf32 && !mprt_cu_bf16 && cand[i].math == CUDNN_TENSOR_OP_MATH) ||
@@ -1437,8 +1456,8 @@ static int mprt_cu_conv_pick(const MprtCuConv *c, int dir, const MprtCuAlgo *can
 }
 
 /* Chooses direction dir's algorithm as cuDNN's heuristics rank them: the
- * first deterministic one within the room (mprt_cu_conv_room), else the
- * first that fits; the workspace grows to what it needs, and where
+ * first deterministic one within the room (mprt_cu_conv_room), else (or
+ * with MPRT_CU_DETERMINISTIC=0) the first that fits; the workspace grows to what it needs, and where
  * cudaMalloc cannot, the choice is made again within what there is. None
  * fits: the direct kernels run. */
 static int mprt_cu_conv_choose(MprtCuConv *c, int dir)

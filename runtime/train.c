@@ -145,6 +145,11 @@ static void mprt_usage(const MprtModel *m)
            "  MPRT_CU_WORKSPACE_MB=N  cuDNN's convolutions may take up to N MiB of\n"
            "                     workspace of their own per device, beyond the memory\n"
            "                     plan (default 1024; 0: the plan's scratch only)\n"
+           "  MPRT_CU_DETERMINISTIC=0  cuDNN's convolutions take the first algorithm of\n"
+           "                     cuDNN's ranking that fits, deterministic or not (as\n"
+           "                     PyTorch with cudnn.deterministic off): sometimes faster,\n"
+           "                     and two runs may then differ. 1 (the default): its\n"
+           "                     deterministic algorithms first, the same bits every run\n"
            "  MPRT_CU_ALGOS=1    print each convolution's cuDNN algorithm, its\n"
            "                     workspace and cuDNN's ranking\n",
            (int)mprt_mb_rows(m), m->weights_file, m->program);

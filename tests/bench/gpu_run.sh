@@ -51,7 +51,8 @@
 #   BENCH_SECONDS  bench: about how many seconds of mpcc's steps each of its
 #              timed runs holds (default 15)
 #   BENCH_PRECISIONS  bench: which rows, in order (default "fp32 tf32 bf16
-#              fp32-nograph"); "bf16 fp32 fp32-nograph" measures the bf16
+#              fp32-nograph"; bf16-nondet is bf16 with MPRT_CU_DETERMINISTIC=0);
+#              "bf16 bf16-nondet fp32 fp32-nograph" measures the bf16
 #              and CUDA-graph targets first in a short GPU window
 #   SMALL=1    every size shrunk, so that check and a bench dry run finish in
 #              minutes on a 2-core machine without a GPU
@@ -462,16 +463,20 @@ bench_model() {
     # fp32, tf32, bf16 (against PyTorch AMP), and fp32 issued op by op
     # (--cuda-graph=off: the captured step's gain)
     for prec in ${BENCH_PRECISIONS:-fp32 tf32 bf16 fp32-nograph}; do
-        tf="" mp="" pt=""
+        tf="" mp="" pt="" det=1
         case $prec in
         fp32) ;;
         tf32) tf=--tf32 mp=--tf32 pt=--tf32 ;;
         bf16) mp=--precision=bf16 pt=--bf16 ;;
+        bf16-nondet) mp=--precision=bf16 pt=--bf16 det=0 ;;
         fp32-nograph) mp=--cuda-graph=off ;;
         *) echo "gpu_run.sh: BENCH_PRECISIONS: unknown row '$prec' (fp32, tf32, bf16," \
-               "fp32-nograph)" >&2
+               "bf16-nondet, fp32-nograph)" >&2
            continue ;;
         esac
+        # bf16-nondet: cuDNN's first-ranked algorithms, deterministic or not
+        # (as PyTorch's, whose cudnn.deterministic is off)
+        export MPRT_CU_DETERMINISTIC=$det
         make_trainer "$dir/$prec" "$dir/model.onnx" -gpus 1 -batch $b --microbatches=1 \
             --lr=0.01 --momentum=0.9 $flags $mp
         grep -m1 'memory plan' "$dir/$prec/mpcc.log"
@@ -488,7 +493,7 @@ bench_model() {
                 # a dry run: the same steps timed on one CPU device instead
                 tdir=$dir/$prec-cpu note=" (no GPU: -cpus 1)"
                 make_trainer "$tdir" "$dir/model.onnx" -cpus 1 -batch $b --microbatches=1 \
-                    --lr=0.01 --momentum=0.9 $flags ${mp:+$([ $prec = bf16 ] && echo $mp)}
+                    --lr=0.01 --momentum=0.9 $flags ${mp:+$(case $prec in bf16*) echo $mp ;; esac)}
                 run_trainer "$dir/$prec-warm" "$tdir/train" 240 --synthetic --steps 3
             fi
         fi
@@ -521,6 +526,7 @@ bench_model() {
         grep -q 'no GPU' "$dir/torch-$prec.log" && pcol="$pcol (on the CPU)"
         rows="$rows| $desc | $b | $prec | $mcol | $mps | $pcol | $pps | $ratio |"$'\n'
     done
+    unset MPRT_CU_DETERMINISTIC
 }
 
 phase_bench() {
@@ -537,7 +543,10 @@ phase_bench() {
         echo "SGD lr 0.01 momentum 0.9, cross-entropy, one batch of synthetic data reused every" \
             "step on both sides; fp32: TF32 off on both sides; tf32: mpcc --tf32, PyTorch" \
             "allow_tf32 for matmul and cuDNN; bf16: mpcc --precision=bf16, PyTorch eager AMP" \
-            "(torch.autocast bf16 around the forward); fp32-nograph: mpcc --cuda-graph=off" \
+            "(torch.autocast bf16 around the forward); bf16-nondet: the same with" \
+            "MPRT_CU_DETERMINISTIC=0 (cuDNN's first-ranked algorithms, deterministic or not," \
+            "as PyTorch's; the other mpcc rows take its deterministic ones first);" \
+            "fp32-nograph: mpcc --cuda-graph=off" \
             "(the step issued op by op; the other mpcc rows replay it as one CUDA graph)" \
             "against PyTorch fp32. mpcc: (time of 3+N steps - time of 3 steps) / N," \
             "N for about 15 s of steps, at most N'; PyTorch: the median of N' synchronized steps" \

@@ -13,7 +13,12 @@
  * workspace that cuda_ops.c hands cuDNN says what the CPU kernel was given:
  * what this checks is that wiring, not cuDNN's arithmetic.
  *
- * - Convolution: one algorithm per direction, deterministic, whose
+ * - Convolution: the forward's one algorithm, deterministic; the data and
+ *   weight gradients' two, ranked as cuDNN often does: a nondeterministic
+ *   algorithm 0 first, then the deterministic algorithm 1. Both compute
+ *   the same here, so a call that runs algorithm 0 is an error unless
+ *   FAKECUDNN_ALGOS=first, where any other is (what a trainer with
+ *   MPRT_CU_DETERMINISTIC=0 must pick). Each algorithm's
  *   workspace is the im2col buffer (C/group x KD x KH x KW x OD x OH x OW
  *   floats, or
  *   the batch's, runtime/kernel.h's mprt_conv_batched; plus
@@ -304,12 +309,16 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     return workspace(x, dw, c, dy, n);
 }
 
-/* One candidate, as cuDNN's heuristics would rank them: deterministic,
- * FMA math, the im2col buffer as workspace. The three directions' result
- * structs have one layout, so the forward one is filled and copied. */
-static cudnnStatus_t one_algo(const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
-                              const cudnnConvolutionDescriptor_t c,
-                              const cudnnTensorDescriptor_t y, int count, int *got, void *perf)
+/* The candidates, as cuDNN's heuristics would rank them: FMA math, the
+ * im2col buffer as workspace; the forward's algorithm 0, deterministic,
+ * and a gradient's nondeterministic algorithm 0 before its deterministic 1
+ * (backward). The three directions' result structs have one layout, so
+ * forward ones are filled and copied. */
+static cudnnStatus_t ranked_algos(const cudnnTensorDescriptor_t x,
+                                  const cudnnFilterDescriptor_t w,
+                                  const cudnnConvolutionDescriptor_t c,
+                                  const cudnnTensorDescriptor_t y, int backward, int count,
+                                  int *got, void *perf)
 {
     _Static_assert(sizeof(cudnnConvolutionFwdAlgoPerf_t) ==
                            sizeof(cudnnConvolutionBwdDataAlgoPerf_t) &&
@@ -321,13 +330,32 @@ static cudnnStatus_t one_algo(const cudnnTensorDescriptor_t x, const cudnnFilter
     cudnnStatus_t s = workspace(x, w, c, y, &one.memory);
     if (s != CUDNN_STATUS_SUCCESS)
         return s;
-    if (count < 1)
-        return bad("no room for an algorithm");
+    if (count < 1 + backward)
+        return bad("no room for the algorithms");
     one.status = CUDNN_STATUS_SUCCESS;
-    one.determinism = CUDNN_DETERMINISTIC;
     one.mathType = CUDNN_FMA_MATH;
-    memcpy(perf, &one, sizeof one);
-    *got = 1;
+    cudnnConvolutionFwdAlgoPerf_t *out = perf;
+    for (int i = 0; i <= backward; i++) {
+        one.algo = (cudnnConvolutionFwdAlgo_t)i;
+        one.determinism = backward && i == 0 ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC;
+        memcpy(out + i, &one, sizeof one);
+    }
+    *got = 1 + backward;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* FAKECUDNN_ALGOS=first: a gradient must run the first-ranked algorithm,
+ * nondeterministic; otherwise the deterministic one. */
+static cudnnStatus_t check_algo(int algo)
+{
+    const char *e = getenv("FAKECUDNN_ALGOS");
+    int first = e && strcmp(e, "first") == 0;
+    if (first && algo != 0)
+        return bad("a gradient convolution with the deterministic algorithm 1 where "
+                   "FAKECUDNN_ALGOS=first wants the first-ranked, 0");
+    if (!first && algo != 1)
+        return bad("a gradient convolution with an algorithm other than the deterministic 1: "
+                   "the trainer promised the same bits every run");
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -340,7 +368,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h,
                                                      cudnnConvolutionFwdAlgoPerf_t *perf)
 {
     (void)h;
-    return one_algo(x, w, c, y, count, got, perf);
+    return ranked_algos(x, w, c, y, 0, count, got, perf);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -349,7 +377,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     int *got, cudnnConvolutionBwdDataAlgoPerf_t *perf)
 {
     (void)h;
-    return one_algo(dx, w, c, dy, count, got, perf);
+    return ranked_algos(dx, w, c, dy, 1, count, got, perf);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -358,7 +386,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     int *got, cudnnConvolutionBwdFilterAlgoPerf_t *perf)
 {
     (void)h;
-    return one_algo(x, dw, c, dy, count, got, perf);
+    return ranked_algos(x, dw, c, dy, 1, count, got, perf);
 }
 
 /* n bf16 values at p as float32, in a new array. */
@@ -493,7 +521,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
                                            size_t ws_bytes, const void *beta,
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
-    (void)algo;
+    cudnnStatus_t s = check_algo(algo);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
     return conv_call(h, CONV_DATA, alpha, beta, dxd, wd, c, dyd, ws, ws_bytes, dy, w, dx);
 }
 
@@ -505,7 +535,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              size_t ws_bytes, const void *beta,
                                              const cudnnFilterDescriptor_t dwd, void *dw)
 {
-    (void)algo;
+    cudnnStatus_t s = check_algo(algo);
+    if (s != CUDNN_STATUS_SUCCESS)
+        return s;
     return conv_call(h, CONV_FILTER, alpha, beta, xd, dwd, c, dyd, ws, ws_bytes, dy, x, dw);
 }
 
