@@ -835,14 +835,20 @@ extern "C" __global__ void mprt_k_bias_add_bf16(i64 n, int M, i64 P, const float
  * bf16 first where it was stored so (a bf16 T, or fuse & 2: float32
  * copies of bf16 values); with fuse & 1, then max(v, 0). */
 template <typename T>
-static __device__ float bn_fused(int fuse, const T *add, i64 k, float v)
+static __device__ float bn_fused_with(int fuse, bool add, float a, float v)
 {
     if (add) {
         if (sizeof(T) == 2 || (fuse & 2))
             v = f32_of(bf16_of(v));
-        v = FADD(v, load_el(add, k));
+        v = FADD(v, a);
     }
     return (fuse & 1) && !(v > 0.0f) ? 0.0f : v;
+}
+
+template <typename T>
+static __device__ float bn_fused(int fuse, const T *add, i64 k, float v)
+{
+    return bn_fused_with<T>(fuse, add != 0, add ? load_el(add, k) : 0.0f, v);
 }
 
 /* Batch normalization with the running statistics: y = (x - mean) *
@@ -881,10 +887,10 @@ extern "C" __global__ void mprt_k_bn_infer_bf16(int N, int C, i64 P, const u16 *
  *
  * runtime/cpu.c's mprt_bn_train and mprt_bn_grad with their relu, where
  * cuDNN has no fused ReLU for these layouts. Block c sums channel c over
- * the images, each thread its pairs of positions (row n, i and i + 1),
- * even and odd positions apart and added at the end of each row, in
- * double (DMUL: no product fuses into its sum): with one thread a block
- * (tests/cuda's emulation) the CPU's order, so its bits. The factors are
+ * the images, each thread its chunks of 8 positions of a row (loaded
+ * together, see CHUNK), even and odd positions apart and added at the end
+ * of each row, in double (DMUL: no product fuses into its sum): with one
+ * thread a block (tests/cuda's emulation) the CPU's order, so its bits. The factors are
  * the CPU's (mprt_bn_train_factors, mprt_bn_grad_factors); then the block
  * writes its channel. */
 
@@ -901,34 +907,172 @@ static __device__ void next_at(i64 *n, i64 *r, i64 len)
         *r -= len, ++*n;
 }
 
+/* A block per channel has too few threads to keep the memory busy one
+ * element at a time: each thread takes chunks of 8 elements of a row,
+ * their loads issued together, as one 16-byte load (two for float32)
+ * where the row's planes are whole chunks and the tensors 16-byte aligned
+ * (chunk_vec). The values are the elements', in their order. */
+#define CHUNK 8
+
+static __device__ bool aligned16(const void *p)
+{
+    return ((unsigned long long)p & 15) == 0;
+}
+
+/* Whether every chunk of planes of P elements at p.. lies whole and
+ * 16-byte aligned (NULL tensors, not read, count as aligned). */
+static __device__ bool chunk_vec(i64 P, const void *a, const void *b, const void *c)
+{
+    return P % CHUNK == 0 && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
+/* 16 bytes at p, 16-byte aligned: one vector load or store (memcpy where
+ * tests/cuda compiles this file for the host). */
+static __device__ uint4 load16(const void *p)
+{
+#ifdef __CUDACC_RTC__
+    return *(const uint4 *)p;
+#else
+    uint4 q;
+    memcpy(&q, p, sizeof q);
+    return q;
+#endif
+}
+
+static __device__ void store16(void *p, uint4 q)
+{
+#ifdef __CUDACC_RTC__
+    *(uint4 *)p = q;
+#else
+    memcpy(p, &q, sizeof q);
+#endif
+}
+
+/* Elements [k, k + len) of p (len <= CHUNK) as floats in v: with vec, a
+ * whole aligned chunk in vector loads (the lower address the lower half
+ * of each word), else one by one. */
+static __device__ void load_chunk(const u16 *p, i64 k, int len, bool vec, float *v)
+{
+    if (vec) {
+        uint4 q = load16(p + k);
+        unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int h = 0; h < CHUNK; h++)
+            v[h] = f32_of((u16)(w[h >> 1] >> (16 * (h & 1))));
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            v[h] = f32_of(p[k + h]);
+}
+
+static __device__ void load_chunk(const float *p, i64 k, int len, bool vec, float *v)
+{
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < CHUNK; j += 4) {
+            uint4 q = load16(p + k + j);
+            v[j] = __int_as_float((int)q.x), v[j + 1] = __int_as_float((int)q.y);
+            v[j + 2] = __int_as_float((int)q.z), v[j + 3] = __int_as_float((int)q.w);
+        }
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            v[h] = p[k + h];
+}
+
+static __device__ void store_chunk(u16 *p, i64 k, int len, bool vec, const float *v)
+{
+    if (vec) {
+        unsigned w[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            w[j] = (unsigned)bf16_of(v[2 * j]) | (unsigned)bf16_of(v[2 * j + 1]) << 16;
+        store16(p + k, uint4{w[0], w[1], w[2], w[3]});
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            p[k + h] = bf16_of(v[h]);
+}
+
+static __device__ void store_chunk(float *p, i64 k, int len, bool vec, const float *v)
+{
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < CHUNK; j += 4)
+            store16(p + k + j, uint4{(unsigned)__float_as_int(v[j]),
+                                     (unsigned)__float_as_int(v[j + 1]),
+                                     (unsigned)__float_as_int(v[j + 2]),
+                                     (unsigned)__float_as_int(v[j + 3])});
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            p[k + h] = v[h];
+}
+
+/* Channel c's rows of P elements, in chunks (chunks a row): the thread's
+ * first, row n and its chunk r, walked on by next_at. */
+#define FOR_CHANNEL_CHUNKS(n, r, chunks)                                                    \
+    for (i64 n = threadIdx.x / (chunks), r = threadIdx.x - n * (chunks); n < N;              \
+         next_at(&n, &r, chunks))
+
+/* Where chunk r of row n of channel c begins in the tensor, and how many
+ * elements it has. */
+static __device__ i64 chunk_at(i64 n, i64 r, int C, i64 c, i64 P)
+{
+    return (n * C + c) * P + CHUNK * r;
+}
+
+static __device__ int chunk_len(i64 r, i64 P)
+{
+    return P - CHUNK * r < CHUNK ? (int)(P - CHUNK * r) : CHUNK;
+}
+
 /* Thread's share of channel c's sums: of x and x^2 (width 2), and with dy
- * of dy' and dy' * x where dy' = dy, or 0 where z <= 0 (width 4). */
+ * of dy' and dy' * x where dy' = dy, or 0 where z <= 0 (width 4); even
+ * and odd positions of a row apart, added into acc at the row's end (the
+ * CPU's order, with one thread a block). */
 template <typename T>
 static __device__ void bn_channel_sums(int N, int C, i64 P, int c, const T *x, const T *dy,
-                                       const T *z, int width, double acc[4])
+                                       const T *z, int width, bool vec, double acc[4])
 {
-    i64 pairs = (P + 1) / 2, last = -1;
+    i64 chunks = (P + CHUNK - 1) / CHUNK, last = -1;
     double s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    for (i64 n = threadIdx.x / pairs, r = threadIdx.x - n * pairs; n < N; next_at(&n, &r, pairs)) {
-        i64 i = 2 * r;
+    FOR_CHANNEL_CHUNKS(n, r, chunks) {
+        i64 k = chunk_at(n, r, C, c, P);
+        int len = chunk_len(r, P);
         if (n != last) {   /* a new row: the one before adds its even and odd sums */
-            for (int k = 0; k < width; k++)
-                acc[k] += s[0][k] + s[1][k], s[0][k] = s[1][k] = 0;
+            for (int j = 0; j < width; j++)
+                acc[j] += s[0][j] + s[1][j], s[0][j] = s[1][j] = 0;
             last = n;
         }
-        i64 base = ((i64)n * C + c) * P;
-        for (int h = 0; h < 2 && i + h < P; h++) {
-            double u = load_el(x, base + i + h);
-            s[h][0] += u, s[h][1] += DMUL(u, u);
+        float u[CHUNK] = {0}, g[CHUNK] = {0}, q[CHUNK] = {0};
+        load_chunk(x, k, len, vec, u);
+        if (width == 4)
+            load_chunk(dy, k, len, vec, g);
+        if (width == 4 && z)
+            load_chunk(z, k, len, vec, q);
+#pragma unroll
+        for (int h = 0; h < CHUNK; h++) {
+            if (h >= len)
+                continue;
+            double du = u[h];
+            s[h & 1][0] += du, s[h & 1][1] += DMUL(du, du);
             if (width == 4) {
-                float g = load_el(dy, base + i + h);
-                double d = z && !(load_el(z, base + i + h) > 0.0f) ? 0.0 : (double)g;
-                s[h][2] += d, s[h][3] += DMUL(d, u);
+                double d = z && !(q[h] > 0.0f) ? 0.0 : (double)g[h];
+                s[h & 1][2] += d, s[h & 1][3] += DMUL(d, du);
             }
         }
     }
-    for (int k = 0; k < width; k++)
-        acc[k] += s[0][k] + s[1][k];
+    for (int j = 0; j < width; j++)
+        acc[j] += s[0][j] + s[1][j];
 }
 
 template <typename T>
@@ -937,10 +1081,11 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
                                      float momentum, float eps, int fuse, const T *add, T *y)
 {
     __shared__ float f[2];
-    i64 cnt = (i64)N * P;
+    i64 cnt = (i64)N * P, chunks = (P + CHUNK - 1) / CHUNK;
+    bool vec = chunk_vec(P, x, add, y);
     FOR_ROWS(c, C) {
         double acc[4] = {0, 0, 0, 0};
-        bn_channel_sums(N, C, P, (int)c, x, (const T *)0, (const T *)0, 2, acc);
+        bn_channel_sums(N, C, P, (int)c, x, (const T *)0, (const T *)0, 2, vec, acc);
         double s = block_sum(acc[0]), ss = block_sum(acc[1]);
         if (threadIdx.x == 0) {
             double mean = s / (double)cnt, var = ss / (double)cnt - DMUL(mean, mean);
@@ -956,10 +1101,18 @@ static __device__ void bn_train_rows(int N, int C, i64 P, const T *x, const floa
         }
         __syncthreads();
         float a = f[0], m = f[1], b = bias[c];
-        for (i64 n = threadIdx.x / P, i = threadIdx.x - n * P; n < N; next_at(&n, &i, P)) {
-            i64 k = ((i64)n * C + c) * P + i;
-            float v = FADD(FMUL(FSUB(load_el(x, k), m), a), b);
-            store_el(y, k, bn_fused(fuse, add, k, v));
+        FOR_CHANNEL_CHUNKS(n, r, chunks) {
+            i64 k = chunk_at(n, r, C, c, P);
+            int len = chunk_len(r, P);
+            float v[CHUNK] = {0}, s[CHUNK] = {0};
+            load_chunk(x, k, len, vec, v);
+            if (add)
+                load_chunk(add, k, len, vec, s);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                if (h < len)
+                    v[h] = bn_fused_with<T>(fuse, add != 0, s[h], FADD(FMUL(FSUB(v[h], m), a), b));
+            store_chunk(y, k, len, vec, v);
         }
         __syncthreads();
     }
@@ -989,10 +1142,11 @@ static __device__ void bn_grad_rows(int N, int C, i64 P, const T *dy, const T *z
                                     float *dbias)
 {
     __shared__ float f[4];
-    i64 cnt = (i64)N * P;
+    i64 cnt = (i64)N * P, chunks = (P + CHUNK - 1) / CHUNK;
+    bool vec = chunk_vec(P, dy, z, x) && aligned16(dx);
     FOR_ROWS(c, C) {
         double acc[4] = {0, 0, 0, 0};
-        bn_channel_sums(N, C, P, (int)c, x, dy, z, 4, acc);
+        bn_channel_sums(N, C, P, (int)c, x, dy, z, 4, vec, acc);
         double s0 = block_sum(acc[0]), s1 = block_sum(acc[1]);
         double sdy = block_sum(acc[2]), s3 = block_sum(acc[3]);
         if (threadIdx.x == 0) {
@@ -1006,11 +1160,21 @@ static __device__ void bn_grad_rows(int N, int C, i64 P, const T *dy, const T *z
         }
         __syncthreads();
         float k1 = f[0], k0 = f[1], k2 = f[2], m = f[3];
-        for (i64 n = threadIdx.x / P, i = threadIdx.x - n * P; n < N; next_at(&n, &i, P)) {
-            i64 k = ((i64)n * C + c) * P + i;
-            float g = load_el(dy, k);
-            float d = z && !(load_el(z, k) > 0.0f) ? 0.0f : g;
-            store_el(dx, k, FMUL(k1, FSUB(FSUB(d, k0), FMUL(FSUB(load_el(x, k), m), k2))));
+        FOR_CHANNEL_CHUNKS(n, r, chunks) {
+            i64 k = chunk_at(n, r, C, c, P);
+            int len = chunk_len(r, P);
+            float g[CHUNK] = {0}, q[CHUNK] = {0}, u[CHUNK] = {0};
+            load_chunk(dy, k, len, vec, g);
+            if (z)
+                load_chunk(z, k, len, vec, q);
+            load_chunk(x, k, len, vec, u);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++) {
+                float d = z && !(q[h] > 0.0f) ? 0.0f : g[h];
+                if (h < len)
+                    u[h] = FMUL(k1, FSUB(FSUB(d, k0), FMUL(FSUB(u[h], m), k2)));
+            }
+            store_chunk(dx, k, len, vec, u);
         }
         __syncthreads();
     }

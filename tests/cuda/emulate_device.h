@@ -23,6 +23,12 @@
 struct MprtEmuDim {
     unsigned x;
 };
+
+/* CUDA's vector type of the 16-byte loads (kernels.cu's load16, which
+ * copies it with memcpy here) */
+struct uint4 {
+    unsigned x, y, z, w;
+};
 static MprtEmuDim threadIdx = {0}, blockIdx = {0}, blockDim = {1}, gridDim = {1};
 
 static float __fmul_rn(float a, float b) { return a * b; }

@@ -838,7 +838,8 @@ static void test_norm(void)
         mprt_training = 1;
     }
     test_bn_relu(3, 5, 7);   /* an odd plane: the sums' tails */
-    test_bn_relu(2, 3, 16);
+    test_bn_relu(2, 3, 16);  /* whole chunks of 8, aligned: the vector loads */
+    test_bn_relu(2, 3, 20);  /* chunks of 8 and one of 4, element by element */
     for (int G = C; G >= 2; G /= 2) {
         float *dy = fvec(n, -1, 1), *dx = fzero(n), *cdx = fzero(n);
         float ds[4], db[4], cds[4], cdb[4];
