@@ -495,8 +495,30 @@ MPRT_CU_KERNEL void mprt_cu_unary_grad(int op, long n, float p, float q, const f
     mprt_cu_each("unary_grad", n, args);
 }
 
+/* Whether chain c runs a chunk of 8 elements a thread
+ * (kernels.cu's mprt_k_ew_chain_chunks): its last dim a multiple of 8
+ * long, the output and every operand that walks that dim (stride 1 there,
+ * else 0: a value broadcast along it) 16-byte aligned at every chunk. */
+static int mprt_cu_ew_chunked(const MprtEwChain *c, const void *const *x, const void *y)
+{
+    int last = c->rank - 1;
+    if (last < 0 || c->shape[last] % 8 || (uintptr_t)y % 16)
+        return 0;
+    for (int k = 0; k < c->nops; k++) {
+        if (c->stride[k][last] == 0)
+            continue;
+        if (c->stride[k][last] != 1 || (uintptr_t)x[k] % 16)
+            return 0;
+        for (int d = 0; d < last; d++)
+            if (c->stride[k][d] % 8)
+                return 0;
+    }
+    return 1;
+}
+
 /* A fused elementwise chain (kernel.h): the program passed by value, its
- * operands' pointers in kernels.cu's struct EwPtrs. */
+ * operands' pointers in kernels.cu's struct EwPtrs; in chunks of 8
+ * elements a thread where mprt_cu_ew_chunked allows. */
 MPRT_CU_KERNEL void mprt_cu_ew_chain(const MprtEwChain *c, const void *const *x, void *y)
 {
     struct {
@@ -511,6 +533,12 @@ MPRT_CU_KERNEL void mprt_cu_ew_chain(const MprtEwChain *c, const void *const *x,
         ptrs.p[k] = x[k];
     for (int d = 0; d < c->rank; d++)
         n *= c->shape[d];
+    if (mprt_cu_ew_chunked(c, x, y)) {
+        long chunks = n / 8;
+        void *args[] = {&chunks, (void *)c, &ptrs, &y};
+        mprt_cu_each("ew_chain_chunks", chunks, args);
+        return;
+    }
     void *args[] = {&n, (void *)c, &ptrs, &y};
     mprt_cu_each("ew_chain", n, args);
 }

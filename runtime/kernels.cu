@@ -217,6 +217,119 @@ extern "C" __global__ void mprt_k_bf16_round(i64 n, const float *x, float *y)
     FOR_EACH(i, n) y[i] = f32_of(bf16_of(x[i]));
 }
 
+/* ---- chunks of 8 elements: a thread's loads issued together ----
+ *
+ * A kernel whose threads each load one element keeps too few loads in
+ * flight to use the memory's bandwidth where it has few threads (a block
+ * per channel), or bf16 elements of 2 bytes: these take chunks of 8
+ * contiguous elements a thread, loaded as one 16-byte load (two for
+ * float32) where the chunk is whole and 16-byte aligned, else one element
+ * after another, then computed element by element in order, as before. */
+#define CHUNK 8
+
+static __device__ bool aligned16(const void *p)
+{
+    return ((unsigned long long)p & 15) == 0;
+}
+
+/* Whether every chunk of planes of P elements at p.. lies whole and
+ * 16-byte aligned (NULL tensors, not read, count as aligned). */
+static __device__ bool chunk_vec(i64 P, const void *a, const void *b, const void *c)
+{
+    return P % CHUNK == 0 && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
+/* 16 bytes at p, 16-byte aligned: one vector load or store (memcpy where
+ * tests/cuda compiles this file for the host). */
+static __device__ uint4 load16(const void *p)
+{
+#ifdef __CUDA_ARCH__
+    return *(const uint4 *)p;
+#else
+    uint4 q;
+    memcpy(&q, p, sizeof q);
+    return q;
+#endif
+}
+
+static __device__ void store16(void *p, uint4 q)
+{
+#ifdef __CUDA_ARCH__
+    *(uint4 *)p = q;
+#else
+    memcpy(p, &q, sizeof q);
+#endif
+}
+
+/* Elements [k, k + len) of p (len <= CHUNK) as floats in v: with vec, a
+ * whole aligned chunk in vector loads (the lower address the lower half
+ * of each word), else one by one. */
+static __device__ void load_chunk(const u16 *p, i64 k, int len, bool vec, float *v)
+{
+    if (vec) {
+        uint4 q = load16(p + k);
+        unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int h = 0; h < CHUNK; h++)
+            v[h] = f32_of((u16)(w[h >> 1] >> (16 * (h & 1))));
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            v[h] = f32_of(p[k + h]);
+}
+
+static __device__ void load_chunk(const float *p, i64 k, int len, bool vec, float *v)
+{
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < CHUNK; j += 4) {
+            uint4 q = load16(p + k + j);
+            v[j] = __int_as_float((int)q.x), v[j + 1] = __int_as_float((int)q.y);
+            v[j + 2] = __int_as_float((int)q.z), v[j + 3] = __int_as_float((int)q.w);
+        }
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            v[h] = p[k + h];
+}
+
+static __device__ void store_chunk(u16 *p, i64 k, int len, bool vec, const float *v)
+{
+    if (vec) {
+        unsigned w[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            w[j] = (unsigned)bf16_of(v[2 * j]) | (unsigned)bf16_of(v[2 * j + 1]) << 16;
+        store16(p + k, uint4{w[0], w[1], w[2], w[3]});
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            p[k + h] = bf16_of(v[h]);
+}
+
+static __device__ void store_chunk(float *p, i64 k, int len, bool vec, const float *v)
+{
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < CHUNK; j += 4)
+            store16(p + k + j, uint4{(unsigned)__float_as_int(v[j]),
+                                     (unsigned)__float_as_int(v[j + 1]),
+                                     (unsigned)__float_as_int(v[j + 2]),
+                                     (unsigned)__float_as_int(v[j + 3])});
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        if (h < len)
+            p[k + h] = v[h];
+}
+
 /* ---- elementwise ---- */
 
 extern "C" __global__ void mprt_k_relu(i64 n, const float *x, float *y)
@@ -554,6 +667,67 @@ extern "C" __global__ void mprt_k_ew_chain(i64 n, EwChain c, EwPtrs x, void *y)
             ((u16 *)y)[i] = bf16_of(v);
         else
             ((float *)y)[i] = v;
+    }
+}
+
+/* Operand k's chunk of 8 at offset i into u: a value broadcast along the
+ * last dim (its stride 0 there) 8 times, else 8 contiguous elements from
+ * a 16-byte aligned start (cuda_ops.c's mprt_cu_ew_chunked). */
+static __device__ void ew_chunk(const EwChain &c, const EwPtrs &x, int k, i64 i, float *u)
+{
+    if (c.stride[k][c.rank - 1] == 0) {
+        float v = ew_operand(c, x, k, i);
+#pragma unroll
+        for (int h = 0; h < CHUNK; h++)
+            u[h] = v;
+    } else if (c.bf16 >> k & 1) {
+        load_chunk((const u16 *)x.p[k], i, CHUNK, true, u);
+    } else {
+        load_chunk((const float *)x.p[k], i, CHUNK, true, u);
+    }
+}
+
+/* mprt_k_ew_chain a chunk of 8 elements of the last dim a thread (its
+ * extent a multiple of 8; mprt_cu_ew_chunked says where): each step's
+ * operands loaded a chunk at a time, then the step's float operations on
+ * each element, as mprt_k_ew_chain's. */
+extern "C" __global__ void mprt_k_ew_chain_chunks(i64 chunks, EwChain c, EwPtrs x, void *y)
+{
+    FOR_EACH(j, chunks) {
+        i64 off[MPRT_EW_OPERANDS];
+        ew_offsets(c, CHUNK * j, off);
+        float v[CHUNK] = {0};
+        for (int s = 0; s < c.nsteps; s++) {
+            const EwStep &t = c.step[s];
+            float u[CHUNK], w[CHUNK] = {0};
+            if (t.a >= 0)
+                ew_chunk(c, x, t.a, off[t.a], u);
+            else
+#pragma unroll
+                for (int h = 0; h < CHUNK; h++)
+                    u[h] = t.p;
+            if (t.kind == EW_UNARY_GRAD)
+                ew_chunk(c, x, t.b, off[t.b], w);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++) {
+                switch (t.kind) {
+                case EW_LOAD: v[h] = u[h]; break;
+                case EW_UNARY: v[h] = unary1(t.op, v[h], t.p, t.q); break;
+                case EW_RELU: v[h] = v[h] > 0.0f ? v[h] : 0.0f; break;
+                case EW_BINARY:
+                    v[h] = t.swap ? binary1(t.op, u[h], v[h]) : binary1(t.op, v[h], u[h]);
+                    break;
+                case EW_UNARY_GRAD: v[h] = unary_grad1(t.op, v[h], u[h], w[h], t.p, t.q); break;
+                default: v[h] = u[h] > 0.0f ? v[h] : 0.0f; break;
+                }
+                if (t.round)
+                    v[h] = f32_of(bf16_of(v[h]));
+            }
+        }
+        if (c.bf16 & MPRT_EW_OUT_BF16)
+            store_chunk((u16 *)y, CHUNK * j, CHUNK, true, v);
+        else
+            store_chunk((float *)y, CHUNK * j, CHUNK, true, v);
     }
 }
 
@@ -905,116 +1079,6 @@ static __device__ void next_at(i64 *n, i64 *r, i64 len)
     *r += blockDim.x;
     while (*r >= len)
         *r -= len, ++*n;
-}
-
-/* A block per channel has too few threads to keep the memory busy one
- * element at a time: each thread takes chunks of 8 elements of a row,
- * their loads issued together, as one 16-byte load (two for float32)
- * where the row's planes are whole chunks and the tensors 16-byte aligned
- * (chunk_vec). The values are the elements', in their order. */
-#define CHUNK 8
-
-static __device__ bool aligned16(const void *p)
-{
-    return ((unsigned long long)p & 15) == 0;
-}
-
-/* Whether every chunk of planes of P elements at p.. lies whole and
- * 16-byte aligned (NULL tensors, not read, count as aligned). */
-static __device__ bool chunk_vec(i64 P, const void *a, const void *b, const void *c)
-{
-    return P % CHUNK == 0 && aligned16(a) && aligned16(b) && aligned16(c);
-}
-
-/* 16 bytes at p, 16-byte aligned: one vector load or store (memcpy where
- * tests/cuda compiles this file for the host). */
-static __device__ uint4 load16(const void *p)
-{
-#ifdef __CUDACC_RTC__
-    return *(const uint4 *)p;
-#else
-    uint4 q;
-    memcpy(&q, p, sizeof q);
-    return q;
-#endif
-}
-
-static __device__ void store16(void *p, uint4 q)
-{
-#ifdef __CUDACC_RTC__
-    *(uint4 *)p = q;
-#else
-    memcpy(p, &q, sizeof q);
-#endif
-}
-
-/* Elements [k, k + len) of p (len <= CHUNK) as floats in v: with vec, a
- * whole aligned chunk in vector loads (the lower address the lower half
- * of each word), else one by one. */
-static __device__ void load_chunk(const u16 *p, i64 k, int len, bool vec, float *v)
-{
-    if (vec) {
-        uint4 q = load16(p + k);
-        unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int h = 0; h < CHUNK; h++)
-            v[h] = f32_of((u16)(w[h >> 1] >> (16 * (h & 1))));
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < CHUNK; h++)
-        if (h < len)
-            v[h] = f32_of(p[k + h]);
-}
-
-static __device__ void load_chunk(const float *p, i64 k, int len, bool vec, float *v)
-{
-    if (vec) {
-#pragma unroll
-        for (int j = 0; j < CHUNK; j += 4) {
-            uint4 q = load16(p + k + j);
-            v[j] = __int_as_float((int)q.x), v[j + 1] = __int_as_float((int)q.y);
-            v[j + 2] = __int_as_float((int)q.z), v[j + 3] = __int_as_float((int)q.w);
-        }
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < CHUNK; h++)
-        if (h < len)
-            v[h] = p[k + h];
-}
-
-static __device__ void store_chunk(u16 *p, i64 k, int len, bool vec, const float *v)
-{
-    if (vec) {
-        unsigned w[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            w[j] = (unsigned)bf16_of(v[2 * j]) | (unsigned)bf16_of(v[2 * j + 1]) << 16;
-        store16(p + k, uint4{w[0], w[1], w[2], w[3]});
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < CHUNK; h++)
-        if (h < len)
-            p[k + h] = bf16_of(v[h]);
-}
-
-static __device__ void store_chunk(float *p, i64 k, int len, bool vec, const float *v)
-{
-    if (vec) {
-#pragma unroll
-        for (int j = 0; j < CHUNK; j += 4)
-            store16(p + k + j, uint4{(unsigned)__float_as_int(v[j]),
-                                     (unsigned)__float_as_int(v[j + 1]),
-                                     (unsigned)__float_as_int(v[j + 2]),
-                                     (unsigned)__float_as_int(v[j + 3])});
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < CHUNK; h++)
-        if (h < len)
-            p[k + h] = v[h];
 }
 
 /* Channel c's rows of P elements, in chunks (chunks a row): the thread's

@@ -1628,7 +1628,21 @@ static void ew_forward_cases(void)
         c.step[c.nsteps++] = ew_step(MPRT_EW_BINARY, k % 2 ? MPRT_POW : MPRT_MUL, k % 2 ? -1 : 2,
                                      -1, 0, 2.0f, 0);
     ew_case("constant sub pow mul", &c, ops);
-    free(bias), free(x), free(row);
+    /* (2,3,4,8): whole chunks of 8 along the last dim (kernels.cu's
+     * mprt_k_ew_chain_chunks), the bias broadcast along it, the row not */
+    MprtEwChain k = {4, 3, 0, 0, {2, 3, 4, 8}, {{0, 1, 0, 0}, {96, 32, 8, 1}, {0, 0, 0, 1}},
+                     {{0}}};
+    float *kx = fvec(192, -2, 2), *krow = fvec(8, -1, 1);
+    kx[7] = NAN, kx[8] = -0.0f, kx[9] = INFINITY;
+    const float *const kops[] = {bias, kx, krow};
+    k.step[k.nsteps++] = ew_step(MPRT_EW_LOAD, 0, 0, -1, 0, 0, 0);
+    k.step[k.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_ADD, 1, -1, 0, 0, 0);
+    k.step[k.nsteps++] = ew_step(MPRT_EW_RELU, 0, -1, -1, 0, 0, 0);
+    k.step[k.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_MUL, -1, -1, 0, 0.5f, 0);
+    k.step[k.nsteps++] = ew_step(MPRT_EW_BINARY, MPRT_SUB, 2, -1, 1, 0, 0);
+    k.step[k.nsteps++] = ew_step(MPRT_EW_UNARY, MPRT_GELU, -1, -1, 0, 0, 0);
+    ew_case("add relu mul sub gelu (chunks of 8)", &k, kops);
+    free(bias), free(x), free(row), free(kx), free(krow);
 }
 
 /* The backward: dy = a * b -> Gelu's gradient -> a Sum with v on the right
@@ -1660,6 +1674,17 @@ static void ew_backward_cases(void)
     s.step[1] = ew_step(MPRT_EW_UNARY, MPRT_TANH, -1, -1, 0, 0, 0);
     s.step[2] = ew_step(MPRT_EW_BINARY, MPRT_DIV, -1, -1, 1, 3.0f, 0);
     ew_case("scalar", &s, ops);
+    /* (3,1504): rows of whole chunks of 8, the bias's too */
+    c.stride[2][1] = c.stride[3][1] = 1;
+    c.shape[1] = 1504;
+    for (int k = 0; k < c.nops; k++)
+        c.stride[k][0] = k == 1 ? 0 : 1504;
+    float *ka = fvec(3 * 1504, -2, 2), *kb = fvec(1504, -1, 1), *kgx = fvec(3 * 1504, -3, 3);
+    float *kgy = fzero(3 * 1504), *kry = fvec(3 * 1504, -1, 1);
+    mprt_unary(MPRT_GELU, 3 * 1504, 0, 0, kgx, kgy);
+    const float *const kops[] = {ka, kb, kgx, kgy, kry};
+    ew_case("mul gelu_grad relu_grad (chunks of 8)", &c, kops);
+    free(ka), free(kb), free(kgx), free(kgy), free(kry);
     free(a), free(b), free(gx), free(other), free(gy), free(ry);
 }
 
