@@ -866,14 +866,14 @@ MPRT_CU_KERNEL void mprt_cu_softmax_bias(long rows, long C, long brows, int roun
                                          const float *x, const float *b, float *y)
 {
     void *args[] = {&rows, &C, &brows, &round, &x, &b, &y};
-    mprt_cu_rows("softmax_bias", rows, C, args);
+    mprt_cu_rows("softmax_bias", rows, (C + 7) / 8, args);   /* a thread a chunk of 8 */
 }
 
 MPRT_CU_KERNEL void mprt_cu_softmax_grad(long outer, long C, long inner, const float *dy,
                                          const float *y, float *dx)
 {
     void *args[] = {&outer, &C, &inner, &dy, &y, &dx};
-    mprt_cu_rows("softmax_grad", outer * inner, C, args);
+    mprt_cu_rows("softmax_grad", outer * inner, inner == 1 ? (C + 7) / 8 : C, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_log_softmax_grad(long outer, long C, long inner, const float *dy,
@@ -917,14 +917,14 @@ MPRT_CU_KERNEL void mprt_cu_softmax_bias_bf16(long rows, long C, long brows, con
                                               const float *b, uint16_t *y)
 {
     void *args[] = {&rows, &C, &brows, &x, &b, &y};
-    mprt_cu_rows("softmax_bias_bf16", rows, C, args);
+    mprt_cu_rows("softmax_bias_bf16", rows, (C + 7) / 8, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_softmax_grad_bf16(long outer, long C, long inner, const uint16_t *dy,
                                               const uint16_t *y, uint16_t *dx)
 {
     void *args[] = {&outer, &C, &inner, &dy, &y, &dx};
-    mprt_cu_rows("softmax_grad_bf16", outer * inner, C, args);
+    mprt_cu_rows("softmax_grad_bf16", outer * inner, inner == 1 ? (C + 7) / 8 : C, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_layernorm_bf16(long rows, long D, const uint16_t *x,

@@ -239,6 +239,12 @@ static __device__ bool chunk_vec(i64 P, const void *a, const void *b, const void
     return P % CHUNK == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
 
+/* How many elements chunk r of a row of P elements has. */
+static __device__ int chunk_len(i64 r, i64 P)
+{
+    return P - CHUNK * r < CHUNK ? (int)(P - CHUNK * r) : CHUNK;
+}
+
 /* 16 bytes at p, 16-byte aligned: one vector load or store (memcpy where
  * tests/cuda compiles this file for the host). */
 static __device__ uint4 load16(const void *p)
@@ -1087,16 +1093,10 @@ static __device__ void next_at(i64 *n, i64 *r, i64 len)
     for (i64 n = threadIdx.x / (chunks), r = threadIdx.x - n * (chunks); n < N;              \
          next_at(&n, &r, chunks))
 
-/* Where chunk r of row n of channel c begins in the tensor, and how many
- * elements it has. */
+/* Where chunk r of row n of channel c begins in the tensor. */
 static __device__ i64 chunk_at(i64 n, i64 r, int C, i64 c, i64 P)
 {
     return (n * C + c) * P + CHUNK * r;
-}
-
-static __device__ int chunk_len(i64 r, i64 P)
-{
-    return P - CHUNK * r < CHUNK ? (int)(P - CHUNK * r) : CHUNK;
 }
 
 /* Thread's share of channel c's sums: of x and x^2 (width 2), and with dy
@@ -1751,29 +1751,71 @@ static __device__ float biased(const T *xs, const float *bs, i64 c, int round)
     return round ? f32_of(bf16_of(v)) : v;
 }
 
-/* softmax_rows on x + b: rows of C, b's brows rows taken in turn. */
+/* Chunk j of a SoftmaxBias row (CHUNK elements from CHUNK * j, len of
+ * them) into v, each as biased() makes it; x is not loaded where the
+ * whole chunk is masked. */
+template <typename T>
+static __device__ void biased_chunk(const T *xs, const float *bs, i64 j, int len, int round,
+                                    bool vec, float *v)
+{
+    float b[CHUNK] = {0}, x[CHUNK] = {0};
+    load_chunk(bs, CHUNK * j, len, vec, b);
+    bool seen = false;
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        seen |= h < len && b[h] != -MPRT_INF;
+    if (seen)
+        load_chunk(xs, CHUNK * j, len, vec, x);
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++) {
+        float s = FADD(x[h], b[h]);
+        v[h] = b[h] == -MPRT_INF ? -MPRT_INF : round ? f32_of(bf16_of(s)) : s;
+    }
+}
+
+/* softmax_rows on x + b: rows of C, b's brows rows taken in turn; each
+ * thread takes chunks of the row (cuda_ops.c gives a block a thread a
+ * chunk), element by element in order. */
 template <typename T>
 static __device__ void softmax_bias_rows(i64 rows, i64 C, i64 brows, int round, const T *x,
                                          const float *b, T *y)
 {
+    i64 chunks = (C + CHUNK - 1) / CHUNK;
+    bool vec = chunk_vec(C, x, b, y);
     FOR_ROWS(r, rows) {
         const T *xs = x + r * C;
         const float *bs = b + (r % brows) * C;
         T *ys = y + r * C;
-        float mx = -MPRT_INF;
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
-            float v = biased(xs, bs, c, round);
-            mx = v > mx ? v : mx;
+        float mx = -MPRT_INF, v[CHUNK];
+        for (i64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int len = chunk_len(j, C);
+            biased_chunk(xs, bs, j, len, round, vec, v);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                if (h < len)
+                    mx = v[h] > mx ? v[h] : mx;
         }
         mx = block_max(mx);
         float v0 = biased(xs, bs, 0, round);
         mx = v0 != v0 ? v0 : mx == -MPRT_INF ? 0.0f : mx;
         double sum = 0;
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            sum += expf(FSUB(biased(xs, bs, c, round), mx));
+        for (i64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int len = chunk_len(j, C);
+            biased_chunk(xs, bs, j, len, round, vec, v);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                if (h < len)
+                    sum += expf(FSUB(v[h], mx));
+        }
         float inv = (float)(1.0 / block_sum(sum));
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x)
-            store_el(ys, c, FMUL(expf(FSUB(biased(xs, bs, c, round), mx)), inv));
+        for (i64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int len = chunk_len(j, C);
+            biased_chunk(xs, bs, j, len, round, vec, v);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                v[h] = FMUL(expf(FSUB(v[h], mx)), inv);
+            store_chunk(ys, CHUNK * j, len, vec, v);
+        }
     }
 }
 
@@ -1792,10 +1834,60 @@ extern "C" __global__ void mprt_k_softmax_bias_bf16(i64 rows, i64 C, i64 brows, 
 /* dx = y * (dy - sum dy * y), where y is not 0; where it is (a masked
  * score's), +0 without reading dy (runtime/cpu_math.c's
  * mprt_softmax_grad_piece: the same numbers). */
+/* Chunk j of the rows at y and dy (len elements) into yv and g; dy is
+ * not loaded where the chunk's y are all 0. */
+template <typename T>
+static __device__ void grad_chunk(const T *ys, const T *dys, i64 j, int len, bool vec,
+                                  float *yv, float *g)
+{
+    load_chunk(ys, CHUNK * j, len, vec, yv);
+    bool seen = false;
+#pragma unroll
+    for (int h = 0; h < CHUNK; h++)
+        seen |= h < len && yv[h] != 0.0f;
+    if (seen)
+        load_chunk(dys, CHUNK * j, len, vec, g);
+}
+
+/* softmax_grad_rows over contiguous rows (inner 1), a thread's chunks
+ * at a time, element by element in order. */
+template <typename T>
+static __device__ void softmax_grad_chunks(i64 rows, i64 C, const T *dy, const T *y, T *dx)
+{
+    i64 chunks = (C + CHUNK - 1) / CHUNK;
+    bool vec = chunk_vec(C, dy, y, dx);
+    FOR_ROWS(r, rows) {
+        const T *ys = y + r * C, *dys = dy + r * C;
+        float yv[CHUNK] = {0}, g[CHUNK] = {0};
+        double dot = 0;
+        for (i64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int len = chunk_len(j, C);
+            grad_chunk(ys, dys, j, len, vec, yv, g);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                if (h < len && yv[h] != 0.0f)
+                    dot += (double)g[h] * yv[h];
+        }
+        float d = (float)block_sum(dot);
+        for (i64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int len = chunk_len(j, C);
+            grad_chunk(ys, dys, j, len, vec, yv, g);
+#pragma unroll
+            for (int h = 0; h < CHUNK; h++)
+                yv[h] = yv[h] != 0.0f ? FMUL(yv[h], FSUB(g[h], d)) : 0.0f;
+            store_chunk(dx + r * C, CHUNK * j, len, vec, yv);
+        }
+    }
+}
+
 template <typename T>
 static __device__ void softmax_grad_rows(i64 outer, i64 C, i64 inner, const T *dy, const T *y,
                                          T *dx)
 {
+    if (inner == 1) {
+        softmax_grad_chunks(outer, C, dy, y, dx);
+        return;
+    }
     FOR_ROWS(r, outer * inner) {
         i64 base = ROW_BASE(r);
         double dot = 0;

@@ -1962,6 +1962,7 @@ int main(void)
     test_sce_lse();
     test_softmax_bias(12, 5, 3);
     test_softmax_bias(140, 70, 70);
+    test_softmax_bias(96, 48, 48);   /* whole aligned chunks of 8: the vector loads */
     printf("emulate: %d comparisons in %d launches, %d failed\n", checks, mprt_emu_launches,
            failures);
     return failures != 0;
