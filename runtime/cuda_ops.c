@@ -370,16 +370,31 @@ MPRT_CU_KERNEL void mprt_cu_bmm_bf16(int rank, const long *shape, const long *sa
 
 /* ---- bfloat16 storage (--precision=bf16) ---- */
 
+/* Whether n elements at x and y go a chunk of 8 a thread (kernels.cu's
+ * CHUNK): n whole chunks, both 16-byte aligned. */
+static int mprt_cu_chunked(long n, const void *x, const void *y)
+{
+    return n % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+}
+
 MPRT_CU_KERNEL void mprt_cu_bf16_widen(long n, const uint16_t *x, float *y)
 {
-    void *args[] = {&n, &x, &y};
-    mprt_cu_each("bf16_widen", n, args);
+    long chunks = n / 8;
+    void *args[] = {&n, &x, &y}, *by_chunk[] = {&chunks, &x, &y};
+    if (mprt_cu_chunked(n, x, y))
+        mprt_cu_each("bf16_widen_chunks", chunks, by_chunk);
+    else
+        mprt_cu_each("bf16_widen", n, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_bf16_narrow(long n, const float *x, uint16_t *y)
 {
-    void *args[] = {&n, &x, &y};
-    mprt_cu_each("bf16_narrow", n, args);
+    long chunks = n / 8;
+    void *args[] = {&n, &x, &y}, *by_chunk[] = {&chunks, &x, &y};
+    if (mprt_cu_chunked(n, x, y))
+        mprt_cu_each("bf16_narrow_chunks", chunks, by_chunk);
+    else
+        mprt_cu_each("bf16_narrow", n, args);
 }
 
 MPRT_CU_KERNEL void mprt_cu_bf16_round(long n, const float *x, float *y)

@@ -336,6 +336,26 @@ static __device__ void store_chunk(float *p, i64 k, int len, bool vec, const flo
             p[k + h] = v[h];
 }
 
+/* mprt_k_bf16_widen and _narrow a chunk of 8 a thread (cuda_ops.c's mprt_cu_chunked says
+ * where): one 16-byte load or store of bf16 for two of float32. */
+extern "C" __global__ void mprt_k_bf16_widen_chunks(i64 chunks, const u16 *x, float *y)
+{
+    FOR_EACH(j, chunks) {
+        float v[CHUNK];
+        load_chunk(x, CHUNK * j, CHUNK, true, v);
+        store_chunk(y, CHUNK * j, CHUNK, true, v);
+    }
+}
+
+extern "C" __global__ void mprt_k_bf16_narrow_chunks(i64 chunks, const float *x, u16 *y)
+{
+    FOR_EACH(j, chunks) {
+        float v[CHUNK];
+        load_chunk(x, CHUNK * j, CHUNK, true, v);
+        store_chunk(y, CHUNK * j, CHUNK, true, v);
+    }
+}
+
 /* ---- elementwise ---- */
 
 extern "C" __global__ void mprt_k_relu(i64 n, const float *x, float *y)

@@ -1330,8 +1330,11 @@ static void test_bf16(void)
     for (int i = 0; i < NH; i++)
         h[i] = (uint16_t)i;
     mprt_bf16_widen(NH, h, hf);
-    mprt_cu_bf16_widen(NH, h, chf);
+    mprt_cu_bf16_widen(NH, h, chf);   /* whole aligned chunks of 8 */
     same("bf16_widen", hf, chf, NH * 4);
+    memset(chf, 0, NH * 4);
+    mprt_cu_bf16_widen(NH - 1, h + 1, chf + 1);   /* one element a thread */
+    same("bf16_widen (unaligned)", hf + 1, chf + 1, (NH - 1) * 4);
     for (int i = 0; i < 2 * NH; i++) {   /* each bf16 and the midpoint above it */
         uint32_t b = (uint32_t)(i / 2) << 16 | (i & 1 ? 0x8000u : 0);
         memcpy(&f[i], &b, 4);
@@ -1344,6 +1347,9 @@ static void test_bf16(void)
     mprt_bf16_narrow(NF, f, fh);
     mprt_cu_bf16_narrow(NF, f, cfh);
     same("bf16_narrow", fh, cfh, NF * 2);
+    memset(cfh, 0, NF * 2);
+    mprt_cu_bf16_narrow(NF - 3, f + 3, cfh + 3);
+    same("bf16_narrow (unaligned)", fh + 3, cfh + 3, (NF - 3) * 2);
     mprt_bf16_round(NF, f, r);
     mprt_cu_bf16_round(NF, f, cr);
     same("bf16_round", r, cr, NF * 4);
