@@ -377,24 +377,27 @@ static int mprt_cu_chunked(long n, const void *x, const void *y)
     return n % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
 }
 
-MPRT_CU_KERNEL void mprt_cu_bf16_widen(long n, const uint16_t *x, float *y)
+/* A conversion of n elements from x to y: kernel, or its _chunks twin
+ * where mprt_cu_chunked allows. */
+static void mprt_cu_convert(const char *kernel, const char *chunked, long n, const void *x,
+                            void *y)
 {
     long chunks = n / 8;
     void *args[] = {&n, &x, &y}, *by_chunk[] = {&chunks, &x, &y};
     if (mprt_cu_chunked(n, x, y))
-        mprt_cu_each("bf16_widen_chunks", chunks, by_chunk);
+        mprt_cu_each(chunked, chunks, by_chunk);
     else
-        mprt_cu_each("bf16_widen", n, args);
+        mprt_cu_each(kernel, n, args);
+}
+
+MPRT_CU_KERNEL void mprt_cu_bf16_widen(long n, const uint16_t *x, float *y)
+{
+    mprt_cu_convert("bf16_widen", "bf16_widen_chunks", n, x, y);
 }
 
 MPRT_CU_KERNEL void mprt_cu_bf16_narrow(long n, const float *x, uint16_t *y)
 {
-    long chunks = n / 8;
-    void *args[] = {&n, &x, &y}, *by_chunk[] = {&chunks, &x, &y};
-    if (mprt_cu_chunked(n, x, y))
-        mprt_cu_each("bf16_narrow_chunks", chunks, by_chunk);
-    else
-        mprt_cu_each("bf16_narrow", n, args);
+    mprt_cu_convert("bf16_narrow", "bf16_narrow_chunks", n, x, y);
 }
 
 MPRT_CU_KERNEL void mprt_cu_bf16_round(long n, const float *x, float *y)
@@ -1500,9 +1503,9 @@ static int mprt_cu_conv_pick(const MprtCuConv *c, int dir, const MprtCuAlgo *can
 
 /* Chooses direction dir's algorithm as cuDNN's heuristics rank them: the
  * first deterministic one within the room (mprt_cu_conv_room), else (or
- * with MPRT_CU_DETERMINISTIC=0) the first that fits; the workspace grows to what it needs, and where
- * cudaMalloc cannot, the choice is made again within what there is. None
- * fits: the direct kernels run. */
+ * with MPRT_CU_DETERMINISTIC=0) the first that fits; the workspace grows
+ * to what it needs, and where cudaMalloc cannot, the choice is made again
+ * within what there is. None fits: the direct kernels run. */
 static int mprt_cu_conv_choose(MprtCuConv *c, int dir)
 {
     MprtCuAlgo cand[16];

@@ -232,7 +232,7 @@ static __device__ bool aligned16(const void *p)
     return ((unsigned long long)p & 15) == 0;
 }
 
-/* Whether every chunk of planes of P elements at p.. lies whole and
+/* Whether every chunk of rows of P elements at a, b and c lies whole and
  * 16-byte aligned (NULL tensors, not read, count as aligned). */
 static __device__ bool chunk_vec(i64 P, const void *a, const void *b, const void *c)
 {
@@ -336,8 +336,9 @@ static __device__ void store_chunk(float *p, i64 k, int len, bool vec, const flo
             p[k + h] = v[h];
 }
 
-/* mprt_k_bf16_widen and _narrow a chunk of 8 a thread (cuda_ops.c's mprt_cu_chunked says
- * where): one 16-byte load or store of bf16 for two of float32. */
+/* mprt_k_bf16_widen and _narrow a chunk of 8 a thread (cuda_ops.c's
+ * mprt_cu_chunked says where): one 16-byte load or store of bf16 for two
+ * of float32. */
 extern "C" __global__ void mprt_k_bf16_widen_chunks(i64 chunks, const u16 *x, float *y)
 {
     FOR_EACH(j, chunks) {

@@ -198,7 +198,8 @@ static void launched(const char *ops, const char *path)
 {
     static const char *const launchers[] = {"mprt_cu_launch(", "mprt_cu_each(", "mprt_cu_rows(",
                                             "mprt_cu_cols(", "mprt_cu_one(", "mprt_cu_counting(",
-                                            "mprt_cu_reduce(", "mprt_cu_channels("};
+                                            "mprt_cu_reduce(", "mprt_cu_channels(",
+                                            "mprt_cu_convert("};
     for (size_t l = 0; l < sizeof launchers / sizeof *launchers; l++) {
         const char *key = launchers[l];
         for (const char *p = strstr(ops, key); p; p = strstr(p + 1, key)) {
